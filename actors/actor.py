@@ -1,0 +1,141 @@
+"""``Actor``: the base class a user subclasses. A thin face over :class:`~actors.host.ActorHost`.
+
+::
+
+    from actors import Actor, callable
+
+    class Counter(Actor):
+        kind = "counter"
+        initial_state = {"count": 0}
+
+        @callable
+        async def increment(self, by: int = 1) -> int:
+            self.set_state({"count": self.state["count"] + by})
+            return self.state["count"]
+
+Hooks may be plain or ``async`` methods; each runs as one turn (see :mod:`actors.host`):
+``on_start`` (first turn after activation), ``on_connect(conn)`` (raise :class:`Reject` to refuse),
+``on_message(conn, data)``, ``on_close(conn, code)``. ``on_error(error, conn)`` is told about failures
+after the failed turn was rolled back; ``validate_state(state)`` (sync) may raise to refuse a new state;
+``on_state_changed(state, source)`` (sync) runs after a new state is persisted and broadcast.
+
+``set_state`` does, in this order: validate (``validate_state``) → persist (in the turn's transaction,
+with the next ``seq``, logged) → broadcast a ``state`` frame to every connection subscribed to state
+(through the output gate, so after the commit) → ``on_state_changed``. An error in the hook never undoes
+the write. ``state`` is only persisted through ``set_state``: mutating it in place changes nothing durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from actors.connection import Connection
+from actors.sql import Sql
+from storage import Migration
+
+if TYPE_CHECKING:
+    from actors.host import ActorHost
+    from actors.registry import ActorRef
+
+__all__ = ["Actor"]
+
+
+class Actor:
+    """Base class of every actor kind."""
+
+    #: The kind's name in URLs and on disk (``[a-z][a-z0-9_-]{0,62}``); defaults to the class name
+    #: in lower case.
+    kind: ClassVar[str] = ""
+    #: The state of a new actor (must be JSON).
+    initial_state: ClassVar[Any] = {}
+    #: Forward migrations of this kind's own tables; step ``i`` is version ``i + 1``.
+    migrations: ClassVar[Sequence[Migration]] = ()
+    #: How many logged frames to keep for resume (``None``: the server's default).
+    log_retention: ClassVar[int | None] = None
+
+    _host: ActorHost
+    sql: Sql
+
+    @classmethod
+    def _create(cls, host: ActorHost) -> Actor:
+        self = cls.__new__(cls)
+        self._host = host
+        self.sql = Sql(host)
+        self.__init__()  # type: ignore[misc]
+        return self
+
+    # -- identity and state -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._host.name
+
+    @property
+    def state(self) -> Any:
+        """The current state (as of the last ``set_state`` in this or an earlier turn)."""
+        return self._host.state
+
+    @property
+    def seq(self) -> int:
+        """The ``seq`` of the newest logged frame."""
+        return self._host.seq
+
+    def set_state(self, state: Any, *, source: Connection | None = None) -> None:
+        """Replace the state: validate → persist → broadcast → ``on_state_changed``. Turn only."""
+        self._host.set_state(state, source)
+
+    def emit(self, event: Any) -> int:
+        """Log a durable event with the next ``seq`` and send it to subscribed connections."""
+        return self._host.emit(event)
+
+    # -- connections --------------------------------------------------------------------------------
+    @property
+    def connections(self) -> list[Connection]:
+        return list(self._host.connections.values())
+
+    def get_connections(self, tag: str | None = None) -> list[Connection]:
+        if tag is None:
+            return self.connections
+        return [c for c in self._host.connections.values() if tag in c.tags]
+
+    def broadcast(
+        self,
+        data: Any,
+        *,
+        exclude: Iterable[str | Connection] = (),
+        tags: Iterable[str] | None = None,
+    ) -> int:
+        """Send ``{"type":"message","data":…}`` to connections subscribed to messages.
+
+        ``exclude`` takes connections or ids; ``tags`` limits it to connections having any of them.
+        Not logged (use :meth:`emit` for durable events). Returns how many connections it went to.
+        """
+        ids = tuple(c.id if isinstance(c, Connection) else c for c in exclude)
+        return self._host.broadcast(data, ids, frozenset(tags) if tags is not None else None)
+
+    # -- other actors -------------------------------------------------------------------------------
+    def actor(self, kind: str, name: str) -> ActorRef:
+        """A reference to another actor by name; ``await ref.call("method", ...)``."""
+        return self._host.registry.ref(kind, name, chain=self._host.chain)
+
+    # -- hooks (override) ---------------------------------------------------------------------------
+    def on_start(self) -> Any:
+        """First turn after activation (the file is open, ``state`` is loaded)."""
+
+    def on_connect(self, conn: Connection) -> Any:
+        """A connection arrives; raise ``Reject`` to refuse it. Set ``conn.tags`` here."""
+
+    def on_message(self, conn: Connection, data: Any) -> Any:
+        """A ``{"type":"message"}`` frame from a connection."""
+
+    def on_close(self, conn: Connection, code: int) -> Any:
+        """A connection went away (``code`` is the WebSocket close code)."""
+
+    def on_error(self, error: BaseException, conn: Connection | None) -> None:
+        """A turn failed (already rolled back). For logging and reporting; cannot write."""
+
+    def validate_state(self, state: Any) -> None:
+        """Raise (any exception) to refuse a new state before anything is written."""
+
+    def on_state_changed(self, state: Any, source: Connection | None) -> None:
+        """After a new state was persisted and broadcast."""

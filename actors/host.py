@@ -1,0 +1,624 @@
+"""The runtime of one live actor: its file, its mailbox, its turns and its output gate.
+
+Guarantees (each has a test named after it in ``tests/``):
+
+- **One turn at a time (guarantee 2).** Every input (connect, message, call, close, internal task) goes
+  into one mailbox drained by one owner task. A turn runs to completion before the next starts, so the
+  actor's fields need no locks. A turn that runs longer than ``turn_timeout`` is cancelled and rolled
+  back, so nothing holds the mailbox forever.
+- **Atomic turns.** A turn runs inside a SAVEPOINT of the batch transaction. If it raises, its SQL
+  writes, its state change, its ``seq`` numbers and its outputs are all undone; the caller gets an
+  error. In-memory fields other than ``state`` are the actor's own business.
+- **Output gate with group commit (guarantee 3).** Outputs of a turn (frames, closes, replies to
+  in-process callers) are held until the transaction that holds the turn's writes has committed. Turns
+  that find more input already waiting share one commit (up to ``max_batch`` turns); when the mailbox is
+  empty the batch commits and its outputs are released in turn order. A streaming call commits at each
+  ``yield``. If a commit fails, nothing of the batch is released: callers get ``actor_unavailable``,
+  connections are closed with 1011 and the actor is stopped; the next input reactivates it from disk.
+- **Gap-free log (guarantee 4).** Each state change and durable event gets the next ``seq``; the frame
+  is written to the log in the turn's transaction. A connection is added to the broadcast set in the
+  same turn that sends its welcome and replay, so it sees every later frame, after them, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors.connection import Connection
+from actors.decorators import CallableInfo
+from actors.errors import (
+    ActorUnavailable,
+    CallTimeout,
+    HandlerError,
+    InvalidArguments,
+    MethodNotFound,
+    NotInTurn,
+    Reject,
+    RpcError,
+    StateError,
+)
+from storage import ActorFile
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from actors.actor import Actor
+    from actors.registry import Registry
+
+__all__ = ["ActorHost", "Call", "Connect", "Disconnect", "Message", "Task"]
+
+log = logging.getLogger("roost.actor")
+PROTOCOL_VERSION = 1
+Key = tuple[str, str]
+
+
+# -- mailbox inputs ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Connect:
+    conn: Connection
+    cursor: int | None
+
+
+@dataclass(slots=True)
+class Message:
+    conn: Connection
+    data: Any
+
+
+@dataclass(slots=True)
+class Disconnect:
+    conn: Connection
+    code: int
+
+
+@dataclass(slots=True)
+class Call:
+    """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future)."""
+
+    method: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    conn: Connection | None = None
+    id: str = ""
+    reply: asyncio.Future[Any] | None = None
+    chunks: list[Any] | None = None
+    chain: tuple[Key, ...] = ()
+
+
+@dataclass(slots=True)
+class Task:
+    """Run ``fn(actor)`` as a turn; its result resolves ``reply`` after the commit."""
+
+    fn: Callable[[Actor], Awaitable[Any]]
+    reply: asyncio.Future[Any]
+    chain: tuple[Key, ...] = field(default=())
+
+
+Input = Connect | Message | Disconnect | Call | Task
+
+# Outputs held by the gate: (0, conn, text) frame · (1, conn, (code, reason)) close ·
+# (2, future, value) result · (3, future, exception) error.
+Output = tuple[int, Any, Any]
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _error_frame_for_call(call_id: str, err: RpcError) -> str:
+    return _json(
+        {
+            "type": "rpc_result",
+            "id": call_id,
+            "ok": False,
+            "error": {"code": err.code, "message": err.message},
+        }
+    )
+
+
+class ActorHost:
+    """One live actor. Created and owned by the :class:`~actors.registry.Registry`."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        actor_cls: type[Actor],
+        kind: str,
+        name: str,
+        file: ActorFile,
+        callables: dict[str, CallableInfo],
+    ) -> None:
+        self.registry = registry
+        self.kind = kind
+        self.name = name
+        self.key: Key = (kind, name)
+        self.file = file
+        self.callables = callables
+        cfg = registry.config
+        self.clock = registry.clock
+        self.retention = max(1, actor_cls.log_retention or cfg.log_retention)
+        self.turn_timeout = cfg.turn_timeout
+        self.max_batch = cfg.max_batch
+        self.connections: dict[str, Connection] = {}
+        self.in_turn = False
+        self.stopping = False
+        self.last_active = self.clock.monotonic()
+        self.chain: tuple[Key, ...] = ()
+        self._inbox: deque[Input] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._pending: list[Output] = []
+        self._turn_out: list[Output] = []
+        self._batch = 0
+        self._started = False
+        self._stop_requested = False
+        self._now = 0.0
+        self.state_json, _ = file.load_state()
+        self.state: Any = orjson.loads(self.state_json)
+        self.oldest, self.seq = file.log_bounds()
+        self.actor: Actor = actor_cls._create(self)
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            self._run(), name=f"actor:{kind}/{name}"
+        )
+
+    # -- mailbox ---------------------------------------------------------------------------------
+    def submit(self, item: Input) -> None:
+        """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping."""
+        if self.stopping:
+            raise ActorUnavailable(message=f"actor {self.kind}/{self.name!r} is stopping")
+        self._inbox.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def idle(self) -> bool:
+        """True when the actor could be deactivated right now without losing anything."""
+        return (
+            self._started
+            and not self.in_turn
+            and not self._inbox
+            and not self.connections
+            and not self._pending
+            and not self.file.in_transaction
+        )
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            if not await self._start():
+                return
+            while True:
+                if not self._inbox:
+                    if self._pending or self.file.in_transaction:
+                        if not self._flush():
+                            return
+                    self.last_active = self.clock.monotonic()
+                    if self._stop_requested:
+                        return
+                    self._waiter = loop.create_future()
+                    await self._waiter
+                    self._waiter = None
+                    continue
+                item = self._inbox.popleft()
+                await self._dispatch(item)
+                self._batch += 1
+                if self._batch >= self.max_batch and not self._flush():
+                    return
+        except asyncio.CancelledError:
+            if not self.stopping:
+                self._fail(ActorUnavailable(message="actor task cancelled"))
+            raise
+        except BaseException as exc:  # a bug in the runtime itself: never leave callers hanging
+            log.exception("actor %s/%r crashed", self.kind, self.name)
+            self._fail(ActorUnavailable(message=f"actor crashed: {type(exc).__name__}"))
+
+    def _flush(self) -> bool:
+        """Commit the batch, then release its outputs in order. False if the commit failed."""
+        self._batch = 0
+        try:
+            self.file.commit()
+        except Exception as exc:
+            log.exception("commit failed for %s/%r", self.kind, self.name)
+            self._pending.clear()
+            self._fail(ActorUnavailable(message=f"commit failed: {exc}"), rolled_back=True)
+            return False
+        out, self._pending = self._pending, []
+        for tag, target, value in out:
+            if tag == 0:
+                target.deliver(value)
+            elif tag == 2:
+                if not target.done():
+                    target.set_result(value)
+            elif tag == 3:
+                if not target.done():
+                    target.set_exception(value)
+            else:
+                target.deliver_close(*value)
+        return True
+
+    def _fail(self, err: ActorUnavailable, *, rolled_back: bool = False) -> None:
+        """Stop after a failure: answer everything queued, close connections, release the file."""
+        self.stopping = True
+        for tag, target, _ in self._pending:
+            if tag in (2, 3) and not target.done():
+                target.set_exception(err)
+        self._pending.clear()
+        while self._inbox:
+            item = self._inbox.popleft()
+            if isinstance(item, Call | Task) and item.reply is not None and not item.reply.done():
+                item.reply.set_exception(err)
+            elif isinstance(item, Call) and item.conn is not None:
+                item.conn.deliver(_error_frame_for_call(item.id, err))
+        for conn in list(self.connections.values()):
+            conn.deliver_close(1011, "actor stopped")
+        self.connections.clear()
+        try:
+            if rolled_back or self.file.in_transaction:
+                self.file.in_transaction = False
+                self.file.conn.rollback()
+        except Exception:
+            log.debug("rollback after failure failed", exc_info=True)
+        self.file.in_transaction = False
+        self.file.close()
+        self.registry._forget(self)
+
+    # -- turns -------------------------------------------------------------------------------------
+    def _begin_turn(self) -> tuple[int, int, str]:
+        self.in_turn = True
+        self._now = self.clock.now()
+        self._turn_out = []
+        self.file.begin()
+        self.file.savepoint()
+        return self.seq, self.oldest, self.state_json
+
+    def _commit_turn(self) -> None:
+        self.file.release()
+        self._pending.extend(self._turn_out)
+        self._turn_out = []
+        self.in_turn = False
+
+    def _abort_turn(self, snap: tuple[int, int, str]) -> None:
+        self.file.rollback_to()
+        self._turn_out = []
+        self.seq, self.oldest = snap[0], snap[1]
+        if snap[2] is not self.state_json:
+            self.state_json = snap[2]
+            self.state = orjson.loads(snap[2])
+        self.in_turn = False
+
+    def checkpoint(self) -> None:
+        """Inside a turn: make the writes so far durable and release the outputs so far."""
+        self.file.release()
+        self._pending.extend(self._turn_out)
+        self._turn_out = []
+        if not self._flush():
+            raise ActorUnavailable(message="commit failed")
+        self.file.begin()
+        self.file.savepoint()
+
+    async def _start(self) -> bool:
+        snap = self._begin_turn()
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                await _maybe_await(self.actor.on_start())
+        except BaseException as exc:
+            self._abort_turn(snap)
+            log.exception("on_start failed for %s/%r", self.kind, self.name)
+            self._report(exc, None)
+            self._fail(ActorUnavailable(message=f"on_start failed: {type(exc).__name__}: {exc}"))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return False
+        self._commit_turn()
+        self._started = True
+        return True
+
+    async def _dispatch(self, item: Input) -> None:
+        if isinstance(item, Call):
+            await self._call(item)
+        elif isinstance(item, Message):
+            await self._message(item)
+        elif isinstance(item, Connect):
+            await self._connect(item)
+        elif isinstance(item, Disconnect):
+            await self._disconnect(item)
+        else:
+            await self._task(item)
+
+    async def _call(self, item: Call) -> None:
+        conn = item.conn
+        if conn is not None and conn.id not in self.connections:
+            return  # rejected or already gone
+        snap = self._begin_turn()
+        self.chain = (*item.chain, self.key)
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                result = await self._invoke(item)
+            if conn is not None:
+                frame = _json({"type": "rpc_result", "id": item.id, "ok": True, "result": result})
+                self._turn_out.append((0, conn, frame))
+            elif item.reply is not None:
+                self._turn_out.append((2, item.reply, orjson.loads(orjson.dumps(result))))
+        except BaseException as exc:
+            self._abort_turn(snap)
+            err = self._as_rpc_error(exc)
+            if not isinstance(err, RpcError) or isinstance(err, HandlerError):
+                self._report(exc, conn)
+            if conn is not None:
+                self._pending.append((0, conn, _error_frame_for_call(item.id, err)))
+            elif item.reply is not None:
+                self._pending.append((3, item.reply, err))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self._commit_turn()
+        finally:
+            self.chain = ()
+
+    async def _invoke(self, item: Call) -> Any:
+        info = self.callables.get(item.method)
+        if info is None:
+            raise MethodNotFound(message=f"no callable method {item.method!r}")
+        fn = getattr(self.actor, item.method)
+        try:
+            res = fn(*item.args, **item.kwargs)
+        except TypeError as exc:
+            try:
+                info.signature.bind(None, *item.args, **item.kwargs)
+            except TypeError:
+                raise InvalidArguments(message=str(exc)) from None
+            raise
+        if not info.streaming:
+            return await _maybe_await(res)
+        async for chunk in res:
+            if item.conn is not None:
+                frame = _json({"type": "rpc_chunk", "id": item.id, "chunk": chunk})
+                self._turn_out.append((0, item.conn, frame))
+            elif item.chunks is not None:
+                item.chunks.append(orjson.loads(orjson.dumps(chunk)))
+            self.checkpoint()
+        return None
+
+    async def _message(self, item: Message) -> None:
+        conn = item.conn
+        if conn.id not in self.connections:
+            return
+        snap = self._begin_turn()
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                await _maybe_await(self.actor.on_message(conn, item.data))
+        except BaseException as exc:
+            self._abort_turn(snap)
+            self._report(exc, conn)
+            err = self._as_rpc_error(exc)
+            frame = _json({"type": "error", "code": err.code, "message": err.message})
+            self._pending.append((0, conn, frame))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self._commit_turn()
+
+    async def _connect(self, item: Connect) -> None:
+        conn = item.conn
+        conn._host = self
+        snap = self._begin_turn()
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                await _maybe_await(self.actor.on_connect(conn))
+        except BaseException as exc:
+            self._abort_turn(snap)
+            if isinstance(exc, Reject):
+                self._pending.append((1, conn, (exc.code, exc.reason)))
+            else:
+                self._report(exc, conn)
+                self._pending.append((1, conn, (1011, "on_connect failed")))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        welcome, replay = self._welcome(conn, item.cursor)
+        self._turn_out.append((0, conn, welcome))
+        self._turn_out.extend((0, conn, frame) for frame in replay)
+        self.connections[conn.id] = conn
+        self._commit_turn()
+
+    def _welcome(self, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
+        """The welcome frame and the frames to replay after it, per the resume rules."""
+        welcome: dict[str, Any] = {
+            "type": "welcome",
+            "protocol": PROTOCOL_VERSION,
+            "connection_id": conn.id,
+            "actor": {"kind": self.kind, "name": self.name},
+            "state": orjson.Fragment(self.state_json),
+            "cursor": self.seq,
+            "oldest": self.oldest,
+        }
+        replay: list[str] = []
+        if cursor is None:
+            welcome["resume"] = "fresh"
+        elif cursor > self.seq:
+            welcome["resume"], welcome["reason"] = "snapshot", "cursor_ahead"
+        elif cursor < self.oldest - 1:
+            welcome["resume"], welcome["reason"] = "snapshot", "cursor_expired"
+        else:
+            welcome["resume"] = "replay"
+            if cursor < self.seq:
+                subs = conn.subscriptions
+                replay = [f for _, k, f in self.file.replay(cursor) if subs.wants(k)]
+        return _json(welcome), replay
+
+    async def _disconnect(self, item: Disconnect) -> None:
+        conn = item.conn
+        if self.connections.pop(conn.id, None) is None:
+            return
+        snap = self._begin_turn()
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                await _maybe_await(self.actor.on_close(conn, item.code))
+        except BaseException as exc:
+            self._abort_turn(snap)
+            self._report(exc, conn)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self._commit_turn()
+
+    async def _task(self, item: Task) -> None:
+        snap = self._begin_turn()
+        self.chain = (*item.chain, self.key)
+        try:
+            async with asyncio.timeout(self.turn_timeout):
+                result = await item.fn(self.actor)
+            self._turn_out.append((2, item.reply, result))
+        except BaseException as exc:
+            self._abort_turn(snap)
+            self._pending.append((3, item.reply, self._as_rpc_error(exc)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self._commit_turn()
+        finally:
+            self.chain = ()
+
+    def _as_rpc_error(self, exc: BaseException) -> RpcError:
+        if isinstance(exc, RpcError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return CallTimeout(message=f"turn exceeded {self.turn_timeout} s")
+        if isinstance(exc, asyncio.CancelledError):
+            return ActorUnavailable(message="actor is stopping")
+        return HandlerError(message=f"{type(exc).__name__}: {exc}"[:500])
+
+    def _report(self, exc: BaseException, conn: Connection | None) -> None:
+        """Hand a failure to ``on_error`` (outside any turn); its own errors are only logged."""
+        if isinstance(exc, asyncio.CancelledError):
+            return
+        try:
+            self.actor.on_error(exc, conn)
+        except Exception:
+            log.exception("on_error raised for %s/%r", self.kind, self.name)
+
+    # -- API used by Actor during a turn -------------------------------------------------------------
+    def require_turn(self) -> None:
+        if not self.in_turn:
+            raise NotInTurn("this actor API can only be used during a turn (a hook or a callable)")
+
+    def turn_connection(self) -> sqlite3.Connection:
+        self.require_turn()
+        return self.file.conn
+
+    def set_state(self, state: Any, source: Connection | None) -> None:
+        self.require_turn()
+        self.actor.validate_state(state)
+        try:
+            text = _json(state)
+        except TypeError as exc:
+            raise StateError(f"state is not JSON: {exc}") from exc
+        seq = self._next_seq()
+        frame = _json({"type": "state", "seq": seq, "state": orjson.Fragment(text)})
+        self.file.write_state(text, seq, self._now)
+        self.file.append_log(seq, "state", frame, self._now)
+        self.state_json = text
+        self.state = orjson.loads(text)
+        self._fanout("state", frame, (), None)
+        try:
+            self.actor.on_state_changed(self.state, source)
+        except Exception as exc:  # a hook error never undoes a write
+            log.exception("on_state_changed raised for %s/%r", self.kind, self.name)
+            self._report(exc, source)
+
+    def emit(self, event: Any) -> int:
+        self.require_turn()
+        try:
+            text = _json(event)
+        except TypeError as exc:
+            raise StateError(f"event is not JSON: {exc}") from exc
+        seq = self._next_seq()
+        frame = _json({"type": "event", "seq": seq, "event": orjson.Fragment(text)})
+        self.file.append_log(seq, "event", frame, self._now)
+        self._fanout("event", frame, (), None)
+        return seq
+
+    def broadcast(self, data: Any, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:
+        frame = _json({"type": "message", "data": data})
+        return self._fanout("message", frame, exclude, tags)
+
+    def _fanout(self, kind: str, frame: str, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:
+        n = 0
+        for conn in self.connections.values():
+            if not conn.subscriptions.wants(kind) or conn.id in exclude:
+                continue
+            if tags is not None and not (tags & conn.tags):
+                continue
+            self._gate((0, conn, frame))
+            n += 1
+        return n
+
+    def gate_frame(self, conn: Connection, text: str) -> None:
+        self._gate((0, conn, text))
+
+    def gate_close(self, conn: Connection, code: int, reason: str) -> None:
+        self._gate((1, conn, (code, reason)))
+
+    def _gate(self, out: Output) -> None:
+        """Hold an output until the writes before it are committed, keeping order.
+
+        During a turn it joins the turn's outputs. Outside a turn (e.g. from a background task) it is
+        delivered at once if nothing is held, else queued behind what is held (the mailbox task
+        flushes held outputs before it waits for input).
+        """
+        if self.in_turn:
+            self._turn_out.append(out)
+        elif self._pending or self.file.in_transaction:
+            self._pending.append(out)
+        elif out[0] == 0:
+            out[1].deliver(out[2])
+        else:
+            out[1].deliver_close(*out[2])
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        if self.seq - self.oldest + 1 > self.retention + max(1, self.retention // 10):
+            keep_from = self.seq - self.retention + 1
+            self.file.prune_log(keep_from)
+            self.oldest = keep_from
+        elif self.oldest > self.seq:  # the log was empty
+            self.oldest = self.seq
+        return self.seq
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def deactivate(self) -> bool:
+        """If idle, close the file and end the task at once; return whether it happened."""
+        if not self.idle or self.stopping:
+            return False
+        self.stopping = True
+        self.file.close()
+        self.task.cancel()
+        return True
+
+    async def stop(self) -> None:
+        """Drain the mailbox, commit, close the file. Connections should be closed first."""
+        if self.task.done():
+            self.file.close()
+            return
+        self._stop_requested = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        try:
+            await self.task
+        finally:
+            self.stopping = True
+            self.file.close()
+
+
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
+        return await value
+    return value

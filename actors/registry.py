@@ -1,0 +1,304 @@
+"""The registry: which actors are live in this process, activating and deactivating them.
+
+Guarantees:
+
+- **Single activation (guarantee 1).** In one process, activation is *single-flight*: looking up a live
+  actor, opening its file and inserting it into the table happen with no ``await`` in between, so any
+  number of concurrent first calls to one name get the same :class:`~actors.host.ActorHost`. Across
+  processes on one data directory, the actor file's exclusive lock refuses a second activation
+  (``ActorLocked``, answered with ``actor_unavailable`` / close 1013).
+- **Dormancy.** An actor with no connections and nothing to do for ``idle_timeout`` seconds is
+  deactivated: its file is closed and nothing of it stays in memory. The next input reactivates it from
+  its file with its state intact.
+- **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
+  least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors.decorators import CallableInfo, callables_of
+from actors.errors import (
+    ActorLocked,
+    ActorNotFound,
+    ActorUnavailable,
+    CallTimeout,
+    Overloaded,
+    ReentrantCall,
+    UnknownKind,
+)
+from actors.host import ActorHost, Call, Input, Key, Task
+from scheduler import Clock, SystemClock
+from storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
+from storage import validate_name as _validate_name
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from actors.actor import Actor
+
+__all__ = ["ActorRef", "Registry", "RuntimeConfig"]
+
+log = logging.getLogger("roost.registry")
+
+
+@dataclass(slots=True)
+class RuntimeConfig:
+    """Knobs of the actor runtime. See ``docs/design.md`` for how the defaults were chosen."""
+
+    data_dir: Path = Path("data")
+    idle_timeout: float = 60.0
+    max_active: int = 2000
+    turn_timeout: float = 30.0
+    call_timeout: float = 30.0
+    log_retention: int = 1000
+    max_batch: int = 256
+    durability: Durability = "normal"
+    sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
+
+
+class ActorRef:
+    """A handle on an actor by name. Cheap; activates the actor on use."""
+
+    __slots__ = ("_chain", "_registry", "kind", "name")
+
+    def __init__(self, registry: Registry, kind: str, name: str, chain: tuple[Key, ...]) -> None:
+        self._registry = registry
+        self.kind = kind
+        self.name = name
+        self._chain = chain
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a ``@callable`` of that actor; the result arrives after its commit."""
+        result, _ = await self._registry.call(
+            self.kind, self.name, method, list(args), kwargs, chain=self._chain
+        )
+        return result
+
+
+class Registry:
+    """Live actors of one process over one data directory. Owns their tasks and files."""
+
+    def __init__(
+        self,
+        kinds: Iterable[type[Actor]],
+        config: RuntimeConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.kinds: dict[str, type[Actor]] = {}
+        self._callables: dict[str, dict[str, CallableInfo]] = {}
+        for cls in kinds:
+            kind = validate_kind(cls.kind or cls.__name__.lower())
+            if kind in self.kinds:
+                raise ValueError(f"two actor classes for kind {kind!r}")
+            cls.kind = kind
+            self.kinds[kind] = cls
+            self._callables[kind] = callables_of(cls)
+        self.hosts: dict[Key, ActorHost] = {}
+        self.directory: Directory | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.activations = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the directory database and start the idle sweeper."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.directory = Directory(self.config.data_dir)
+        interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self._sweep_forever(interval), name="roost:sweeper"
+        )
+
+    async def stop(self) -> None:
+        """Drain and close every live actor, then the directory. Close connections first."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+        hosts = list(self.hosts.values())
+        await asyncio.gather(*(h.stop() for h in hosts), return_exceptions=True)
+        for h in hosts:
+            if self.directory is not None:
+                self.directory.touch(h.kind, h.name, self.clock.now())
+        self.hosts.clear()
+        if self.directory is not None:
+            self.directory.close()
+            self.directory = None
+
+    async def _sweep_forever(self, interval: float) -> None:
+        while True:
+            await self.clock.sleep(interval)
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("idle sweep failed")
+
+    def sweep(self) -> int:
+        """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
+        deadline = self.clock.monotonic() - self.config.idle_timeout
+        n = 0
+        for host in list(self.hosts.values()):
+            if host.last_active <= deadline and self._deactivate(host):
+                n += 1
+        if self.directory is not None:
+            self.directory.flush()
+        return n
+
+    def _deactivate(self, host: ActorHost) -> bool:
+        if not host.deactivate():
+            return False
+        self.hosts.pop(host.key, None)
+        if self.directory is not None:
+            self.directory.touch(host.kind, host.name, self.clock.now())
+        return True
+
+    def _forget(self, host: ActorHost) -> None:
+        """Called by a host that stopped after a failure."""
+        if self.hosts.get(host.key) is host:
+            del self.hosts[host.key]
+
+    # -- activation -------------------------------------------------------------------------------------
+    def kind_of(self, kind: str) -> type[Actor]:
+        cls = self.kinds.get(kind)
+        if cls is None:
+            raise UnknownKind(kind)
+        return cls
+
+    def callable_info(self, kind: str, method: str) -> CallableInfo | None:
+        return self._callables.get(kind, {}).get(method)
+
+    def validate(self, kind: str, name: str) -> None:
+        """Raise ``UnknownKind`` or ``InvalidActorAddress`` before anything is touched."""
+        self.kind_of(kind)
+        _validate_name(name)
+
+    def exists(self, kind: str, name: str) -> bool:
+        """Whether the actor was ever created (live, or dormant with a file)."""
+        self.validate(kind, name)
+        if (kind, name) in self.hosts:
+            return True
+        return actor_path(self.config.data_dir, kind, name).exists()
+
+    def get(self, kind: str, name: str) -> ActorHost:
+        """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await."""
+        host = self.hosts.get((kind, name))
+        if host is not None and not host.stopping:
+            return host
+        cls = self.kind_of(kind)
+        path = actor_path(self.config.data_dir, kind, name)
+        if len(self.hosts) >= self.config.max_active:
+            self._make_room()
+        assert self.directory is not None, "Registry.start() was not called"
+        if not path.exists():
+            # registered before the file exists: the directory never misses an actor
+            self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+        try:
+            file = ActorFile.open(
+                path,
+                kind,
+                name,
+                kind_migrations=cls.migrations,
+                durability=self.config.durability,
+                initial_state=_initial_json(cls),
+            )
+        except ActorLocked as exc:
+            raise ActorUnavailable(message=str(exc)) from exc
+        host = ActorHost(self, cls, kind, name, file, self._callables[kind])
+        self.hosts[(kind, name)] = host
+        self.directory.touch(kind, name, self.clock.now())
+        self.activations += 1
+        return host
+
+    def _make_room(self) -> None:
+        for host in sorted(self.hosts.values(), key=lambda h: h.last_active):
+            if self._deactivate(host):
+                return
+        raise Overloaded(message=f"{len(self.hosts)} actors live, all busy")
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def ref(self, kind: str, name: str, *, chain: tuple[Key, ...] = ()) -> ActorRef:
+        return ActorRef(self, kind, name, chain)
+
+    def submit(self, kind: str, name: str, item: Input) -> ActorHost:
+        """Activate if needed and queue ``item``; the same host takes it (no await in between)."""
+        host = self.get(kind, name)
+        host.submit(item)
+        return host
+
+    async def call(
+        self,
+        kind: str,
+        name: str,
+        method: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        *,
+        chain: tuple[Key, ...] = (),
+        timeout: float | None = None,
+    ) -> tuple[Any, list[Any]]:
+        """Call a method in process; returns ``(result, chunks)`` once the callee has committed."""
+        if (kind, name) in chain:
+            raise ReentrantCall(
+                message=f"{kind}/{name!r} is already in this call chain; it would wait on itself"
+            )
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        chunks: list[Any] = []
+        self.submit(
+            kind,
+            name,
+            Call(method, args, kwargs, reply=fut, chunks=chunks, chain=chain),
+        )
+        return await self._wait(fut, timeout), chunks
+
+    async def run(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[[Actor], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit(kind, name, Task(fn, fut))
+        return await self._wait(fut, timeout)
+
+    async def snapshot(self, kind: str, name: str) -> tuple[Any, int]:
+        """The committed ``(state, seq)`` of an existing actor. ``ActorNotFound`` creates nothing."""
+        if not self.exists(kind, name):
+            raise ActorNotFound(kind, name)
+
+        async def read(actor: Actor) -> tuple[Any, int]:
+            return actor.state, actor.seq
+
+        result: tuple[Any, int] = await self.run(kind, name, read)
+        return result
+
+    async def _wait(self, fut: asyncio.Future[Any], timeout: float | None) -> Any:
+        limit = self.config.call_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.shield(fut)
+        except TimeoutError:
+            # the answer may still come; retrieve it so that it is not reported as lost
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise CallTimeout(message=f"no answer within {limit} s") from None
+
+    # -- introspection ------------------------------------------------------------------------------
+    @property
+    def connection_count(self) -> int:
+        return sum(len(h.connections) for h in self.hosts.values())
+
+
+def _initial_json(cls: type[Actor]) -> str:
+    return orjson.dumps(cls.initial_state).decode()

@@ -1,0 +1,36 @@
+"""Storage: one SQLite file per actor, the directory database, and forward migrations.
+
+Knows nothing of WebSockets or agents. See ``docs/design.md`` for the data flow.
+"""
+
+from storage.actor_file import ActorFile, Durability, LogRow
+from storage.directory import ActorEntry, Directory
+from storage.errors import (
+    ActorLocked,
+    InvalidActorAddress,
+    MigrationError,
+    RoostError,
+    StorageError,
+)
+from storage.migrations import Migration, apply_migrations
+from storage.paths import MAX_NAME_CHARS, actor_digest, actor_path, validate_kind, validate_name
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "ActorEntry",
+    "ActorFile",
+    "ActorLocked",
+    "Directory",
+    "Durability",
+    "InvalidActorAddress",
+    "LogRow",
+    "Migration",
+    "MigrationError",
+    "RoostError",
+    "StorageError",
+    "actor_digest",
+    "actor_path",
+    "apply_migrations",
+    "validate_kind",
+    "validate_name",
+]

@@ -1,0 +1,170 @@
+"""One actor's SQLite file: opened inline on the event loop thread, held exclusively, written in turns.
+
+Why inline ``sqlite3`` and not aiosqlite: every aiosqlite call is a thread hop (~36 µs on the reference
+machine) while an inline WAL commit with ``synchronous=NORMAL`` costs ~14 µs and never fsyncs. The actor
+runtime therefore calls this class directly from its mailbox task and commits once per batch of turns.
+
+Guarantees:
+
+- **Single activation across processes (guarantee 1).** The file is opened with
+  ``locking_mode=EXCLUSIVE`` and a write transaction is taken at open, so the OS lock is held until
+  :meth:`close`. A second process (or a second open in this one) gets :class:`ActorLocked` at once.
+  The lock dies with the process, SIGKILL included.
+- **Durability.** WAL mode. ``durability="normal"`` (``synchronous=NORMAL``) survives a crash of the
+  process; ``"full"`` (``synchronous=FULL``) also survives power loss, at the cost of an fsync per
+  commit.
+- **Atomic turns.** :meth:`savepoint` / :meth:`release` / :meth:`rollback_to` bracket one turn inside
+  the batch transaction; a failed turn leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from storage.errors import ActorLocked
+from storage.migrations import FRAMEWORK_MIGRATIONS, Migration, apply_migrations
+
+__all__ = ["ActorFile", "Durability", "LogRow"]
+
+Durability = Literal["normal", "full"]
+LogRow = tuple[int, str, str]  # (seq, kind, frame)
+
+
+class ActorFile:
+    """An open, exclusively locked actor file. Not thread-safe: one owner (the actor's mailbox)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, created: bool) -> None:
+        self.conn = conn
+        self.path = path
+        self.created = created
+        self.in_transaction = False
+        self._closed = False
+
+    # -- opening ---------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        kind: str,
+        name: str,
+        *,
+        kind_migrations: Sequence[Migration] = (),
+        durability: Durability = "normal",
+        initial_state: str = "{}",
+    ) -> ActorFile:
+        """Open (creating if needed) and lock the file, migrate it, and return it.
+
+        Raises ``ActorLocked`` if another connection holds the file.
+        """
+        created = not path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise ActorLocked(kind, name)
+            conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+            conn.execute("BEGIN IMMEDIATE")
+            apply_migrations(conn, "roost", FRAMEWORK_MIGRATIONS)
+            apply_migrations(conn, f"kind:{kind}", kind_migrations)
+            now = time.time()
+            conn.execute(
+                "INSERT OR IGNORE INTO roost_meta (key, value) VALUES "
+                "('kind', ?), ('name', ?), ('created_at', ?)",
+                (kind, name, repr(now)),
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO roost_state (id, state, seq, updated_at) VALUES (1, ?, 0, ?)",
+                (initial_state, now),
+            )
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ActorLocked(kind, name) from exc
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path, created)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def load_state(self) -> tuple[str, int]:
+        """The persisted state (JSON text) and the ``seq`` of the frame that set it."""
+        row = self.conn.execute("SELECT state, seq FROM roost_state WHERE id = 1").fetchone()
+        return str(row[0]), int(row[1])
+
+    def log_bounds(self) -> tuple[int, int]:
+        """``(oldest, head)`` seq of the log; ``(head + 1, head)`` when it is empty."""
+        row = self.conn.execute("SELECT min(seq), max(seq) FROM roost_log").fetchone()
+        if row[1] is None:
+            return 1, 0
+        return int(row[0]), int(row[1])
+
+    def replay(self, after: int) -> list[LogRow]:
+        """Logged frames with ``seq > after``, in order."""
+        return [
+            (int(s), str(k), str(f))
+            for s, k, f in self.conn.execute(
+                "SELECT seq, kind, frame FROM roost_log WHERE seq > ? ORDER BY seq", (after,)
+            )
+        ]
+
+    # -- writing (inside a batch transaction) -------------------------------------------------------
+    def begin(self) -> None:
+        if not self.in_transaction:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.in_transaction = True
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self.conn.execute("COMMIT")
+            self.in_transaction = False
+
+    def savepoint(self) -> None:
+        self.conn.execute("SAVEPOINT turn")
+
+    def release(self) -> None:
+        self.conn.execute("RELEASE turn")
+
+    def rollback_to(self) -> None:
+        self.conn.execute("ROLLBACK TO turn")
+        self.conn.execute("RELEASE turn")
+
+    def write_state(self, state_json: str, seq: int, now: float) -> None:
+        self.conn.execute(
+            "UPDATE roost_state SET state = ?, seq = ?, updated_at = ? WHERE id = 1",
+            (state_json, seq, now),
+        )
+
+    def append_log(self, seq: int, kind: str, frame: str, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO roost_log (seq, kind, frame, created_at) VALUES (?, ?, ?, ?)",
+            (seq, kind, frame, now),
+        )
+
+    def prune_log(self, keep_from: int) -> None:
+        """Delete logged frames with ``seq < keep_from``."""
+        self.conn.execute("DELETE FROM roost_log WHERE seq < ?", (keep_from,))
+
+    # -- closing ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Commit what is pending and close, releasing the lock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.in_transaction:
+                self.conn.execute("COMMIT")
+        finally:
+            self.in_transaction = False
+            self.conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

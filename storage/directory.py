@@ -1,0 +1,139 @@
+"""The directory database: which actors exist, so that listing and inspecting never open every file.
+
+``<data>/directory.sqlite`` holds one row per actor: kind, name, the digest that names its file, when it
+was created, when it was last active, and its next alarm (filled by the scheduler). It is shared by every
+process on the data directory (ordinary WAL locking, short busy timeout).
+
+Write discipline, to stay off the hot path:
+
+- :meth:`register` is written and committed at once, *before* a new actor's file is created, so a crash
+  can never leave a file the directory does not know.
+- :meth:`touch` (last activity) only queues; :meth:`flush` writes every queued touch in one transaction.
+  The registry flushes on deactivation and periodically, so a crash loses at most one period of
+  ``last_active_at`` precision and nothing else.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.migrations import Migration, apply_migrations
+
+__all__ = ["ActorEntry", "Directory"]
+
+_MIGRATIONS: tuple[Migration, ...] = (
+    """
+    CREATE TABLE actors (
+        kind           TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        digest         TEXT NOT NULL,
+        created_at     REAL NOT NULL,
+        last_active_at REAL NOT NULL,
+        next_alarm_at  REAL,
+        PRIMARY KEY (kind, name)
+    ) WITHOUT ROWID;
+    CREATE INDEX actors_next_alarm ON actors (next_alarm_at) WHERE next_alarm_at IS NOT NULL;
+    """,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorEntry:
+    kind: str
+    name: str
+    digest: str
+    created_at: float
+    last_active_at: float
+    next_alarm_at: float | None
+
+
+class Directory:
+    """The directory database of one data directory. One instance per process."""
+
+    def __init__(self, data_dir: Path, *, busy_timeout: float = 5.0) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / "directory.sqlite"
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            apply_migrations(self._conn, "directory", _MIGRATIONS)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            self._conn.close()
+            raise
+        self._touched: dict[tuple[str, str], float] = {}
+        self._closed = False
+
+    def register(self, kind: str, name: str, digest: str, now: float) -> None:
+        """Record a new actor (idempotent), committed before returning."""
+        self._conn.execute(
+            "INSERT INTO actors (kind, name, digest, created_at, last_active_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, name) DO NOTHING",
+            (kind, name, digest, now, now),
+        )
+
+    def touch(self, kind: str, name: str, now: float) -> None:
+        """Queue a last-activity update; written by the next :meth:`flush`."""
+        self._touched[(kind, name)] = now
+
+    def flush(self) -> int:
+        """Write every queued touch in one transaction; return how many."""
+        if not self._touched:
+            return 0
+        rows = [(t, k, n) for (k, n), t in self._touched.items()]
+        self._touched.clear()
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                "UPDATE actors SET last_active_at = max(last_active_at, ?) WHERE kind = ? AND name = ?",
+                rows,
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return len(rows)
+
+    def get(self, kind: str, name: str) -> ActorEntry | None:
+        row = self._conn.execute(
+            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+            "WHERE kind = ? AND name = ?",
+            (kind, name),
+        ).fetchone()
+        return ActorEntry(*row) if row else None
+
+    def list(self, kind: str | None = None, *, limit: int = 1000, offset: int = 0) -> list[ActorEntry]:
+        """Actors ordered by (kind, name), optionally of one kind."""
+        if kind is None:
+            cur = self._conn.execute(
+                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+                "ORDER BY kind, name LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+        else:
+            cur = self._conn.execute(
+                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+                "WHERE kind = ? ORDER BY name LIMIT ? OFFSET ?",
+                (kind, limit, offset),
+            )
+        return [ActorEntry(*row) for row in cur]
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM actors").fetchone()[0])
+
+    def close(self) -> None:
+        """Flush queued touches and close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._conn.close()

@@ -1,0 +1,144 @@
+"""The Starlette app factory: ``create_app(kinds, ...)`` → an ASGI app serving actors.
+
+Routes: ``WS /agents/{kind}/{name}``, ``GET /agents/{kind}/{name}``,
+``POST /agents/{kind}/{name}/rpc/{method}``, ``GET /healthz``.
+
+The app can be served by ``roost serve module:app`` or mounted inside any ASGI application (FastAPI
+included). Its runtime starts with the app's lifespan, or — when mounted in an app that does not forward
+lifespan events to sub-apps — on the first request. Shutdown closes every WebSocket with 1001 and then
+drains and closes every live actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import Route, WebSocketRoute
+
+from actors import Actor, Registry, RuntimeConfig
+from scheduler import Clock
+from transport.auth import Authenticate, allow_all
+from transport.close_codes import CloseCode
+from transport.endpoint import SocketSink, WebSocketEndpoint
+from transport.http import get_actor, healthz, post_rpc
+
+__all__ = ["RoostApp", "create_app"]
+
+log = logging.getLogger("roost")
+
+
+class RoostApp(Starlette):
+    """A Starlette app with a Roost runtime. ``app.registry`` holds the live actors."""
+
+    registry: Registry
+    authenticate: Authenticate
+    max_frame_bytes: int
+    send_queue: int
+    sinks: set[SocketSink]
+    _started: bool
+    _start_lock: asyncio.Lock
+
+    def configure(self, **changes: Any) -> None:
+        """Change runtime settings (``data_dir``, ``idle_timeout``, …) before the app starts."""
+        if self._started:
+            raise RuntimeError("configure() after the app started")
+        for key, value in changes.items():
+            if key == "data_dir":
+                value = Path(value)
+            if not hasattr(self.registry.config, key):
+                raise TypeError(f"unknown setting {key!r}")
+            setattr(self.registry.config, key, value)
+
+    async def ensure_started(self) -> None:
+        """Start the runtime if the lifespan did not (mounted sub-app). Idempotent."""
+        if self._started:
+            return
+        async with self._start_lock:
+            if not self._started:
+                await self._startup()
+
+    async def _startup(self) -> None:
+        await self.registry.start()
+        self._started = True
+        if self.authenticate is allow_all:
+            log.warning(
+                "authentication: none configured; every client is allowed as 'anonymous'. "
+                "Pass authenticate= to create_app() to restrict access."
+            )
+        log.info(
+            "roost: %d kind(s) [%s], data in %s",
+            len(self.registry.kinds),
+            ", ".join(sorted(self.registry.kinds)),
+            self.registry.config.data_dir.resolve(),
+        )
+
+    async def _shutdown(self) -> None:
+        if not self._started:
+            return
+        for sink in list(self.sinks):
+            sink.close(CloseCode.GOING_AWAY, "server shutting down")
+        writers = [s.task for s in self.sinks if s.task is not None]
+        if writers:
+            await asyncio.wait(writers, timeout=2.0)
+        await self.registry.stop()
+        self._started = False
+
+
+def create_app(
+    kinds: Iterable[type[Actor]],
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    config: RuntimeConfig | None = None,
+    authenticate: Authenticate = allow_all,
+    clock: Clock | None = None,
+    max_frame_bytes: int = 1 << 20,
+    send_queue: int = 10_000,
+    debug: bool = False,
+) -> RoostApp:
+    """Build the ASGI app serving ``kinds``.
+
+    ``data_dir`` defaults to ``$ROOST_DATA`` or ``./data``. ``max_frame_bytes`` bounds one client
+    frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client (more: close
+    1013).
+    """
+    cfg = config or RuntimeConfig()
+    if data_dir is not None:
+        cfg.data_dir = Path(data_dir)
+    elif config is None:
+        cfg.data_dir = Path(os.environ.get("ROOST_DATA", "data"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        assert isinstance(app, RoostApp)
+        await app.ensure_started()
+        try:
+            yield
+        finally:
+            await app._shutdown()
+
+    app = RoostApp(debug=debug, lifespan=lifespan)
+    app.registry = Registry(kinds, cfg, clock=clock)
+    app.authenticate = authenticate
+    app.max_frame_bytes = max_frame_bytes
+    app.send_queue = send_queue
+    app.sinks = set()
+    app._started = False
+    app._start_lock = asyncio.Lock()
+    app.state.roost = app
+    ws = WebSocketEndpoint(app)
+    app.router.routes.extend(
+        [
+            WebSocketRoute("/agents/{kind}/{name:path}", ws),
+            Route("/agents/{kind}/{name:path}/rpc/{method}", post_rpc, methods=["POST"]),
+            Route("/agents/{kind}/{name:path}", get_actor, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
+    return app

@@ -1,0 +1,130 @@
+"""The ``roost`` command.
+
+``roost serve [MODULE:APP] --data DIR --port PORT`` serves an app made by ``create_app`` (default: the
+example kinds, ``counter`` and ``room``) on uvicorn, configured as measured in ``bench/``: uvloop,
+the sans-I/O websockets implementation, per-message deflate off.
+
+``roost ls --data DIR [--kind K]`` lists actors from the directory database without opening their files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["load_app", "main"]
+
+
+def load_app(spec: str | None) -> object:
+    """Import ``module:attribute``; ``None`` gives the example app."""
+    if spec is None:
+        from actors.examples import KINDS
+        from transport.app import create_app
+
+        return create_app(KINDS)
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"roost: expected MODULE:APP, got {spec!r}")
+    sys.path.insert(0, ".")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SystemExit(f"roost: {module_name} has no attribute {attr!r}") from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from transport.app import RoostApp
+
+    app = load_app(args.app)
+    if isinstance(app, RoostApp):
+        changes: dict[str, object] = {}
+        if args.data is not None:
+            changes["data_dir"] = Path(args.data)
+        if args.idle_timeout is not None:
+            changes["idle_timeout"] = args.idle_timeout
+        if args.retention is not None:
+            changes["log_retention"] = args.retention
+        if args.durability is not None:
+            changes["durability"] = args.durability
+        app.configure(**changes)
+        max_size = app.max_frame_bytes
+    elif args.data is not None:
+        raise SystemExit("roost: --data needs an app made by transport.create_app")
+    else:
+        max_size = 1 << 20
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
+        ws_max_size=max_size,
+        lifespan="on",
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from storage import Directory
+
+    data = Path(args.data)
+    if not (data / "directory.sqlite").exists():
+        print(f"no data directory at {data}", file=sys.stderr)
+        return 1
+    directory = Directory(data)
+    try:
+        entries = directory.list(args.kind, limit=args.limit)
+        print(f"{'KIND':<12} {'NAME':<32} {'CREATED':<20} {'LAST ACTIVE':<20} NEXT ALARM")
+        for e in entries:
+            alarm = _ts(e.next_alarm_at) if e.next_alarm_at is not None else "-"
+            print(f"{e.kind:<12} {e.name!r:<32} {_ts(e.created_at):<20} {_ts(e.last_active_at):<20} {alarm}")
+        print(f"{len(entries)} of {directory.count()} actor(s)")
+    finally:
+        directory.close()
+    return 0
+
+
+def _ts(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="roost", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve actors over WebSockets and HTTP")
+    serve.add_argument("app", nargs="?", help="MODULE:APP (default: the example kinds)")
+    serve.add_argument("--data", help="data directory (default: $ROOST_DATA or ./data)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--idle-timeout", type=float, help="seconds before an idle actor sleeps")
+    serve.add_argument("--retention", type=int, help="logged frames kept per actor for resume")
+    serve.add_argument("--durability", choices=["normal", "full"])
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_serve)
+    ls = sub.add_parser("ls", help="list actors from the directory database")
+    ls.add_argument("--data", default="data")
+    ls.add_argument("--kind")
+    ls.add_argument("--limit", type=int, default=100)
+    ls.set_defaults(func=_ls)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,232 @@
+"""The WebSocket endpoint: moves frames between one socket and one actor's mailbox.
+
+A raw ASGI application (no per-frame wrapper). Per connection there are two tasks: the handler reading
+frames and a :class:`SocketSink` writer draining the outbound queue, so a slow client never blocks the
+actor. All decisions about frames are made by :mod:`transport.protocol`.
+
+Guarantees:
+
+- A bad frame (not JSON, not an object, binary, wrong field types, unknown type) gets an ``error`` frame
+  and the connection stays open; a frame over the size limit closes with 1009. Nothing reaches the actor.
+- A client that does not read fast enough is closed with 1013 once ``send_queue`` frames are waiting,
+  instead of growing memory; it can reconnect and resume from its cursor.
+- Server shutdown closes every connection with 1001 after the frames already released were sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import HTTPConnection
+
+from actors import Connection, Subscriptions
+from actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
+from actors.host import Call, Connect, Disconnect, Message
+from transport.auth import run_authenticate
+from transport.close_codes import CloseCode
+from transport.protocol import (
+    MessageFrame,
+    PingFrame,
+    ProtocolError,
+    RpcFrame,
+    encode,
+    error_frame,
+    parse_actor_path,
+    parse_client_frame,
+    parse_connect_query,
+)
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from transport.app import RoostApp
+
+__all__ = ["SocketSink", "WebSocketEndpoint"]
+
+log = logging.getLogger("roost.ws")
+
+
+class SocketSink:
+    """Outbound queue of one socket, drained by its own writer task. ``send_text`` never blocks."""
+
+    __slots__ = ("_closing", "_queue", "_send", "_wake", "closed", "max_queue", "task")
+
+    def __init__(self, send: Send, max_queue: int) -> None:
+        self._send = send
+        self._queue: deque[str] = deque()
+        self._wake: asyncio.Future[None] | None = None
+        self._closing: tuple[int, str] | None = None
+        self.closed = False
+        self.max_queue = max_queue
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="roost:ws-writer")
+
+    def send_text(self, text: str) -> None:
+        if self._closing is not None or self.closed:
+            return
+        self._queue.append(text)
+        if len(self._queue) > self.max_queue:
+            self._queue.clear()
+            self.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: send queue full")
+            return
+        self._poke()
+
+    def close(self, code: int, reason: str) -> None:
+        """Close after the frames already queued; idempotent (the first close wins)."""
+        if self._closing is None and not self.closed:
+            self._closing = (code, reason[:120])
+            self._poke()
+
+    def _poke(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        send = self._send
+        queue = self._queue
+        try:
+            while True:
+                while queue:
+                    await send({"type": "websocket.send", "text": queue.popleft()})
+                if self._closing is not None:
+                    code, reason = self._closing
+                    await send({"type": "websocket.close", "code": code, "reason": reason})
+                    return
+                self._wake = loop.create_future()
+                await self._wake
+                self._wake = None
+        except (OSError, RuntimeError):
+            pass  # the client is gone; the reader sees the disconnect
+        except Exception:
+            log.exception("websocket writer failed")
+        finally:
+            self.closed = True
+            queue.clear()
+
+    async def finish(self) -> None:
+        """Stop the writer (used when the socket is already gone)."""
+        self.closed = True
+        self._poke()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+class WebSocketEndpoint:
+    """ASGI app for ``/agents/{kind}/{name}``."""
+
+    def __init__(self, app: RoostApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self.app
+        await app.ensure_started()
+        msg = await receive()
+        if msg["type"] != "websocket.connect":
+            return
+        conn = HTTPConnection(scope)
+
+        async def refuse(code: int, error: str, message: str) -> None:
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.send", "text": error_frame(error, message)})
+            await send({"type": "websocket.close", "code": code, "reason": message[:120]})
+
+        try:
+            kind, name = parse_actor_path(scope.get("raw_path") or scope["path"].encode())
+            if kind != scope.get("path_params", {}).get("kind", kind):
+                raise ProtocolError("bad_address", "the name must be one path segment (%2F for /)")
+            params = parse_connect_query(scope.get("query_string", b""))
+            subs = Subscriptions.parse(params.subscribe)
+            app.registry.validate(kind, name)
+        except (ProtocolError, ValueError) as exc:
+            text = exc.message if isinstance(exc, ProtocolError) else str(exc)
+            return await refuse(CloseCode.BAD_ADDRESS, "bad_address", text)
+        except UnknownKind as exc:
+            return await refuse(CloseCode.UNKNOWN_KIND, "unknown_kind", str(exc))
+
+        principal = await run_authenticate(app.authenticate, conn)
+        if principal is None:
+            return await refuse(CloseCode.UNAUTHENTICATED, "unauthenticated", "not authenticated")
+
+        await send({"type": "websocket.accept"})
+        sink = SocketSink(send, app.send_queue)
+        connection = Connection(uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=subs)
+        sink.start()
+        app.sinks.add(sink)
+        close_code = 1006
+        host = None
+        try:
+            try:
+                host = app.registry.submit(kind, name, Connect(connection, params.cursor))
+            except (ActorUnavailable, Overloaded) as exc:
+                sink.send_text(error_frame(exc.code, exc.message))
+                sink.close(CloseCode.TRY_AGAIN_LATER, exc.code)
+                close_code = await self._drain_until_disconnect(receive)
+                return
+            except InvalidActorAddress as exc:
+                sink.send_text(error_frame("bad_address", str(exc)))
+                sink.close(CloseCode.BAD_ADDRESS, str(exc))
+                close_code = await self._drain_until_disconnect(receive)
+                return
+            close_code = await self._serve(receive, sink, connection, host)
+        finally:
+            app.sinks.discard(sink)
+            if host is not None and not host.stopping:
+                try:
+                    host.submit(Disconnect(connection, close_code))
+                except ActorUnavailable:
+                    pass
+            await sink.finish()
+
+    async def _serve(self, receive: Receive, sink: SocketSink, conn: Connection, host: Any) -> int:
+        max_bytes = self.app.max_frame_bytes
+        while True:
+            msg = await receive()
+            mtype = msg["type"]
+            if mtype == "websocket.disconnect":
+                return int(msg.get("code", 1006))
+            text = msg.get("text")
+            if text is None:
+                sink.send_text(error_frame("bad_frame", "binary frames are not accepted; send text"))
+                continue
+            if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes):
+                sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
+                continue
+            try:
+                frame = parse_client_frame(text)
+            except ProtocolError as exc:
+                sink.send_text(error_frame(exc.code, exc.message))
+                continue
+            try:
+                if isinstance(frame, RpcFrame):
+                    host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
+                elif isinstance(frame, MessageFrame):
+                    host.submit(Message(conn, frame.data))
+                elif isinstance(frame, PingFrame):
+                    sink.send_text(encode({"type": "pong", "id": frame.id}))
+                else:
+                    subs = conn.subscriptions
+                    if frame.state is not None:
+                        subs.state = frame.state
+                    if frame.events is not None:
+                        subs.events = frame.events
+                    if frame.messages is not None:
+                        subs.messages = frame.messages
+            except ActorUnavailable as exc:
+                sink.send_text(error_frame(exc.code, exc.message))
+                sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
+
+    @staticmethod
+    async def _drain_until_disconnect(receive: Receive) -> int:
+        while True:
+            msg = await receive()
+            if msg["type"] == "websocket.disconnect":
+                return int(msg.get("code", 1006))
