@@ -132,7 +132,10 @@ class Actor:
         """A connection went away (``code`` is the WebSocket close code)."""
 
     def on_error(self, error: BaseException, conn: Connection | None) -> None:
-        """A turn failed (already rolled back). For logging and reporting; cannot write."""
+        """A turn failed (already rolled back): for logging and reporting, it cannot write.
+
+        Also told, inside the turn, when ``on_state_changed`` raised (the write stays).
+        """
 
     def validate_state(self, state: Any) -> None:
         """Raise (any exception) to refuse a new state before anything is written."""

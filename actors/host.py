@@ -159,6 +159,7 @@ class ActorHost:
         self._started = False
         self._stop_requested = False
         self._now = 0.0
+        self._snap: tuple[int, int, str] = (0, 1, "")
         self.state_json, _ = file.load_state()
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
@@ -178,16 +179,20 @@ class ActorHost:
             waiter.set_result(None)
 
     @property
-    def idle(self) -> bool:
-        """True when the actor could be deactivated right now without losing anything."""
+    def quiescent(self) -> bool:
+        """Nothing queued, running or held: the mailbox task is parked, waiting for input."""
         return (
             self._started
             and not self.in_turn
             and not self._inbox
-            and not self.connections
             and not self._pending
             and not self.file.in_transaction
         )
+
+    @property
+    def idle(self) -> bool:
+        """True when the actor could be deactivated right now without losing anything."""
+        return self.quiescent and not self.connections
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -256,6 +261,8 @@ class ActorHost:
                 item.reply.set_exception(err)
             elif isinstance(item, Call) and item.conn is not None:
                 item.conn.deliver(_error_frame_for_call(item.id, err))
+            elif isinstance(item, Connect):  # never welcomed: tell it to come back later
+                item.conn.deliver_close(1013, "actor unavailable")
         for conn in list(self.connections.values()):
             conn.deliver_close(1011, "actor stopped")
         self.connections.clear()
@@ -270,13 +277,13 @@ class ActorHost:
         self.registry._forget(self)
 
     # -- turns -------------------------------------------------------------------------------------
-    def _begin_turn(self) -> tuple[int, int, str]:
+    def _begin_turn(self) -> None:
         self.in_turn = True
         self._now = self.clock.now()
         self._turn_out = []
         self.file.begin()
         self.file.savepoint()
-        return self.seq, self.oldest, self.state_json
+        self._snap = (self.seq, self.oldest, self.state_json)
 
     def _commit_turn(self) -> None:
         self.file.release()
@@ -284,7 +291,9 @@ class ActorHost:
         self._turn_out = []
         self.in_turn = False
 
-    def _abort_turn(self, snap: tuple[int, int, str]) -> None:
+    def _abort_turn(self) -> None:
+        """Undo the turn back to its savepoint (the last checkpoint of a streaming call)."""
+        snap = self._snap
         self.file.rollback_to()
         self._turn_out = []
         self.seq, self.oldest = snap[0], snap[1]
@@ -302,14 +311,15 @@ class ActorHost:
             raise ActorUnavailable(message="commit failed")
         self.file.begin()
         self.file.savepoint()
+        self._snap = (self.seq, self.oldest, self.state_json)
 
     async def _start(self) -> bool:
-        snap = self._begin_turn()
+        self._begin_turn()
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_start())
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
             log.exception("on_start failed for %s/%r", self.kind, self.name)
             self._report(exc, None)
             self._fail(ActorUnavailable(message=f"on_start failed: {type(exc).__name__}: {exc}"))
@@ -336,7 +346,7 @@ class ActorHost:
         conn = item.conn
         if conn is not None and conn.id not in self.connections:
             return  # rejected or already gone
-        snap = self._begin_turn()
+        self._begin_turn()
         self.chain = (*item.chain, self.key)
         try:
             async with asyncio.timeout(self.turn_timeout):
@@ -347,7 +357,7 @@ class ActorHost:
             elif item.reply is not None:
                 self._turn_out.append((2, item.reply, orjson.loads(orjson.dumps(result))))
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
             err = self._as_rpc_error(exc)
             if not isinstance(err, RpcError) or isinstance(err, HandlerError):
                 self._report(exc, conn)
@@ -390,12 +400,12 @@ class ActorHost:
         conn = item.conn
         if conn.id not in self.connections:
             return
-        snap = self._begin_turn()
+        self._begin_turn()
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_message(conn, item.data))
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
             self._report(exc, conn)
             err = self._as_rpc_error(exc)
             frame = _json({"type": "error", "code": err.code, "message": err.message})
@@ -408,12 +418,13 @@ class ActorHost:
     async def _connect(self, item: Connect) -> None:
         conn = item.conn
         conn._host = self
-        snap = self._begin_turn()
+        self._begin_turn()
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_connect(conn))
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
+            conn._host = None
             if isinstance(exc, Reject):
                 self._pending.append((1, conn, (exc.code, exc.reason)))
             else:
@@ -456,28 +467,31 @@ class ActorHost:
     async def _disconnect(self, item: Disconnect) -> None:
         conn = item.conn
         if self.connections.pop(conn.id, None) is None:
+            conn._host = None
             return
-        snap = self._begin_turn()
+        self._begin_turn()
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_close(conn, item.code))
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
             self._report(exc, conn)
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
             self._commit_turn()
+        finally:
+            conn._host = None  # a closed connection keeps nothing of the actor alive
 
     async def _task(self, item: Task) -> None:
-        snap = self._begin_turn()
+        self._begin_turn()
         self.chain = (*item.chain, self.key)
         try:
             async with asyncio.timeout(self.turn_timeout):
                 result = await item.fn(self.actor)
             self._turn_out.append((2, item.reply, result))
         except BaseException as exc:
-            self._abort_turn(snap)
+            self._abort_turn()
             self._pending.append((3, item.reply, self._as_rpc_error(exc)))
             if isinstance(exc, asyncio.CancelledError):
                 raise

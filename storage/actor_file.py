@@ -100,7 +100,10 @@ class ActorFile:
         return str(row[0]), int(row[1])
 
     def log_bounds(self) -> tuple[int, int]:
-        """``(oldest, head)`` seq of the log; ``(head + 1, head)`` when it is empty."""
+        """``(oldest, head)`` seq of the log; ``(1, 0)`` when nothing was ever logged.
+
+        Pruning always keeps at least the newest frame, so an empty log means a new actor.
+        """
         row = self.conn.execute("SELECT min(seq), max(seq) FROM roost_log").fetchone()
         if row[1] is None:
             return 1, 0

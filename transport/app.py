@@ -79,6 +79,10 @@ class RoostApp(Starlette):
             self.registry.config.data_dir.resolve(),
         )
 
+    async def aclose(self) -> None:
+        """Shut the runtime down (for a mounted app whose parent does not forward lifespan)."""
+        await self._shutdown()
+
     async def _shutdown(self) -> None:
         if not self._started:
             return
@@ -121,7 +125,7 @@ def create_app(
         try:
             yield
         finally:
-            await app._shutdown()
+            await app.aclose()
 
     app = RoostApp(debug=debug, lifespan=lifespan)
     app.registry = Registry(kinds, cfg, clock=clock)

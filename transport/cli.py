@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,14 @@ def load_app(spec: str | None) -> object:
         raise SystemExit(f"roost: {module_name} has no attribute {attr!r}") from None
 
 
+#: The websockets library refuses handshake lines over 8 KiB by default, and uvicorn's sans-I/O
+#: adapter then leaves the client hanging without an answer. A 256-character name needs up to 3 KiB
+#: percent-encoded; raising the limit lets longer (invalid) names reach the app and get a clear 4400.
+MAX_HANDSHAKE_LINE = "32768"
+
+
 def _serve(args: argparse.Namespace) -> int:
+    os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", MAX_HANDSHAKE_LINE)
     import uvicorn
 
     from transport.app import RoostApp

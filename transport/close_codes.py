@@ -26,15 +26,7 @@ class CloseCode(IntEnum):
 
 
 #: Codes after which a client must stop instead of reconnecting (plus the whole 4400-4499 range).
-TERMINAL_CLOSE_CODES = frozenset(
-    {
-        CloseCode.NORMAL,
-        CloseCode.UNSUPPORTED_DATA,
-        CloseCode.INVALID_PAYLOAD,
-        CloseCode.POLICY_VIOLATION,
-        CloseCode.MESSAGE_TOO_BIG,
-    }
-)
+TERMINAL_CLOSE_CODES = frozenset({CloseCode.NORMAL, CloseCode.MESSAGE_TOO_BIG})
 
 
 def is_terminal(code: int) -> bool:

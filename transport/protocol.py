@@ -151,8 +151,8 @@ def parse_connect_query(query: bytes | str) -> ConnectParams:
     cursor: int | None = None
     if "cursor" in q:
         value = q["cursor"][-1]
-        if not value.isdigit() or len(value) > 19:
-            raise ProtocolError("bad_address", "cursor must be an integer >= 0")
+        if not (value.isascii() and value.isdigit()) or len(value) > 19 or int(value) >= 1 << 63:
+            raise ProtocolError("bad_address", "cursor must be an integer >= 0 (64-bit)")
         cursor = int(value)
     subscribe = q["subscribe"][-1] if "subscribe" in q else None
     return ConnectParams(cursor=cursor, subscribe=subscribe)

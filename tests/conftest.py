@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+
+# as `roost serve` does (see transport.cli.MAX_HANDSHAKE_LINE), before websockets is imported
+os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from actors.examples import KINDS
+from tests.support import serve_in_process
+from transport import RoostApp, create_app
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+async def app(data_dir: Path) -> RoostApp:
+    return create_app(KINDS, data_dir=data_dir)
+
+
+@pytest.fixture
+async def server(app: RoostApp) -> AsyncIterator[str]:
+    """The example app served in process; yields ``host:port``."""
+    async with serve_in_process(app) as addr:
+        yield addr

@@ -1,0 +1,141 @@
+"""Test support: real servers on 127.0.0.1, in this process or as a child process we can SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from transport import RoostApp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.asynccontextmanager
+async def serve_in_process(app: RoostApp) -> AsyncIterator[str]:
+    """Serve ``app`` on an ephemeral port in this event loop; yields ``host:port``."""
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(10):
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+class ServerProcess:
+    """``roost serve`` in a child process (own process group), on an ephemeral port."""
+
+    def __init__(self, data_dir: Path, *args: str, app: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.args = list(args)
+        self.app = app
+        self.proc: subprocess.Popen[str] | None = None
+        self.addr = ""
+
+    def start(self, timeout: float = 20.0) -> ServerProcess:
+        cmd = [sys.executable, "-m", "transport.cli", "serve"]
+        if self.app:
+            cmd.append(self.app)
+        cmd += ["--data", str(self.data_dir), "--port", "0", "--log-level", "info", *self.args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            m = re.search(r"Uvicorn running on http://([\d.]+:\d+)", line)
+            if m:
+                self.addr = m.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.addr:
+            self.kill()
+            raise RuntimeError("server did not start")
+        # keep draining stderr so the child never blocks on a full pipe
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None
+        assert self.proc.stderr is not None
+        with contextlib.suppress(OSError, ValueError):
+            for _ in self.proc.stderr:
+                pass
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.addr}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://{self.addr}"
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if self.proc is not None and self.proc.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.stderr.close()
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(20)
+        self._close_pipe()
+
+
+@contextlib.contextmanager
+def server_process(data_dir: Path, *args: str, app: str | None = None) -> Iterator[ServerProcess]:
+    server = ServerProcess(data_dir, *args, app=app).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+async def get_json(url: str) -> Any:
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(url)
+        return response.json()

@@ -1,0 +1,312 @@
+"""The core over real sockets on 127.0.0.1: activation, dormancy, hostile names, bad frames, HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pytest
+import websockets
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from actors import Actor, callable
+from actors.examples import KINDS, Counter
+from scheduler import FakeClock
+from tests.support import serve_in_process
+from transport import create_app
+
+
+async def recv(ws: Any) -> dict[str, Any]:
+    frame: dict[str, Any] = orjson.loads(await ws.recv())
+    return frame
+
+
+async def rpc(ws: Any, call_id: str, method: str, *args: Any) -> dict[str, Any]:
+    await ws.send(orjson.dumps({"type": "rpc", "id": call_id, "method": method, "args": args}).decode())
+    while True:
+        frame = await recv(ws)
+        if frame["type"] == "rpc_result" and frame["id"] == call_id:
+            return frame
+
+
+async def drain(ws: Any) -> None:
+    while True:
+        await ws.recv()
+
+
+async def until(condition: Callable[[], bool], rounds: int = 1000) -> None:
+    """Yield to the loop until ``condition`` holds (no timers involved)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
+
+
+class Probe(Actor):
+    kind = "probe"
+    initial_state = {"n": 0}
+    starts: ClassVar[int] = 0
+
+    def on_start(self) -> None:
+        type(self).starts += 1
+
+    @callable
+    def bump(self) -> int:
+        self.set_state({"n": self.state["n"] + 1})
+        n: int = self.state["n"]
+        return n
+
+
+async def test_single_activation_under_100_concurrent_first_connections(data_dir: Path) -> None:
+    """Guarantee 1: 100 concurrent first connections to one new name activate it exactly once."""
+    Probe.starts = 0
+    app = create_app([Probe], data_dir=data_dir)
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/probe/{quote('fresh one', safe='')}"
+
+        async def one(i: int) -> int:
+            async with websockets.connect(url) as ws:
+                welcome = await recv(ws)
+                assert welcome["type"] == "welcome"
+                result = await rpc(ws, str(i), "bump")
+                assert result["ok"]
+                n: int = result["result"]
+                return n
+
+        results = await asyncio.gather(*(one(i) for i in range(100)))
+        assert Probe.starts == 1
+        assert app.registry.activations == 1
+        assert sorted(results) == list(range(1, 101)), "every call applied once, in some order"
+
+
+async def test_dormancy_closes_the_file_and_the_next_call_wakes_it(data_dir: Path) -> None:
+    """After the idle time the actor is out of memory and its file closed; the next call wakes it with
+    its state intact. Time is a fake clock: no test waits for a timer."""
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, clock=clock)
+    app.configure(idle_timeout=30.0, sweep_interval=1.0)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/counter/sleepy") as ws:
+            await recv(ws)
+            assert (await rpc(ws, "1", "increment", 5))["result"] == 5
+        key = ("counter", "sleepy")
+        host = app.registry.hosts[key]
+        path = host.file.path
+
+        def open_files() -> set[str]:
+            return {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
+
+        await until(lambda: not host.connections)  # the close reached the actor
+        assert str(path) in open_files()
+        clock.advance(20.0)  # not idle long enough yet
+        await until(lambda: clock.sleepers > 0)
+        assert key in app.registry.hosts
+        clock.advance(11.0)
+        await until(lambda: key not in app.registry.hosts)
+        assert host.file.closed
+        assert str(path) not in open_files()
+        assert str(path) + "-wal" not in open_files()
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"http://{addr}/agents/counter/sleepy/rpc/increment", json=[1])
+        assert r.json() == {"ok": True, "result": 6}
+        assert key in app.registry.hosts
+        assert app.registry.hosts[key] is not host
+
+
+async def test_an_actor_with_an_open_connection_never_sleeps(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, clock=clock)
+    app.configure(idle_timeout=1.0, sweep_interval=0.5)
+    async with serve_in_process(app) as addr, websockets.connect(f"ws://{addr}/agents/counter/w") as ws:
+        await recv(ws)
+        await until(lambda: ("counter", "w") in app.registry.hosts and clock.sleepers > 0)
+        for _ in range(10):
+            clock.advance(1.0)
+            await asyncio.sleep(0)
+        assert app.registry.sweep() == 0
+        assert ("counter", "w") in app.registry.hosts
+        assert (await rpc(ws, "1", "increment"))["result"] == 1
+
+
+HOSTILE_SERVED = ["../../etc/passwd", "a/b", "..", ".", "\x00", "a\x00b", "日本語/..", "x" * 256]
+
+
+def segment(name: str) -> str:
+    """Percent-encode a name as one path segment, dots included (HTTP clients normalise ``..``)."""
+    return quote(name, safe="").replace(".", "%2E")
+
+
+def all_inside(paths: set[Path], root: Path) -> bool:
+    top = root.resolve()
+    assert not os.path.exists("/etc/passwd.sqlite")
+    return all(p.resolve().is_relative_to(top) for p in paths)
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("name", HOSTILE_SERVED, ids=repr)
+async def test_hostile_names_are_served_inside_the_data_directory(
+    tmp_path: Path, data_dir: Path, name: str
+) -> None:
+    """Names are addresses, never paths: each hostile name is an ordinary actor whose file lies inside
+    the data directory, and nothing is created anywhere else."""
+    before = files_under(tmp_path)
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/counter/{segment(name)}") as ws:
+            welcome = await recv(ws)
+            assert welcome["type"] == "welcome"
+            assert welcome["actor"] == {"kind": "counter", "name": name}
+            assert (await rpc(ws, "1", "increment", 2))["result"] == 2
+        async with httpx.AsyncClient() as http:
+            r = await http.get(f"http://{addr}/agents/counter/{segment(name)}")
+        assert r.json()["state"] == {"count": 2}
+        assert r.json()["actor"]["name"] == name
+    created = files_under(tmp_path) - before
+    assert created, "the actor was stored somewhere"
+    assert all_inside(created, data_dir)
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("/agents/counter/" + "x" * 10_240, 4400),  # 10 KB name
+        ("/agents/counter/" + quote("y" * 257), 4400),
+        ("/agents/counter/%FF%FE", 4400),  # not UTF-8
+        ("/agents/counter/../../etc/passwd", 4400),  # not one segment
+        ("/agents/counter/a/b", 4400),
+        ("/agents/Counter/x", 4404),
+        ("/agents/counter/x?cursor=-1", 4400),
+        ("/agents/counter/x?subscribe=bogus", 4400),
+    ],
+)
+async def test_bad_addresses_are_refused_with_a_close_code_and_touch_nothing(
+    tmp_path: Path, data_dir: Path, path: str, code: int
+) -> None:
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve_in_process(app) as addr:
+        before = files_under(tmp_path)
+        async with websockets.connect(f"ws://{addr}{path}", max_size=None) as ws:
+            frame = await recv(ws)
+            assert frame["type"] == "error"
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == code
+        assert files_under(tmp_path) == before, "a refused address created files"
+        async with websockets.connect(f"ws://{addr}/agents/counter/fine") as ws:
+            assert (await recv(ws))["type"] == "welcome", "the server keeps serving others"
+
+
+async def test_bad_frames_get_error_frames_and_the_connection_goes_on(server: str) -> None:
+    """Guarantee 9: each bad frame gets an error frame; the socket stays usable; others unaffected."""
+    url = f"ws://{server}/agents/counter/frames"
+    async with websockets.connect(url) as ws, websockets.connect(url) as other:
+        await recv(ws)
+        await recv(other)
+        bad_frames: list[tuple[str | bytes, str]] = [
+            ("not json", "bad_frame"),
+            ("[1,2]", "bad_frame"),
+            ('{"type":"nope"}', "unknown_type"),
+            ('{"no":"type"}', "unknown_type"),
+            ('{"type":"rpc","id":1,"method":"increment"}', "bad_frame"),
+            ('{"type":"rpc","id":"1","method":"increment","args":{}}', "bad_frame"),
+            (b"\x00\x01binary", "bad_frame"),
+        ]
+        for bad, code in bad_frames:
+            await ws.send(bad)
+            frame = await recv(ws)
+            assert (frame["type"], frame["code"]) == ("error", code), (bad, frame)
+        bad_calls: list[tuple[str, list[Any], str]] = [
+            ("nope", [], "method_not_found"),
+            ("_create", [], "method_not_found"),
+            ("__init__", [], "method_not_found"),
+            ("increment", [1, 2, 3], "invalid_arguments"),
+            ("increment", ["x"], "handler_error"),
+        ]
+        for method, args, code in bad_calls:
+            frame = await rpc(ws, method, method, *args)
+            assert (frame["ok"], frame["error"]["code"]) == (False, code), (method, frame)
+        assert (await rpc(ws, "ok", "increment"))["result"] == 1
+        assert (await rpc(other, "ok", "get"))["result"] == 1
+
+
+async def test_an_oversized_frame_closes_with_1009(server: str) -> None:
+    async with websockets.connect(f"ws://{server}/agents/counter/big", max_size=None) as ws:
+        await recv(ws)
+        await ws.send('{"type":"message","data":"' + "x" * (1 << 20) + '"}')
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await drain(ws)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 1009
+    async with websockets.connect(f"ws://{server}/agents/counter/big") as ws:
+        assert (await recv(ws))["type"] == "welcome"
+
+
+async def test_a_connection_that_opts_out_gets_only_its_own_replies(server: str) -> None:
+    base = f"ws://{server}/agents/counter/optout"
+    async with websockets.connect(base) as watcher, websockets.connect(f"{base}?subscribe=none") as quiet:
+        await recv(watcher)
+        await recv(quiet)
+        assert (await rpc(quiet, "q1", "increment"))["result"] == 1
+        assert (await rpc(quiet, "q2", "increment"))["result"] == 2
+        await quiet.send('{"type":"ping","id":7}')
+        assert await recv(quiet) == {"type": "pong", "id": 7}, "no state frame arrived in between"
+        seen = [await recv(watcher), await recv(watcher)]
+        assert [f["seq"] for f in seen] == [1, 2]
+
+
+async def test_http_endpoints(server: str) -> None:
+    base = f"http://{server}"
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{base}/agents/counter/h")).status_code == 404
+        r = await http.post(f"{base}/agents/counter/h/rpc/increment", json=[3])
+        assert r.status_code == 200
+        assert r.json() == {"ok": True, "result": 3}
+        r = await http.post(f"{base}/agents/counter/h/rpc/increment", json={"by": 2})
+        assert r.json() == {"ok": True, "result": 5}
+        r = await http.post(f"{base}/agents/counter/h/rpc/get")
+        assert r.json() == {"ok": True, "result": 5}
+        r = await http.post(f"{base}/agents/counter/h/rpc/count_to", json=[2])
+        assert r.json() == {"ok": True, "result": None, "chunks": [6, 7]}
+        r = await http.get(f"{base}/agents/counter/h")
+        assert r.json() == {"actor": {"kind": "counter", "name": "h"}, "state": {"count": 7}, "cursor": 4}
+        for url, body, status, code in [
+            (f"{base}/agents/counter/h/rpc/nope", b"", 404, "method_not_found"),
+            (f"{base}/agents/counter/h/rpc/increment", b"[1,2,3]", 400, "invalid_arguments"),
+            (f"{base}/agents/counter/h/rpc/increment", b"{bad", 400, "bad_frame"),
+            (f"{base}/agents/counter/h/rpc/increment", b"7", 400, "bad_frame"),
+            (f"{base}/agents/nokind/h/rpc/get", b"", 404, "unknown_kind"),
+        ]:
+            r = await http.post(url, content=body)
+            assert (r.status_code, r.json()["error"]["code"]) == (status, code), url
+        health = (await http.get(f"{base}/healthz")).json()
+        assert health["ok"] is True
+        assert health["protocol"] == 1
+        assert health["active_actors"] >= 1
+
+
+async def test_the_app_mounts_inside_another_asgi_app(data_dir: Path) -> None:
+    """Mounted under a prefix in a parent app that does not forward lifespan events, the runtime
+    starts on the first request and serves WebSocket and HTTP."""
+    roost = create_app([Counter], data_dir=data_dir)
+    parent = Starlette(routes=[Mount("/roost", app=roost)])
+    async with serve_in_process(parent) as addr:  # type: ignore[arg-type]
+        async with websockets.connect(f"ws://{addr}/roost/agents/counter/{quote('m/1', safe='')}") as ws:
+            welcome = await recv(ws)
+            assert welcome["actor"] == {"kind": "counter", "name": "m/1"}
+            assert (await rpc(ws, "1", "increment"))["result"] == 1
+        async with httpx.AsyncClient() as http:
+            r = await http.get(f"http://{addr}/roost/agents/counter/m%2F1")
+            assert r.json()["state"] == {"count": 1}
+        await roost.aclose()
