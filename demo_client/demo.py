@@ -53,8 +53,10 @@ class Server:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "transport.cli", "serve", "--data", str(self.data)]
-            + ["--port", str(self.port), "--log-level", "warning"],
+            [
+                *(sys.executable, "-m", "transport.cli", "serve"),
+                *("--data", str(self.data), "--port", str(self.port), "--log-level", "warning"),
+            ],
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
@@ -89,9 +91,19 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-async def burst(writer: Client, calls: int, stats: dict[str, int], stop: asyncio.Event) -> None:
-    """10 concurrent callers share ``calls`` increments; stops early when ``stop`` is set."""
+async def burst(
+    writer: Client,
+    calls: int,
+    stats: dict[str, int],
+    stop: asyncio.Event,
+    reached: tuple[int, asyncio.Event] | None = None,
+) -> None:
+    """10 concurrent callers share ``calls`` increments; stops early when ``stop`` is set.
+
+    ``reached = (n, event)`` sets the event once ``n`` of these calls were acknowledged.
+    """
     remaining = [calls]
+    acked_here = [0]
 
     async def caller() -> None:
         while remaining[0] > 0 and not stop.is_set():
@@ -100,6 +112,9 @@ async def burst(writer: Client, calls: int, stats: dict[str, int], stop: asyncio
             try:
                 await writer.call("increment", timeout=10)
                 stats["acked"] += 1
+                acked_here[0] += 1
+                if reached is not None and acked_here[0] >= reached[0]:
+                    reached[1].set()
             except ClientError:
                 stats["unknown"] += 1  # lost with the connection: applied or not, unknown
 
@@ -116,8 +131,11 @@ async def run(data: Path, seed: int) -> bool:
     modes: list[str] = []
     rng = random.Random(seed)
 
+    progress = asyncio.Event()
+
     def on_state(state: Any, seq: int) -> None:
         seen.append(seq)
+        progress.set()
 
     ok = True
     try:
@@ -140,11 +158,9 @@ async def run(data: Path, seed: int) -> bool:
             say(f"   acknowledged {stats['acked']} of {stats['sent']}; count is now {writer.state}")
 
             say("3. second burst of 2,000; the server is killed with SIGKILL in the middle of it")
-            before = dict(stats)
-            stop = asyncio.Event()
-            task = asyncio.create_task(burst(writer, 2000, stats, stop))
-            while stats["acked"] - before["acked"] < 1000:
-                await asyncio.sleep(0.005)
+            stop, halfway = asyncio.Event(), asyncio.Event()
+            task = asyncio.create_task(burst(writer, 2000, stats, stop, (1000, halfway)))
+            await halfway.wait()
             server.kill()
             killed_at = dict(stats)
             stop.set()
@@ -166,7 +182,8 @@ async def run(data: Path, seed: int) -> bool:
             final_seq = await _head(writer)
             async with asyncio.timeout(20):
                 while (watcher.cursor or 0) < final_seq:
-                    await asyncio.sleep(0.01)
+                    progress.clear()
+                    await progress.wait()
             expected = list(range(start_seq + 1, final_seq + 1))
             say(
                 f"4. watcher: dropped {watcher.drops} times, reconnected {watcher.reconnects} times "
