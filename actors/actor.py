@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from actors.connection import Connection
+from actors.connection import Connection, Principal
 from actors.sql import Sql
 from storage import Migration
 
@@ -87,6 +87,16 @@ class Actor:
     def emit(self, event: Any) -> int:
         """Log a durable event with the next ``seq`` and send it to subscribed connections."""
         return self._host.emit(event)
+
+    @property
+    def caller(self) -> Connection | None:
+        """The connection whose input this turn handles (None for HTTP, wake-ups, other actors)."""
+        return self._host.caller
+
+    @property
+    def principal(self) -> Principal | None:
+        """Who caused this turn: the caller's principal, or an HTTP caller's (None if unknown)."""
+        return self._host.principal
 
     # -- connections --------------------------------------------------------------------------------
     @property

@@ -79,7 +79,7 @@ class Sink(Protocol):
 class Connection:
     """One client connection to one actor."""
 
-    __slots__ = ("_host", "_sink", "_state", "id", "principal", "subscriptions", "tags")
+    __slots__ = ("_host", "_sink", "_state", "id", "in_flight", "principal", "subscriptions", "tags")
 
     def __init__(
         self,
@@ -94,6 +94,7 @@ class Connection:
         self.subscriptions = subscriptions or Subscriptions()
         self.tags: set[str] = set()
         self._state: Any = None
+        self.in_flight = 0  # calls and messages queued for the actor, not yet handled
         self._sink = sink
         self._host: ActorHost | None = None
 

@@ -16,7 +16,7 @@
         │   ├── ReentrantCall                      code reentrant_call
         │   ├── Overloaded                         code overloaded            close 1013 / HTTP 503
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
-        ├── Reject                                 ``on_connect`` refuses     close 4403 (or its own)
+        ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
         ├── StateError (ValueError)                state not valid or not JSON
         └── NotInTurn (RuntimeError)               actor API used outside a turn
 
@@ -114,11 +114,15 @@ class ActorUnavailable(RpcError):
 
 
 class Reject(ActorError):
-    """Raised by ``on_connect`` to refuse a connection with a close ``code`` (4000–4999)."""
+    """Raised by ``on_connect`` to refuse a connection with a close ``code`` (4400–4499).
+
+    The range is the one clients treat as final (docs/protocol.md): a refused connection is not
+    retried. To ask a client to come back later, close it with 1013 instead.
+    """
 
     def __init__(self, reason: str = "rejected", code: int = 4403) -> None:
-        if not 4000 <= code <= 4999:
-            raise ValueError("Reject codes are application close codes, 4000-4999")
+        if not 4400 <= code <= 4499:
+            raise ValueError("Reject codes are terminal application close codes, 4400-4499")
         super().__init__(reason)
         self.reason = reason
         self.code = code

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.connection import Connection
+from actors.connection import Connection, Principal
 from actors.decorators import CallableInfo
 from actors.errors import (
     ActorUnavailable,
@@ -40,6 +41,7 @@ from actors.errors import (
     InvalidArguments,
     MethodNotFound,
     NotInTurn,
+    Overloaded,
     Reject,
     RpcError,
     StateError,
@@ -47,12 +49,10 @@ from actors.errors import (
 from storage import ActorFile
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from actors.actor import Actor
     from actors.registry import Registry
 
-__all__ = ["ActorHost", "Call", "Connect", "Disconnect", "Message", "Task"]
+__all__ = ["ActorHost", "Call", "Connect", "Deliver", "Disconnect", "Message", "Task"]
 
 log = logging.getLogger("roost.actor")
 PROTOCOL_VERSION = 1
@@ -79,6 +79,14 @@ class Disconnect:
 
 
 @dataclass(slots=True)
+class Deliver:
+    """A frame for a connection, delivered in order after every earlier input (no turn)."""
+
+    conn: Connection
+    text: str
+
+
+@dataclass(slots=True)
 class Call:
     """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future)."""
 
@@ -90,6 +98,7 @@ class Call:
     reply: asyncio.Future[Any] | None = None
     chunks: list[Any] | None = None
     chain: tuple[Key, ...] = ()
+    principal: Principal | None = None
 
 
 @dataclass(slots=True)
@@ -101,11 +110,36 @@ class Task:
     chain: tuple[Key, ...] = field(default=())
 
 
-Input = Connect | Message | Disconnect | Call | Task
+Input = Connect | Message | Disconnect | Call | Task | Deliver
 
 # Outputs held by the gate: (0, conn, text) frame · (1, conn, (code, reason)) close ·
 # (2, future, value) result · (3, future, exception) error.
 Output = tuple[int, Any, Any]
+
+
+#: What ``self.sql`` may not do: transactions belong to the runtime, and so do other files and pragmas.
+_DENIED_ACTIONS = frozenset(
+    {
+        sqlite3.SQLITE_TRANSACTION,
+        sqlite3.SQLITE_SAVEPOINT,
+        sqlite3.SQLITE_ATTACH,
+        sqlite3.SQLITE_DETACH,
+        sqlite3.SQLITE_PRAGMA,
+    }
+)
+#: Actions on a table that ``self.sql`` may not take on the runtime's own ``roost_*`` tables.
+_TABLE_WRITES = frozenset(
+    {
+        sqlite3.SQLITE_INSERT,
+        sqlite3.SQLITE_UPDATE,
+        sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_DROP_INDEX,
+        sqlite3.SQLITE_CREATE_TRIGGER,
+    }
+)
 
 
 def _json(value: Any) -> str:
@@ -151,6 +185,10 @@ class ActorHost:
         self.stopping = False
         self.last_active = self.clock.monotonic()
         self.chain: tuple[Key, ...] = ()
+        self.caller: Connection | None = None
+        self.principal: Principal | None = None
+        self.user_sql = False
+        self.max_inbox = cfg.max_inbox
         self._inbox: deque[Input] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._pending: list[Output] = []
@@ -163,6 +201,7 @@ class ActorHost:
         self.state_json, _ = file.load_state()
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
+        file.conn.set_authorizer(self._authorize)
         self.actor: Actor = actor_cls._create(self)
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
             self._run(), name=f"actor:{kind}/{name}"
@@ -170,9 +209,12 @@ class ActorHost:
 
     # -- mailbox ---------------------------------------------------------------------------------
     def submit(self, item: Input) -> None:
-        """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping."""
+        """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping, ``Overloaded`` if
+        its mailbox holds ``max_inbox`` inputs (a disconnect or a delivery is always accepted)."""
         if self.stopping:
             raise ActorUnavailable(message=f"actor {self.kind}/{self.name!r} is stopping")
+        if len(self._inbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver):
+            raise Overloaded(message=f"mailbox of {self.kind}/{self.name!r} is full")
         self._inbox.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -231,7 +273,7 @@ class ActorHost:
             self.file.commit()
         except Exception as exc:
             log.exception("commit failed for %s/%r", self.kind, self.name)
-            self._pending.clear()
+            # nothing held is released: _fail answers the held replies and drops the frames
             self._fail(ActorUnavailable(message=f"commit failed: {exc}"), rolled_back=True)
             return False
         out, self._pending = self._pending, []
@@ -250,6 +292,8 @@ class ActorHost:
 
     def _fail(self, err: ActorUnavailable, *, rolled_back: bool = False) -> None:
         """Stop after a failure: answer everything queued, close connections, release the file."""
+        if self.file.closed:
+            return  # already failed
         self.stopping = True
         for tag, target, _ in self._pending:
             if tag in (2, 3) and not target.done():
@@ -277,8 +321,11 @@ class ActorHost:
         self.registry._forget(self)
 
     # -- turns -------------------------------------------------------------------------------------
-    def _begin_turn(self) -> None:
+    def _begin_turn(self, caller: Connection | None = None) -> None:
         self.in_turn = True
+        self.chain = (self.key,)
+        self.caller = caller
+        self.principal = caller.principal if caller is not None else None
         self._now = self.clock.now()
         self._turn_out = []
         self.file.begin()
@@ -288,19 +335,25 @@ class ActorHost:
     def _commit_turn(self) -> None:
         self.file.release()
         self._pending.extend(self._turn_out)
+        self._end_turn()
+
+    def _end_turn(self) -> None:
         self._turn_out = []
         self.in_turn = False
+        self.chain = ()
+        self.caller = None
+        self.principal = None
 
     def _abort_turn(self) -> None:
         """Undo the turn back to its savepoint (the last checkpoint of a streaming call)."""
         snap = self._snap
-        self.file.rollback_to()
-        self._turn_out = []
+        if not self.file.closed:  # a failed commit already closed it
+            self.file.rollback_to()
         self.seq, self.oldest = snap[0], snap[1]
         if snap[2] is not self.state_json:
             self.state_json = snap[2]
             self.state = orjson.loads(snap[2])
-        self.in_turn = False
+        self._end_turn()
 
     def checkpoint(self) -> None:
         """Inside a turn: make the writes so far durable and release the outputs so far."""
@@ -339,15 +392,22 @@ class ActorHost:
             await self._connect(item)
         elif isinstance(item, Disconnect):
             await self._disconnect(item)
+        elif isinstance(item, Deliver):
+            if item.conn.id in self.connections:
+                self._pending.append((0, item.conn, item.text))
         else:
             await self._task(item)
 
     async def _call(self, item: Call) -> None:
         conn = item.conn
-        if conn is not None and conn.id not in self.connections:
-            return  # rejected or already gone
-        self._begin_turn()
+        if conn is not None:
+            conn.in_flight -= 1
+            if conn.id not in self.connections:
+                return  # rejected or already gone
+        self._begin_turn(conn)
         self.chain = (*item.chain, self.key)
+        if item.principal is not None:
+            self.principal = item.principal
         try:
             async with asyncio.timeout(self.turn_timeout):
                 result = await self._invoke(item)
@@ -369,8 +429,6 @@ class ActorHost:
                 raise
         else:
             self._commit_turn()
-        finally:
-            self.chain = ()
 
     async def _invoke(self, item: Call) -> Any:
         info = self.callables.get(item.method)
@@ -398,9 +456,10 @@ class ActorHost:
 
     async def _message(self, item: Message) -> None:
         conn = item.conn
+        conn.in_flight -= 1
         if conn.id not in self.connections:
             return
-        self._begin_turn()
+        self._begin_turn(conn)
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_message(conn, item.data))
@@ -418,7 +477,7 @@ class ActorHost:
     async def _connect(self, item: Connect) -> None:
         conn = item.conn
         conn._host = self
-        self._begin_turn()
+        self._begin_turn(conn)
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_connect(conn))
@@ -433,9 +492,15 @@ class ActorHost:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
+        # The welcome is this connection's first frame, whatever on_connect sent it: it reflects
+        # the state after on_connect, then the replay, then what on_connect sent.
         welcome, replay = self._welcome(conn, item.cursor)
+        mine = [out for out in self._turn_out if out[1] is conn]
+        if mine:
+            self._turn_out = [out for out in self._turn_out if out[1] is not conn]
         self._turn_out.append((0, conn, welcome))
         self._turn_out.extend((0, conn, frame) for frame in replay)
+        self._turn_out.extend(mine)
         self.connections[conn.id] = conn
         self._commit_turn()
 
@@ -469,7 +534,7 @@ class ActorHost:
         if self.connections.pop(conn.id, None) is None:
             conn._host = None
             return
-        self._begin_turn()
+        self._begin_turn(conn)
         try:
             async with asyncio.timeout(self.turn_timeout):
                 await _maybe_await(self.actor.on_close(conn, item.code))
@@ -497,8 +562,6 @@ class ActorHost:
                 raise
         else:
             self._commit_turn()
-        finally:
-            self.chain = ()
 
     def _as_rpc_error(self, exc: BaseException) -> RpcError:
         if isinstance(exc, RpcError):
@@ -526,6 +589,19 @@ class ActorHost:
     def turn_connection(self) -> sqlite3.Connection:
         self.require_turn()
         return self.file.conn
+
+    def _authorize(
+        self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None
+    ) -> int:
+        """SQLite authorizer: statements prepared for ``self.sql`` cannot touch transactions, other
+        files, pragmas, or write the runtime's ``roost_*`` tables (reading them is allowed)."""
+        if not self.user_sql:
+            return sqlite3.SQLITE_OK
+        if action in _DENIED_ACTIONS:
+            return sqlite3.SQLITE_DENY
+        if action in _TABLE_WRITES and arg1 is not None and arg1.startswith("roost_"):
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
 
     def set_state(self, state: Any, source: Connection | None) -> None:
         self.require_turn()

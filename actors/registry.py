@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from actors.connection import Principal
 from actors.decorators import CallableInfo, callables_of
 from actors.errors import (
     ActorLocked,
     ActorNotFound,
     ActorUnavailable,
     CallTimeout,
+    MethodNotFound,
+    MigrationError,
     Overloaded,
     ReentrantCall,
     UnknownKind,
@@ -58,8 +62,10 @@ class RuntimeConfig:
     max_active: int = 2000
     turn_timeout: float = 30.0
     call_timeout: float = 30.0
-    log_retention: int = 1000
+    log_retention: int = 2048
     max_batch: int = 256
+    max_inbox: int = 10_000
+    stop_timeout: float = 10.0
     durability: Durability = "normal"
     sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
 
@@ -126,7 +132,15 @@ class Registry:
             await asyncio.gather(self._sweeper, return_exceptions=True)
             self._sweeper = None
         hosts = list(self.hosts.values())
-        await asyncio.gather(*(h.stop() for h in hosts), return_exceptions=True)
+        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
+        if stops:
+            _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
+            for task in late:  # a turn that will not end: cancel it (rolled back), close the file
+                log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
+                task.cancel()
+            await asyncio.gather(*stops, return_exceptions=True)
+            for h in hosts:
+                h.file.close()
         for h in hosts:
             if self.directory is not None:
                 self.directory.touch(h.kind, h.name, self.clock.now())
@@ -145,11 +159,14 @@ class Registry:
 
     def sweep(self) -> int:
         """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
-        deadline = self.clock.monotonic() - self.config.idle_timeout
+        mono, wall = self.clock.monotonic(), self.clock.now()
+        deadline = mono - self.config.idle_timeout
         n = 0
         for host in list(self.hosts.values()):
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
+            elif self.directory is not None:
+                self.directory.touch(host.kind, host.name, wall - (mono - host.last_active))
         if self.directory is not None:
             self.directory.flush()
         return n
@@ -213,7 +230,15 @@ class Registry:
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
-        host = ActorHost(self, cls, kind, name, file, self._callables[kind])
+        except (MigrationError, sqlite3.Error, OSError) as exc:
+            log.exception("actor %s/%r failed to open", kind, name)
+            raise ActorUnavailable(message=f"actor failed to start: {exc}") from exc
+        try:
+            host = ActorHost(self, cls, kind, name, file, self._callables[kind])
+        except Exception as exc:  # the kind's __init__ or a corrupt state row
+            file.close()
+            log.exception("actor %s/%r failed to start", kind, name)
+            raise ActorUnavailable(message=f"actor failed to start: {type(exc).__name__}: {exc}") from exc
         self.hosts[(kind, name)] = host
         self.directory.touch(kind, name, self.clock.now())
         self.activations += 1
@@ -245,18 +270,22 @@ class Registry:
         *,
         chain: tuple[Key, ...] = (),
         timeout: float | None = None,
+        principal: Principal | None = None,
     ) -> tuple[Any, list[Any]]:
         """Call a method in process; returns ``(result, chunks)`` once the callee has committed."""
         if (kind, name) in chain:
             raise ReentrantCall(
                 message=f"{kind}/{name!r} is already in this call chain; it would wait on itself"
             )
+        if self.callable_info(self.kind_of(kind).kind, method) is None:
+            # refused before activation: a call to a missing method creates nothing
+            raise MethodNotFound(message=f"no callable method {method!r}")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         chunks: list[Any] = []
         self.submit(
             kind,
             name,
-            Call(method, args, kwargs, reply=fut, chunks=chunks, chain=chain),
+            Call(method, args, kwargs, reply=fut, chunks=chunks, chain=chain, principal=principal),
         )
         return await self._wait(fut, timeout), chunks
 
@@ -290,9 +319,12 @@ class Registry:
             async with asyncio.timeout(limit):
                 return await asyncio.shield(fut)
         except TimeoutError:
-            # the answer may still come; retrieve it so that it is not reported as lost
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise CallTimeout(message=f"no answer within {limit} s") from None
+        finally:
+            if not fut.done():
+                # the answer may still come after we gave up (timeout, or the waiting turn was
+                # cancelled): retrieve it then, so that it is not reported as lost
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     # -- introspection ------------------------------------------------------------------------------
     @property

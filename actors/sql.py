@@ -3,10 +3,15 @@
 Statements run inline on the event loop thread (no thread hop). They are part of the turn: if the turn
 fails, they are rolled back with it; if it succeeds, they are committed with the batch, before any output
 of the turn leaves the server. Create your tables with ``Actor.migrations``.
+
+Refused (``sqlite3.DatabaseError: not authorized``): transaction control (BEGIN, COMMIT, ROLLBACK,
+SAVEPOINT, RELEASE), ATTACH/DETACH, PRAGMA, and writes to the runtime's ``roost_*`` tables. The turn
+is the transaction; a statement that could end it would break the output gate.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,18 +31,21 @@ class Sql:
 
     def execute(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return all rows (an empty list for writes)."""
-        conn = self._host.turn_connection()
-        return conn.execute(query, params).fetchall()
+        return self._run(query, params).fetchall()
 
     def executemany(self, query: str, rows: Iterable[Params]) -> int:
         """Run one statement for many parameter rows; return the number of changed rows."""
-        conn = self._host.turn_connection()
-        return conn.executemany(query, rows).rowcount
+        host = self._host
+        conn = host.turn_connection()
+        host.user_sql = True
+        try:
+            return conn.executemany(query, rows).rowcount
+        finally:
+            host.user_sql = False
 
     def one(self, query: str, params: Params = ()) -> tuple[Any, ...] | None:
         """The first row, or None."""
-        conn = self._host.turn_connection()
-        row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
+        row: tuple[Any, ...] | None = self._run(query, params).fetchone()
         return row
 
     def scalar(self, query: str, params: Params = ()) -> Any:
@@ -47,7 +55,15 @@ class Sql:
 
     def dicts(self, query: str, params: Params = ()) -> list[dict[str, Any]]:
         """All rows as dicts keyed by column name."""
-        conn = self._host.turn_connection()
-        cur = conn.execute(query, params)
+        cur = self._run(query, params)
         cols = [d[0] for d in cur.description or ()]
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def _run(self, query: str, params: Params) -> sqlite3.Cursor:
+        host = self._host
+        conn = host.turn_connection()
+        host.user_sql = True
+        try:
+            return conn.execute(query, params)
+        finally:
+            host.user_sql = False

@@ -30,7 +30,7 @@ async def serve_in_process(app: RoostApp) -> AsyncIterator[str]:
         app,
         host="127.0.0.1",
         port=0,
-        ws="websockets-sansio",
+        ws="transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         lifespan="on",
         log_level="warning",

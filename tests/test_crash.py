@@ -26,6 +26,7 @@ async def test_output_gate_survives_sigkill(data_dir: Path) -> None:
     restarted = asyncio.Event()
     servers = [ServerProcess(data_dir).start()]
     ids = itertools.count()
+    failures: list[dict[str, object]] = []  # asserted at the end: a reader task cannot fail the test
 
     async def run_one(ws: ClientConnection, quota: int) -> int:
         """Send up to ``quota`` calls (8 in flight); return how many were acknowledged."""
@@ -38,7 +39,8 @@ async def test_output_gate_survives_sigkill(data_dir: Path) -> None:
                 async for raw in ws:
                     frame = orjson.loads(raw)
                     if frame["type"] == "rpc_result":
-                        assert frame["ok"], frame
+                        if not frame["ok"]:
+                            failures.append(frame)
                         done += 1
                         stats["acked"] += 1
                         stats["max_acked_value"] = max(stats["max_acked_value"], frame["result"])
@@ -102,6 +104,7 @@ async def test_output_gate_survives_sigkill(data_dir: Path) -> None:
         f"(unanswered when killed: {stats['lost_in_flight']})"
     )
     assert stats["sent"] == total
+    assert failures == [], "a call failed while the server was up"
     assert stats["acked"] <= count <= stats["sent"]
     assert stats["max_acked_value"] <= count, "a value a client saw was taken back by the crash"
     assert stats["max_seen_seq"] <= snap["cursor"], "a state frame a client saw was taken back"

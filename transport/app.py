@@ -40,6 +40,7 @@ class RoostApp(Starlette):
     registry: Registry
     authenticate: Authenticate
     max_frame_bytes: int
+    max_in_flight: int
     send_queue: int
     sinks: set[SocketSink]
     _started: bool
@@ -103,14 +104,17 @@ def create_app(
     authenticate: Authenticate = allow_all,
     clock: Clock | None = None,
     max_frame_bytes: int = 1 << 20,
-    send_queue: int = 10_000,
+    send_queue: int = 1024,
+    max_in_flight: int = 256,
     debug: bool = False,
 ) -> RoostApp:
     """Build the ASGI app serving ``kinds``.
 
     ``data_dir`` defaults to ``$ROOST_DATA`` or ``./data``. ``max_frame_bytes`` bounds one client
     frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client (more: close
-    1013).
+    1013; kept below the default log retention so that such a client can resume by replay);
+    ``max_in_flight`` bounds the calls and messages one connection has queued at the actor (more
+    are answered ``overloaded``).
     """
     cfg = config or RuntimeConfig()
     if data_dir is not None:
@@ -132,6 +136,7 @@ def create_app(
     app.authenticate = authenticate
     app.max_frame_bytes = max_frame_bytes
     app.send_queue = send_queue
+    app.max_in_flight = max_in_flight
     app.sinks = set()
     app._started = False
     app._start_lock = asyncio.Lock()

@@ -38,9 +38,9 @@ def load_app(spec: str | None) -> object:
         raise SystemExit(f"roost: {module_name} has no attribute {attr!r}") from None
 
 
-#: The websockets library refuses handshake lines over 8 KiB by default, and uvicorn's sans-I/O
-#: adapter then leaves the client hanging without an answer. A 256-character name needs up to 3 KiB
-#: percent-encoded; raising the limit lets longer (invalid) names reach the app and get a clear 4400.
+#: The websockets library refuses handshake lines over 8 KiB by default. A 256-character name needs up
+#: to 3 KiB percent-encoded; raising the limit lets longer (invalid) names reach the app and get a
+#: clear 4400. Past this limit the handshake is refused with HTTP 414 (see transport.uvicorn_ws).
 MAX_HANDSHAKE_LINE = "32768"
 
 
@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         loop="uvloop",
         http="httptools",
-        ws="websockets-sansio",
+        ws="transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         ws_max_size=max_size,
         lifespan="on",

@@ -25,7 +25,7 @@ from starlette.requests import HTTPConnection
 
 from actors import Connection, Subscriptions
 from actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
-from actors.host import Call, Connect, Disconnect, Message
+from actors.host import Call, Connect, Deliver, Disconnect, Message
 from transport.auth import run_authenticate
 from transport.close_codes import CloseCode
 from transport.protocol import (
@@ -33,9 +33,9 @@ from transport.protocol import (
     PingFrame,
     ProtocolError,
     RpcFrame,
+    actor_address,
     encode,
     error_frame,
-    parse_actor_path,
     parse_client_frame,
     parse_connect_query,
 )
@@ -120,6 +120,11 @@ class SocketSink:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
+def _call_error(call_id: str, code: str, message: str) -> str:
+    error = {"code": code, "message": message}
+    return encode({"type": "rpc_result", "id": call_id, "ok": False, "error": error})
+
+
 class WebSocketEndpoint:
     """ASGI app for ``/agents/{kind}/{name}``."""
 
@@ -140,9 +145,7 @@ class WebSocketEndpoint:
             await send({"type": "websocket.close", "code": code, "reason": message[:120]})
 
         try:
-            kind, name = parse_actor_path(scope.get("raw_path") or scope["path"].encode())
-            if kind != scope.get("path_params", {}).get("kind", kind):
-                raise ProtocolError("bad_address", "the name must be one path segment (%2F for /)")
+            kind, name = actor_address(scope)
             params = parse_connect_query(scope.get("query_string", b""))
             subs = Subscriptions.parse(params.subscribe)
             app.registry.validate(kind, name)
@@ -187,42 +190,72 @@ class WebSocketEndpoint:
             await sink.finish()
 
     async def _serve(self, receive: Receive, sink: SocketSink, conn: Connection, host: Any) -> int:
+        """Read frames until the socket closes.
+
+        Answers of our own (error frames, pongs) go through the actor's mailbox as ``Deliver``, so they
+        keep their place: after the welcome, and after the replies to everything sent before them.
+        """
         max_bytes = self.app.max_frame_bytes
+        max_in_flight = self.app.max_in_flight
         while True:
             msg = await receive()
-            mtype = msg["type"]
-            if mtype == "websocket.disconnect":
+            if msg["type"] == "websocket.disconnect":
                 return int(msg.get("code", 1006))
             text = msg.get("text")
-            if text is None:
-                sink.send_text(error_frame("bad_frame", "binary frames are not accepted; send text"))
-                continue
-            if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes):
+            if text is not None and (
+                len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes)
+            ):
                 sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
                 continue
             try:
-                frame = parse_client_frame(text)
-            except ProtocolError as exc:
-                sink.send_text(error_frame(exc.code, exc.message))
-                continue
-            try:
-                if isinstance(frame, RpcFrame):
-                    host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
-                elif isinstance(frame, MessageFrame):
-                    host.submit(Message(conn, frame.data))
-                elif isinstance(frame, PingFrame):
-                    sink.send_text(encode({"type": "pong", "id": frame.id}))
-                else:
-                    subs = conn.subscriptions
-                    if frame.state is not None:
-                        subs.state = frame.state
-                    if frame.events is not None:
-                        subs.events = frame.events
-                    if frame.messages is not None:
-                        subs.messages = frame.messages
+                self._handle(host, conn, text, max_in_flight)
             except ActorUnavailable as exc:
                 sink.send_text(error_frame(exc.code, exc.message))
                 sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
+
+    @staticmethod
+    def _handle(host: Any, conn: Connection, text: str | None, max_in_flight: int) -> None:
+        """One client frame: parse it and queue what it asks for at the actor."""
+        if text is None:
+            host.submit(Deliver(conn, error_frame("bad_frame", "binary frames are not accepted; send text")))
+            return
+        try:
+            frame = parse_client_frame(text)
+        except ProtocolError as exc:
+            host.submit(Deliver(conn, error_frame(exc.code, exc.message)))
+            return
+        if isinstance(frame, RpcFrame):
+            if conn.in_flight >= max_in_flight:
+                busy = f"more than {max_in_flight} calls and messages in flight on this connection"
+                host.submit(Deliver(conn, _call_error(frame.id, "overloaded", busy)))
+                return
+            try:
+                host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
+            except Overloaded as exc:  # the actor's mailbox is full: refuse this call, keep going
+                host.submit(Deliver(conn, _call_error(frame.id, exc.code, exc.message)))
+                return
+            conn.in_flight += 1
+        elif isinstance(frame, MessageFrame):
+            if conn.in_flight >= max_in_flight:
+                busy = f"more than {max_in_flight} calls and messages in flight on this connection"
+                host.submit(Deliver(conn, error_frame("overloaded", busy)))
+                return
+            try:
+                host.submit(Message(conn, frame.data))
+            except Overloaded as exc:
+                host.submit(Deliver(conn, error_frame(exc.code, exc.message)))
+                return
+            conn.in_flight += 1
+        elif isinstance(frame, PingFrame):
+            host.submit(Deliver(conn, encode({"type": "pong", "id": frame.id})))
+        else:
+            subs = conn.subscriptions
+            if frame.state is not None:
+                subs.state = frame.state
+            if frame.events is not None:
+                subs.events = frame.events
+            if frame.messages is not None:
+                subs.messages = frame.messages
 
     @staticmethod
     async def _drain_until_disconnect(receive: Receive) -> int:

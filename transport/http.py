@@ -12,6 +12,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from actors import Principal
 from actors.errors import (
     ActorNotFound,
     InvalidActorAddress,
@@ -19,7 +20,7 @@ from actors.errors import (
     UnknownKind,
 )
 from transport.auth import run_authenticate
-from transport.protocol import PROTOCOL_VERSION, ProtocolError, parse_actor_path
+from transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 
 if TYPE_CHECKING:
     from transport.app import RoostApp
@@ -39,6 +40,7 @@ _STATUS = {
     "overloaded": 503,
     "actor_unavailable": 503,
     "timeout": 504,
+    "too_large": 413,
     "unauthenticated": 401,
 }
 
@@ -57,18 +59,10 @@ def _error(code: str, message: str) -> JSONResponse:
     )
 
 
-def _address(request: Request, trailing: int) -> tuple[str, str]:
-    raw = request.scope.get("raw_path") or request.scope["path"].encode()
-    kind, name = parse_actor_path(raw, trailing)
-    if kind != request.path_params.get("kind", kind):
-        raise ProtocolError("bad_address", "the name must be one path segment (%2F for /)")
-    return kind, name
-
-
-async def _guard(app: RoostApp, request: Request, trailing: int) -> tuple[str, str] | JSONResponse:
+async def _guard(app: RoostApp, request: Request, trailing: int) -> tuple[str, str, Principal] | JSONResponse:
     await app.ensure_started()
     try:
-        kind, name = _address(request, trailing)
+        kind, name = actor_address(request.scope, trailing)
         app.registry.validate(kind, name)
     except ProtocolError as exc:
         return _error(exc.code, exc.message)
@@ -76,9 +70,10 @@ async def _guard(app: RoostApp, request: Request, trailing: int) -> tuple[str, s
         return _error("bad_address", str(exc))
     except UnknownKind as exc:
         return _error("unknown_kind", str(exc))
-    if await run_authenticate(app.authenticate, request) is None:
+    principal = await run_authenticate(app.authenticate, request)
+    if principal is None:
         return _error("unauthenticated", "not authenticated")
-    return kind, name
+    return kind, name, principal
 
 
 async def get_actor(request: Request) -> Response:
@@ -87,7 +82,7 @@ async def get_actor(request: Request) -> Response:
     addr = await _guard(app, request, 0)
     if isinstance(addr, Response):
         return addr
-    kind, name = addr
+    kind, name, _ = addr
     try:
         state, seq = await app.registry.snapshot(kind, name)
     except ActorNotFound as exc:
@@ -103,10 +98,10 @@ async def post_rpc(request: Request) -> Response:
     addr = await _guard(app, request, 2)
     if isinstance(addr, Response):
         return addr
-    kind, name = addr
-    body = await request.body()
-    if len(body) > app.max_frame_bytes:
-        return _error("bad_frame", f"body larger than {app.max_frame_bytes} bytes")
+    kind, name, principal = addr
+    body = await _read_body(request, app.max_frame_bytes)
+    if body is None:
+        return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     if body.strip():
@@ -122,7 +117,7 @@ async def post_rpc(request: Request) -> Response:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
     method = request.path_params["method"]
     try:
-        result, chunks = await app.registry.call(kind, name, method, args, kwargs)
+        result, chunks = await app.registry.call(kind, name, method, args, kwargs, principal=principal)
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}
@@ -130,6 +125,21 @@ async def post_rpc(request: Request) -> Response:
     if info is not None and info.streaming:
         content["chunks"] = chunks
     return JSONResponse(content)
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed ``limit`` (never read in full)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def healthz(request: Request) -> Response:

@@ -13,6 +13,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, unquote_to_bytes
 
@@ -28,6 +29,7 @@ __all__ = [
     "ProtocolError",
     "RpcFrame",
     "SubscribeFrame",
+    "actor_address",
     "encode",
     "error_frame",
     "parse_actor_path",
@@ -136,6 +138,21 @@ def parse_actor_path(raw_path: bytes, trailing: int = 0) -> tuple[str, str]:
     if len(parts) < 3:
         raise ProtocolError("bad_address", "path must end with /agents/{kind}/{name}")
     return _segment(parts[-2], "kind"), _segment(parts[-1], "name")
+
+
+def actor_address(scope: Mapping[str, Any], trailing: int = 0) -> tuple[str, str]:
+    """``(kind, name)`` of a request routed to ``…/agents/{kind}/{name:path}[/rpc/{method}]``.
+
+    The raw path decides (so that ``%2F`` stays inside a name), and it must agree with what the router
+    matched on the decoded path: ``/agents/counter/x/counter/y`` is refused instead of quietly serving
+    ``counter/y`` to a hook that checked ``counter/x/counter/y``.
+    """
+    raw = scope.get("raw_path") or str(scope["path"]).encode()
+    kind, name = parse_actor_path(raw, trailing)
+    params = scope.get("path_params") or {}
+    if (kind, name) != (params.get("kind", kind), params.get("name", name)):
+        raise ProtocolError("bad_address", "the name must be one path segment (send / as %2F)")
+    return kind, name
 
 
 class ConnectParams(BaseModel):

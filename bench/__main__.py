@@ -1,0 +1,100 @@
+"""``python -m bench [--quick] [--reps N] [--only a,b] [--out bench/RESULTS.md] [--data-dir DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import activation, fanout, memory, rpc, sqlite_ceiling
+from bench.dataset import Dataset, ensure_dataset
+from bench.machine import machine_info
+from bench.procs import log
+from bench.report import render
+from bench.settings import BENCH_DIR, SECTIONS, Settings, settings_for
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument(
+        "--quick", action="store_true", help="seconds-long smoke variant (numbers not meaningful)"
+    )
+    ap.add_argument("--reps", type=int, help="repetitions per figure (default 5; quick 1; memory at most 3)")
+    ap.add_argument("--only", help=f"comma list of sections: {','.join(SECTIONS)}")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR / "RESULTS.md")
+    ap.add_argument("--data-dir", type=Path, help=f"bulky data (default {BENCH_DIR / '.data'})")
+    a = ap.parse_args(argv)
+    if a.reps is not None and a.reps < 1:
+        ap.error("--reps must be ≥ 1")
+    return a
+
+
+def _raise_fd_limit(need: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need and (hard == resource.RLIM_INFINITY or hard >= need):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+def run(s: Settings, only: tuple[str, ...]) -> dict[str, Any]:
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "machine": machine_info(s.data_dir),
+        "settings": {
+            "quick": s.quick,
+            "reps": s.reps,
+            "memory_reps": s.memory_reps,
+            "point_s": s.point_s,
+            "warmup_s": s.warmup_s,
+            "data_dir": str(s.data_dir),
+        },
+        "sections": {},
+        "section_s": {},
+    }
+    t_all = time.monotonic()
+    dataset: Dataset | None = None
+    for name in only:
+        t0 = time.monotonic()
+        log(f"== section {name}")
+        if name in ("activation", "memory") and dataset is None:
+            dataset = ensure_dataset(s.data_dir, s.activation_files)
+        if name == "sqlite":
+            out = sqlite_ceiling.run(s)
+        elif name == "rpc":
+            out = rpc.run(s)
+        elif name == "fanout":
+            out = fanout.run(s)
+        elif name == "activation":
+            out = activation.run(s, dataset)
+        else:
+            out = memory.run(s, dataset)
+        results["sections"][name] = out
+        results["section_s"][name] = time.monotonic() - t0
+    results["wall_s"] = time.monotonic() - t_all
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
+    s = settings_for(a.quick, a.reps, a.data_dir)
+    only = SECTIONS if not a.only else tuple(x.strip() for x in a.only.split(",") if x.strip())
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        print(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    only = tuple(x for x in SECTIONS if x in only)
+    _raise_fd_limit(4 * max(s.memory_steps[-1], s.fanout_conns) + 1000)
+    log(f"bench: {'quick' if s.quick else 'full'} suite, sections {', '.join(only)}, {s.reps} reps")
+    results = run(s, only)
+    (s.data_dir / "results.json").write_text(json.dumps(results, indent=1))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(render(results))
+    log(f"bench: wrote {a.out} ({results['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

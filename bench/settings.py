@@ -1,0 +1,79 @@
+"""Run parameters: the full suite (a few minutes) and the quick smoke variant (seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+__all__ = ["BENCH_DIR", "ROOT", "SECTIONS", "Settings", "settings_for"]
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+
+#: Section names accepted by ``--only``, in run order.
+SECTIONS = ("sqlite", "rpc", "fanout", "activation", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    quick: bool
+    reps: int  # repetitions of every figure (min/median/max over them)
+    point_s: float  # one request/response point (one concurrency level, one server)
+    warmup_s: float  # request/response warm-up before the points of each client run
+    concs: tuple[int, ...]  # durable RPC connection counts (each connection its own actor)
+    hot_conns: int  # connections hammering one actor name
+    fanout_conns: int  # subscribers of one actor
+    fanout_s: float
+    sqlite_s: float  # one raw SQLite commit-rate cell
+    sqlite_batch: int  # rows per commit of the batched ceiling
+    activation_files: int  # dormant actor files on disk
+    activation_sample: int  # activations per variant per repetition
+    memory_steps: tuple[int, int, int]  # idle connections: baseline, then two measured steps
+    memory_reps: int
+    data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
+
+    @property
+    def echo_ceiling_conc(self) -> int:
+        """The echo concurrency the fan-out rate is compared against."""
+        return max(self.concs)
+
+
+def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = None) -> Settings:
+    base = Settings(
+        quick=False,
+        reps=5,
+        point_s=1.0,
+        warmup_s=0.2,
+        concs=(1, 10, 100),
+        hot_conns=100,
+        fanout_conns=1000,
+        fanout_s=2.0,
+        sqlite_s=1.0,
+        sqlite_batch=100,
+        activation_files=100_000,
+        activation_sample=2000,
+        memory_steps=(10, 1000, 5000),
+        memory_reps=3,
+        data_dir=BENCH_DIR / ".data",
+    )
+    if quick:
+        base = replace(
+            base,
+            quick=True,
+            reps=1,
+            point_s=0.3,
+            warmup_s=0.05,
+            hot_conns=20,
+            fanout_conns=100,
+            fanout_s=0.4,
+            sqlite_s=0.2,
+            activation_files=200,
+            activation_sample=50,
+            memory_steps=(10, 60, 110),
+            memory_reps=1,
+        )
+    if reps is not None:
+        base = replace(base, reps=reps, memory_reps=reps if quick else min(reps, base.memory_reps))
+    if data_dir is not None:
+        base = replace(base, data_dir=data_dir)
+    return base
