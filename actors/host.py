@@ -198,6 +198,9 @@ class ActorHost:
         self._stop_requested = False
         self._now = 0.0
         self._snap: tuple[int, int, str] = (0, 1, "")
+        self._turn_id = 0
+        self._turn_changes = 0
+        self._loop = asyncio.get_running_loop()
         self.state_json, _ = file.load_state()
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
@@ -331,6 +334,24 @@ class ActorHost:
         self.file.begin()
         self.file.savepoint()
         self._snap = (self.seq, self.oldest, self.state_json)
+        self._turn_id += 1
+        if self._pending:  # earlier turns of this batch hold outputs: do not let a slow turn keep them
+            self._turn_changes = self.file.conn.total_changes
+            self._loop.call_soon(self._flush_while_suspended, self._turn_id)
+
+    def _flush_while_suspended(self, turn_id: int) -> None:
+        """Runs only if the turn that scheduled it gave the loop a chance to run, i.e. it awaits
+        something real (another actor, I/O). If that turn has written nothing yet, commit the earlier
+        turns of the batch and release their outputs now instead of when the slow turn ends; the
+        turn then goes on in a new transaction, exactly as if it had started after the commit."""
+        if not self.in_turn or turn_id != self._turn_id or not self._pending:
+            return
+        if self.file.conn.total_changes != self._turn_changes:
+            return  # this turn wrote already: the batch commits with it
+        self.file.release()
+        if self._flush():
+            self.file.begin()
+            self.file.savepoint()
 
     def _commit_turn(self) -> None:
         self.file.release()

@@ -1084,3 +1084,46 @@ async def test_sql_and_writes_outside_a_turn_raise_not_in_turn(tmp_path: Path) -
         assert await c.call("snapshot") == {"state": {"count": 0}, "seq": 0, "jobs": 0}
         await kit.settle()
         assert seqs(c) == []
+
+
+class _SlowAndFast(Actor):
+    kind = "slowfast"
+    initial_state = {"n": 0}
+    gate: ClassVar[asyncio.Event | None] = None
+
+    @callable
+    async def inc(self) -> int:
+        self.set_state({"n": self.state["n"] + 1})
+        n: int = self.state["n"]
+        return n
+
+    @callable
+    async def slow(self) -> str:
+        gate = type(self).gate
+        assert gate is not None
+        await gate.wait()  # awaits before writing anything
+        self.set_state({"n": self.state["n"] + 100})
+        return "slow done"
+
+
+async def test_a_slow_turn_does_not_hold_back_the_replies_of_earlier_turns_in_its_batch(
+    tmp_path: Path,
+) -> None:
+    """Group commit without head-of-line blocking: a fast call queued just before a slow one shares
+    its batch, yet its reply (committed) leaves while the slow one is still waiting."""
+    _SlowAndFast.gate = asyncio.Event()
+    async with ActorKit([_SlowAndFast], tmp_path) as kit:
+        c = kit.connect("slowfast", "hol")
+        await c.wait_for(lambda f: f["type"] == "welcome")
+        fast_id = c.send_call("inc")
+        slow_id = c.send_call("slow")  # same batch: both queued before the actor runs
+        fast = await c.wait_for(lambda f: f.get("id") == fast_id, timeout=2)
+        assert fast == {"type": "rpc_result", "id": fast_id, "ok": True, "result": 1}
+        assert not any(f.get("id") == slow_id for f in c.frames)
+        host = kit.registry.hosts[("slowfast", "hol")]
+        assert host.in_turn, "the slow turn is still running"
+        _SlowAndFast.gate.set()
+        slow = await c.wait_for(lambda f: f.get("id") == slow_id)
+        assert slow["result"] == "slow done"
+        assert [f["seq"] for f in c.frames if f["type"] == "state"] == [1, 2]
+        assert await c.call("inc") == 102
