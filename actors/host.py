@@ -128,16 +128,26 @@ _DENIED_ACTIONS = frozenset(
     }
 )
 #: Actions on a table that ``self.sql`` may not take on the runtime's own ``roost_*`` tables.
+#: Either table argument is checked: for ALTER TABLE the table is the second one, for indexes and
+#: triggers the first is the index or trigger name and the second the table.
 _TABLE_WRITES = frozenset(
     {
         sqlite3.SQLITE_INSERT,
         sqlite3.SQLITE_UPDATE,
         sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_TABLE,
         sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_TABLE,
         sqlite3.SQLITE_ALTER_TABLE,
         sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_CREATE_TEMP_INDEX,
         sqlite3.SQLITE_DROP_INDEX,
+        sqlite3.SQLITE_DROP_TEMP_INDEX,
         sqlite3.SQLITE_CREATE_TRIGGER,
+        sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
+        sqlite3.SQLITE_DROP_TRIGGER,
+        sqlite3.SQLITE_DROP_TEMP_TRIGGER,
     }
 )
 
@@ -200,6 +210,7 @@ class ActorHost:
         self._snap: tuple[int, int, str] = (0, 1, "")
         self._turn_id = 0
         self._turn_changes = 0
+        self._current: Input | None = None
         self._loop = asyncio.get_running_loop()
         self.state_json, _ = file.load_state()
         self.state: Any = orjson.loads(self.state_json)
@@ -258,6 +269,7 @@ class ActorHost:
                     continue
                 item = self._inbox.popleft()
                 await self._dispatch(item)
+                self._current = None
                 self._batch += 1
                 if self._batch >= self.max_batch and not self._flush():
                     return
@@ -298,10 +310,14 @@ class ActorHost:
         if self.file.closed:
             return  # already failed
         self.stopping = True
-        for tag, target, _ in self._pending:
+        for tag, target, _ in (*self._pending, *self._turn_out):
             if tag in (2, 3) and not target.done():
                 target.set_exception(err)
         self._pending.clear()
+        self._turn_out = []
+        current = self._current  # the input whose turn crashed, if any
+        if isinstance(current, Call | Task) and current.reply is not None and not current.reply.done():
+            current.reply.set_exception(err)
         while self._inbox:
             item = self._inbox.popleft()
             if isinstance(item, Call | Task) and item.reply is not None and not item.reply.done():
@@ -405,10 +421,18 @@ class ActorHost:
         return True
 
     async def _dispatch(self, item: Input) -> None:
+        self._current = item
         if isinstance(item, Call):
-            await self._call(item)
+            try:
+                await self._call(item)
+            finally:
+                if item.conn is not None:
+                    item.conn.in_flight -= 1
         elif isinstance(item, Message):
-            await self._message(item)
+            try:
+                await self._message(item)
+            finally:
+                item.conn.in_flight -= 1
         elif isinstance(item, Connect):
             await self._connect(item)
         elif isinstance(item, Disconnect):
@@ -421,10 +445,8 @@ class ActorHost:
 
     async def _call(self, item: Call) -> None:
         conn = item.conn
-        if conn is not None:
-            conn.in_flight -= 1
-            if conn.id not in self.connections:
-                return  # rejected or already gone
+        if conn is not None and conn.id not in self.connections:
+            return  # rejected or already gone
         self._begin_turn(conn)
         self.chain = (*item.chain, self.key)
         if item.principal is not None:
@@ -477,7 +499,6 @@ class ActorHost:
 
     async def _message(self, item: Message) -> None:
         conn = item.conn
-        conn.in_flight -= 1
         if conn.id not in self.connections:
             return
         self._begin_turn(conn)
@@ -620,7 +641,10 @@ class ActorHost:
             return sqlite3.SQLITE_OK
         if action in _DENIED_ACTIONS:
             return sqlite3.SQLITE_DENY
-        if action in _TABLE_WRITES and arg1 is not None and arg1.startswith("roost_"):
+        if action in _TABLE_WRITES and (
+            (arg1 is not None and arg1.startswith("roost_"))
+            or (arg2 is not None and arg2.startswith("roost_"))
+        ):
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Sql"]
 
+#: Prefixed to every statement of ``self.sql``. The sqlite3 module caches prepared statements by their
+#: text, and the authorizer only runs when a statement is prepared: the prefix keeps user statements
+#: from ever reusing a statement the runtime prepared (unchecked), e.g. ``COMMIT``.
+_MARK = "/* roost:sql */ "
+
 Params = Sequence[Any] | dict[str, Any]
 
 
@@ -39,7 +44,7 @@ class Sql:
         conn = host.turn_connection()
         host.user_sql = True
         try:
-            return conn.executemany(query, rows).rowcount
+            return conn.executemany(_MARK + query, rows).rowcount
         finally:
             host.user_sql = False
 
@@ -64,6 +69,6 @@ class Sql:
         conn = host.turn_connection()
         host.user_sql = True
         try:
-            return conn.execute(query, params)
+            return conn.execute(_MARK + query, params)
         finally:
             host.user_sql = False

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,23 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _raise_fd_limit(need: int) -> None:
+    """Raise the soft descriptor limit (inherited by the children) towards ``need``, up to the hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need and (hard == resource.RLIM_INFINITY or hard >= need):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
+    if name == "sqlite":
+        return sqlite_ceiling.run(s)
+    if name == "rpc":
+        return rpc.run(s)
+    if name == "fanout":
+        return fanout.run(s)
+    if name == "activation":
+        return activation.run(s, dataset)
+    return memory.run(s, dataset)
 
 
 def run(s: Settings, only: tuple[str, ...]) -> dict[str, Any]:
@@ -53,25 +69,21 @@ def run(s: Settings, only: tuple[str, ...]) -> dict[str, Any]:
         },
         "sections": {},
         "section_s": {},
+        "errors": {},
     }
+    shutil.rmtree(s.data_dir / "logs", ignore_errors=True)  # server logs of this run only
     t_all = time.monotonic()
     dataset: Dataset | None = None
     for name in only:
         t0 = time.monotonic()
         log(f"== section {name}")
-        if name in ("activation", "memory") and dataset is None:
-            dataset = ensure_dataset(s.data_dir, s.activation_files)
-        if name == "sqlite":
-            out = sqlite_ceiling.run(s)
-        elif name == "rpc":
-            out = rpc.run(s)
-        elif name == "fanout":
-            out = fanout.run(s)
-        elif name == "activation":
-            out = activation.run(s, dataset)
-        else:
-            out = memory.run(s, dataset)
-        results["sections"][name] = out
+        try:
+            if name in ("activation", "memory") and dataset is None:
+                dataset = ensure_dataset(s.data_dir, s.activation_files)
+            results["sections"][name] = _section(s, name, dataset)
+        except Exception as exc:  # report the others; the exit status says something failed
+            log(f"section {name} FAILED: {type(exc).__name__}: {exc}")
+            results["errors"][name] = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
         results["section_s"][name] = time.monotonic() - t0
     results["wall_s"] = time.monotonic() - t_all
     return results
@@ -93,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(render(results))
     log(f"bench: wrote {a.out} ({results['wall_s']:.0f} s)")
+    if results["errors"]:
+        log(
+            f"bench: section(s) failed: {', '.join(results['errors'])} (server logs in {s.data_dir / 'logs'})"
+        )
+        return 1
     return 0
 
 

@@ -4,7 +4,8 @@ Modes (every loop is bounded by a deadline and a count):
 
 - ``rr``: open connection groups, then run request/response points: each of ``conns`` connections loops
   ``send frame → await reply`` for ``duration`` seconds. Reports ops/s, p50/p99 latency of every round
-  trip, reply errors, and the server's and this client's CPU per operation.
+  trip, reply errors, and the server's and this client's CPU per operation. A point with ``pin`` runs
+  with this client and the server on two different CPUs (see :func:`pinned`).
 - ``fanout``: ``subs`` connections subscribed to one actor count the frames they receive while one
   driver connection calls ``increment`` in a loop for ``duration`` seconds.
 - ``hold``: open idle connections in steps (each does one request), print ``{"ready": n}`` after each
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvloop
@@ -87,6 +90,28 @@ async def rr_point(
     }
 
 
+@contextlib.contextmanager
+def pinned(server_pid: int, pin: bool) -> Iterator[bool]:
+    """With ``pin`` (and ≥ 2 CPUs): this client on one CPU and the server on another for the block.
+
+    At one connection the scheduler otherwise places client and server on the same CPU in some runs
+    (direct hand-off, ~2.5× faster round trips) and on different CPUs in others, so c=1 is bimodal.
+    Different CPUs is the realistic case: a server core woken by traffic from elsewhere.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        yield False
+        return
+    mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(server_pid)
+    os.sched_setaffinity(0, {cpus[0]})
+    os.sched_setaffinity(server_pid, {cpus[1]})
+    try:
+        yield True
+    finally:
+        os.sched_setaffinity(server_pid, theirs)
+        os.sched_setaffinity(0, mine)
+
+
 async def run_rr(spec: Spec) -> dict[str, Any]:
     port, pid = int(spec["port"]), int(spec["server_pid"])
     payload = str(spec["frame"]).encode()
@@ -103,7 +128,9 @@ async def run_rr(spec: Spec) -> dict[str, Any]:
             await rr_point(first[:10], frame, check, float(spec["warmup"]), pid)
         for p in spec["points"]:
             conns = groups[p["group"]][: int(p["conns"])]
-            out["points"][p["name"]] = await rr_point(conns, frame, check, float(spec["duration"]), pid)
+            with pinned(pid, bool(p.get("pin"))) as did:
+                res = await rr_point(conns, frame, check, float(spec["duration"]), pid)
+            out["points"][p["name"]] = res | {"pinned": did}
     finally:
         for conns in groups.values():
             for c in conns:

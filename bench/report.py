@@ -43,7 +43,9 @@ def _ratio(num: Col, den: Col) -> str:
     return fmt(ratios(num, den), 2)
 
 
-def _not_run(heading: str, section: str) -> list[str]:
+def _not_run(heading: str, section: str, errors: dict[str, str]) -> list[str]:
+    if section in errors:
+        return [heading, "", f"_Section `{section}` failed in this run:_ `{errors[section][:300]}`", ""]
     return [heading, "", f"_Not run in this invocation (`--only` without `{section}`)._", ""]
 
 
@@ -60,7 +62,8 @@ def _echo(res: Res) -> list[str]:
         "",
         f"Request/response, lean client in its own process, the same {len(res['frame'])}-byte text frame as "
         "the durable RPC; every round trip timed. srv CPU: server process CPU per message; srv util: server "
-        "CPU-seconds per second (1.0 = one core); client CPU: the load client's own.",
+        "CPU-seconds per second (1.0 = one core); client CPU: the load client's own. 1-connection rows: "
+        "client and server pinned to different CPUs (see Method).",
         "",
         "| server | conns | msg/s | p50 µs | p99 µs | srv CPU µs/msg | srv util | client CPU µs/msg |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -167,8 +170,8 @@ def _hot(res: Res, sq: Res | None) -> list[str]:
     if sq is not None:
         ceiling = summarize(pluck(sq["reps"], "opN", "items_s")).med
         out.append(
-            f"| ÷ raw SQLite batched ceiling ({sq['batch']} increment-equivalents per commit, median "
-            f"{ceiling:,.0f} ops/s, other run order) | {summarize(hot).med / ceiling:.3f} |"
+            f"| ÷ raw SQLite batched ceiling ({sq['batch']} increment-equivalents per commit: median "
+            f"{ceiling:,.0f} ops/s in this run's `sqlite` section) | {summarize(hot).med / ceiling:.3f} |"
         )
     same = "equal ✓" if chk["ok"] else "**MISMATCH**"
     out += [
@@ -219,8 +222,11 @@ def _activation(res: Res) -> list[str]:
         HEADINGS[7],
         "",
         f"{res['files']:,} dormant `counter` files on disk ({res['file_bytes']:,} bytes each, {built}, "
-        f"`{res['root']}`). Each repetition is a fresh worker process activating {res['sample']:,} "
-        "never-touched actors per variant, interleaved; each Roost actor is deactivated right after.",
+        f"`{res['root']}`): byte copies of one actor file made with `ActorFile.open`, at the paths "
+        "`storage.actor_path` gives, registered in the directory; the copies share the original's "
+        "`roost_meta` rows, which activation does not read. Each repetition is a fresh worker process "
+        f"activating {res['sample']:,} never-touched actors per variant, interleaved; each Roost actor is "
+        "deactivated right after.",
         "",
         "| variant | p50 µs | p99 µs | p50 ÷ raw sqlite3 p50 (same rep) |",
         "|---|---:|---:|---:|",
@@ -315,6 +321,10 @@ def _header(results: Res) -> list[str]:
         "run at ~1 core (srv util), so the server is the bottleneck.",
         f"- Request/response points last {st['point_s']} s each after a {st['warmup_s']} s warm-up; every "
         "loop is bounded by a deadline and a count. Latency: every round trip, nearest-rank percentiles.",
+        "- 1-connection points run with the client and the server pinned to two different CPUs "
+        "(`sched_setaffinity`, restored afterwards): unpinned, the scheduler sometimes puts both on one CPU "
+        "(direct hand-off, ~2.5× faster round trips) and sometimes not, which made c=1 bimodal (echo p50 "
+        "26 vs 65 µs in the same run). Separate CPUs is the realistic case. Other points are unpinned.",
         "- `roost serve` as shipped (`python -m transport.cli serve --data DIR --port P --log-level "
         "warning`: uvloop, httptools, websockets-sansio, per-message deflate off). The Starlette echo uses "
         "the same uvicorn settings; the raw echo is `websockets.asyncio.server.serve` on uvloop, "
@@ -327,15 +337,17 @@ def _header(results: Res) -> list[str]:
 
 def render(results: Res) -> str:
     sec: Res = results["sections"]
-    rpc, sq = sec.get("rpc"), sec.get("sqlite")
+    rpc, sq, err = sec.get("rpc"), sec.get("sqlite"), results.get("errors", {})
     lines = _header(results)
-    lines += _echo(rpc) if rpc else _not_run(HEADINGS[2], "rpc")
-    lines += _sqlite(sq) if sq else _not_run(HEADINGS[3], "sqlite")
-    lines += _rpc(rpc) if rpc else _not_run(HEADINGS[4], "rpc")
-    lines += _hot(rpc, sq) if rpc else _not_run(HEADINGS[5], "rpc")
-    lines += _fanout(sec["fanout"]) if "fanout" in sec else _not_run(HEADINGS[6], "fanout")
-    lines += _activation(sec["activation"]) if "activation" in sec else _not_run(HEADINGS[7], "activation")
-    lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[8], "memory")
+    lines += _echo(rpc) if rpc else _not_run(HEADINGS[2], "rpc", err)
+    lines += _sqlite(sq) if sq else _not_run(HEADINGS[3], "sqlite", err)
+    lines += _rpc(rpc) if rpc else _not_run(HEADINGS[4], "rpc", err)
+    lines += _hot(rpc, sq) if rpc else _not_run(HEADINGS[5], "rpc", err)
+    lines += _fanout(sec["fanout"]) if "fanout" in sec else _not_run(HEADINGS[6], "fanout", err)
+    lines += (
+        _activation(sec["activation"]) if "activation" in sec else _not_run(HEADINGS[7], "activation", err)
+    )
+    lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[8], "memory", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

@@ -8,7 +8,8 @@ frame everywhere, ``{"type":"rpc","id":"1","method":"increment","args":[1]}``: t
 back, Roost runs ``counter.increment`` and replies with ``rpc_result`` after the commit.
 
 - durable RPC: connection ``i`` calls its own actor ``counter/rpc-i`` with ``?subscribe=none``, so
-  only the call's own reply comes back;
+  only the call's own reply comes back. The 1-connection point runs with client and server pinned to
+  two different CPUs (otherwise its latency is bimodal with the scheduler's placement);
 - hot actor: every connection calls ``counter/hot``. Afterwards the actor's count is read over HTTP and
   must equal the number of acknowledged increments (nothing acknowledged was lost, nothing counted twice).
 """
@@ -43,7 +44,9 @@ def echo_server(s: Settings, kind: str) -> Server:
 
 
 def _points(s: Settings, hot: bool) -> list[dict[str, Any]]:
-    pts: list[dict[str, Any]] = [{"name": f"c{c}", "group": "own", "conns": c} for c in s.concs]
+    pts: list[dict[str, Any]] = [
+        {"name": f"c{c}", "group": "own", "conns": c, "pin": c == 1} for c in s.concs
+    ]
     if hot:
         pts.append({"name": "hot", "group": "hot", "conns": s.hot_conns})
     return pts

@@ -42,7 +42,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
     base = Settings(
         quick=False,
         reps=5,
-        point_s=1.0,
+        point_s=1.5,
         warmup_s=0.2,
         concs=(1, 10, 100),
         hot_conns=100,

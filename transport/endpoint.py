@@ -53,7 +53,17 @@ log = logging.getLogger("roost.ws")
 class SocketSink:
     """Outbound queue of one socket, drained by its own writer task. ``send_text`` never blocks."""
 
-    __slots__ = ("_closing", "_queue", "_send", "_wake", "closed", "max_queue", "task")
+    __slots__ = (
+        "_blocked",
+        "_closing",
+        "_queue",
+        "_send",
+        "_wake",
+        "closed",
+        "max_queue",
+        "task",
+        "welcomed",
+    )
 
     def __init__(self, send: Send, max_queue: int) -> None:
         self._send = send
@@ -61,6 +71,8 @@ class SocketSink:
         self._wake: asyncio.Future[None] | None = None
         self._closing: tuple[int, str] | None = None
         self.closed = False
+        self.welcomed = False  # the actor's first frame (always the welcome) was queued
+        self._blocked = False  # the writer waits on the socket: the client is not reading
         self.max_queue = max_queue
         self.task: asyncio.Task[None] | None = None
 
@@ -68,10 +80,14 @@ class SocketSink:
         self.task = asyncio.get_running_loop().create_task(self._run(), name="roost:ws-writer")
 
     def send_text(self, text: str) -> None:
+        """Queue a frame. A client is a slow consumer, and is closed with 1013, only when more than
+        ``max_queue`` frames wait *while the socket does not take them*: a burst (a long replay) that
+        the socket drains is not a reason to close."""
         if self._closing is not None or self.closed:
             return
+        self.welcomed = True
         self._queue.append(text)
-        if len(self._queue) > self.max_queue:
+        if self._blocked and len(self._queue) > self.max_queue:
             self._queue.clear()
             self.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: send queue full")
             return
@@ -95,7 +111,9 @@ class SocketSink:
         try:
             while True:
                 while queue:
+                    self._blocked = True  # stays True only while send() is suspended on the socket
                     await send({"type": "websocket.send", "text": queue.popleft()})
+                    self._blocked = False
                 if self._closing is not None:
                     code, reason = self._closing
                     await send({"type": "websocket.close", "code": code, "reason": reason})
@@ -208,42 +226,52 @@ class WebSocketEndpoint:
                 sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
                 continue
             try:
-                self._handle(host, conn, text, max_in_flight)
+                self._handle(host, sink, conn, text, max_in_flight)
             except ActorUnavailable as exc:
                 sink.send_text(error_frame(exc.code, exc.message))
                 sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
 
     @staticmethod
-    def _handle(host: Any, conn: Connection, text: str | None, max_in_flight: int) -> None:
+    def _handle(host: Any, sink: SocketSink, conn: Connection, text: str | None, max_in_flight: int) -> None:
         """One client frame: parse it and queue what it asks for at the actor."""
+
+        def answer(frame_text: str) -> None:
+            # once welcomed, a refusal goes out at once (it must not wait behind the very backlog
+            # it refuses); before, it queues behind the welcome
+            if sink.welcomed:
+                sink.send_text(frame_text)
+            else:
+                host.submit(Deliver(conn, frame_text))
+
         if text is None:
-            host.submit(Deliver(conn, error_frame("bad_frame", "binary frames are not accepted; send text")))
+            answer(error_frame("bad_frame", "binary frames are not accepted; send text"))
             return
         try:
             frame = parse_client_frame(text)
         except ProtocolError as exc:
-            host.submit(Deliver(conn, error_frame(exc.code, exc.message)))
+            answer(error_frame(exc.code, exc.message))
             return
-        if isinstance(frame, RpcFrame):
+        if isinstance(frame, RpcFrame | MessageFrame):
+
+            def refuse(code: str, message: str) -> None:
+                if isinstance(frame, RpcFrame):
+                    answer(_call_error(frame.id, code, message))
+                else:
+                    answer(error_frame(code, message))
+
+            # in_flight counts inputs queued or running at the actor for this connection
             if conn.in_flight >= max_in_flight:
-                busy = f"more than {max_in_flight} calls and messages in flight on this connection"
-                host.submit(Deliver(conn, _call_error(frame.id, "overloaded", busy)))
+                refuse(
+                    "overloaded", f"more than {max_in_flight} calls and messages in flight on this connection"
+                )
                 return
             try:
-                host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
-            except Overloaded as exc:  # the actor's mailbox is full: refuse this call, keep going
-                host.submit(Deliver(conn, _call_error(frame.id, exc.code, exc.message)))
-                return
-            conn.in_flight += 1
-        elif isinstance(frame, MessageFrame):
-            if conn.in_flight >= max_in_flight:
-                busy = f"more than {max_in_flight} calls and messages in flight on this connection"
-                host.submit(Deliver(conn, error_frame("overloaded", busy)))
-                return
-            try:
-                host.submit(Message(conn, frame.data))
-            except Overloaded as exc:
-                host.submit(Deliver(conn, error_frame(exc.code, exc.message)))
+                if isinstance(frame, RpcFrame):
+                    host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
+                else:
+                    host.submit(Message(conn, frame.data))
+            except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
+                refuse(exc.code, exc.message)
                 return
             conn.in_flight += 1
         elif isinstance(frame, PingFrame):
