@@ -210,6 +210,9 @@ class ActorHost:
         self._snap: tuple[int, int, str] = (0, 1, "")
         self._turn_id = 0
         self._turn_changes = 0
+        self._turn_started = 0.0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._expired = 0
         self._current: Input | None = None
         self._loop = asyncio.get_running_loop()
         self.state_json, _ = file.load_state()
@@ -351,23 +354,43 @@ class ActorHost:
         self.file.savepoint()
         self._snap = (self.seq, self.oldest, self.state_json)
         self._turn_id += 1
-        if self._pending:  # earlier turns of this batch hold outputs: do not let a slow turn keep them
-            self._turn_changes = self.file.conn.total_changes
-            self._loop.call_soon(self._flush_while_suspended, self._turn_id)
+        self._turn_started = self._loop.time()
+        self._turn_changes = self.file.conn.total_changes
+        self._loop.call_soon(self._on_suspend, self._turn_id)
 
-    def _flush_while_suspended(self, turn_id: int) -> None:
-        """Runs only if the turn that scheduled it gave the loop a chance to run, i.e. it awaits
-        something real (another actor, I/O). If that turn has written nothing yet, commit the earlier
-        turns of the batch and release their outputs now instead of when the slow turn ends; the
-        turn then goes on in a new transaction, exactly as if it had started after the commit."""
-        if not self.in_turn or turn_id != self._turn_id or not self._pending:
+    def _on_suspend(self, turn_id: int) -> None:
+        """Runs only if turn ``turn_id`` gave the event loop a chance to run, i.e. it awaits something
+        real (another actor, I/O). A turn that never suspends costs no timer at all.
+
+        - It arms the turn's timeout (``turn_timeout`` from the turn's start).
+        - If earlier turns of the batch hold outputs and this turn has written nothing yet, it commits
+          them and releases their outputs now instead of when the slow turn ends; the turn goes on in
+          a new transaction, exactly as if it had started after that commit.
+        """
+        if not self.in_turn or turn_id != self._turn_id:
             return
-        if self.file.conn.total_changes != self._turn_changes:
-            return  # this turn wrote already: the batch commits with it
+        if self._deadline is None:
+            self._deadline = self._loop.call_at(self._turn_started + self.turn_timeout, self._expire, turn_id)
+        if not self._pending or self.file.conn.total_changes != self._turn_changes:
+            return  # nothing held, or this turn wrote already: the batch commits with it
         self.file.release()
         if self._flush():
             self.file.begin()
             self.file.savepoint()
+
+    def _expire(self, turn_id: int) -> None:
+        """The turn's time is up: cancel it where it waits; ``_check_timeout`` turns that into a
+        ``TimeoutError`` so that the turn is rolled back and its caller told ``timeout``."""
+        if self.in_turn and turn_id == self._turn_id:
+            self._expired = turn_id
+            self.task.cancel()
+
+    def _check_timeout(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, asyncio.CancelledError) and self._expired == self._turn_id:
+            self._expired = 0
+            self.task.uncancel()
+            return TimeoutError(f"turn exceeded {self.turn_timeout} s")
+        return exc
 
     def _commit_turn(self) -> None:
         self.file.release()
@@ -375,6 +398,9 @@ class ActorHost:
         self._end_turn()
 
     def _end_turn(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self._turn_out = []
         self.in_turn = False
         self.chain = ()
@@ -402,13 +428,14 @@ class ActorHost:
         self.file.begin()
         self.file.savepoint()
         self._snap = (self.seq, self.oldest, self.state_json)
+        self._turn_changes = self.file.conn.total_changes
 
     async def _start(self) -> bool:
         self._begin_turn()
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                await _maybe_await(self.actor.on_start())
+            await _maybe_await(self.actor.on_start())
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             log.exception("on_start failed for %s/%r", self.kind, self.name)
             self._report(exc, None)
@@ -452,14 +479,14 @@ class ActorHost:
         if item.principal is not None:
             self.principal = item.principal
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                result = await self._invoke(item)
+            result = await self._invoke(item)
             if conn is not None:
                 frame = _json({"type": "rpc_result", "id": item.id, "ok": True, "result": result})
                 self._turn_out.append((0, conn, frame))
             elif item.reply is not None:
                 self._turn_out.append((2, item.reply, orjson.loads(orjson.dumps(result))))
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             err = self._as_rpc_error(exc)
             if not isinstance(err, RpcError) or isinstance(err, HandlerError):
@@ -503,9 +530,9 @@ class ActorHost:
             return
         self._begin_turn(conn)
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                await _maybe_await(self.actor.on_message(conn, item.data))
+            await _maybe_await(self.actor.on_message(conn, item.data))
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             self._report(exc, conn)
             err = self._as_rpc_error(exc)
@@ -521,9 +548,9 @@ class ActorHost:
         conn._host = self
         self._begin_turn(conn)
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                await _maybe_await(self.actor.on_connect(conn))
+            await _maybe_await(self.actor.on_connect(conn))
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             conn._host = None
             if isinstance(exc, Reject):
@@ -578,9 +605,9 @@ class ActorHost:
             return
         self._begin_turn(conn)
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                await _maybe_await(self.actor.on_close(conn, item.code))
+            await _maybe_await(self.actor.on_close(conn, item.code))
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             self._report(exc, conn)
             if isinstance(exc, asyncio.CancelledError):
@@ -594,10 +621,10 @@ class ActorHost:
         self._begin_turn()
         self.chain = (*item.chain, self.key)
         try:
-            async with asyncio.timeout(self.turn_timeout):
-                result = await item.fn(self.actor)
+            result = await item.fn(self.actor)
             self._turn_out.append((2, item.reply, result))
         except BaseException as exc:
+            exc = self._check_timeout(exc)
             self._abort_turn()
             self._pending.append((3, item.reply, self._as_rpc_error(exc)))
             if isinstance(exc, asyncio.CancelledError):
