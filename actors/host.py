@@ -207,7 +207,7 @@ class ActorHost:
         self._started = False
         self._stop_requested = False
         self._now = 0.0
-        self._snap: tuple[int, int, str] = (0, 1, "")
+        self._snap: tuple[int, int, str, int, int] = (0, 1, "", 0, 0)
         self._turn_id = 0
         self._turn_changes = 0
         self._turn_started = 0.0
@@ -215,7 +215,12 @@ class ActorHost:
         self._expired = 0
         self._current: Input | None = None
         self._loop = asyncio.get_running_loop()
-        self.state_json, _ = file.load_state()
+        self.state_json, self.saved_state_seq = file.load_state()
+        self.state_seq = self.saved_state_seq
+        newest = file.latest_frame("state", after=self.saved_state_seq)
+        if newest is not None:  # the log is ahead of the snapshot row: the state is in its frame
+            self.state_seq = newest[0]
+            self.state_json = _json(orjson.loads(newest[1])["state"])
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
         file.conn.set_authorizer(self._authorize)
@@ -350,9 +355,8 @@ class ActorHost:
         self.principal = caller.principal if caller is not None else None
         self._now = self.clock.now()
         self._turn_out = []
-        self.file.begin()
-        self.file.savepoint()
-        self._snap = (self.seq, self.oldest, self.state_json)
+        self.file.begin_turn()
+        self._snap = (self.seq, self.oldest, self.state_json, self.state_seq, self.saved_state_seq)
         self._turn_id += 1
         self._turn_started = self._loop.time()
         self._turn_changes = self.file.conn.total_changes
@@ -373,10 +377,9 @@ class ActorHost:
             self._deadline = self._loop.call_at(self._turn_started + self.turn_timeout, self._expire, turn_id)
         if not self._pending or self.file.conn.total_changes != self._turn_changes:
             return  # nothing held, or this turn wrote already: the batch commits with it
-        self.file.release()
+        self.file.end_turn()
         if self._flush():
-            self.file.begin()
-            self.file.savepoint()
+            self.file.begin_turn()
 
     def _expire(self, turn_id: int) -> None:
         """The turn's time is up: cancel it where it waits; ``_check_timeout`` turns that into a
@@ -393,7 +396,7 @@ class ActorHost:
         return exc
 
     def _commit_turn(self) -> None:
-        self.file.release()
+        self.file.end_turn()
         self._pending.extend(self._turn_out)
         self._end_turn()
 
@@ -411,8 +414,8 @@ class ActorHost:
         """Undo the turn back to its savepoint (the last checkpoint of a streaming call)."""
         snap = self._snap
         if not self.file.closed:  # a failed commit already closed it
-            self.file.rollback_to()
-        self.seq, self.oldest = snap[0], snap[1]
+            self.file.abort_turn()
+        self.seq, self.oldest, _, self.state_seq, self.saved_state_seq = snap
         if snap[2] is not self.state_json:
             self.state_json = snap[2]
             self.state = orjson.loads(snap[2])
@@ -420,14 +423,13 @@ class ActorHost:
 
     def checkpoint(self) -> None:
         """Inside a turn: make the writes so far durable and release the outputs so far."""
-        self.file.release()
+        self.file.end_turn()
         self._pending.extend(self._turn_out)
         self._turn_out = []
         if not self._flush():
             raise ActorUnavailable(message="commit failed")
-        self.file.begin()
-        self.file.savepoint()
-        self._snap = (self.seq, self.oldest, self.state_json)
+        self.file.begin_turn()
+        self._snap = (self.seq, self.oldest, self.state_json, self.state_seq, self.saved_state_seq)
         self._turn_changes = self.file.conn.total_changes
 
     async def _start(self) -> bool:
@@ -684,8 +686,8 @@ class ActorHost:
             raise StateError(f"state is not JSON: {exc}") from exc
         seq = self._next_seq()
         frame = _json({"type": "state", "seq": seq, "state": orjson.Fragment(text)})
-        self.file.write_state(text, seq, self._now)
-        self.file.append_log(seq, "state", frame, self._now)
+        self.file.append_log(seq, "state", frame, self._now)  # the frame is the state's only write
+        self.state_seq = seq
         self.state_json = text
         self.state = orjson.loads(text)
         self._fanout("state", frame, (), None)
@@ -744,10 +746,17 @@ class ActorHost:
         else:
             out[1].deliver_close(*out[2])
 
+    def _save_state(self) -> None:
+        """Bring the snapshot row up to the current state (in the open transaction, if any)."""
+        if self.saved_state_seq != self.state_seq:
+            self.file.save_state(self.state_json, self.state_seq, self.clock.now())
+            self.saved_state_seq = self.state_seq
+
     def _next_seq(self) -> int:
         self.seq += 1
         if self.seq - self.oldest + 1 > self.retention + max(1, self.retention // 10):
             keep_from = self.seq - self.retention + 1
+            self._save_state()  # the state frame may be pruned: keep the state in the snapshot row
             self.file.prune_log(keep_from)
             self.oldest = keep_from
         elif self.oldest > self.seq:  # the log was empty
@@ -760,8 +769,11 @@ class ActorHost:
         if not self.idle or self.stopping:
             return False
         self.stopping = True
-        self.file.close()
-        self.task.cancel()
+        try:
+            self._save_state()
+        finally:
+            self.file.close()
+            self.task.cancel()
         return True
 
     async def stop(self) -> None:
@@ -777,7 +789,11 @@ class ActorHost:
             await self.task
         finally:
             self.stopping = True
-            self.file.close()
+            if not self.file.closed:
+                try:
+                    self._save_state()
+                finally:
+                    self.file.close()
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -13,8 +13,12 @@ Guarantees:
 - **Durability.** WAL mode. ``durability="normal"`` (``synchronous=NORMAL``) survives a crash of the
   process; ``"full"`` (``synchronous=FULL``) also survives power loss, at the cost of an fsync per
   commit.
-- **Atomic turns.** :meth:`savepoint` / :meth:`release` / :meth:`rollback_to` bracket one turn inside
-  the batch transaction; a failed turn leaves nothing behind.
+- **Atomic turns.** :meth:`begin_turn` / :meth:`end_turn` / :meth:`abort_turn` bracket one turn:
+  the first turn of a batch is the transaction itself, later ones are SAVEPOINTs inside it; a failed
+  turn leaves nothing behind.
+- **State lives in the log.** Each state change is one row of ``roost_log`` (the frame carries the
+  whole state); ``roost_state`` is a snapshot written when the actor closes or the log is pruned.
+  The current state is the newer of the two (:meth:`load_state`, :meth:`latest_frame`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class ActorFile:
         self.path = path
         self.created = created
         self.in_transaction = False
+        self._in_savepoint = False
         self._closed = False
 
     # -- opening ---------------------------------------------------------------------------------
@@ -95,9 +100,20 @@ class ActorFile:
 
     # -- reading ---------------------------------------------------------------------------------
     def load_state(self) -> tuple[str, int]:
-        """The persisted state (JSON text) and the ``seq`` of the frame that set it."""
+        """The state snapshot row (JSON text) and the ``seq`` of the frame that set it.
+
+        The snapshot may be older than the log: see :meth:`latest_frame`.
+        """
         row = self.conn.execute("SELECT state, seq FROM roost_state WHERE id = 1").fetchone()
         return str(row[0]), int(row[1])
+
+    def latest_frame(self, kind: str, after: int) -> tuple[int, str] | None:
+        """The newest logged frame of ``kind`` with ``seq > after``, as ``(seq, frame)``."""
+        row = self.conn.execute(
+            "SELECT seq, frame FROM roost_log WHERE kind = ? AND seq > ? ORDER BY seq DESC LIMIT 1",
+            (kind, after),
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def log_bounds(self) -> tuple[int, int]:
         """``(oldest, head)`` seq of the log; ``(1, 0)`` when nothing was ever logged.
@@ -128,6 +144,46 @@ class ActorFile:
         if self.in_transaction:
             self.conn.execute("COMMIT")
             self.in_transaction = False
+
+    def begin_turn(self) -> None:
+        """Start a turn: the batch transaction if none is open (nothing else to protect), else a
+        SAVEPOINT inside it, so that a failing turn undoes only itself."""
+        if self.in_transaction:
+            self.conn.execute("SAVEPOINT turn")
+            self._in_savepoint = True
+        else:
+            self.conn.execute("BEGIN")
+            self.in_transaction = True
+            self._in_savepoint = False
+
+    def end_turn(self) -> None:
+        """The turn succeeded: its writes join the batch (committed by :meth:`commit`)."""
+        if self._in_savepoint:
+            self.conn.execute("RELEASE turn")
+            self._in_savepoint = False
+
+    def abort_turn(self) -> None:
+        """The turn failed: undo its writes, and only its writes."""
+        if self._in_savepoint:
+            self.conn.execute("ROLLBACK TO turn")
+            self.conn.execute("RELEASE turn")
+            self._in_savepoint = False
+        elif self.in_transaction:
+            self.conn.execute("ROLLBACK")
+            self.in_transaction = False
+
+    def save_state(self, state_json: str, seq: int, now: float) -> None:
+        """Write the state snapshot row, in its own transaction if none is open."""
+        if self.in_transaction:
+            self.write_state(state_json, seq, now)
+            return
+        self.conn.execute("BEGIN")
+        try:
+            self.write_state(state_json, seq, now)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
     def savepoint(self) -> None:
         self.conn.execute("SAVEPOINT turn")

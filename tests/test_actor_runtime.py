@@ -68,7 +68,9 @@ class Guarded(Actor):
 
     def _seqs(self) -> tuple[int, int]:
         """(seq in memory, seq persisted in the turn's transaction)."""
-        return self.seq, int(self.sql.scalar("SELECT seq FROM roost_state WHERE id = 1"))
+        return self.seq, int(
+            self.sql.scalar("SELECT coalesce(max(seq), 0) FROM roost_log WHERE kind = 'state'")
+        )
 
     def validate_state(self, state: Any) -> None:
         self.seen_by_validate.setdefault(self.name, []).append(self._seqs())
@@ -1127,3 +1129,43 @@ async def test_a_slow_turn_does_not_hold_back_the_replies_of_earlier_turns_in_it
         assert slow["result"] == "slow done"
         assert [f["seq"] for f in c.frames if f["type"] == "state"] == [1, 2]
         assert await c.call("inc") == 102
+
+
+class _Chatty(Actor):
+    kind = "chatty"
+    initial_state = {"topic": ""}
+    log_retention = 5
+
+    @callable
+    async def topic(self, text: str) -> None:
+        self.set_state({"topic": text})
+
+    @callable
+    async def say(self, n: int) -> None:
+        for i in range(n):
+            self.emit({"i": i})
+
+    @callable
+    async def on_disk(self) -> dict[str, Any]:
+        row = self.sql.one("SELECT state, seq FROM roost_state WHERE id = 1")
+        assert row is not None
+        frames = self.sql.scalar("SELECT count(*) FROM roost_log WHERE kind = 'state'")
+        return {"snapshot": row[0], "snapshot_seq": row[1], "state_frames": frames}
+
+
+async def test_the_state_survives_pruning_of_its_frame_and_reactivation(tmp_path: Path) -> None:
+    """A state change is one log row; when pruning drops that row, the snapshot row keeps the state,
+    so a reactivated actor (or one recovered after a crash) has its state whatever was pruned."""
+    async with ActorKit([_Chatty], tmp_path) as kit:
+        await kit.call("chatty", "p", "topic", "kept")
+        before = await kit.call("chatty", "p", "on_disk")
+        assert before["state_frames"] == 1, "the state is in its frame"
+        assert before["snapshot"] == '{"topic":""}', "the snapshot row is not rewritten on every change"
+        await kit.call("chatty", "p", "say", 20)  # pruning drops the state frame
+        after = await kit.call("chatty", "p", "on_disk")
+        assert after["state_frames"] == 0
+        assert after["snapshot"] == '{"topic":"kept"}'
+        assert after["snapshot_seq"] == 1
+        kit.clock.advance(kit.registry.config.idle_timeout + 1)  # type: ignore[attr-defined]
+        assert kit.registry.sweep() == 1
+        assert await kit.registry.snapshot("chatty", "p") == ({"topic": "kept"}, 21)
