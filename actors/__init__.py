@@ -6,7 +6,7 @@ gate, :mod:`actors.registry` for activation and dormancy, :mod:`actors.errors` f
 
 from actors.actor import Actor
 from actors.connection import ANONYMOUS, Connection, Principal, Sink, Subscriptions
-from actors.decorators import callable
+from actors.decorators import callable, wakeup
 from actors.errors import (
     ActorError,
     ActorNotFound,
@@ -19,6 +19,7 @@ from actors.errors import (
     UnknownKind,
 )
 from actors.registry import ActorRef, Registry, RuntimeConfig
+from actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 
 __all__ = [
     "ANONYMOUS",
@@ -29,15 +30,20 @@ __all__ = [
     "ActorUnavailable",
     "CallTimeout",
     "Connection",
+    "DeadLetter",
     "InvalidActorAddress",
+    "Misfire",
     "Principal",
     "Registry",
     "Reject",
+    "RetryPolicy",
     "RoostError",
     "RpcError",
     "RuntimeConfig",
+    "Schedule",
     "Sink",
     "Subscriptions",
     "UnknownKind",
     "callable",
+    "wakeup",
 ]

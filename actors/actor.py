@@ -28,10 +28,13 @@ the write. ``state`` is only persisted through ``set_state``: mutating it in pla
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from actors.connection import Connection, Principal
+from actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from actors.sql import Sql
+from scheduler.triggers import interval_trigger, make_trigger
 from storage import Migration
 
 if TYPE_CHECKING:
@@ -122,6 +125,88 @@ class Actor:
         """
         ids = tuple(c.id if isinstance(c, Connection) else c for c in exclude)
         return self._host.broadcast(data, ids, frozenset(tags) if tags is not None else None)
+
+    # -- wake-ups -------------------------------------------------------------------------------------
+    async def schedule(
+        self,
+        when: float | datetime | str,
+        callback: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        misfire: Misfire = Misfire.RUN_ONCE,
+        misfire_grace: float = 1.0,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        tz: str = "UTC",
+    ) -> Schedule:
+        """Wake this actor: ``when`` is seconds from now (sub-second allowed), an aware ``datetime``,
+        or a cron string (5 or 6 fields, in ``tz``). ``callback`` names a ``@wakeup`` method; ``payload``
+        is JSON. Written in this turn's transaction. With a ``key`` that already exists, the existing
+        schedule is returned and nothing is added (safe to call in ``on_start``)."""
+        trigger = make_trigger(when, now=self._host._now, tz=tz)
+        return self._schedule(trigger, callback, payload, key, misfire, misfire_grace, retry, timeout)
+
+    async def schedule_every(
+        self,
+        interval: float,
+        callback: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        start: float | datetime | None = None,
+        misfire: Misfire = Misfire.RUN_ONCE,
+        misfire_grace: float = 1.0,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Schedule:
+        """Wake this actor every ``interval`` seconds (first at ``start``, default one interval from
+        now). Runs never overlap: a run later than its grace is a misfire (default: coalesced)."""
+        begin = start.timestamp() if isinstance(start, datetime) else start
+        trigger = interval_trigger(interval, now=self._host._now, start=begin)
+        return self._schedule(trigger, callback, payload, key, misfire, misfire_grace, retry, timeout)
+
+    def _schedule(
+        self,
+        trigger: dict[str, Any],
+        callback: str,
+        payload: Any,
+        key: str | None,
+        misfire: Misfire,
+        misfire_grace: float,
+        retry: RetryPolicy | None,
+        timeout: float | None,
+    ) -> Schedule:
+        schedule: Schedule = self._host.add_schedule(
+            trigger,
+            callback,
+            payload,
+            key=key,
+            misfire=Misfire(misfire),
+            misfire_grace=misfire_grace,
+            retry=retry or RetryPolicy(),
+            timeout=timeout,
+        )
+        return schedule
+
+    async def list_schedules(self, *, include_finished: bool = False) -> list[Schedule]:
+        """This actor's schedules (active ones unless ``include_finished``), soonest first."""
+        self._host.require_turn()
+        return self._host.schedules.all(include_finished=include_finished)
+
+    async def get_schedule(self, id_or_key: str) -> Schedule | None:
+        self._host.require_turn()
+        store = self._host.schedules
+        return store.get(id_or_key) or store.get_by_key(id_or_key)
+
+    async def cancel_schedule(self, id_or_key: str) -> bool:
+        """Cancel an active schedule by id or key; False if there was none."""
+        return self._host.cancel_schedule(id_or_key)
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Wake-ups that failed ``max_attempts`` times, newest first."""
+        self._host.require_turn()
+        return self._host.schedules.dead_letters(limit)
 
     # -- other actors -------------------------------------------------------------------------------
     def actor(self, kind: str, name: str) -> ActorRef:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["CallableInfo", "callable", "callables_of"]
+__all__ = ["CallableInfo", "callable", "callables_of", "wakeup"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__roost_callable__"
@@ -24,6 +24,24 @@ def callable(fn: F) -> F:
         raise ValueError(f"private method {fn.__name__!r} cannot be @callable")
     setattr(fn, _MARK, True)
     return fn
+
+
+def wakeup(fn: F | None = None, *, model: type[Any] | None = None) -> Any:
+    """Mark a method as a wake-up callback (``self.schedule(when, "method", payload)``).
+
+    ``@wakeup`` or ``@wakeup(model=PydanticModel)``: with a model, the payload is validated when the
+    wake-up is scheduled and handed to the method as a model instance when it fires. The method takes
+    the payload as its one argument, or no argument at all.
+    """
+
+    def mark(f: F) -> F:
+        if f.__name__.startswith("_"):
+            raise ValueError(f"private method {f.__name__!r} cannot be @wakeup")
+        setattr(f, "__roost_wakeup__", True)  # noqa: B010
+        setattr(f, "__roost_wakeup_model__", model)  # noqa: B010
+        return f
+
+    return mark(fn) if fn is not None else mark
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from actors.actor import Actor
 from actors.connection import Connection
-from actors.decorators import callable
+from actors.decorators import callable, wakeup
 
 __all__ = ["KINDS", "Counter", "Room"]
 
@@ -34,6 +34,21 @@ class Counter(Actor):
     async def get(self) -> int:
         count: int = self.state["count"]
         return count
+
+    @callable
+    async def increment_later(self, seconds: float, by: int = 1, key: str | None = None) -> str:
+        """Schedule ``add(by)`` in ``seconds``; the same ``key`` twice gives one schedule. The id."""
+        schedule = await self.schedule(seconds, "add", {"by": by}, key=key)
+        return schedule.id
+
+    @callable
+    async def schedules(self) -> list[dict[str, Any]]:
+        """The pending wake-ups, as control records."""
+        return [s.to_json() for s in await self.list_schedules()]
+
+    @wakeup
+    async def add(self, payload: dict[str, int]) -> None:
+        self.set_state({"count": self.state["count"] + int(payload["by"])})
 
     @callable
     async def count_to(self, n: int) -> AsyncIterator[int]:

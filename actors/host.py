@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from actors import wakeups
 from actors.connection import Connection, Principal
 from actors.decorators import CallableInfo
 from actors.errors import (
@@ -46,13 +48,14 @@ from actors.errors import (
     RpcError,
     StateError,
 )
+from actors.schedules import ScheduleStore
 from storage import ActorFile
 
 if TYPE_CHECKING:
     from actors.actor import Actor
     from actors.registry import Registry
 
-__all__ = ["ActorHost", "Call", "Connect", "Deliver", "Disconnect", "Message", "Task"]
+__all__ = ["ActorHost", "Call", "Connect", "Deliver", "Disconnect", "Message", "Task", "Wake"]
 
 log = logging.getLogger("roost.actor")
 PROTOCOL_VERSION = 1
@@ -110,11 +113,19 @@ class Task:
     chain: tuple[Key, ...] = field(default=())
 
 
-Input = Connect | Message | Disconnect | Call | Task | Deliver
+@dataclass(slots=True)
+class Wake:
+    """Run every due wake-up of this actor (one fire turn each); ``reply`` gets how many fired."""
+
+    reply: asyncio.Future[Any] | None = None
+
+
+Input = Connect | Message | Disconnect | Call | Task | Deliver | Wake
 
 # Outputs held by the gate: (0, conn, text) frame · (1, conn, (code, reason)) close ·
 # (2, future, value) result · (3, future, exception) error.
 Output = tuple[int, Any, Any]
+_UNSET: Any = object()
 
 
 #: What ``self.sql`` may not do: transactions belong to the runtime, and so do other files and pragmas.
@@ -214,6 +225,10 @@ class ActorHost:
         self._deadline: asyncio.TimerHandle | None = None
         self._expired = 0
         self._current: Input | None = None
+        self.schedules = ScheduleStore(file.conn)
+        self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
+        self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
+        self._trace_id: str | None = None
         self._loop = asyncio.get_running_loop()
         self.state_json, self.saved_state_seq = file.load_state()
         self.state_seq = self.saved_state_seq
@@ -292,6 +307,7 @@ class ActorHost:
     def _flush(self) -> bool:
         """Commit the batch, then release its outputs in order. False if the commit failed."""
         self._batch = 0
+        alarm = self._alarm_before_commit() if self.alarm_dirty else _UNSET
         try:
             self.file.commit()
         except Exception as exc:
@@ -299,6 +315,8 @@ class ActorHost:
             # nothing held is released: _fail answers the held replies and drops the frames
             self._fail(ActorUnavailable(message=f"commit failed: {exc}"), rolled_back=True)
             return False
+        if alarm is not _UNSET:
+            self._alarm_after_commit(alarm)
         out, self._pending = self._pending, []
         for tag, target, value in out:
             if tag == 0:
@@ -312,6 +330,37 @@ class ActorHost:
             else:
                 target.deliver_close(*value)
         return True
+
+    # -- the actor's alarm in the directory (wake-ups) ------------------------------------------------
+    def _alarm_before_commit(self) -> float | None:
+        """The actor's earliest wake-up as this batch leaves it. If earlier than the directory's, the
+        directory is lowered *before* the commit: a directory alarm may be early (a spurious wake) but
+        never later than the truth, whatever crashes when."""
+        alarm = self.schedules.next_alarm()
+        directory = self.registry.directory
+        if alarm is not None and directory is not None and (self.dir_alarm is None or alarm < self.dir_alarm):
+            try:
+                directory.lower_alarm(self.kind, self.name, alarm)
+            except Exception:
+                log.exception("could not lower the alarm of %s/%r", self.kind, self.name)
+                raise
+        return alarm
+
+    def _alarm_after_commit(self, alarm: float | None) -> None:
+        """After the commit: the directory takes the true alarm (later or none), dropping any claim."""
+        directory = self.registry.directory
+        self.alarm_dirty = False
+        if directory is None:
+            return
+        try:
+            directory.set_alarm(self.kind, self.name, alarm)
+        except Exception:  # a later alarm not written only means a spurious wake-up
+            log.exception("could not write the alarm of %s/%r", self.kind, self.name)
+            self.alarm_dirty = True
+            return
+        self.dir_alarm = alarm
+        if alarm is not None:
+            self.registry.alarm_set(alarm)
 
     def _fail(self, err: ActorUnavailable, *, rolled_back: bool = False) -> None:
         """Stop after a failure: answer everything queued, close connections, release the file."""
@@ -400,7 +449,15 @@ class ActorHost:
         self._pending.extend(self._turn_out)
         self._end_turn()
 
+    @property
+    def trace_id(self) -> str:
+        """An id for the current turn, made when first asked for (records carry it)."""
+        if self._trace_id is None:
+            self._trace_id = uuid.uuid4().hex
+        return self._trace_id
+
     def _end_turn(self) -> None:
+        self._trace_id = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -420,6 +477,56 @@ class ActorHost:
             self.state_json = snap[2]
             self.state = orjson.loads(snap[2])
         self._end_turn()
+
+    def _mark(self) -> tuple[int, int, str, int, int, int]:
+        """Where a nested rollback (a failed wake-up callback) returns to, in memory."""
+        return (
+            self.seq,
+            self.oldest,
+            self.state_json,
+            self.state_seq,
+            self.saved_state_seq,
+            len(self._turn_out),
+        )
+
+    def _rewind(self, mark: tuple[int, int, str, int, int, int]) -> None:
+        self.seq, self.oldest, state_json, self.state_seq, self.saved_state_seq, n = mark
+        del self._turn_out[n:]
+        if state_json is not self.state_json:
+            self.state_json = state_json
+            self.state = orjson.loads(state_json)
+
+    # -- wake-ups (API for Actor, during a turn) ------------------------------------------------------
+    def add_schedule(self, trigger: dict[str, Any], callback: str, payload: Any, **options: Any) -> Any:
+        self.require_turn()
+        fn = wakeups.check_callback(type(self.actor), callback)
+        model = getattr(fn, "__roost_wakeup_model__", None)
+        if model is not None:
+            payload = model.model_validate(payload).model_dump(mode="json")
+        try:
+            _json(payload)
+        except TypeError as exc:
+            raise StateError(f"payload is not JSON: {exc}") from exc
+        timeout = options.pop("timeout", None)
+        schedule, new = self.schedules.add(
+            callback=callback,
+            payload=payload,
+            trigger=trigger,
+            timeout=float(timeout if timeout is not None else self.turn_timeout * 0.9),
+            trace_id=self.trace_id,
+            now=self._now,
+            **options,
+        )
+        if new:
+            self.alarm_dirty = True
+        return schedule
+
+    def cancel_schedule(self, id_or_key: str) -> bool:
+        self.require_turn()
+        done = self.schedules.cancel(id_or_key)
+        if done:
+            self.alarm_dirty = True
+        return done
 
     def checkpoint(self) -> None:
         """Inside a turn: make the writes so far durable and release the outputs so far."""
@@ -469,6 +576,10 @@ class ActorHost:
         elif isinstance(item, Deliver):
             if item.conn.id in self.connections:
                 self._pending.append((0, item.conn, item.text))
+        elif isinstance(item, Wake):
+            fired = await wakeups.run_due(self)
+            if item.reply is not None:
+                self._pending.append((2, item.reply, fired))
         else:
             await self._task(item)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,8 @@ from actors.errors import (
     ReentrantCall,
     UnknownKind,
 )
-from actors.host import ActorHost, Call, Input, Key, Task
-from scheduler import Clock, SystemClock
+from actors.host import ActorHost, Call, Input, Key, Task, Wake
+from scheduler import Clock, Dispatcher, SystemClock
 from storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
 from storage import validate_name as _validate_name
 
@@ -66,6 +67,8 @@ class RuntimeConfig:
     max_batch: int = 256
     max_inbox: int = 10_000
     stop_timeout: float = 10.0
+    scheduler: bool = True  # run the wake-up dispatcher in this process
+    poll_interval: float = 1.0  # how often the dispatcher looks for alarms set by other processes
     durability: Durability = "normal"
     sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
 
@@ -112,7 +115,10 @@ class Registry:
             self._callables[kind] = callables_of(cls)
         self.hosts: dict[Key, ActorHost] = {}
         self.directory: Directory | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.rng = random.Random()  # retry jitter; tests may seed or replace it
         self._sweeper: asyncio.Task[None] | None = None
+        self._dispatch_task: asyncio.Task[None] | None = None
         self.activations = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -121,16 +127,21 @@ class Registry:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.directory = Directory(self.config.data_dir)
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
-        self._sweeper = asyncio.get_running_loop().create_task(
-            self._sweep_forever(interval), name="roost:sweeper"
-        )
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
+        if self.config.scheduler:
+            self.dispatcher = Dispatcher(
+                self.directory, self.wake, self.clock, poll_interval=self.config.poll_interval
+            )
+            self._dispatch_task = loop.create_task(self.dispatcher.run(), name="roost:dispatcher")
 
     async def stop(self) -> None:
         """Drain and close every live actor, then the directory. Close connections first."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-            self._sweeper = None
+        for task in (self._dispatch_task, self._sweeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._sweeper = self._dispatch_task = None
         hosts = list(self.hosts.values())
         stops = [asyncio.ensure_future(h.stop()) for h in hosts]
         if stops:
@@ -301,6 +312,18 @@ class Registry:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.submit(kind, name, Task(fn, fut))
         return await self._wait(fut, timeout)
+
+    async def wake(self, kind: str, name: str) -> int:
+        """Run the due wake-ups of an actor (activating it if dormant); how many fire turns ran."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit(kind, name, Wake(fut))
+        fired: int = await self._wait(fut, self.config.turn_timeout * 4)
+        return fired
+
+    def alarm_set(self, at: float) -> None:
+        """A live actor wrote its alarm: the dispatcher may need to wake earlier."""
+        if self.dispatcher is not None:
+            self.dispatcher.notify(at)
 
     async def snapshot(self, kind: str, name: str) -> tuple[Any, int]:
         """The committed ``(state, seq)`` of an existing actor. ``ActorNotFound`` creates nothing."""

@@ -1,5 +1,18 @@
-"""Scheduler: time and wake-ups. For now the injectable clock that every timer in Roost uses."""
+"""Scheduler: time and wake-ups. The injectable clock, trigger maths (APScheduler 3.11's trigger
+classes, nothing else of it), and the dispatcher that wakes actors when their alarm is due."""
 
 from scheduler.clock import Clock, FakeClock, SystemClock
+from scheduler.dispatcher import Dispatcher
+from scheduler.triggers import Trigger, TriggerError, interval_trigger, make_trigger, next_fire
 
-__all__ = ["Clock", "FakeClock", "SystemClock"]
+__all__ = [
+    "Clock",
+    "Dispatcher",
+    "FakeClock",
+    "SystemClock",
+    "Trigger",
+    "TriggerError",
+    "interval_trigger",
+    "make_trigger",
+    "next_fire",
+]

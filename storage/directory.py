@@ -36,6 +36,8 @@ _MIGRATIONS: tuple[Migration, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX actors_next_alarm ON actors (next_alarm_at) WHERE next_alarm_at IS NOT NULL;
     """,
+    # v2: which dispatcher claimed an actor's due alarm (the claim postpones the alarm by a lease).
+    "ALTER TABLE actors ADD COLUMN alarm_owner TEXT",
 )
 
 
@@ -100,6 +102,87 @@ class Directory:
             self._conn.execute("ROLLBACK")
             raise
         return len(rows)
+
+    # -- alarms (the scheduler) -----------------------------------------------------------------------
+    def lower_alarm(self, kind: str, name: str, at: float) -> None:
+        """Make the actor's alarm no later than ``at`` (committed at once). Written *before* the actor
+        commits a new earlier wake-up, so the directory is never later than the truth."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ? WHERE kind = ? AND name = ? "
+            "AND (next_alarm_at IS NULL OR next_alarm_at > ?)",
+            (at, kind, name, at),
+        )
+
+    def set_alarm(self, kind: str, name: str, at: float | None) -> None:
+        """Set the actor's alarm to its true earliest wake-up (or none) and drop any claim on it.
+        Written *after* the actor committed the change."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ?, alarm_owner = NULL WHERE kind = ? AND name = ?",
+            (at, kind, name),
+        )
+
+    def defer_claim(self, kind: str, name: str, owner: str, at: float) -> None:
+        """Give back a claim this dispatcher could not serve, due again at ``at``."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ?, alarm_owner = NULL "
+            "WHERE kind = ? AND name = ? AND alarm_owner = ?",
+            (at, kind, name, owner),
+        )
+
+    def next_alarm(self) -> float | None:
+        """The earliest alarm of any actor (one lookup in a partial index, whatever the count)."""
+        row = self._conn.execute(
+            "SELECT min(next_alarm_at) FROM actors WHERE next_alarm_at IS NOT NULL"
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def claim_due(
+        self, now: float, owner: str, lease_until: float, limit: int
+    ) -> list[tuple[str, str, float]]:
+        """Claim up to ``limit`` actors whose alarm is due: their alarm moves to ``lease_until``, so that
+        no other dispatcher takes them while this one works, and a crashed claimer's alarms come due
+        again when the lease ends. Returns ``(kind, name, alarm)`` of each claimed actor."""
+        rows = self._conn.execute(
+            "SELECT kind, name, next_alarm_at FROM actors WHERE next_alarm_at IS NOT NULL "
+            "AND next_alarm_at <= ? ORDER BY next_alarm_at LIMIT ?",
+            (now, limit),
+        ).fetchall()
+        if not rows:
+            return []
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            claimed = []
+            for kind, name, alarm in rows:
+                cur = self._conn.execute(
+                    "UPDATE actors SET next_alarm_at = ?, alarm_owner = ? "
+                    "WHERE kind = ? AND name = ? AND next_alarm_at = ?",
+                    (lease_until, owner, kind, name, alarm),
+                )
+                if cur.rowcount:  # else another dispatcher (or the actor itself) got there first
+                    claimed.append((str(kind), str(name), float(alarm)))
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return claimed
+
+    def alarms(self, limit: int = 1000) -> list[ActorEntry]:
+        """Actors with a pending alarm, earliest first."""
+        cur = self._conn.execute(
+            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+            "WHERE next_alarm_at IS NOT NULL ORDER BY next_alarm_at LIMIT ?",
+            (limit,),
+        )
+        return [ActorEntry(*row) for row in cur]
+
+    def _write(self, sql: str, params: tuple[object, ...]) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute(sql, params)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def get(self, kind: str, name: str) -> ActorEntry | None:
         row = self._conn.execute(

@@ -50,6 +50,51 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
         created_at REAL    NOT NULL
     );
     """,
+    # v2: wake-ups (scheduler): schedules, completed fires, dead letters.
+    """
+    CREATE TABLE roost_schedules (
+        id            TEXT PRIMARY KEY,
+        key           TEXT UNIQUE,
+        callback      TEXT    NOT NULL,
+        payload       TEXT    NOT NULL,
+        trigger       TEXT    NOT NULL,
+        next_fire     REAL,
+        retry_at      REAL,
+        misfire       TEXT    NOT NULL,
+        misfire_grace REAL    NOT NULL,
+        max_attempts  INTEGER NOT NULL,
+        backoff_base  REAL    NOT NULL,
+        backoff_cap   REAL    NOT NULL,
+        timeout       REAL    NOT NULL,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        status        TEXT    NOT NULL,
+        runs          INTEGER NOT NULL DEFAULT 0,
+        last_fire     REAL,
+        last_lateness REAL,
+        last_error    TEXT,
+        trace_id      TEXT    NOT NULL,
+        created_at    REAL    NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_schedules_due ON roost_schedules (coalesce(retry_at, next_fire))
+        WHERE status = 'active';
+    CREATE TABLE roost_fires (
+        schedule_id  TEXT NOT NULL,
+        nominal      REAL NOT NULL,
+        started_at   REAL NOT NULL,
+        lateness     REAL NOT NULL,
+        PRIMARY KEY (schedule_id, nominal)
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_dead_letters (
+        id          INTEGER PRIMARY KEY,
+        schedule_id TEXT NOT NULL,
+        callback    TEXT NOT NULL,
+        payload     TEXT NOT NULL,
+        nominal     REAL NOT NULL,
+        attempts    INTEGER NOT NULL,
+        error       TEXT NOT NULL,
+        at          REAL NOT NULL
+    );
+    """,
 )
 
 

@@ -30,6 +30,7 @@ from storage import (
     validate_kind,
     validate_name,
 )
+from storage.migrations import FRAMEWORK_MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -602,7 +603,11 @@ def test_kind_migrations_are_versioned_per_kind(data_dir: Path) -> None:
     path = actor_path(data_dir, "chat", "x")
     ActorFile.open(path, "chat", "x", kind_migrations=[V1, V2]).close()
     rows = read_only(path, "SELECT component, version FROM roost_migrations ORDER BY component, version")
-    assert rows == [("kind:chat", 1), ("kind:chat", 2), ("roost", 1)]
+    assert rows == [
+        ("kind:chat", 1),
+        ("kind:chat", 2),
+        *(("roost", v) for v in range(1, len(FRAMEWORK_MIGRATIONS) + 1)),
+    ]
 
 
 # -- directory -------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 example kinds, ``counter`` and ``room``) on uvicorn, configured as measured in ``bench/``: uvloop,
 the sans-I/O websockets implementation, per-message deflate off.
 
-``roost ls --data DIR [--kind K]`` lists actors from the directory database without opening their files.
+``roost ls --data DIR [--kind K]`` lists actors from the directory database without opening their files;
+``roost schedules --data DIR`` lists the actors with pending wake-ups, soonest first.
 """
 
 from __future__ import annotations
@@ -112,6 +113,28 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schedules(args: argparse.Namespace) -> int:
+    """Pending wake-ups across all actors, from the directory database (one alarm per actor)."""
+    from storage import Directory
+
+    data = Path(args.data)
+    if not (data / "directory.sqlite").exists():
+        print(f"no data directory at {data}", file=sys.stderr)
+        return 1
+    directory = Directory(data)
+    try:
+        entries = directory.alarms(limit=args.limit)
+        print(f"{'NEXT ALARM (UTC)':<24} {'KIND':<12} NAME")
+        for e in entries:
+            assert e.next_alarm_at is not None
+            when = datetime.fromtimestamp(e.next_alarm_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            print(f"{when:<24} {e.kind:<12} {e.name!r}")
+        print(f"{len(entries)} actor(s) with pending wake-ups")
+    finally:
+        directory.close()
+    return 0
+
+
 def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -134,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     ls.add_argument("--kind")
     ls.add_argument("--limit", type=int, default=100)
     ls.set_defaults(func=_ls)
+    sch = sub.add_parser("schedules", help="list pending wake-ups from the directory database")
+    sch.add_argument("--data", default="data")
+    sch.add_argument("--limit", type=int, default=100)
+    sch.set_defaults(func=_schedules)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

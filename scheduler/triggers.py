@@ -1,0 +1,145 @@
+"""When a wake-up fires: date, interval and cron triggers, as JSON records, with APScheduler's maths.
+
+A trigger is stored as a small JSON object in the actor's own file (nothing is pickled, no APScheduler
+job store): ``{"type": "date", "at": 1767225600.0}``, ``{"type": "interval", "seconds": 30.0,
+"start": …}`` or ``{"type": "cron", "expr": "0 9 * * 1-5", "tz": "Europe/Paris"}``. APScheduler 3.11's
+trigger classes compute the next fire time (no jitter is ever fed back).
+
+Cron expressions have 5 fields (minute hour day month day-of-week) or 6 (second first). Day-of-week
+numbers follow crontab: 0 and 7 are Sunday, 1 is Monday (APScheduler 3 counts from Monday; numbers are
+translated to names before they reach it). Time zones are IANA names; in a DST gap a wall time fires at
+the same instant as the gap's end plus its offset into it (02:30 in a skipped hour fires at 03:30), in a
+DST fold a daily wall time fires once, at its first occurrence.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+__all__ = ["Trigger", "TriggerError", "interval_trigger", "make_trigger", "next_fire", "occurrences"]
+
+Trigger = dict[str, Any]
+_DOW = ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+_RANGE = re.compile(r"^(\d)(?:-(\d))?(?:/(\d+))?$")
+
+
+class TriggerError(ValueError):
+    """A ``when`` that cannot be scheduled."""
+
+
+def _utc(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+def _zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TriggerError(f"unknown time zone {tz!r}") from None
+
+
+def _dow_field(field: str) -> str:
+    """Crontab day-of-week (0/7 = Sunday) to APScheduler 3 names (which count from Monday)."""
+    parts = []
+    for part in field.split(","):
+        m = _RANGE.match(part)
+        if not m:
+            parts.append(part)  # '*', '*/2', names and name ranges mean the same to both
+            continue
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        step = int(m.group(3)) if m.group(3) else 1
+        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi):
+            raise TriggerError(f"day of week out of range in {field!r}")
+        parts.extend(_DOW[d] for d in range(lo, hi + 1, step))
+    return ",".join(dict.fromkeys(parts))
+
+
+def _cron(expr: str, tz: str) -> CronTrigger:
+    fields = expr.split()
+    if len(fields) == 5:
+        second = "0"
+    elif len(fields) == 6:
+        second, fields = fields[0], fields[1:]
+    else:
+        raise TriggerError(f"a cron expression has 5 or 6 fields, got {len(fields)}: {expr!r}")
+    minute, hour, day, month, dow = fields
+    try:
+        return CronTrigger(
+            second=second,
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=_dow_field(dow),
+            timezone=_zone(tz),
+        )
+    except ValueError as exc:
+        raise TriggerError(f"invalid cron expression {expr!r}: {exc}") from None
+
+
+def make_trigger(when: float | int | datetime | str, *, now: float, tz: str = "UTC") -> Trigger:
+    """The trigger record for ``schedule(when, …)``: seconds from now, an aware datetime, or cron."""
+    if isinstance(when, bool):
+        raise TriggerError("when must be seconds, an aware datetime or a cron string")
+    if isinstance(when, int | float):
+        if when < 0 or when != when:
+            raise TriggerError("seconds must be >= 0")
+        return {"type": "date", "at": now + float(when)}
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise TriggerError("a datetime must be timezone-aware")
+        return {"type": "date", "at": when.timestamp()}
+    if isinstance(when, str):
+        _cron(when, tz)  # validate now, not at the first fire
+        return {"type": "cron", "expr": when, "tz": tz}
+    raise TriggerError("when must be seconds, an aware datetime or a cron string")
+
+
+def interval_trigger(seconds: float, *, now: float, start: float | None = None) -> Trigger:
+    if not seconds > 0:
+        raise TriggerError("an interval must be > 0 seconds")
+    return {"type": "interval", "seconds": float(seconds), "start": now + seconds if start is None else start}
+
+
+def _apscheduler(trigger: Trigger) -> CronTrigger | IntervalTrigger | DateTrigger:
+    kind = trigger["type"]
+    if kind == "date":
+        return DateTrigger(run_date=_utc(float(trigger["at"])), timezone=UTC)
+    if kind == "interval":
+        return IntervalTrigger(
+            seconds=float(trigger["seconds"]), start_date=_utc(float(trigger["start"])), timezone=UTC
+        )
+    if kind == "cron":
+        return _cron(str(trigger["expr"]), str(trigger.get("tz", "UTC")))
+    raise TriggerError(f"unknown trigger type {kind!r}")
+
+
+def next_fire(trigger: Trigger, *, previous: float | None, now: float) -> float | None:
+    """The first fire time after ``previous`` (the last nominal fire; None before the first) that is
+    not before ``now``'s own schedule, as APScheduler computes it. None: the trigger is done."""
+    t = _apscheduler(trigger)
+    prev = _utc(previous) if previous is not None else None
+    if trigger["type"] == "date":
+        return float(trigger["at"]) if previous is None else None
+    base = _utc(now) if prev is None else prev
+    nxt = t.get_next_fire_time(prev, base if prev is None else prev + timedelta(microseconds=1))
+    return None if nxt is None else nxt.timestamp()
+
+
+def occurrences(trigger: Trigger, *, start: float, until: float, limit: int) -> list[float]:
+    """Nominal fire times from ``start`` (itself a fire time) up to ``until`` inclusive, at most
+    ``limit`` of them, in order."""
+    out: list[float] = []
+    t: float | None = start
+    while t is not None and t <= until and len(out) < limit:
+        out.append(t)
+        t = next_fire(trigger, previous=t, now=t)
+    return out
