@@ -11,7 +11,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
 #: Section names accepted by ``--only``, in run order.
-SECTIONS = ("sqlite", "rpc", "fanout", "activation", "memory")
+SECTIONS = ("sqlite", "rpc", "fanout", "activation", "memory", "wakeups")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,12 @@ class Settings:
     activation_sample: int  # activations per variant per repetition
     memory_steps: tuple[int, int, int]  # idle connections: baseline, then two measured steps
     memory_reps: int
+    wakeup_actors: int  # dormant actors of the burst set (each with wakeup_per_actor pending wake-ups)
+    wakeup_per_actor: int
+    wakeup_small_actors: int  # the small burst set the start-up time is compared against
+    wakeup_spread: int  # unsaturated run: this many wake-ups (one per dormant actor) …
+    wakeup_spread_s: float  # … due evenly over this many seconds
+    wakeup_reps: int
     data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
 
     @property
@@ -54,6 +60,12 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         activation_sample=2000,
         memory_steps=(10, 1000, 5000),
         memory_reps=3,
+        wakeup_actors=10_000,
+        wakeup_per_actor=10,
+        wakeup_small_actors=100,
+        wakeup_spread=2000,
+        wakeup_spread_s=4.0,
+        wakeup_reps=3,
         data_dir=BENCH_DIR / ".data",
     )
     if quick:
@@ -71,9 +83,19 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             activation_sample=50,
             memory_steps=(10, 60, 110),
             memory_reps=1,
+            wakeup_actors=200,
+            wakeup_small_actors=20,
+            wakeup_spread=200,
+            wakeup_spread_s=1.0,
+            wakeup_reps=1,
         )
     if reps is not None:
-        base = replace(base, reps=reps, memory_reps=reps if quick else min(reps, base.memory_reps))
+        base = replace(
+            base,
+            reps=reps,
+            memory_reps=reps if quick else min(reps, base.memory_reps),
+            wakeup_reps=reps if quick else min(reps, base.wakeup_reps),
+        )
     if data_dir is not None:
         base = replace(base, data_dir=data_dir)
     return base

@@ -9,7 +9,9 @@ Cron expressions have 5 fields (minute hour day month day-of-week) or 6 (second 
 numbers follow crontab: 0 and 7 are Sunday, 1 is Monday (APScheduler 3 counts from Monday; numbers are
 translated to names before they reach it). Time zones are IANA names; in a DST gap a wall time fires at
 the same instant as the gap's end plus its offset into it (02:30 in a skipped hour fires at 03:30), in a
-DST fold a daily wall time fires once, at its first occurrence.
+DST fold the previous fire's wall time is not repeated: a daily 02:30 fires once, at its first
+occurrence; an expression that fires several times within the repeated hour (``*/30``) fires at every
+real instant of it, once each.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ __all__ = ["Trigger", "TriggerError", "interval_trigger", "make_trigger", "next_
 
 Trigger = dict[str, Any]
 _DOW = ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-_RANGE = re.compile(r"^(\d)(?:-(\d))?(?:/(\d+))?$")
 
 
 class TriggerError(ValueError):
@@ -45,21 +46,45 @@ def _zone(tz: str) -> ZoneInfo:
         raise TriggerError(f"unknown time zone {tz!r}") from None
 
 
+_DOW_NUMBERS = {name: i for i, name in enumerate(_DOW[:7])}
+_DOW_PART = re.compile(r"^(\*|[a-z]{3}|\d)(?:-([a-z]{3}|\d))?(?:/(\d+))?$")
+
+
+def _dow_number(token: str, field: str) -> int:
+    n = _DOW_NUMBERS.get(token) if token.isalpha() else int(token)
+    if n is None or not 0 <= n <= 7:
+        raise TriggerError(f"day of week out of range in {field!r}")
+    return n
+
+
 def _dow_field(field: str) -> str:
-    """Crontab day-of-week (0/7 = Sunday) to APScheduler 3 names (which count from Monday)."""
-    parts = []
-    for part in field.split(","):
-        m = _RANGE.match(part)
+    """Crontab day-of-week (numbers with 0 and 7 = Sunday, names, ranges, steps, lists) as an explicit
+    list of names for APScheduler 3, which counts from Monday: ``*/2`` is Sunday, Tuesday, Thursday,
+    Saturday as in crontab, and ``sun-tue`` is Sunday to Tuesday."""
+    if field == "*":
+        return field
+    days: list[str] = []
+    for part in field.lower().split(","):
+        m = _DOW_PART.match(part)
         if not m:
-            parts.append(part)  # '*', '*/2', names and name ranges mean the same to both
-            continue
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        step = int(m.group(3)) if m.group(3) else 1
-        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi):
-            raise TriggerError(f"day of week out of range in {field!r}")
-        parts.extend(_DOW[d] for d in range(lo, hi + 1, step))
-    return ",".join(dict.fromkeys(parts))
+            raise TriggerError(f"invalid day of week {part!r} in {field!r}")
+        first, last, step_text = m.group(1), m.group(2), m.group(3)
+        step = int(step_text) if step_text else 1
+        if step < 1:
+            raise TriggerError(f"invalid step in {field!r}")
+        if first == "*":
+            if last is not None:
+                raise TriggerError(f"invalid day of week {part!r} in {field!r}")
+            lo, hi = 0, 6
+        else:
+            lo = _dow_number(first, field)
+            hi = _dow_number(last, field) if last is not None else (lo if step_text is None else 6)
+            if hi < lo and hi == 0:
+                hi = 7  # fri-sun, 5-0: Sunday closes the week
+            if hi < lo:
+                raise TriggerError(f"day of week range goes backwards in {field!r}")
+        days.extend(_DOW[d] for d in range(lo, hi + 1, step))
+    return ",".join(dict.fromkeys(days))
 
 
 def _cron(expr: str, tz: str) -> CronTrigger:
@@ -131,6 +156,18 @@ def next_fire(trigger: Trigger, *, previous: float | None, now: float) -> float 
         return float(trigger["at"]) if previous is None else None
     base = _utc(now) if prev is None else prev
     nxt = t.get_next_fire_time(prev, base if prev is None else prev + timedelta(microseconds=1))
+    if nxt is not None and prev is not None and trigger["type"] == "cron":
+        tz = _zone(str(trigger.get("tz", "UTC")))
+        wall = prev.astimezone(tz).replace(tzinfo=None)
+        if nxt.astimezone(tz).replace(tzinfo=None) == wall:
+            # A DST fold repeats the previous fire's wall time: that time already fired. Look again
+            # after the repeat; APScheduler maps an instant inside the fold's second hour back to its
+            # first, so probe a little later each time until it answers something new.
+            repeat = nxt
+            for offset in (timedelta(seconds=1), timedelta(hours=1), timedelta(hours=2)):
+                nxt = t.get_next_fire_time(None, repeat + offset)
+                if nxt is None or (nxt > repeat and nxt.astimezone(tz).replace(tzinfo=None) != wall):
+                    break
     return None if nxt is None else nxt.timestamp()
 
 
