@@ -69,6 +69,7 @@ class RuntimeConfig:
     stop_timeout: float = 10.0
     scheduler: bool = True  # run the wake-up dispatcher in this process
     poll_interval: float = 1.0  # how often the dispatcher looks for alarms set by other processes
+    wakeup_lease: float = 10.0  # a claimed wake-up of a crashed process comes due again after this
     durability: Durability = "normal"
     sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
 
@@ -131,7 +132,11 @@ class Registry:
         self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
         if self.config.scheduler:
             self.dispatcher = Dispatcher(
-                self.directory, self.wake, self.clock, poll_interval=self.config.poll_interval
+                self.directory,
+                self.wake,
+                self.clock,
+                poll_interval=self.config.poll_interval,
+                lease=self.config.wakeup_lease,
             )
             self._dispatch_task = loop.create_task(self.dispatcher.run(), name="roost:dispatcher")
 

@@ -9,9 +9,9 @@ Guarantees:
 - **Start-up cost does not grow with the number of schedules**: each round reads the earliest alarm
   from the directory's partial index, and claims due actors in alarm order.
 - **Several processes on one data directory never fire a wake-up twice**: a claim moves the actor's
-  alarm to the end of a lease (so no other dispatcher takes it meanwhile, and a crashed claimer's work
-  comes due again when the lease ends); the fire itself runs in the one process holding the actor's
-  file lock, and its completion is recorded with its effects.
+  alarm to the end of a short lease, renewed while the wake-up runs (so no other dispatcher takes it
+  meanwhile, and a crashed claimer's work comes due again within one lease); the fire itself runs in
+  the one process holding the actor's file lock, and its completion is recorded with its effects.
 - **No busy loop, no missed alarm**: it sleeps until the earliest alarm, at most ``poll_interval``
   (alarms written by other processes), and is woken early by :meth:`notify` when a live actor in this
   process sets an earlier one. Time comes from an injectable clock.
@@ -43,7 +43,7 @@ class Dispatcher:
         clock: Clock,
         *,
         owner: str | None = None,
-        lease: float = 60.0,
+        lease: float = 10.0,
         poll_interval: float = 1.0,
         concurrency: int = 64,
         retry_delay: float = 1.0,
@@ -61,6 +61,8 @@ class Dispatcher:
         self._kick = asyncio.Event()
         self._sleep_until = float("inf")
         self._inflight: set[asyncio.Task[None]] = set()
+        self._claims: dict[tuple[str, str], float] = {}  # claimed and being woken: lease end
+        self._renewed = 0.0
 
     def notify(self, at: float) -> None:
         """An alarm at ``at`` was just written in this process: wake up early if it is sooner."""
@@ -77,9 +79,11 @@ class Dispatcher:
                     self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
                 )
                 for kind, name, alarm in claimed:
+                    self._claims[(kind, name)] = now + self.lease
                     task = asyncio.get_running_loop().create_task(self._deliver(kind, name, alarm))
                     self._inflight.add(task)
                     task.add_done_callback(self._inflight.discard)
+                self._renew(now)
                 if claimed:
                     await asyncio.sleep(0)  # let them start; then claim more if there is room
                     continue
@@ -89,9 +93,25 @@ class Dispatcher:
                 task.cancel()
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
+    def _renew(self, now: float) -> None:
+        """Extend the leases of wake-ups still running, a third of a lease before they would end."""
+        if not self._claims or now - self._renewed < self.lease / 3:
+            return
+        self._renewed = now
+        keys = list(self._claims)
+        try:
+            self.directory.renew_claims(self.owner, keys, now + self.lease)
+        except Exception:
+            log.exception("could not renew wake-up claims")
+            return
+        for key in keys:
+            self._claims[key] = now + self.lease
+
     async def _sleep(self, now: float) -> None:
         nxt = self.directory.next_alarm()
         delay = self.poll_interval if nxt is None else max(0.0, min(self.poll_interval, nxt - now))
+        if self._claims:
+            delay = min(delay, self.lease / 3)
         if self._inflight and len(self._inflight) >= self.concurrency:
             delay = min(delay, self.poll_interval)
         self._sleep_until = now + delay
@@ -124,3 +144,5 @@ class Dispatcher:
                 self.directory.defer_claim(kind, name, self.owner, self.clock.now() + self.retry_delay)
             except Exception:
                 log.exception("could not defer the alarm of %s/%r", kind, name)
+        finally:
+            self._claims.pop((kind, name), None)

@@ -129,6 +129,25 @@ class Directory:
             (at, kind, name, owner),
         )
 
+    def renew_claims(self, owner: str, keys: list[tuple[str, str]], until: float) -> None:
+        """Extend this dispatcher's claims on actors it is still waking."""
+        if not keys:
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                "UPDATE actors SET next_alarm_at = ? WHERE kind = ? AND name = ? AND alarm_owner = ?",
+                [(until, kind, name, owner) for kind, name in keys],
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
+    def count_alarms(self) -> int:
+        row = self._conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()
+        return int(row[0])
+
     def next_alarm(self) -> float | None:
         """The earliest alarm of any actor (one lookup in a partial index, whatever the count)."""
         row = self._conn.execute(

@@ -114,7 +114,7 @@ async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Pat
 
     code, out, err = await roost("schedules", "--data", str(data_dir))
     assert code == 0, err
-    assert out.splitlines()[-1] == "50 actor(s) with pending wake-ups"
+    assert out.splitlines()[-1] == "50 of 50 actor(s) with pending wake-ups"
     listed = {m.group(3) for line in out.splitlines()[1:-1] if (m := SCHEDULES_LINE.match(line))}
     assert listed == {repr(n) for n in names}
     code, out, err = await roost("ls", "--data", str(data_dir))
@@ -138,7 +138,7 @@ async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Pat
             assert pending == [[] for _ in names]
         code, out, _ = await roost("schedules", "--data", str(data_dir))
         assert code == 0
-        assert out.splitlines()[-1] == "0 actor(s) with pending wake-ups"
+        assert out.splitlines()[-1] == "0 of 0 actor(s) with pending wake-ups"
 
 
 # -- 2. kill inside the callback --------------------------------------------------------------------------
@@ -231,7 +231,7 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
         assert time.time() < due - 1.0, "setup too slow: the actors were not dormant before the due time"
         code, out, err = await roost("schedules", "--data", str(data_dir), "--limit", "1000")
         assert code == 0, err
-        assert out.splitlines()[-1] == f"{actors} actor(s) with pending wake-ups"
+        assert out.splitlines()[-1] == f"{actors} of {actors} actor(s) with pending wake-ups"
 
         await sleep_until(due)
         # every fire commits before its actor's alarm is cleared: wait for the directory to be empty
@@ -285,7 +285,7 @@ async def test_roost_schedules_output_format(data_dir: Path) -> None:
     assert err == ""
     lines = out.splitlines()
     assert lines[0] == f"{'NEXT ALARM (UTC)':<24} {'KIND':<12} NAME"
-    assert lines[-1] == "3 actor(s) with pending wake-ups"
+    assert lines[-1] == "3 of 3 actor(s) with pending wake-ups"
     rows = []
     for line in lines[1:-1]:
         m = SCHEDULES_LINE.match(line)

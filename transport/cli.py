@@ -129,7 +129,7 @@ def _schedules(args: argparse.Namespace) -> int:
             assert e.next_alarm_at is not None
             when = datetime.fromtimestamp(e.next_alarm_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
             print(f"{when:<24} {e.kind:<12} {e.name!r}")
-        print(f"{len(entries)} actor(s) with pending wake-ups")
+        print(f"{len(entries)} of {directory.count_alarms()} actor(s) with pending wake-ups")
     finally:
         directory.close()
     return 0
