@@ -225,7 +225,7 @@ class ActorHost:
         self._deadline: asyncio.TimerHandle | None = None
         self._expired = 0
         self._current: Input | None = None
-        self.schedules = ScheduleStore(file.conn)
+        self.schedules = ScheduleStore(file.conn, kind, name)
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
         self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
         self._trace_id: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -70,6 +70,11 @@ class Schedule:
     last_error: str | None
     trace_id: str
     created_at: float
+    #: The actor that owns it, ``{"kind": …, "name": …}``.
+    actor: dict[str, str] = field(default_factory=dict)
+    #: Runs of one schedule never overlap: a run due while another runs waits for it (one mailbox),
+    #: and one that is then later than its grace is handled by the misfire policy.
+    overlap: str = "never"
 
     @property
     def due(self) -> float | None:
@@ -102,18 +107,19 @@ _COLUMNS = (
 )
 
 
-def _row(row: tuple[Any, ...]) -> Schedule:
+def _row(row: tuple[Any, ...], actor: dict[str, str]) -> Schedule:
     values = list(row)
     values[3] = orjson.loads(values[3])
     values[4] = orjson.loads(values[4])
-    return Schedule(*values)
+    return replace(Schedule(*values), actor=actor)
 
 
 class ScheduleStore:
     """The schedules of one actor, read and written through its connection (inside turns)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, kind: str = "", name: str = "") -> None:
         self.conn = conn
+        self.actor = {"kind": kind, "name": name}
 
     def add(
         self,
@@ -163,18 +169,18 @@ class ScheduleStore:
 
     def get(self, sid: str) -> Schedule | None:
         row = self.conn.execute(f"SELECT {_COLUMNS} FROM roost_schedules WHERE id = ?", (sid,)).fetchone()
-        return None if row is None else _row(row)
+        return None if row is None else _row(row, self.actor)
 
     def get_by_key(self, key: str) -> Schedule | None:
         row = self.conn.execute(f"SELECT {_COLUMNS} FROM roost_schedules WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _row(row)
+        return None if row is None else _row(row, self.actor)
 
     def all(self, *, include_finished: bool = False) -> list[Schedule]:
         where = "" if include_finished else "WHERE status = 'active'"
         rows = self.conn.execute(
             f"SELECT {_COLUMNS} FROM roost_schedules {where} ORDER BY coalesce(retry_at, next_fire), id"
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [_row(r, self.actor) for r in rows]
 
     def cancel(self, id_or_key: str) -> bool:
         cur = self.conn.execute(
