@@ -307,8 +307,9 @@ class ActorHost:
     def _flush(self) -> bool:
         """Commit the batch, then release its outputs in order. False if the commit failed."""
         self._batch = 0
-        alarm = self._alarm_before_commit() if self.alarm_dirty else _UNSET
         try:
+            # a directory that cannot take an earlier alarm fails the batch: nothing is committed
+            alarm = self._alarm_before_commit() if self.alarm_dirty else _UNSET
             self.file.commit()
         except Exception as exc:
             log.exception("commit failed for %s/%r", self.kind, self.name)
@@ -339,11 +340,7 @@ class ActorHost:
         alarm = self.schedules.next_alarm()
         directory = self.registry.directory
         if alarm is not None and directory is not None and (self.dir_alarm is None or alarm < self.dir_alarm):
-            try:
-                directory.lower_alarm(self.kind, self.name, alarm)
-            except Exception:
-                log.exception("could not lower the alarm of %s/%r", self.kind, self.name)
-                raise
+            directory.lower_alarm(self.kind, self.name, alarm)
         return alarm
 
     def _alarm_after_commit(self, alarm: float | None) -> None:

@@ -42,13 +42,15 @@ async def run_due(host: ActorHost) -> int:
         due = host.schedules.due(now, limit=1)
         if not due:
             break
-        await _fire(host, due[0], now)
+        if not await _fire(host, due[0], now):
+            break  # its turn could not even record a failure: stop here, the next wake tries again
         fired += 1
     host.alarm_dirty = True  # whatever happened, the directory gets the actor's true next alarm
     return fired
 
 
-async def _fire(host: ActorHost, sid: str, now: float) -> None:
+async def _fire(host: ActorHost, sid: str, now: float) -> bool:
+    """One fire turn; False if the turn itself had to be rolled back (a bug, or the actor stopping)."""
     host._begin_turn()
     try:
         s = host.schedules.get(sid)
@@ -60,8 +62,9 @@ async def _fire(host: ActorHost, sid: str, now: float) -> None:
         log.exception("wake-up %s of %s/%r could not be handled", sid, host.kind, host.name)
         if isinstance(exc, asyncio.CancelledError):
             raise
-        return
+        return False
     host._commit_turn()
+    return True
 
 
 async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
