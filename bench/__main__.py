@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import activation, fanout, memory, rpc, sqlite_ceiling
+from bench import activation, fanout, memory, rpc, sqlite_ceiling, wakeups
 from bench.dataset import Dataset, ensure_dataset
 from bench.machine import machine_info
 from bench.procs import log
@@ -52,6 +52,8 @@ def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
         return fanout.run(s)
     if name == "activation":
         return activation.run(s, dataset)
+    if name == "wakeups":
+        return wakeups.run(s)
     return memory.run(s, dataset)
 
 

@@ -7,10 +7,22 @@ from typing import Any
 
 from bench.stats import Summary, pluck, ratios, summarize
 
-__all__ = ["DORMANT_RESOLUTION_B", "HOT_ABSOLUTE", "Target", "evaluate"]
+__all__ = [
+    "DORMANT_RESOLUTION_B",
+    "HOT_ABSOLUTE",
+    "WAKEUP_LATENESS_P99_MS",
+    "WAKEUP_RATE",
+    "WAKEUP_STARTUP_RATIO",
+    "Target",
+    "evaluate",
+]
 
 HOT_ABSOLUTE = 10_000.0  # durable ops/s on one actor
 DORMANT_RESOLUTION_B = 1 << 20  # ΔRSS under 1 MiB over the whole data set: nothing kept per dormant actor
+
+WAKEUP_STARTUP_RATIO = 1.5  # start-up with 100,000 pending wake-ups ÷ with 1,000
+WAKEUP_RATE = 2000.0  # wake-ups fired per second
+WAKEUP_LATENESS_P99_MS = 100.0  # p99 lateness while the dispatcher is not saturated
 
 Res = dict[str, Any]
 
@@ -110,6 +122,55 @@ def _memory_targets(mem: Res | None) -> list[Target]:
     return [Target(*t1, "; ".join(shown), met1), Target(*t2, measured2, met2)]
 
 
+def _wakeup_targets(wk: Res | None) -> list[Target]:
+    big, small = (
+        ("100,000", "1,000")
+        if wk is None
+        else (f"{wk['actors'] * wk['per_actor']:,}", f"{wk['small_actors'] * wk['per_actor']:,}")
+    )
+    t1 = (
+        f"Start-up to `/healthz` with {big} pending wake-ups ÷ with {small} (nothing due yet)",
+        f"≤ {WAKEUP_STARTUP_RATIO:.2f}",
+    )
+    t2 = (
+        f"Start-up to the first wake-up fired with {big} pending (all due) ÷ with {small}",
+        f"≤ {WAKEUP_STARTUP_RATIO:.2f}",
+    )
+    t3 = ("Wake-ups fired per second (saturated burst: every wake-up due at start)", f"≥ {WAKEUP_RATE:,.0f}")
+    t4 = ("Wake-up lateness p99 while not saturated (spread run)", f"< {WAKEUP_LATENESS_P99_MS:.0f} ms")
+    t5 = (
+        "Every wake-up fires, each once (state = number of wake-ups, one completion row each)",
+        "all actors",
+    )
+    if wk is None:
+        return [_missing(*t, "wakeups") for t in (t1, t2, t3, t4, t5)]
+    reps = wk["reps"]
+    idle = summarize(ratios(pluck(reps, "big", "idle_healthz_s"), pluck(reps, "small", "idle_healthz_s")))
+    first = summarize(ratios(pluck(reps, "big", "first_fire_s"), pluck(reps, "small", "first_fire_s")))
+    rate = summarize(pluck(reps, "big", "wakeups_s"))
+    p99 = summarize(pluck(reps, "spread", "p99_ms"))
+    checks = [r[k]["check"] for r in reps for k in ("small", "big", "spread") if "check" in r[k]]
+    fired = sum(int(c["fires"]) for c in checks)
+    expected = sum(int(c["expected"]) for c in checks)
+    wrong = sum(int(c["wrong_counts"]) + int(c["bad_schedules"]) for c in checks)
+    all_ok = bool(checks) and all(bool(c["ok"]) for c in checks)
+    offered = reps[0]["spread"]["offered_s"]
+    return [
+        Target(*t1, _show(idle), idle.med <= WAKEUP_STARTUP_RATIO),
+        Target(*t2, _show(first), first.med <= WAKEUP_STARTUP_RATIO),
+        Target(*t3, _show(rate, 0) + f" wake-ups/s over {big}", rate.med >= WAKEUP_RATE),
+        Target(
+            *t4, _show(p99, 1) + f" ms ({offered:,.0f} wake-ups/s offered)", p99.med < WAKEUP_LATENESS_P99_MS
+        ),
+        Target(
+            *t5,
+            f"{fired:,} fires of {expected:,} expected; {wrong} wrong counts or schedules "
+            f"({len(checks)} runs)",
+            all_ok,
+        ),
+    ]
+
+
 def evaluate(sections: Res) -> list[Target]:
     rpc, sq = sections.get("rpc"), sections.get("sqlite")
     return [
@@ -117,4 +178,5 @@ def evaluate(sections: Res) -> list[Target]:
         _hot_target(rpc, sq),
         _activation_target(sections.get("activation")),
         *_memory_targets(sections.get("memory")),
+        *_wakeup_targets(sections.get("wakeups")),
     ]
