@@ -172,6 +172,11 @@ class Registry:
                 self.sweep()
             except Exception:
                 log.exception("idle sweep failed")
+            if self.directory is not None:
+                try:  # the directory's WAL checkpoint (and its fsync) runs in a thread, off the loop
+                    await asyncio.to_thread(self.directory.checkpoint)
+                except Exception:
+                    log.exception("directory checkpoint failed")
 
     def sweep(self) -> int:
         """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
@@ -261,10 +266,14 @@ class Registry:
         return host
 
     def _make_room(self) -> None:
-        for host in sorted(self.hosts.values(), key=lambda h: h.last_active):
-            if self._deactivate(host):
-                return
-        raise Overloaded(message=f"{len(self.hosts)} actors live, all busy")
+        """Deactivate the least recently active idle actors: a tenth of the bound at once, so that the
+        sort is paid once per many activations, not on every one."""
+        idle = [h for h in self.hosts.values() if h.idle and not h.stopping]
+        if not idle:
+            raise Overloaded(message=f"{len(self.hosts)} actors live, all busy")
+        idle.sort(key=_last_active)
+        for host in idle[: max(1, self.config.max_active // 10)]:
+            self._deactivate(host)
 
     # -- calls -----------------------------------------------------------------------------------------
     def ref(self, kind: str, name: str, *, chain: tuple[Key, ...] = ()) -> ActorRef:
@@ -358,6 +367,10 @@ class Registry:
     @property
     def connection_count(self) -> int:
         return sum(len(h.connections) for h in self.hosts.values())
+
+
+def _last_active(host: ActorHost) -> float:
+    return host.last_active
 
 
 def _initial_json(cls: type[Actor]) -> str:

@@ -62,6 +62,9 @@ class Directory:
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        # no checkpoint (and its fsync) inline on the event loop: :meth:`checkpoint` does it, from a
+        # thread, on a connection of its own
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             apply_migrations(self._conn, "directory", _MIGRATIONS)
@@ -226,6 +229,15 @@ class Directory:
                 (kind, limit, offset),
             )
         return [ActorEntry(*row) for row in cur]
+
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database (PASSIVE: never waits for writers). Safe from any thread:
+        it opens a connection of its own."""
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=1.0)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM actors").fetchone()[0])
