@@ -184,7 +184,8 @@ class ScheduleStore:
 
     def cancel(self, id_or_key: str) -> bool:
         cur = self.conn.execute(
-            "UPDATE roost_schedules SET status = 'cancelled', next_fire = NULL, retry_at = NULL "
+            # the key is released: the same key may schedule anew after a cancel
+            "UPDATE roost_schedules SET status = 'cancelled', next_fire = NULL, retry_at = NULL, key = NULL "
             "WHERE (id = ? OR key = ?) AND status = 'active'",
             (id_or_key, id_or_key),
         )
@@ -217,12 +218,26 @@ class ScheduleStore:
         assert s.next_fire is not None
         return occurrences(s.trigger, start=s.next_fire, until=now, limit=MAX_CATCH_UP + 1)
 
+    def set_nominal(self, s: Schedule, nominal: float) -> None:
+        self.conn.execute("UPDATE roost_schedules SET next_fire = ? WHERE id = ?", (nominal, s.id))
+
+    def peek_next(self, s: Schedule, after: float, now: float) -> float | None:
+        return next_fire(s.trigger, previous=after, now=now)
+
     def advance(self, s: Schedule, after: float, now: float) -> None:
-        """Move to the first nominal time after ``after``; done when there is none."""
-        nxt = next_fire(s.trigger, previous=after, now=now)
+        """Move to the first nominal time after ``after``; done when there is none. A schedule that is
+        no longer active (its callback cancelled it) stays as it is."""
+        self._set_next(s, next_fire(s.trigger, previous=after, now=now))
+
+    def advance_past(self, s: Schedule, now: float) -> None:
+        """Move to the first nominal time after ``now`` (skipping every missed one)."""
+        nxt = next_fire(s.trigger, previous=None, now=now + 1e-6) if s.trigger["type"] != "date" else None
+        self._set_next(s, nxt)
+
+    def _set_next(self, s: Schedule, nxt: float | None) -> None:
         self.conn.execute(
             "UPDATE roost_schedules SET next_fire = ?, retry_at = NULL, attempts = 0, status = ? "
-            "WHERE id = ?",
+            "WHERE id = ? AND status = 'active'",
             (nxt, "active" if nxt is not None else "done", s.id),
         )
 

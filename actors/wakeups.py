@@ -42,9 +42,10 @@ async def run_due(host: ActorHost) -> int:
         due = host.schedules.due(now, limit=1)
         if not due:
             break
-        if not await _fire(host, due[0], now):
-            break  # its turn could not even record a failure: stop here, the next wake tries again
+        if not await _fire(host, due[0], now) and not await _record_abort(host, due[0], now):
+            break  # not even its failure could be recorded: stop here, the next wake tries again
         fired += 1
+        await asyncio.sleep(0)  # a long catch-up does not keep the event loop to itself
     host.alarm_dirty = True  # whatever happened, the directory gets the actor's true next alarm
     return fired
 
@@ -68,37 +69,29 @@ async def _fire(host: ActorHost, sid: str, now: float) -> bool:
 
 
 async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
+    """One fire of ``s``, for its nominal time ``s.next_fire`` (a retry keeps the same nominal time)."""
     assert s.next_fire is not None
     store = host.schedules
     nominal = s.next_fire
-    if s.retry_at is None and now - nominal > s.misfire_grace:
+    if s.retry_at is None and now - nominal > s.misfire_grace and s.misfire != Misfire.RUN_ALL:
         missed = store.missed(s, now)
+        event = {
+            "schedule_id": s.id,
+            "callback": s.callback,
+            "missed": len(missed),
+            "at_least": len(missed) > MAX_CATCH_UP,  # counted up to a bound
+            "first": missed[0],
+        }
         if s.misfire == Misfire.SKIP:
-            store.advance(s, missed[-1], now)
-            host.emit(
-                {
-                    "type": "wakeup_skipped",
-                    "schedule_id": s.id,
-                    "callback": s.callback,
-                    "missed": len(missed),
-                    "first": missed[0],
-                    "last": missed[-1],
-                }
-            )
+            store.advance_past(s, now)
+            host.emit({"type": "wakeup_skipped", **event})
             return
-        if s.misfire == Misfire.RUN_ONCE and len(missed) > 1:
+        if len(missed) > 1:  # run once: this run, for the latest missed time, stands for all of them
             nominal = missed[-1]
-            host.emit(
-                {
-                    "type": "wakeup_coalesced",
-                    "schedule_id": s.id,
-                    "callback": s.callback,
-                    "missed": len(missed),
-                    "run_for": nominal,
-                }
-            )
+            store.set_nominal(s, nominal)  # a retry of it keeps this nominal time
+            host.emit({"type": "wakeup_coalesced", **event, "run_for": nominal})
     if store.completed(s.id, nominal):  # its effect is already there: only move on
-        store.advance(s, nominal, now)
+        _move_on(host, s, nominal, now)
         return
     due = s.retry_at if s.retry_at is not None else nominal
     lateness = max(0.0, now - due)
@@ -117,9 +110,24 @@ async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
         return
     host.file.conn.execute("RELEASE fire")
     store.record_fire(s, nominal, now, lateness)
-    store.advance(s, nominal, now)
+    _move_on(host, s, nominal, now)
     if (s.runs + 1) % 100 == 0:
         store.prune_fires(s.id)
+
+
+def _move_on(host: ActorHost, s: Schedule, nominal: float, now: float) -> None:
+    """After the fire for ``nominal``: the next nominal time, unless the callback cancelled the schedule.
+    Under ``run_once`` and ``skip``, times already missed are covered by this run (no run per missed
+    time; only ``run_all`` catches up one by one)."""
+    store = host.schedules
+    if s.misfire == Misfire.RUN_ALL:
+        store.advance(s, nominal, now)
+        return
+    nxt = store.peek_next(s, nominal, now)
+    if nxt is not None and now - nxt > s.misfire_grace:
+        store.advance_past(s, now)
+    else:
+        store.advance(s, nominal, now)
 
 
 def _failed(host: ActorHost, s: Schedule, nominal: float, error: str, now: float) -> None:
@@ -127,7 +135,7 @@ def _failed(host: ActorHost, s: Schedule, nominal: float, error: str, now: float
     attempt = s.attempts + 1
     if attempt >= s.max_attempts:
         letter = store.dead_letter(s, nominal, error, now)
-        store.advance(s, nominal, now)
+        _move_on(host, s, nominal, now)
         if s.trigger["type"] == "date":
             host.file.conn.execute("UPDATE roost_schedules SET status = 'dead' WHERE id = ?", (s.id,))
         host.emit(
@@ -143,6 +151,26 @@ def _failed(host: ActorHost, s: Schedule, nominal: float, error: str, now: float
         )
         return
     store.record_failure(s, error, now + s.retry.delay(attempt, host.registry.rng))
+
+
+async def _record_abort(host: ActorHost, sid: str, now: float) -> bool:
+    """A fire turn was rolled back as a whole (its callback raised something that is not an Exception,
+    or the turn's own deadline struck): count it as a failed attempt, in a turn of its own, so that it
+    backs off and ends as a dead letter instead of being redelivered at once, forever."""
+    host._begin_turn()
+    try:
+        s = host.schedules.get(sid)
+        if s is not None and s.status == "active" and s.next_fire is not None:
+            _failed(host, s, s.next_fire, "the fire turn was aborted", now)
+    except BaseException as exc:
+        exc = host._check_timeout(exc)
+        host._abort_turn()
+        log.exception("could not record the failure of wake-up %s", sid)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return False
+    host._commit_turn()
+    return True
 
 
 def check_callback(cls: type, name: str) -> Any:

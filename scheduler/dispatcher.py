@@ -75,9 +75,15 @@ class Dispatcher:
             while True:
                 room = self.concurrency - len(self._inflight)
                 now = self.clock.now()
-                claimed = (
-                    self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
-                )
+                try:
+                    claimed = (
+                        self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
+                    )
+                except Exception:  # e.g. the directory locked by another process past its timeout
+                    self.failures += 1
+                    log.exception("could not claim due wake-ups; trying again in %s s", self.poll_interval)
+                    await self.clock.sleep(self.poll_interval)
+                    continue
                 for kind, name, alarm in claimed:
                     self._claims[(kind, name)] = now + self.lease
                     task = asyncio.get_running_loop().create_task(self._deliver(kind, name, alarm))
@@ -108,7 +114,11 @@ class Dispatcher:
             self._claims[key] = now + self.lease
 
     async def _sleep(self, now: float) -> None:
-        nxt = self.directory.next_alarm()
+        try:
+            nxt = self.directory.next_alarm()
+        except Exception:
+            log.exception("could not read the next alarm")
+            nxt = None
         delay = self.poll_interval if nxt is None else max(0.0, min(self.poll_interval, nxt - now))
         if self._claims:
             delay = min(delay, self.lease / 3)

@@ -9,9 +9,10 @@ Cron expressions have 5 fields (minute hour day month day-of-week) or 6 (second 
 numbers follow crontab: 0 and 7 are Sunday, 1 is Monday (APScheduler 3 counts from Monday; numbers are
 translated to names before they reach it). Time zones are IANA names; in a DST gap a wall time fires at
 the same instant as the gap's end plus its offset into it (02:30 in a skipped hour fires at 03:30), in a
-DST fold the previous fire's wall time is not repeated: a daily 02:30 fires once, at its first
-occurrence; an expression that fires several times within the repeated hour (``*/30``) fires at every
-real instant of it, once each.
+DST fold (the repeated hour) an expression with fixed hours fires once per wall time, at its first
+occurrence (a daily 02:30 fires once; ``15,45 2 * * *`` twice), while one whose hour field is a
+wildcard follows real time (``0 * * * *`` and ``*/30 * * * *`` fire at every real hour or half hour),
+as cron does.
 """
 
 from __future__ import annotations
@@ -134,6 +135,12 @@ def interval_trigger(seconds: float, *, now: float, start: float | None = None) 
     return {"type": "interval", "seconds": float(seconds), "start": now + seconds if start is None else start}
 
 
+def _fixed_hours(expr: str) -> bool:
+    fields = expr.split()
+    hour = fields[1] if len(fields) == 5 else fields[2]
+    return not hour.startswith("*")
+
+
 def _apscheduler(trigger: Trigger) -> CronTrigger | IntervalTrigger | DateTrigger:
     kind = trigger["type"]
     if kind == "date":
@@ -156,18 +163,19 @@ def next_fire(trigger: Trigger, *, previous: float | None, now: float) -> float 
         return float(trigger["at"]) if previous is None else None
     base = _utc(now) if prev is None else prev
     nxt = t.get_next_fire_time(prev, base if prev is None else prev + timedelta(microseconds=1))
-    if nxt is not None and prev is not None and trigger["type"] == "cron":
+    if nxt is not None and trigger["type"] == "cron" and _fixed_hours(str(trigger["expr"])):
         tz = _zone(str(trigger.get("tz", "UTC")))
-        wall = prev.astimezone(tz).replace(tzinfo=None)
-        if nxt.astimezone(tz).replace(tzinfo=None) == wall:
-            # A DST fold repeats the previous fire's wall time: that time already fired. Look again
-            # after the repeat; APScheduler maps an instant inside the fold's second hour back to its
-            # first, so probe a little later each time until it answers something new.
+        # A DST fold repeats an hour of wall time. As cron does, a job at fixed hours runs once in
+        # it (at the first occurrence); a job whose hour is a wildcard follows real time. APScheduler
+        # maps an instant inside the repeated hour back to its first occurrence, so probe a little
+        # later each time until it answers a time that is not a repeat.
+        for offset in (timedelta(seconds=1), timedelta(hours=1), timedelta(hours=2)):
+            if nxt is None or not nxt.astimezone(tz).fold:
+                break
             repeat = nxt
-            for offset in (timedelta(seconds=1), timedelta(hours=1), timedelta(hours=2)):
-                nxt = t.get_next_fire_time(None, repeat + offset)
-                if nxt is None or (nxt > repeat and nxt.astimezone(tz).replace(tzinfo=None) != wall):
-                    break
+            nxt = t.get_next_fire_time(None, repeat + offset)
+            if nxt is not None and nxt.timestamp() <= repeat.timestamp():  # (same-zone datetimes
+                nxt = repeat  # compare as wall times, ignoring the fold) no progress: a larger offset
     return None if nxt is None else nxt.timestamp()
 
 

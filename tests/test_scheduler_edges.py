@@ -1,0 +1,126 @@
+"""Wake-up edge cases found in review: self-cancel, key reuse, coalesced retries, DST folds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from actors import Actor, callable, wakeup
+from actors.testing import ActorKit
+from scheduler import FakeClock, make_trigger, next_fire
+
+
+class Ticker(Actor):
+    kind = "ticker"
+    initial_state = {"runs": 0}
+    fail_next: ClassVar[int] = 0
+
+    @callable
+    async def every(self, seconds: float, key: str, misfire: str = "run_once") -> dict[str, Any]:
+        s = await self.schedule_every(seconds, "tick", key=key, misfire=misfire)  # type: ignore[arg-type]
+        return s.to_json()
+
+    @callable
+    async def later(self, seconds: float, key: str) -> str:
+        return (await self.schedule(seconds, "tick", key=key)).id
+
+    @callable
+    async def cancel(self, key: str) -> bool:
+        return await self.cancel_schedule(key)
+
+    @callable
+    async def info(self, id_or_key: str) -> dict[str, Any] | None:
+        s = await self.get_schedule(id_or_key)
+        return None if s is None else s.to_json()
+
+    @callable
+    async def runs(self) -> int:
+        n: int = self.state["runs"]
+        return n
+
+    @wakeup
+    async def tick(self) -> None:
+        self.set_state({"runs": self.state["runs"] + 1})
+        if type(self).fail_next > 0:
+            type(self).fail_next -= 1
+            raise RuntimeError("boom")
+        if self.state["runs"] == 2 and self.name.startswith("self-cancel"):
+            await self.cancel_schedule("t")
+
+
+def kit_for(tmp_path: Path, clock: FakeClock) -> ActorKit:
+    return ActorKit([Ticker], tmp_path, clock=clock, scheduler=False)
+
+
+async def test_a_schedule_that_cancels_itself_from_its_callback_stays_cancelled(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        await kit.call("ticker", "self-cancel", "every", 10, "t")
+        for _ in range(5):
+            clock.advance(10)
+            await kit.registry.wake("ticker", "self-cancel")
+        assert await kit.call("ticker", "self-cancel", "runs") == 2
+        info = await kit.call("ticker", "self-cancel", "info", "t")
+        assert info is None, "a cancelled schedule releases its key"
+
+
+async def test_a_key_can_schedule_again_after_a_cancel(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        first = await kit.call("ticker", "reuse", "later", 5, "k")
+        assert await kit.call("ticker", "reuse", "later", 5, "k") == first, "idempotent while pending"
+        assert await kit.call("ticker", "reuse", "cancel", "k") is True
+        second = await kit.call("ticker", "reuse", "later", 5, "k")
+        assert second != first
+        clock.advance(6)
+        await kit.registry.wake("ticker", "reuse")
+        assert await kit.call("ticker", "reuse", "runs") == 1
+
+
+async def test_a_coalesced_run_that_fails_and_retries_still_runs_once(tmp_path: Path) -> None:
+    """run_once after a long gap: the run stands for every missed time, also when it needs a retry
+    (the retry keeps the coalesced nominal time; no second catch-up run follows)."""
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        s = await kit.call("ticker", "coalesce", "every", 10, "c")
+        start = s["next_fire"]
+        Ticker.fail_next = 1
+        clock.advance(100)
+        await kit.registry.wake("ticker", "coalesce")
+        info = await kit.call("ticker", "coalesce", "info", "c")
+        assert info is not None
+        assert info["attempts"] == 1
+        assert info["retry_at"] is not None
+        clock.advance(info["retry_at"] - clock.now() + 0.001)
+        await kit.registry.wake("ticker", "coalesce")
+        runs = await kit.call("ticker", "coalesce", "runs")
+        assert runs == 1, "the failed attempt left nothing; the retry ran once"
+        info = await kit.call("ticker", "coalesce", "info", "c")
+        assert info is not None
+        assert info["runs"] == 1
+        assert info["next_fire"] > clock.now(), "no missed time is left to run"
+        assert info["last_fire"] == start + 90, "the run was for the latest missed time"
+
+
+def _utc_times(expr: str, start: datetime, n: int) -> list[str]:
+    trigger = make_trigger(expr, now=0, tz="Europe/Paris")
+    t = next_fire(trigger, previous=None, now=start.timestamp())
+    out: list[str] = []
+    while t is not None and len(out) < n:
+        out.append(datetime.fromtimestamp(t, UTC).strftime("%d %H:%M"))
+        t = next_fire(trigger, previous=t, now=t)
+    return out
+
+
+def test_fixed_hour_crons_fire_once_per_wall_time_in_a_fold_and_wildcard_hours_follow_real_time() -> None:
+    start = datetime(2026, 10, 24, 22, 0, tzinfo=UTC)  # the fold: 2026-10-25 03:00 CEST -> 02:00 CET
+    assert _utc_times("15,45 2 * * *", start, 4) == ["25 00:15", "25 00:45", "26 01:15", "26 01:45"]
+    assert _utc_times("0 * * * *", start, 6) == [
+        "24 22:00",
+        "24 23:00",
+        "25 00:00",
+        "25 01:00",
+        "25 02:00",
+        "25 03:00",
+    ]
