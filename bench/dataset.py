@@ -28,6 +28,7 @@ import orjson
 from actors.examples import Counter
 from bench.procs import log
 from storage import ActorFile, Directory, actor_digest, actor_path
+from storage.migrations import FRAMEWORK_MIGRATIONS
 
 __all__ = ["KIND", "Dataset", "ensure_dataset", "name_of"]
 
@@ -69,6 +70,8 @@ def _marker(n: int, file_bytes: int) -> dict[str, object]:
         "kind": KIND,
         "file_bytes": file_bytes,
         "sqlite": sqlite3.sqlite_version,
+        # a file of an older schema would be migrated on its first activation, inflating the figure
+        "framework_version": len(FRAMEWORK_MIGRATIONS),
     }
 
 
