@@ -174,7 +174,8 @@ async def test_sigkill_inside_the_callback_redelivers_and_the_effect_happens_onc
                 s = await state_of(client, "slowwake", "s1")
                 return s is not None and s["count"] >= 1
 
-            # a claim moves the alarm to the end of a 10 s lease (RuntimeConfig.wakeup_lease); the restarted process gets it then
+            # a claim moves the alarm to the end of a 10 s lease (RuntimeConfig.wakeup_lease);
+            # the restarted process gets it then
             assert await eventually(fired, attempts=160, delay=0.5), "the wake-up was never delivered again"
             redelivered_after = time.monotonic() - killed_at
             print(f"\nslowwake: re-delivered {redelivered_after:.1f} s after the SIGKILL")
