@@ -91,6 +91,28 @@ def run(s: Settings, only: tuple[str, ...]) -> dict[str, Any]:
     return results
 
 
+def _merge(path: Path, new: dict[str, Any], only: tuple[str, ...]) -> dict[str, Any]:
+    """``--only``: the sections run now replace theirs in the previous results of the same mode, so that
+    RESULTS.md keeps the other sections (each section's figures still come from one run)."""
+    try:
+        prev: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return new
+    if prev.get("settings", {}).get("quick") != new["settings"]["quick"]:
+        return new
+    for name in only:
+        prev["sections"].pop(name, None)
+        prev["errors"].pop(name, None)
+        if name in new["sections"]:
+            prev["sections"][name] = new["sections"][name]
+        if name in new["errors"]:
+            prev["errors"][name] = new["errors"][name]
+        prev["section_s"][name] = new["section_s"][name]
+    prev["wall_s"] = sum(prev["section_s"].values())
+    prev.setdefault("rerun", []).extend(only)
+    return prev
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     s = settings_for(a.quick, a.reps, a.data_dir)
@@ -103,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     _raise_fd_limit(4 * max(s.memory_steps[-1], s.fanout_conns) + 1000)
     log(f"bench: {'quick' if s.quick else 'full'} suite, sections {', '.join(only)}, {s.reps} reps")
     results = run(s, only)
+    if a.only:
+        results = _merge(s.data_dir / "results.json", results, only)
     (s.data_dir / "results.json").write_text(json.dumps(results, indent=1))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(render(results))

@@ -349,7 +349,7 @@ def _spread(
     rng = random.Random(rep)
     offsets = [span * i / n for i in range(n)]
     rng.shuffle(offsets)
-    for factor in (2.0, 5.0):
+    for factor in (2.0, 5.0, 20.0, 60.0):
         t0 = time.time()
         base = t0 + 0.5 + factor * per_actor_s * n + _LEAD  # room for the build and a sync, then the lead
         _build(root, blob, ids, [[base + o] for o in offsets], t0)
