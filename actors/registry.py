@@ -119,7 +119,9 @@ class Registry:
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
         self._sweeper: asyncio.Task[None] | None = None
+        self._checkpointer: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
+        self.sweeps = 0
         self.activations = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -130,6 +132,7 @@ class Registry:
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
         loop = asyncio.get_running_loop()
         self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
+        self._checkpointer = loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint")
         if self.config.scheduler:
             self.dispatcher = Dispatcher(
                 self.directory,
@@ -142,11 +145,11 @@ class Registry:
 
     async def stop(self) -> None:
         """Drain and close every live actor, then the directory. Close connections first."""
-        for task in (self._dispatch_task, self._sweeper):
+        for task in (self._dispatch_task, self._sweeper, self._checkpointer):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        self._sweeper = self._dispatch_task = None
+        self._sweeper = self._dispatch_task = self._checkpointer = None
         hosts = list(self.hosts.values())
         stops = [asyncio.ensure_future(h.stop()) for h in hosts]
         if stops:
@@ -172,14 +175,20 @@ class Registry:
                 self.sweep()
             except Exception:
                 log.exception("idle sweep failed")
+
+    async def _checkpoint_forever(self, interval: float) -> None:
+        """The directory's WAL checkpoint (and its fsync) runs in a thread, off the event loop."""
+        while True:
+            await self.clock.sleep(interval)
             if self.directory is not None:
-                try:  # the directory's WAL checkpoint (and its fsync) runs in a thread, off the loop
+                try:
                     await asyncio.to_thread(self.directory.checkpoint)
                 except Exception:
                     log.exception("directory checkpoint failed")
 
     def sweep(self) -> int:
         """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
+        self.sweeps += 1
         mono, wall = self.clock.monotonic(), self.clock.now()
         deadline = mono - self.config.idle_timeout
         n = 0

@@ -106,8 +106,9 @@ async def test_dormancy_closes_the_file_and_the_next_call_wakes_it(data_dir: Pat
 
         await until(lambda: not host.connections)  # the close reached the actor
         assert str(path) in open_files()
+        sweeps = app.registry.sweeps
         clock.advance(20.0)  # not idle long enough yet
-        await until(lambda: clock.sleepers > 0)
+        await until(lambda: app.registry.sweeps > sweeps)  # the sweeper ran (and sleeps again)
         assert key in app.registry.hosts
         clock.advance(11.0)
         await until(lambda: key not in app.registry.hosts)
