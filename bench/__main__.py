@@ -91,6 +91,11 @@ def run(s: Settings, only: tuple[str, ...]) -> dict[str, Any]:
     return results
 
 
+def _results_name(s: Settings) -> str:
+    """Quick runs keep their own file: a smoke run never replaces a full run's raw figures."""
+    return "results-quick.json" if s.quick else "results.json"
+
+
 def _merge(path: Path, new: dict[str, Any], only: tuple[str, ...]) -> dict[str, Any]:
     """``--only``: the sections run now replace theirs in the previous results of the same mode, so that
     RESULTS.md keeps the other sections (each section's figures still come from one run)."""
@@ -126,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench: {'quick' if s.quick else 'full'} suite, sections {', '.join(only)}, {s.reps} reps")
     results = run(s, only)
     if a.only:
-        results = _merge(s.data_dir / "results.json", results, only)
-    (s.data_dir / "results.json").write_text(json.dumps(results, indent=1))
+        results = _merge(s.data_dir / _results_name(s), results, only)
+    (s.data_dir / _results_name(s)).write_text(json.dumps(results, indent=1))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(render(results))
     log(f"bench: wrote {a.out} ({results['wall_s']:.0f} s)")

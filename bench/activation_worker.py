@@ -3,7 +3,8 @@
 For each of ``k`` iterations, three different dormant actors of the data set are activated, in rotating
 order:
 
-- ``raw``: ``sqlite3.connect`` + ``PRAGMA journal_mode=WAL`` + ``SELECT state FROM roost_state`` on the
+- ``raw``: ``sqlite3.connect`` + ``PRAGMA locking_mode=EXCLUSIVE`` + ``PRAGMA journal_mode=WAL`` +
+  ``SELECT state FROM roost_state`` on the
   file (the ceiling), then ``close`` (timed separately);
 - ``get``: ``Registry.get("counter", name)`` and reading ``host.state`` — the synchronous activation
   (path, exclusive open, migration check, state and log bounds loaded, mailbox task created). The time
@@ -68,6 +69,7 @@ async def measure(root: Path, raw_idx: list[int], get_idx: list[int], snap_idx: 
         path = actor_path(root, KIND, name_of(i))
         t0 = clock()
         conn = sqlite3.connect(path)
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # as Roost opens its files: like for like
         conn.execute("PRAGMA journal_mode=WAL")
         row = conn.execute("SELECT state FROM roost_state").fetchone()
         t1 = clock()

@@ -85,7 +85,7 @@ def _sqlite(res: Res) -> list[str]:
     labels = {
         "row1": "1 row (100 B) per commit",
         "rowN": f"{b} rows per commit (batched ceiling)",
-        "opN": f"{b} increment-equivalents per commit (each: UPDATE state + INSERT log frame)",
+        "opN": f"{b} increment-equivalents per commit (each: INSERT its log frame, as Roost writes it)",
     }
     out = [
         HEADINGS[3],
@@ -212,7 +212,10 @@ def _activation(res: Res) -> list[str]:
     reps = res["reps"]
     built = "reused from an earlier run" if res["built_s"] is None else f"built in {res['built_s']:.1f} s"
     labels = {
-        "raw": "ceiling: raw `sqlite3.connect` + `PRAGMA journal_mode=WAL` + `SELECT state`",
+        "raw": (
+            "ceiling: raw `sqlite3.connect` + `locking_mode=EXCLUSIVE` (as Roost) + `journal_mode=WAL` "
+            "+ `SELECT state`"
+        ),
         "get": "**Roost: `Registry.get` + `host.state`** (open, lock, migrations check, load state)",
         "ready": "Roost: … until its `on_start` turn has committed",
         "snapshot": "Roost: `await Registry.snapshot()` (exists check, activation, on_start, read turn)",
@@ -418,6 +421,13 @@ def render(results: Res) -> str:
     sec: Res = results["sections"]
     rpc, sq, err = sec.get("rpc"), sec.get("sqlite"), results.get("errors", {})
     lines = _header(results)
+    if results.get("rerun"):
+        again = ", ".join(sorted(set(results["rerun"])))
+        lines += [
+            f"**Not one run:** section(s) {again} were re-run later with `--only` and replaced here; "
+            "each section's figures and ratios still come from one run.",
+            "",
+        ]
     lines += _echo(rpc) if rpc else _not_run(HEADINGS[2], "rpc", err)
     lines += _sqlite(sq) if sq else _not_run(HEADINGS[3], "sqlite", err)
     lines += _rpc(rpc) if rpc else _not_run(HEADINGS[4], "rpc", err)
@@ -431,7 +441,8 @@ def render(results: Res) -> str:
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [
-        f"Section wall times: {timings}. Raw figures: `{results['settings']['data_dir']}/results.json`.",
+        f"Section wall times: {timings}. Raw figures: `{results['settings']['data_dir']}/"
+        f"{'results-quick.json' if results['settings']['quick'] else 'results.json'}`.",
         "",
     ]
     return "\n".join(lines)

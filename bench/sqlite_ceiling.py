@@ -6,7 +6,7 @@ a fixed number of commits; cells are interleaved over repetitions):
 - ``row1``: one 100-byte row INSERTed per commit;
 - ``rowN``: ``N`` such rows per commit (``executemany``), the batched ceiling;
 - ``opN``: ``N`` counter-increment equivalents per commit, each what one durable ``increment`` writes
-  in Roost (UPDATE the one state row + INSERT one ~60-byte log frame): the batched ceiling expressed in
+  in Roost (INSERT one ~60-byte log frame; the state lives in the log): the batched ceiling expressed in
   durable ops/s, which the hot-actor figure is compared against.
 """
 
@@ -66,10 +66,6 @@ def _cell(path: Path, cell: str, batch: int, seconds: float) -> dict[str, Any]:
                 for _ in range(batch):
                     seq += 1
                     now = time.time()
-                    state = f'{{"count":{seq}}}'
-                    conn.execute(
-                        "UPDATE state SET state = ?, seq = ?, updated_at = ? WHERE id = 1", (state, seq, now)
-                    )
                     conn.execute(
                         "INSERT INTO log (seq, kind, frame, created_at) VALUES (?, 'state', ?, ?)",
                         (seq, _FRAME % (seq, seq), now),
