@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench.settings import BENCH_DIR
 from bench.stats import Summary, pluck, ratios, summarize
 from bench.targets import Target, evaluate
 
@@ -445,4 +446,5 @@ def render(results: Res) -> str:
         f"{'results-quick.json' if results['settings']['quick'] else 'results.json'}`.",
         "",
     ]
-    return "\n".join(lines)
+    # paths inside the repository are shown relative to it: the report names no machine's layout
+    return "\n".join(lines).replace(str(BENCH_DIR.parent) + "/", "")
