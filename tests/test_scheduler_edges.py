@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from actors import Actor, callable, wakeup
 from actors.testing import ActorKit
-from scheduler import FakeClock, make_trigger, next_fire
+from scheduler import Dispatcher, FakeClock, make_trigger, next_fire
+from storage import Directory
 
 
 class Ticker(Actor):
@@ -124,3 +129,49 @@ def test_fixed_hour_crons_fire_once_per_wall_time_in_a_fold_and_wildcard_hours_f
         "25 02:00",
         "25 03:00",
     ]
+
+
+async def test_the_dispatcher_survives_a_locked_directory_and_wakes_the_actor_afterwards(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory held by another process past the busy timeout fails one claim: the dispatcher logs
+    it, waits a poll interval and claims again; it never dies (wake-ups would stop for good)."""
+    clock = FakeClock()
+    directory = Directory(tmp_path, busy_timeout=0.01)
+    directory.register("counter", "x", "d", clock.now())
+    directory.lower_alarm("counter", "x", clock.now() - 1)  # due
+    woken: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    async def wake(kind: str, name: str) -> None:
+        woken.append((kind, name))
+        directory.set_alarm(kind, name, None)
+        done.set()
+
+    other = sqlite3.connect(tmp_path / "directory.sqlite", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    dispatcher = Dispatcher(directory, wake, clock, poll_interval=1.0)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await _until(lambda: dispatcher.failures >= 1 and clock.sleepers >= 1)
+        assert not task.done(), "the dispatcher died"
+        assert woken == []
+        other.execute("COMMIT")  # the lock is gone
+        clock.advance(1.0)
+        async with asyncio.timeout(5):
+            await done.wait()
+        assert woken == [("counter", "x")]
+        assert "could not claim due wake-ups" in caplog.text
+    finally:
+        other.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        directory.close()
+
+
+async def _until(condition: Any, rounds: int = 10_000) -> None:
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
