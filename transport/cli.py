@@ -11,6 +11,7 @@ the sans-I/O websockets implementation, per-message deflate off.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
@@ -18,6 +19,12 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from storage import Directory
 
 __all__ = ["load_app", "main"]
 
@@ -93,36 +100,41 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _directory(data_dir: str) -> Iterator[Directory | None]:
+    """The data directory's directory database, or None (with a message) when there is none."""
     from storage import Directory
 
-    data = Path(args.data)
+    data = Path(data_dir)
     if not (data / "directory.sqlite").exists():
         print(f"no data directory at {data}", file=sys.stderr)
-        return 1
+        yield None
+        return
     directory = Directory(data)
     try:
+        yield directory
+    finally:
+        directory.close()
+
+
+def _ls(args: argparse.Namespace) -> int:
+    with _directory(args.data) as directory:
+        if directory is None:
+            return 1
         entries = directory.list(args.kind, limit=args.limit)
         print(f"{'KIND':<12} {'NAME':<32} {'CREATED':<20} {'LAST ACTIVE':<20} NEXT ALARM")
         for e in entries:
             alarm = _ts(e.next_alarm_at) if e.next_alarm_at is not None else "-"
             print(f"{e.kind:<12} {e.name!r:<32} {_ts(e.created_at):<20} {_ts(e.last_active_at):<20} {alarm}")
         print(f"{len(entries)} of {directory.count()} actor(s)")
-    finally:
-        directory.close()
     return 0
 
 
 def _schedules(args: argparse.Namespace) -> int:
     """Pending wake-ups across all actors, from the directory database (one alarm per actor)."""
-    from storage import Directory
-
-    data = Path(args.data)
-    if not (data / "directory.sqlite").exists():
-        print(f"no data directory at {data}", file=sys.stderr)
-        return 1
-    directory = Directory(data)
-    try:
+    with _directory(args.data) as directory:
+        if directory is None:
+            return 1
         entries = directory.alarms(limit=args.limit)
         print(f"{'NEXT ALARM (UTC)':<24} {'KIND':<12} NAME")
         for e in entries:
@@ -130,8 +142,6 @@ def _schedules(args: argparse.Namespace) -> int:
             when = datetime.fromtimestamp(e.next_alarm_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
             print(f"{when:<24} {e.kind:<12} {e.name!r}")
         print(f"{len(entries)} of {directory.count_alarms()} actor(s) with pending wake-ups")
-    finally:
-        directory.close()
     return 0
 
 
