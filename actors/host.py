@@ -218,7 +218,7 @@ class ActorHost:
         self._started = False
         self._stop_requested = False
         self._now = 0.0
-        self._snap: tuple[int, int, str, int, int] = (0, 1, "", 0, 0)
+        self._snap: tuple[int, int, str, int, int, int] = (0, 1, "", 0, 0, 0)
         self._turn_id = 0
         self._turn_changes = 0
         self._turn_started = 0.0
@@ -314,7 +314,7 @@ class ActorHost:
         except Exception as exc:
             log.exception("commit failed for %s/%r", self.kind, self.name)
             # nothing held is released: _fail answers the held replies and drops the frames
-            self._fail(ActorUnavailable(message=f"commit failed: {exc}"), rolled_back=True)
+            self._fail(ActorUnavailable(message=f"commit failed: {exc}"))
             return False
         if alarm is not _UNSET:
             self._alarm_after_commit(alarm)
@@ -359,7 +359,7 @@ class ActorHost:
         if alarm is not None:
             self.registry.alarm_set(alarm)
 
-    def _fail(self, err: ActorUnavailable, *, rolled_back: bool = False) -> None:
+    def _fail(self, err: ActorUnavailable) -> None:
         """Stop after a failure: answer everything queued, close connections, release the file."""
         if self.file.closed:
             return  # already failed
@@ -384,8 +384,7 @@ class ActorHost:
             conn.deliver_close(1011, "actor stopped")
         self.connections.clear()
         try:
-            if rolled_back or self.file.in_transaction:
-                self.file.in_transaction = False
+            if self.file.in_transaction:  # also after a failed COMMIT: it leaves the flag set
                 self.file.conn.rollback()
         except Exception:
             log.debug("rollback after failure failed", exc_info=True)
@@ -402,7 +401,7 @@ class ActorHost:
         self._now = self.clock.now()
         self._turn_out = []
         self.file.begin_turn()
-        self._snap = (self.seq, self.oldest, self.state_json, self.state_seq, self.saved_state_seq)
+        self._snap = self._mark()
         self._turn_id += 1
         self._turn_started = self._loop.time()
         self._turn_changes = self.file.conn.total_changes
@@ -466,17 +465,14 @@ class ActorHost:
 
     def _abort_turn(self) -> None:
         """Undo the turn back to its savepoint (the last checkpoint of a streaming call)."""
-        snap = self._snap
         if not self.file.closed:  # a failed commit already closed it
             self.file.abort_turn()
-        self.seq, self.oldest, _, self.state_seq, self.saved_state_seq = snap
-        if snap[2] is not self.state_json:
-            self.state_json = snap[2]
-            self.state = orjson.loads(snap[2])
+        self._rewind(self._snap)
         self._end_turn()
 
     def _mark(self) -> tuple[int, int, str, int, int, int]:
-        """Where a nested rollback (a failed wake-up callback) returns to, in memory."""
+        """Where a rollback returns to, in memory: the turn's start (or last checkpoint), or a nested
+        savepoint (a failed wake-up callback)."""
         return (
             self.seq,
             self.oldest,
@@ -533,7 +529,7 @@ class ActorHost:
         if not self._flush():
             raise ActorUnavailable(message="commit failed")
         self.file.begin_turn()
-        self._snap = (self.seq, self.oldest, self.state_json, self.state_seq, self.saved_state_seq)
+        self._snap = self._mark()
         self._turn_changes = self.file.conn.total_changes
 
     async def _start(self) -> bool:

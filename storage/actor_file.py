@@ -135,11 +135,6 @@ class ActorFile:
         ]
 
     # -- writing (inside a batch transaction) -------------------------------------------------------
-    def begin(self) -> None:
-        if not self.in_transaction:
-            self.conn.execute("BEGIN IMMEDIATE")
-            self.in_transaction = True
-
     def commit(self) -> None:
         if self.in_transaction:
             self.conn.execute("COMMIT")
@@ -184,16 +179,6 @@ class ActorFile:
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-
-    def savepoint(self) -> None:
-        self.conn.execute("SAVEPOINT turn")
-
-    def release(self) -> None:
-        self.conn.execute("RELEASE turn")
-
-    def rollback_to(self) -> None:
-        self.conn.execute("ROLLBACK TO turn")
-        self.conn.execute("RELEASE turn")
 
     def write_state(self, state_json: str, seq: int, now: float) -> None:
         self.conn.execute(

@@ -302,7 +302,7 @@ import sys
 from pathlib import Path
 from storage import ActorFile
 file = ActorFile.open(Path(sys.argv[1]), "counter", "x")
-file.begin()
+file.begin_turn()
 file.write_state('{"count":41}', 1, 1.0)
 file.append_log(1, "state", "s1", 1.0)
 file.commit()
@@ -342,7 +342,7 @@ def test_lock_dies_with_a_sigkilled_process_and_its_commits_survive(data_dir: Pa
 def test_committed_state_and_log_survive_reopening(data_dir: Path) -> None:
     path = actor_path(data_dir, "counter", "x")
     file = ActorFile.open(path, "counter", "x")
-    file.begin()
+    file.begin_turn()
     file.write_state('{"count":1}', 1, 1.0)
     file.append_log(1, "state", '{"type":"state","seq":1,"state":{"count":1}}', 1.0)
     file.append_log(2, "event", '{"type":"event","seq":2,"event":"bumped"}', 1.0)
@@ -366,7 +366,7 @@ def test_committed_state_and_log_survive_reopening(data_dir: Path) -> None:
 def test_close_commits_a_pending_batch(data_dir: Path) -> None:
     path = actor_path(data_dir, "counter", "x")
     file = ActorFile.open(path, "counter", "x")
-    file.begin()
+    file.begin_turn()
     file.write_state('{"count":5}', 1, 1.0)
     file.append_log(1, "state", "s1", 1.0)
     file.close()
@@ -376,15 +376,14 @@ def test_close_commits_a_pending_batch(data_dir: Path) -> None:
 
 
 def test_rolled_back_turn_leaves_the_old_state(actor_file: ActorFile) -> None:
-    actor_file.begin()
-    actor_file.savepoint()
+    actor_file.begin_turn()  # the first turn of a batch is the transaction
     actor_file.write_state('{"count":1}', 1, 1.0)
     actor_file.append_log(1, "state", "s1", 1.0)
-    actor_file.release()
-    actor_file.savepoint()
+    actor_file.end_turn()
+    actor_file.begin_turn()  # a later turn is a savepoint inside it
     actor_file.write_state('{"count":2}', 2, 2.0)
     actor_file.append_log(2, "state", "s2", 2.0)
-    actor_file.rollback_to()
+    actor_file.abort_turn()
     actor_file.commit()
 
     assert actor_file.load_state() == ('{"count":1}', 1)
@@ -394,11 +393,10 @@ def test_rolled_back_turn_leaves_the_old_state(actor_file: ActorFile) -> None:
 def test_rolled_back_turn_is_gone_after_reopening(data_dir: Path) -> None:
     path = actor_path(data_dir, "counter", "x")
     file = ActorFile.open(path, "counter", "x", initial_state='{"count":0}')
-    file.begin()
-    file.savepoint()
+    file.begin_turn()
     file.write_state('{"count":1}', 1, 1.0)
     file.append_log(1, "state", "s1", 1.0)
-    file.rollback_to()
+    file.abort_turn()
     file.commit()
     file.close()
     assert read_only(path, "SELECT state, seq FROM roost_state") == [('{"count":0}', 0)]
@@ -407,26 +405,26 @@ def test_rolled_back_turn_is_gone_after_reopening(data_dir: Path) -> None:
 
 def test_log_bounds_follow_appends_and_pruning(actor_file: ActorFile) -> None:
     assert actor_file.log_bounds() == (1, 0)
-    actor_file.begin()
+    actor_file.begin_turn()
     for seq in range(1, 6):
         actor_file.append_log(seq, "state", f"s{seq}", float(seq))
     actor_file.commit()
     assert actor_file.log_bounds() == (1, 5)
 
-    actor_file.begin()
+    actor_file.begin_turn()
     actor_file.prune_log(3)
     actor_file.commit()
     assert actor_file.log_bounds() == (3, 5)
     assert [seq for seq, _, _ in actor_file.replay(0)] == [3, 4, 5]
 
-    actor_file.begin()
+    actor_file.begin_turn()
     actor_file.prune_log(3)  # pruning again up to the same seq removes nothing more
     actor_file.commit()
     assert actor_file.log_bounds() == (3, 5)
 
 
 def test_replay_returns_frames_after_the_cursor_in_seq_order(actor_file: ActorFile) -> None:
-    actor_file.begin()
+    actor_file.begin_turn()
     for seq in (3, 1, 5, 2, 4):  # insertion order must not matter
         actor_file.append_log(seq, "event" if seq % 2 else "state", f"f{seq}", 0.0)
     actor_file.commit()
@@ -444,7 +442,7 @@ def test_replay_returns_frames_after_the_cursor_in_seq_order(actor_file: ActorFi
 
 
 def test_a_seq_is_never_logged_twice(actor_file: ActorFile) -> None:
-    actor_file.begin()
+    actor_file.begin_turn()
     actor_file.append_log(1, "state", "s1", 0.0)
     with pytest.raises(sqlite3.IntegrityError):
         actor_file.append_log(1, "state", "again", 0.0)
@@ -530,7 +528,7 @@ def test_a_failing_callable_step_leaves_the_file_at_the_previous_version(data_di
         raise RuntimeError("boom")
 
     file = _open(data_dir, [V1])
-    file.begin()
+    file.begin_turn()
     file.write_state('{"kept":true}', 1, 1.0)
     file.commit()
     file.close()
