@@ -15,7 +15,9 @@ Write discipline, to stay off the hot path:
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,16 +96,11 @@ class Directory:
             return 0
         rows = [(t, k, n) for (k, n), t in self._touched.items()]
         self._touched.clear()
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             self._conn.executemany(
                 "UPDATE actors SET last_active_at = max(last_active_at, ?) WHERE kind = ? AND name = ?",
                 rows,
             )
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
         return len(rows)
 
     # -- alarms (the scheduler) -----------------------------------------------------------------------
@@ -136,16 +133,11 @@ class Directory:
         """Extend this dispatcher's claims on actors it is still waking."""
         if not keys:
             return
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             self._conn.executemany(
                 "UPDATE actors SET next_alarm_at = ? WHERE kind = ? AND name = ? AND alarm_owner = ?",
                 [(until, kind, name, owner) for kind, name in keys],
             )
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
 
     def count_alarms(self) -> int:
         row = self._conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()
@@ -171,9 +163,8 @@ class Directory:
         ).fetchall()
         if not rows:
             return []
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            claimed = []
+        claimed = []
+        with self._transaction():
             for kind, name, alarm in rows:
                 cur = self._conn.execute(
                     "UPDATE actors SET next_alarm_at = ?, alarm_owner = ? "
@@ -182,10 +173,6 @@ class Directory:
                 )
                 if cur.rowcount:  # else another dispatcher (or the actor itself) got there first
                     claimed.append((str(kind), str(name), float(alarm)))
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
         return claimed
 
     def alarms(self, limit: int = 1000) -> list[ActorEntry]:
@@ -198,13 +185,19 @@ class Directory:
         return [ActorEntry(*row) for row in cur]
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
+        with self._transaction():
+            self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction on the directory: committed, or rolled back if the block raises."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.execute(sql, params)
-            self._conn.execute("COMMIT")
+            yield
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
+        self._conn.execute("COMMIT")
 
     def get(self, kind: str, name: str) -> ActorEntry | None:
         row = self._conn.execute(
