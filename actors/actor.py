@@ -54,6 +54,9 @@ class Actor:
     initial_state: ClassVar[Any] = {}
     #: Forward migrations of this kind's own tables; step ``i`` is version ``i + 1``.
     migrations: ClassVar[Sequence[Migration]] = ()
+    #: Tables of a runtime layered on actors (e.g. the agent runtime): ``(component, migrations)``
+    #: pairs, applied before the kind's own ``migrations``.
+    components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = ()
     #: How many logged frames to keep for resume (``None``: the server's default).
     log_retention: ClassVar[int | None] = None
 

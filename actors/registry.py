@@ -22,7 +22,7 @@ import random
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -49,9 +49,15 @@ if TYPE_CHECKING:
 
     from actors.actor import Actor
 
-__all__ = ["ActorRef", "Registry", "RuntimeConfig"]
+__all__ = ["ActorRef", "Registry", "RuntimeConfig", "Service"]
 
 log = logging.getLogger("roost.registry")
+
+
+class Service(Protocol):
+    """Something that lives as long as a registry and stops before its actors drain."""
+
+    async def stop(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -123,6 +129,9 @@ class Registry:
         self._dispatch_task: asyncio.Task[None] | None = None
         self.sweeps = 0
         self.activations = 0
+        #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
+        #: name; each is stopped (``await service.stop()``) before the actors drain.
+        self.services: dict[str, Service] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -150,6 +159,12 @@ class Registry:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._sweeper = self._dispatch_task = self._checkpointer = None
+        for service in list(self.services.values()):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("service failed to stop")
+        self.services.clear()
         hosts = list(self.hosts.values())
         stops = [asyncio.ensure_future(h.stop()) for h in hosts]
         if stops:
@@ -255,6 +270,7 @@ class Registry:
                 kind,
                 name,
                 kind_migrations=cls.migrations,
+                components=cls.components,
                 durability=self.config.durability,
                 initial_state=_initial_json(cls),
             )

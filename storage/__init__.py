@@ -4,7 +4,7 @@ Knows nothing of WebSockets or agents. See ``docs/design.md`` for the data flow.
 """
 
 from storage.actor_file import ActorFile, Durability, LogRow
-from storage.directory import ActorEntry, Directory
+from storage.directory import ActorEntry, Directory, WorkerEntry
 from storage.errors import (
     ActorLocked,
     InvalidActorAddress,
@@ -28,6 +28,7 @@ __all__ = [
     "MigrationError",
     "RoostError",
     "StorageError",
+    "WorkerEntry",
     "actor_digest",
     "actor_path",
     "apply_migrations",

@@ -58,6 +58,7 @@ class ActorFile:
         name: str,
         *,
         kind_migrations: Sequence[Migration] = (),
+        components: Sequence[tuple[str, Sequence[Migration]]] = (),
         durability: Durability = "normal",
         initial_state: str = "{}",
     ) -> ActorFile:
@@ -76,6 +77,8 @@ class ActorFile:
             conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
             conn.execute("BEGIN IMMEDIATE")
             apply_migrations(conn, "roost", FRAMEWORK_MIGRATIONS)
+            for component, steps in components:  # e.g. the agent runtime's tables
+                apply_migrations(conn, component, steps)
             apply_migrations(conn, f"kind:{kind}", kind_migrations)
             now = time.time()
             conn.execute(

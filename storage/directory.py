@@ -23,7 +23,7 @@ from pathlib import Path
 
 from storage.migrations import Migration, apply_migrations
 
-__all__ = ["ActorEntry", "Directory"]
+__all__ = ["ActorEntry", "Directory", "WorkerEntry"]
 
 _MIGRATIONS: tuple[Migration, ...] = (
     """
@@ -40,6 +40,17 @@ _MIGRATIONS: tuple[Migration, ...] = (
     """,
     # v2: which dispatcher claimed an actor's due alarm (the claim postpones the alarm by a lease).
     "ALTER TABLE actors ADD COLUMN alarm_owner TEXT",
+    # v3: presence and load of each worker process (the agent runtime's background jobs).
+    """
+    CREATE TABLE workers (
+        worker_id    TEXT PRIMARY KEY,
+        pid          INTEGER NOT NULL,
+        hostname     TEXT    NOT NULL,
+        started_at   REAL    NOT NULL,
+        heartbeat_at REAL    NOT NULL,
+        running_jobs INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )
 
 
@@ -51,6 +62,16 @@ class ActorEntry:
     created_at: float
     last_active_at: float
     next_alarm_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEntry:
+    worker_id: str
+    pid: int
+    hostname: str
+    started_at: float
+    heartbeat_at: float
+    running_jobs: int
 
 
 class Directory:
@@ -183,6 +204,26 @@ class Directory:
             (limit,),
         )
         return [ActorEntry(*row) for row in cur]
+
+    def worker_heartbeat(self, worker: WorkerEntry) -> None:
+        """Record that a worker process is alive, with its load."""
+        self._write(
+            "INSERT INTO workers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (worker_id) DO UPDATE SET "
+            "heartbeat_at = excluded.heartbeat_at, running_jobs = excluded.running_jobs",
+            (
+                worker.worker_id,
+                worker.pid,
+                worker.hostname,
+                worker.started_at,
+                worker.heartbeat_at,
+                worker.running_jobs,
+            ),
+        )
+
+    def workers(self) -> list[WorkerEntry]:
+        """Every worker that ever reported, the most recently seen first."""
+        cur = self._conn.execute("SELECT * FROM workers ORDER BY heartbeat_at DESC")
+        return [WorkerEntry(*row) for row in cur]
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
         with self._transaction():

@@ -1,0 +1,72 @@
+"""The agent runtime's settings, from the ``[agent]`` table of ``roost.toml``.
+
+::
+
+    [agent]
+    max_tool_hops = 8          # model steps that request tools, per run
+    heartbeat_interval = 1.0   # seconds between a background job's heartbeats
+    lease_ttl = 5.0            # a job whose worker stops heartbeating is retried after this
+    job_max_attempts = 3
+    job_backoff = 1.0          # seconds before the first retry of a failed job (doubles, capped)
+    approval_ttl_s = 86400     # default lifetime of a grant
+    max_input_chars = 4000
+    blob_threshold = 8192      # strings longer than this go to the blob store
+    recent_turns = 5           # turns handed to the model as memory
+    model = "planner"          # or "openai" (OpenAICompatibleModel, settings from the environment)
+    model_timeout = 30.0
+
+    [agent.tools.analyze_documents]   # free-form settings handed to one tool
+    delay_s = 0.5
+
+Unknown keys are refused (a typo would otherwise silently keep a default).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["AgentConfig", "load_config"]
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tool_hops: int = Field(8, ge=1, le=100)
+    heartbeat_interval: float = Field(1.0, gt=0)
+    lease_ttl: float = Field(5.0, gt=0)
+    job_max_attempts: int = Field(3, ge=1, le=100)
+    job_backoff: float = Field(1.0, ge=0)
+    job_backoff_cap: float = Field(60.0, ge=0)
+    approval_ttl_s: float = Field(86_400.0, gt=0)
+    max_input_chars: int = Field(4000, ge=1)
+    blob_threshold: int = Field(8192, ge=64)
+    recent_turns: int = Field(5, ge=0, le=100)
+    model: Literal["planner", "openai"] = "planner"
+    model_timeout: float = Field(30.0, gt=0)
+    tools: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _lease_outlives_heartbeats(self) -> AgentConfig:
+        if self.lease_ttl < 2 * self.heartbeat_interval:
+            raise ValueError("lease_ttl must be at least two heartbeat intervals")
+        return self
+
+    def tool_settings(self, tool: str) -> dict[str, Any]:
+        return dict(self.tools.get(tool, {}))
+
+
+def load_config(path: str | Path | None = None) -> AgentConfig:
+    """Settings from ``path``, else ``$ROOST_CONFIG``, else ``./roost.toml`` if it exists, else defaults."""
+    chosen = path or os.environ.get("ROOST_CONFIG")
+    if chosen is None and Path("roost.toml").is_file():
+        chosen = "roost.toml"
+    if chosen is None:
+        return AgentConfig()
+    with open(chosen, "rb") as f:
+        data = tomllib.load(f)
+    return AgentConfig.model_validate(data.get("agent", {}))

@@ -1,0 +1,121 @@
+"""Memory: the session card a reconnecting client gets, its running summary, and what the model sees.
+
+The card is compact on purpose: ids, statuses, short texts. No blob contents, no tracebacks (errors
+are one line, at most 200 characters), arguments after the payload policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.agent.store import Row, Store
+from actors.connection import Principal
+
+__all__ = ["ensure_session", "recent_turns", "session_card", "short", "summarize"]
+
+SUMMARY_LINES = 10
+
+
+def short(text: Any, limit: int = 200) -> str | None:
+    """One line of at most ``limit`` characters (errors and texts in cards and summaries)."""
+    if text is None:
+        return None
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def ensure_session(store: Store, session_id: str, principal: Principal | None, now: float) -> Row:
+    row = store.get("sessions", session_id)
+    if row is None:
+        row = {
+            "session_id": session_id,
+            "principal": principal.id if principal else None,
+            "profile": {},
+            "summary": "",
+            "active_turn_id": None,
+            "pending_approval_id": None,
+            "turns": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        store.insert("sessions", row)
+    return row
+
+
+def recent_turns(
+    store: Store, session_id: str, limit: int, *, before: str | None = None
+) -> list[dict[str, Any]]:
+    rows = store.select(
+        "turns",
+        "session_id = ? AND turn_id != ?",
+        (session_id, before or ""),
+        order=f"created_at DESC LIMIT {int(limit)}",
+    )
+    return [
+        {"input": short(r["input_text"]), "status": r["status"], "output": short(r["output_text"])}
+        for r in reversed(rows)
+    ]
+
+
+def summarize(summary: str, turn: Row, status: str, output: str | None) -> str:
+    """The session summary with one more line: what was asked and how it ended."""
+    line = f"{short(turn['input_text'], 80)} → {status}"
+    if output:
+        line += f": {short(output, 80)}"
+    lines = [*(summary.splitlines() if summary else []), line]
+    return "\n".join(lines[-SUMMARY_LINES:])
+
+
+def session_card(store: Store, session_id: str, cursor: int, profile: dict[str, Any]) -> dict[str, Any]:
+    """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
+    row = store.get("sessions", session_id)
+    card: dict[str, Any] = {
+        "session_id": session_id,
+        "cursor": cursor,
+        "profile": {**profile, **(row["profile"] if row else {})},
+        "summary": row["summary"] if row else "",
+        "turns": row["turns"] if row else 0,
+        "active_turn": None,
+        "pending_approval": None,
+    }
+    if row is None:
+        return card
+    if row["active_turn_id"]:
+        turn = store.get("turns", row["active_turn_id"])
+        if turn is not None:
+            items = store.select("items", "turn_id = ?", (turn["turn_id"],), order="step_index")
+            current = next((i for i in items if i["status"] not in ("completed", "skipped")), None)
+            job = None
+            if current is not None:
+                jobs = store.select(
+                    "jobs", "item_id = ?", (current["item_id"],), order="created_at DESC LIMIT 1"
+                )
+                job = jobs[0] if jobs else None
+            card["active_turn"] = {
+                "turn_id": turn["turn_id"],
+                "run_id": turn["run_id"],
+                "status": turn["status"],
+                "input": short(turn["input_text"]),
+                "steps": {"done": sum(i["status"] == "completed" for i in items), "total": len(items)},
+                "current": None
+                if current is None
+                else {
+                    "item_id": current["item_id"],
+                    "tool": current["tool_name"],
+                    "status": current["status"],
+                    "progress": job["progress"] if job else None,
+                },
+                "error": short(turn["error"]),
+            }
+    if row["pending_approval_id"]:
+        appr = store.get("approvals", row["pending_approval_id"])
+        if appr is not None and appr["status"] == "pending":
+            card["pending_approval"] = {
+                "approval_id": appr["approval_id"],
+                "turn_id": appr["turn_id"],
+                "tool": appr["tool_name"],
+                "mode": appr["mode"],
+                "args": appr["args"],
+                "proposed_scope": appr["proposed_scope"],
+            }
+    return card

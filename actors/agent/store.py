@@ -1,0 +1,244 @@
+"""The agent runtime's tables, in the agent's own SQLite file, written inside the current turn.
+
+Tables are named ``roost_agent_*``: the runtime writes them through the turn's connection; an agent's
+``self.sql`` can read them but not write them (the actor authorizer refuses writes to ``roost_*``).
+JSON columns are encoded and decoded here, nowhere else.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from storage import Migration
+
+__all__ = ["AGENT_MIGRATIONS", "JSON_COLUMNS", "Row", "Store", "new_id"]
+
+Row = dict[str, Any]
+
+AGENT_MIGRATIONS: Sequence[Migration] = (
+    """
+    CREATE TABLE roost_agent_turns (
+        turn_id            TEXT PRIMARY KEY,
+        run_id             TEXT NOT NULL,
+        session_id         TEXT NOT NULL,
+        input_text         TEXT NOT NULL,
+        normalized_command TEXT NOT NULL,
+        status             TEXT NOT NULL,
+        needs_confirmation INTEGER NOT NULL DEFAULT 0,
+        output_text        TEXT,
+        error              TEXT,
+        trace_id           TEXT NOT NULL,
+        created_at         REAL NOT NULL,
+        updated_at         REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_agent_turns_session ON roost_agent_turns (session_id, created_at);
+    CREATE TABLE roost_agent_runs (
+        run_id              TEXT PRIMARY KEY,
+        turn_id             TEXT NOT NULL,
+        session_id          TEXT NOT NULL,
+        tenant              TEXT,
+        principal           TEXT,
+        status              TEXT NOT NULL,
+        waiting             TEXT,
+        mode                TEXT NOT NULL,
+        trace_id            TEXT NOT NULL,
+        hops                INTEGER NOT NULL DEFAULT 0,
+        model_done          INTEGER NOT NULL DEFAULT 0,
+        model_text          TEXT,
+        question            TEXT,
+        inputs              TEXT NOT NULL,
+        stop_condition      TEXT NOT NULL,
+        verification_result TEXT,
+        verifier            TEXT,
+        evidence_refs       TEXT NOT NULL,
+        output              TEXT,
+        error               TEXT,
+        retryable           INTEGER NOT NULL DEFAULT 0,
+        created_at          REAL NOT NULL,
+        updated_at          REAL NOT NULL,
+        finished_at         REAL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_agent_runs_waiting ON roost_agent_runs (waiting, created_at)
+        WHERE waiting IS NOT NULL;
+    CREATE TABLE roost_agent_items (
+        item_id       TEXT PRIMARY KEY,
+        run_id        TEXT NOT NULL,
+        turn_id       TEXT NOT NULL,
+        step_index    INTEGER NOT NULL,
+        tool_name     TEXT NOT NULL,
+        args          TEXT NOT NULL,
+        approval_mode TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        result        TEXT,
+        error         TEXT,
+        grant_id      TEXT,
+        runs          INTEGER NOT NULL DEFAULT 0,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL,
+        UNIQUE (run_id, step_index)
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_agent_approvals (
+        approval_id    TEXT PRIMARY KEY,
+        run_id         TEXT NOT NULL,
+        turn_id        TEXT NOT NULL,
+        item_id        TEXT NOT NULL,
+        session_id     TEXT NOT NULL,
+        project_id     TEXT NOT NULL,
+        tool_name      TEXT NOT NULL,
+        mode           TEXT NOT NULL,
+        args           TEXT NOT NULL,
+        proposed_scope TEXT NOT NULL,
+        status         TEXT NOT NULL,
+        grant_id       TEXT,
+        created_at     REAL NOT NULL,
+        decided_at     REAL
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_agent_grants (
+        grant_id    TEXT PRIMARY KEY,
+        approval_id TEXT NOT NULL,
+        session_id  TEXT NOT NULL,
+        project_id  TEXT NOT NULL,
+        tool_name   TEXT NOT NULL,
+        mode        TEXT NOT NULL,
+        scope       TEXT NOT NULL,
+        expires_at  REAL NOT NULL,
+        created_at  REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_agent_grants_lookup ON roost_agent_grants (session_id, project_id, tool_name, mode);
+    CREATE TABLE roost_agent_sessions (
+        session_id          TEXT PRIMARY KEY,
+        principal           TEXT,
+        profile             TEXT NOT NULL,
+        summary             TEXT NOT NULL,
+        active_turn_id      TEXT,
+        pending_approval_id TEXT,
+        turns               INTEGER NOT NULL DEFAULT 0,
+        created_at          REAL NOT NULL,
+        updated_at          REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_agent_project (
+        project_id   TEXT PRIMARY KEY,
+        settings     TEXT NOT NULL,
+        files        TEXT NOT NULL,
+        heavy_run_id TEXT,
+        heavy_since  REAL,
+        updated_at   REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_agent_jobs (
+        job_id           TEXT PRIMARY KEY,
+        run_id           TEXT NOT NULL,
+        turn_id          TEXT NOT NULL,
+        item_id          TEXT,
+        job_kind         TEXT NOT NULL,
+        tool_name        TEXT NOT NULL,
+        args             TEXT NOT NULL,
+        status           TEXT NOT NULL,
+        attempt          INTEGER NOT NULL DEFAULT 0,
+        max_attempts     INTEGER NOT NULL,
+        lease_owner      TEXT,
+        lease_expires_at REAL,
+        heartbeat_at     REAL,
+        progress         TEXT NOT NULL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        result           TEXT,
+        error            TEXT,
+        retryable        INTEGER NOT NULL DEFAULT 0,
+        created_at       REAL NOT NULL,
+        updated_at       REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_agent_jobs_run ON roost_agent_jobs (run_id, status);
+    """,
+)
+
+#: Columns stored as JSON text, per table suffix.
+JSON_COLUMNS = frozenset(
+    {
+        "normalized_command",
+        "inputs",
+        "evidence_refs",
+        "args",
+        "result",
+        "proposed_scope",
+        "scope",
+        "profile",
+        "settings",
+        "files",
+        "progress",
+    }
+)
+
+_KEYS = {
+    "turns": "turn_id",
+    "runs": "run_id",
+    "items": "item_id",
+    "approvals": "approval_id",
+    "grants": "grant_id",
+    "sessions": "session_id",
+    "project": "project_id",
+    "jobs": "job_id",
+}
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id such as ``turn_3f2a…`` (random, 64 bits: unique within one agent)."""
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def _encode(col: str, value: Any) -> Any:
+    if col in JSON_COLUMNS and value is not None:
+        return orjson.dumps(value).decode()
+    return value
+
+
+def _decode(cols: Sequence[str], row: Sequence[Any]) -> Row:
+    out: Row = {}
+    for col, value in zip(cols, row, strict=True):
+        out[col] = orjson.loads(value) if col in JSON_COLUMNS and value is not None else value
+    return out
+
+
+class Store:
+    """Row access for one turn's connection. Tables are named by suffix: ``"runs"``, ``"jobs"``…"""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def insert(self, table: str, row: Row) -> None:
+        cols = list(row)
+        self._conn.execute(
+            f"INSERT INTO roost_agent_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [_encode(c, row[c]) for c in cols],
+        )
+
+    def update(self, table: str, key: str, **values: Any) -> None:
+        cols = list(values)
+        self._conn.execute(
+            f"UPDATE roost_agent_{table} SET {', '.join(f'{c} = ?' for c in cols)} WHERE {_KEYS[table]} = ?",
+            [*(_encode(c, values[c]) for c in cols), key],
+        )
+
+    def get(self, table: str, key: str) -> Row | None:
+        rows = self.select(table, f"{_KEYS[table]} = ?", (key,))
+        return rows[0] if rows else None
+
+    def select(self, table: str, where: str = "1", params: Sequence[Any] = (), order: str = "") -> list[Row]:
+        sql = f"SELECT * FROM roost_agent_{table} WHERE {where}"
+        if order:
+            sql += f" ORDER BY {order}"
+        cur = self._conn.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [_decode(cols, r) for r in cur.fetchall()]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, params)
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self._conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]

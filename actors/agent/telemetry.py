@@ -1,0 +1,89 @@
+"""Telemetry: the agent's timeline as durable events in the actor's resumable log.
+
+Every event is one frame ``{"type":"event","seq":…,"event":{…}}`` whose ``event`` holds
+``event_id, event_type, turn_id, item_id, run_id, session_id, status, payload, trace_id, created_at``.
+Payloads pass the payload policy (:mod:`actors.agent.payloads`) before they are written. A client
+resumes the timeline by cursor like any other frame of the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from actors.agent.payloads import BlobStore, sanitize
+
+if TYPE_CHECKING:
+    from actors.agent.store import Row
+    from actors.host import ActorHost
+
+__all__ = ["EVENT_TYPES", "Telemetry"]
+
+log = logging.getLogger("roost.agent")
+
+EVENT_TYPES = frozenset(
+    {
+        "turn_started",
+        "plan_ready",
+        "tool_started",
+        "tool_progress",
+        "tool_completed",
+        "tool_failed",
+        "tool_cancelled",
+        "model_step_failed",
+        "approval_requested",
+        "approval_granted",
+        "approval_denied",
+        "input_requested",
+        "input_received",
+        "run_queued",
+        "run_started",
+        "run_continued",
+        "verification_started",
+        "verification_completed",
+        "turn_completed",
+        "turn_failed",
+        "turn_cancelled",
+    }
+)
+
+
+class Telemetry:
+    def __init__(self, host: ActorHost, blobs: BlobStore, threshold: int) -> None:
+        self._host = host
+        self.blobs = blobs
+        self.threshold = threshold
+        self.counts: dict[str, int] = {}
+
+    def clean(self, value: Any) -> Any:
+        """``value`` after the payload policy (secrets redacted, heavy strings to blobs)."""
+        return sanitize(value, self.blobs, self.threshold)
+
+    def event(
+        self,
+        event_type: str,
+        run: Row,
+        *,
+        item_id: str | None = None,
+        status: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        """Log and send one event of ``run``; returns its ``seq``."""
+        assert event_type in EVENT_TYPES, event_type
+        record = {
+            "event_id": uuid.uuid4().hex,
+            "event_type": event_type,
+            "turn_id": run["turn_id"],
+            "item_id": item_id,
+            "run_id": run["run_id"],
+            "session_id": run["session_id"],
+            "status": status,
+            "payload": self.clean(payload or {}),
+            "trace_id": run["trace_id"],
+            "created_at": self._host._now,
+        }
+        seq = self._host.emit(record)
+        self.counts[event_type] = self.counts.get(event_type, 0) + 1
+        log.debug("%s run=%s item=%s trace=%s", event_type, run["run_id"], item_id, run["trace_id"])
+        return seq
