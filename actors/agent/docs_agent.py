@@ -65,7 +65,7 @@ async def collect_documents(ctx: ToolContext, args: CollectArgs) -> dict[str, An
     for path in sorted(_docs_dir(ctx).glob(args.pattern)):
         data = path.read_bytes()
         found.append({"name": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    return {"count": len(found), "documents": found}
+    return {"summary": f"{len(found)} documents found", "count": len(found), "documents": found}
 
 
 @tool(background=True, heavy=True, keywords=("analy", "summar", "review"), requires=("collect_documents",))
@@ -94,10 +94,16 @@ async def analyze_documents(ctx: ToolContext, args: AnalyzeArgs) -> dict[str, An
             }
         )
         await ctx.progress(i + 1, len(names), f"analysed {name}")
-    return {"count": len(out), "documents": out}
+    return {"summary": f"{len(out)} documents analysed", "count": len(out), "documents": out}
 
 
-@tool(approval_mode="mutating", keywords=("report",), requires=("analyze_documents",))
+def _report_args(text: str) -> dict[str, Any]:
+    """``… titled Quarterly review`` sets the title."""
+    found = re.search(r"\btitled\s+[\"']?([^\"'\n]{1,120}?)[\"']?\s*$", text)
+    return {"title": found.group(1).strip()} if found else {}
+
+
+@tool(approval_mode="mutating", keywords=("report",), requires=("analyze_documents",), plan_args=_report_args)
 async def generate_report(ctx: ToolContext, args: ReportArgs) -> dict[str, Any]:
     """Write the analysis as a report file (changes the project: needs approval)."""
     analysis = ctx.results.get("analyze_documents", {}).get("documents", [])
@@ -119,8 +125,10 @@ async def generate_report(ctx: ToolContext, args: ReportArgs) -> dict[str, Any]:
         tmp.write_bytes(data)
         os.replace(tmp, path)
         written = True
+    rel = str(path.relative_to(ctx.data_dir))
     return {
-        "path": str(path.relative_to(ctx.data_dir)),
+        "summary": f"report written to {rel}",
+        "path": rel,
         "sha256": digest,
         "bytes": len(data),
         "documents": len(analysis),

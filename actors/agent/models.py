@@ -89,7 +89,8 @@ class DeterministicPlanner:
     async def step(self, request: ModelRequest) -> ModelStep:
         if request.steps:
             return ModelStep(text=self._summary(request))
-        text = " ".join([request.text, *(_as_text(i) for i in request.inputs)]).lower()
+        original = " ".join([request.text, *(_as_text(i) for i in request.inputs)])
+        text = original.lower()
         wanted: set[str] = set()
         for t in self.catalog:
             if any(k in text for k in t.keywords):
@@ -102,7 +103,7 @@ class DeterministicPlanner:
         calls = []
         for t in self.catalog:
             if t.name in wanted:
-                calls.append(ToolCall(name=t.name, args=t.plan_args(text) if t.plan_args else {}))
+                calls.append(ToolCall(name=t.name, args=t.plan_args(original) if t.plan_args else {}))
         return ModelStep(tool_calls=calls)
 
     def _with_requirements(self, name: str, into: set[str]) -> None:
@@ -116,9 +117,14 @@ class DeterministicPlanner:
     def _summary(request: ModelRequest) -> str:
         parts = []
         for s in request.steps:
-            outcome = s.status if s.status != "completed" else _short(s.result)
+            if s.status != "completed":
+                outcome = s.status
+            elif isinstance(s.result, dict) and isinstance(s.result.get("summary"), str):
+                outcome = s.result["summary"]
+            else:
+                outcome = _short(s.result)
             parts.append(f"{s.tool}: {outcome}")
-        return "Done. " + "; ".join(parts)
+        return "Done. " + "; ".join(parts) + "."
 
 
 def _as_text(value: Any) -> str:
