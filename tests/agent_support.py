@@ -90,7 +90,14 @@ class FlakyArgs(BaseModel):
 FLAKY_CALLS: list[int] = []
 
 
-@tool(background=True, keywords=("flaky",))
+def _fail_times(text: str) -> dict[str, Any]:
+    import re
+
+    found = re.search(r"fail (\d+)", text)
+    return {"fail_times": int(found.group(1))} if found else {}
+
+
+@tool(background=True, keywords=("flaky",), plan_args=_fail_times)
 async def flaky(ctx: ToolContext, args: FlakyArgs) -> dict[str, Any]:
     """Fails its first ``fail_times`` attempts."""
     FLAKY_CALLS.append(ctx.attempt)
@@ -122,13 +129,21 @@ def event_types(conn: KitConnection) -> list[str]:
 
 
 async def drive(
-    kit: ActorKit, done: Callable[[], bool], *, step: float = 0.05, max_steps: int = 2000
+    kit: ActorKit,
+    done: Callable[[], bool],
+    *,
+    step: float = 0.05,
+    max_steps: int = 2000,
+    io_wait: float = 0.0,
 ) -> None:
-    """Let actors run and move the fake clock by ``step`` until ``done()`` (bounded)."""
+    """Let actors run and move the fake clock by ``step`` until ``done()`` (bounded). ``io_wait``:
+    real seconds to wait per step, for work waiting on real sockets."""
     for _ in range(max_steps):
         await kit.settle()
         for _ in range(5):  # worker tasks live outside mailboxes: give them turns of the loop
             await asyncio.sleep(0)
+        if io_wait:
+            await asyncio.sleep(io_wait)
         await kit.settle()
         if done():
             return

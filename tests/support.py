@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from starlette.types import ASGIApp
 
 from transport import RoostApp
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.asynccontextmanager
-async def serve_in_process(app: RoostApp) -> AsyncIterator[str]:
+async def serve_in_process(app: RoostApp | ASGIApp) -> AsyncIterator[str]:
     """Serve ``app`` on an ephemeral port in this event loop; yields ``host:port``."""
     config = uvicorn.Config(
         app,

@@ -308,7 +308,7 @@ async def test_the_app_mounts_inside_another_asgi_app(data_dir: Path) -> None:
     starts on the first request and serves WebSocket and HTTP."""
     roost = create_app([Counter], data_dir=data_dir)
     parent = Starlette(routes=[Mount("/roost", app=roost)])
-    async with serve_in_process(parent) as addr:  # type: ignore[arg-type]
+    async with serve_in_process(parent) as addr:
         async with websockets.connect(f"ws://{addr}/roost/agents/counter/{quote('m/1', safe='')}") as ws:
             welcome = await recv(ws)
             assert welcome["actor"] == {"kind": "counter", "name": "m/1"}

@@ -1,0 +1,141 @@
+"""Background jobs: leases, heartbeats, retries, fencing, worker presence (actors/agent/background.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from actors.actor import Actor
+from actors.agent.agent import Agent
+from actors.agent.background import JobRunner
+from actors.agent.orchestrator import Orchestrator
+from actors.testing import ActorKit
+from tests.agent_support import FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
+
+
+def orchestrator_of(actor: Actor) -> Orchestrator:
+    assert isinstance(actor, Agent)
+    return actor._orchestrator
+
+
+REQUEST = "analyze the documents and make a report"
+
+
+async def test_a_failed_attempt_is_retried_with_backoff_then_completes(data_dir: Path) -> None:
+    FLAKY_CALLS.clear()
+    async with ActorKit([Flaky], data_dir) as kit:
+        c = kit.connect("flaky", "f")
+        reply = await c.call("turn", "flaky please")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        failed = [e for e in events(c) if e["event_type"] == "tool_failed"]
+        assert len(failed) == 1
+        assert failed[0]["payload"]["will_retry"] is True
+        assert failed[0]["payload"]["retry_in_s"] == 0.5
+        assert "attempt 1 failed" in failed[0]["payload"]["error"]
+        assert FLAKY_CALLS == [1, 2]
+        run = await c.call("get_run", reply["run_id"])
+        assert run["jobs"][0]["attempt"] == 2
+        assert run["jobs"][0]["status"] == "completed"
+        assert run["status"] == "completed"
+
+
+async def test_a_job_that_keeps_failing_fails_the_run_with_its_reason(data_dir: Path) -> None:
+    """After ``job_max_attempts`` (3) the job fails: the item and the run fail with the last error,
+    marked retryable (the error was a transient one), and ``continue_run`` takes the run up again."""
+    FLAKY_CALLS.clear()
+    async with ActorKit([Flaky], data_dir) as kit:
+        c = kit.connect("flaky", "f")
+        reply = await c.call("turn", "flaky, fail 9 times")
+        await drive(kit, lambda: "turn_failed" in event_types(c))
+        assert FLAKY_CALLS == [1, 2, 3]
+        failed = [e["payload"] for e in events(c) if e["event_type"] == "tool_failed"]
+        assert [f["will_retry"] for f in failed] == [True, True, False]
+        assert [f.get("retry_in_s") for f in failed[:2]] == [0.5, 1.0]  # exponential backoff
+        assert "attempt 3 of 3" in failed[-1]["error"]
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert run["retryable"] == 1
+        assert "ConnectionError: attempt 3 failed" in run["error"]
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert turn["items"][0]["status"] == "failed"
+        again = await c.call("continue_run", reply["run_id"])
+        assert again["status"] == "in_progress"
+
+
+async def test_lease_expiry_after_the_worker_died_retries_with_the_next_attempt(data_dir: Path) -> None:
+    """The worker stops without a word (as when its process dies): no heartbeat renews the lease; the
+    wake-up at the lease's end claims attempt 2, which completes; the item completes once."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 2)
+        dead = kit.registry.services.pop("agent.jobs")
+        await dead.stop()  # the worker is gone; nothing was recorded
+        assert isinstance(dead, JobRunner)
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        retried = [e for e in events(c) if e["event_type"] == "tool_failed"]
+        assert retried[0]["payload"]["error"] == "lease expired (worker lost)"
+        starts = [
+            e["payload"]["attempt"]
+            for e in events(c)
+            if e["event_type"] == "tool_started" and "job_id" in e["payload"]
+        ]
+        assert starts == [1, 2]
+        run = await c.call("get_run", reply["run_id"])
+        assert run["jobs"][0]["attempt"] == 2
+        assert run["jobs"][0]["status"] == "completed"
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert [i["runs"] for i in turn["items"][:2]] == [1, 1]
+        assert [i["status"] for i in turn["items"][:2]] == ["completed", "completed"]
+
+
+async def test_a_worker_that_lost_its_lease_cannot_write(data_dir: Path) -> None:
+    """Fencing: once attempt 2 holds the lease, attempt 1's progress and finish are refused."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 2)
+        runner = kit.registry.services["agent.jobs"]
+        assert isinstance(runner, JobRunner)
+        job = (await c.call("get_run", reply["run_id"]))["jobs"][0]
+
+        async def take_over(actor: Actor) -> None:  # what the lease wake-up does after expiry
+            orch = orchestrator_of(actor)
+            row = orch.store.get("jobs", job["job_id"])
+            assert row is not None
+            await orch.execution.claim(row)
+
+        await kit.registry.run("docs", "acme", take_over)
+
+        async def stale_progress(actor: Actor) -> bool:
+            orch = orchestrator_of(actor)
+            return await orch.job_progress(job["job_id"], 1, runner.worker_id, 5, 6, "late")
+
+        assert await kit.registry.run("docs", "acme", stale_progress) is False
+
+        async def stale_heartbeat(actor: Actor) -> bool:
+            return orchestrator_of(actor).job_heartbeat(job["job_id"], 1, runner.worker_id)
+
+        assert await kit.registry.run("docs", "acme", stale_heartbeat) is False
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        run = await c.call("get_run", reply["run_id"])
+        assert run["jobs"][0]["attempt"] == 2
+        assert all(
+            e["payload"].get("message") != "late" for e in events(c) if e["event_type"] == "tool_progress"
+        )
+
+
+async def test_the_worker_reports_its_presence_in_the_directory(data_dir: Path) -> None:
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        await c.call("turn", "analyze the documents")
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 1)
+        assert kit.registry.directory is not None
+        first = kit.registry.directory.workers()
+        assert len(first) == 1
+        assert first[0].pid == os.getpid()
+        assert first[0].running_jobs in (0, 1)
+        advance(kit, 1.0)
+        await drive(kit, lambda: True)
+        later = kit.registry.directory.workers()
+        assert later[0].heartbeat_at > first[0].heartbeat_at
