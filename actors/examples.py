@@ -1,4 +1,5 @@
-"""Example actor kinds served by a bare ``roost serve``.
+"""Example actor kinds served by a bare ``roost serve``: ``counter``, ``room`` and the ``docs`` agent
+(:mod:`actors.agent.docs_agent`).
 
 ``counter`` is part of the wire contract: state ``{"count": int}``; ``increment(by=1) -> int`` returns
 the new count and ``get() -> int`` the current one.
@@ -10,10 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from actors.actor import Actor
+from actors.agent.docs_agent import DocsAgent
 from actors.connection import Connection
 from actors.decorators import callable, wakeup
 
-__all__ = ["KINDS", "Counter", "Room"]
+__all__ = ["KINDS", "Counter", "DocsAgent", "Room"]
 
 
 class Counter(Actor):
@@ -85,4 +87,4 @@ class Room(Actor):
         self.broadcast({"from": conn.id, "data": data}, exclude=[conn])
 
 
-KINDS: tuple[type[Actor], ...] = (Counter, Room)
+KINDS: tuple[type[Actor], ...] = (Counter, Room, DocsAgent)

@@ -55,8 +55,11 @@ async def serve_in_process(app: RoostApp | ASGIApp) -> AsyncIterator[str]:
 class ServerProcess:
     """``roost serve`` in a child process (own process group), on an ephemeral port."""
 
-    def __init__(self, data_dir: Path, *args: str, app: str | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *args: str, app: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.data_dir = data_dir
+        self.env = env or {}
         self.args = list(args)
         self.app = app
         self.proc: subprocess.Popen[str] | None = None
@@ -67,7 +70,7 @@ class ServerProcess:
         if self.app:
             cmd.append(self.app)
         cmd += ["--data", str(self.data_dir), "--port", "0", "--log-level", "info", *self.args]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
@@ -128,8 +131,10 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def server_process(data_dir: Path, *args: str, app: str | None = None) -> Iterator[ServerProcess]:
-    server = ServerProcess(data_dir, *args, app=app).start()
+def server_process(
+    data_dir: Path, *args: str, app: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    server = ServerProcess(data_dir, *args, app=app, env=env).start()
     try:
         yield server
     finally:

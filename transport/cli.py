@@ -59,6 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from transport.app import RoostApp
 
+    if args.config is not None:  # read by the agent runtime (actors.agent.config) when kinds start
+        os.environ["ROOST_CONFIG"] = args.config
     app = load_app(args.app)
     if isinstance(app, RoostApp):
         changes: dict[str, object] = {}
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve actors over WebSockets and HTTP")
     serve.add_argument("app", nargs="?", help="MODULE:APP (default: the example kinds)")
     serve.add_argument("--data", help="data directory (default: $ROOST_DATA or ./data)")
+    serve.add_argument("--config", help="roost.toml with the [agent] settings (default: ./roost.toml if any)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle actor sleeps")

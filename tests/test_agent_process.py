@@ -1,0 +1,172 @@
+"""The docs agent against real ``roost serve`` processes: over a WebSocket, and through a SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from tests.support import server_process
+
+pytestmark = pytest.mark.slow
+
+REQUEST = "analyze the documents and make a report"
+CONFIG = """
+[agent]
+heartbeat_interval = 0.25
+lease_ttl = 1.0
+[agent.tools.analyze_documents]
+delay_s = 0.4
+"""
+
+
+class Peer:
+    """A WebSocket client that keeps every frame it received."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self.ids = 0
+
+    async def until(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
+        for frame in self.frames:
+            if predicate(frame):
+                return frame
+        async with asyncio.timeout(timeout):
+            while True:
+                new: dict[str, Any] = orjson.loads(await self.ws.recv())
+                self.frames.append(new)
+                if predicate(new):
+                    return new
+
+    async def call(self, method: str, *args: Any) -> Any:
+        self.ids += 1
+        cid = f"c{self.ids}"
+        await self.ws.send(
+            orjson.dumps({"type": "rpc", "id": cid, "method": method, "args": list(args)}).decode()
+        )
+        reply = await self.until(lambda f: f.get("type") == "rpc_result" and f["id"] == cid)
+        assert reply["ok"], reply
+        return reply["result"]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [f["event"] for f in self.frames if f.get("type") == "event"]
+
+    def types(self) -> list[str]:
+        return [e["event_type"] for e in self.events()]
+
+
+def has_event(kind: str, **payload: Any) -> Any:
+    def match(frame: dict[str, Any]) -> bool:
+        if frame.get("type") != "event" or frame["event"]["event_type"] != kind:
+            return False
+        return all(frame["event"]["payload"].get(k) == v for k, v in payload.items())
+
+    return match
+
+
+def workers(data_dir: Path) -> dict[int, int]:
+    """pid → running jobs, as each worker process last reported it in the directory."""
+    conn = sqlite3.connect(data_dir / "directory.sqlite", timeout=5)
+    try:
+        return dict(conn.execute("SELECT pid, running_jobs FROM workers").fetchall())
+    finally:
+        conn.close()
+
+
+async def test_docs_flow_over_a_websocket_every_event_in_order(data_dir: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(CONFIG)
+    with server_process(data_dir, "--config", str(cfg)) as srv:
+        async with websockets.connect(f"{srv.ws}/agents/docs/acme") as ws:
+            peer = Peer(ws)
+            await peer.until(lambda f: f["type"] == "welcome")
+            reply = await peer.call("turn", REQUEST)
+            approval = await peer.until(has_event("approval_requested"))
+            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant")
+            await peer.until(has_event("turn_completed"))
+            run = await peer.call("get_run", reply["run_id"])
+        types = peer.types()
+        assert types[:4] == ["turn_started", "plan_ready", "tool_started", "tool_completed"]
+        assert types.count("tool_progress") == 7
+        assert types[-7:] == [
+            "approval_requested",
+            "approval_granted",
+            "tool_started",
+            "tool_completed",
+            "verification_started",
+            "verification_completed",
+            "turn_completed",
+        ]
+        seqs = [f["seq"] for f in peer.frames if f.get("type") == "event"]
+        assert seqs == list(range(1, len(seqs) + 1))  # none missing, none repeated
+        assert run["verification_result"] == "pass"
+        # a second client replays the same timeline from the log
+        async with websockets.connect(f"{srv.ws}/agents/docs/acme?cursor=0") as ws:
+            late = Peer(ws)
+            await late.until(has_event("turn_completed"))
+            assert late.types() == types
+
+
+async def test_sigkill_during_analyze_resumes_alone_and_writes_the_report_once(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL during ``analyze_documents``; the server restarts with no client connected: the lease
+    expires, the scheduler wakes the agent, attempt 2 runs to the end. ``collect_documents`` does not
+    run again; after approval the report is written exactly once."""
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(CONFIG)
+    with server_process(data_dir, "--config", str(cfg)) as srv:
+        async with websockets.connect(f"{srv.ws}/agents/docs/acme") as ws:
+            peer = Peer(ws)
+            await peer.until(lambda f: f["type"] == "welcome")
+            reply = await peer.call("turn", REQUEST)
+            await peer.until(has_event("tool_progress", done=2))
+            srv.kill()  # SIGKILL, mid-analysis
+    with server_process(data_dir, "--config", str(cfg)) as srv:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        # no client: only the directory tells us, by the new worker's heartbeats
+        for _ in range(200):
+            if workers(data_dir).get(pid, 0) >= 1:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the job did not resume in the new process")
+        for _ in range(300):
+            if workers(data_dir).get(pid) == 0:
+                break
+            await asyncio.sleep(0.05)
+        async with websockets.connect(f"{srv.ws}/agents/docs/acme?cursor=0") as ws:
+            peer = Peer(ws)
+            approval = await peer.until(has_event("approval_requested"))
+            starts = [e["payload"] for e in peer.events() if e["event_type"] == "tool_started"]
+            assert [s["tool"] for s in starts] == [
+                "collect_documents",
+                "analyze_documents",
+                "analyze_documents",
+            ]
+            assert starts[2]["attempt"] == 2
+            lost = [e["payload"] for e in peer.events() if e["event_type"] == "tool_failed"]
+            assert lost[0]["error"] == "lease expired (worker lost)"
+            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant")
+            await peer.until(has_event("turn_completed"))
+            turn = await peer.call("get_turn", reply["turn_id"])
+            assert [i["runs"] for i in turn["items"]] == [1, 1, 1]  # the retry is a job attempt
+            run = await peer.call("get_run", reply["run_id"])
+            assert [(j["tool"], j["attempt"], j["status"]) for j in run["jobs"]] == [
+                ("analyze_documents", 2, "completed")
+            ]
+            assert turn["items"][2]["result"]["written"] is True
+            seqs = [f["seq"] for f in peer.frames if f.get("type") == "event"]
+            assert seqs == list(range(1, len(seqs) + 1))
+    reports = [p for p in (data_dir / "reports").rglob("*") if p.is_file()]
+    assert len(reports) == 1
+    assert reports[0].name == f"{reply['run_id']}.md"
+    assert reports[0].stat().st_size == turn["items"][2]["result"]["bytes"]
