@@ -13,6 +13,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+import orjson
+
 from actors.agent.catalog import ApprovalMode
 from actors.agent.errors import PolicyRefused
 from actors.agent.store import Row, Store
@@ -39,24 +41,53 @@ def needs_approval(mode: ApprovalMode) -> bool:
     return mode != "safe_readonly"
 
 
+_GLOB = frozenset("*?[")
+
+
+def _literal(value: Any) -> bool:
+    """True if ``value`` in a scope means itself (not a glob, a list of choices or an operator)."""
+    if isinstance(value, str):
+        return not (_GLOB & set(value))
+    return not isinstance(value, list | dict)
+
+
 def proposed_scope(args: dict[str, Any]) -> dict[str, Any]:
-    """The narrowest scope that covers ``args``: each argument, exactly."""
-    return dict(args)
+    """The narrowest scope that covers ``args``: each argument exactly (values that a scope would
+    read as a pattern or a choice are wrapped as ``{"eq": value}``)."""
+    return {k: v if _literal(v) else {"eq": v} for k, v in args.items()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality that tells ``1``, ``1.0`` and ``true`` apart."""
+    opt = orjson.OPT_SORT_KEYS
+    try:
+        return orjson.dumps(a, option=opt) == orjson.dumps(b, option=opt)
+    except TypeError:  # not JSON orjson can write (e.g. an integer beyond 64 bits)
+        return type(a) is type(b) and bool(a == b)
 
 
 def _value_covered(allowed: Any, value: Any) -> bool:
     if allowed == "*":
         return True
+    if isinstance(allowed, dict):
+        if set(allowed) == {"eq"}:
+            return _same(allowed["eq"], value)
+        if set(allowed) == {"in"} and isinstance(allowed["in"], list):
+            return any(_same(a, value) for a in allowed["in"])
+        if set(allowed) == {"glob"} and isinstance(allowed["glob"], str):
+            return isinstance(value, str) and fnmatch.fnmatchcase(value, allowed["glob"])
+        return False  # an unknown operator allows nothing
     if isinstance(allowed, list):
-        return value in allowed
-    if isinstance(allowed, str) and isinstance(value, str) and any(c in allowed for c in "*?["):
-        return fnmatch.fnmatchcase(value, allowed)
-    return bool(allowed == value)
+        return any(_same(a, value) for a in allowed)
+    if isinstance(allowed, str) and not _literal(allowed):
+        return isinstance(value, str) and fnmatch.fnmatchcase(value, allowed)
+    return _same(allowed, value)
 
 
 def scope_covers(scope: Any, args: dict[str, Any]) -> bool:
-    """True if every argument is allowed by ``scope``: an exact value, a glob string, a list of allowed
-    values, or ``"*"``. An argument the scope does not name is not covered."""
+    """True if every argument is allowed by ``scope``. Per argument, a scope holds ``"*"`` (anything),
+    a glob string (``"Doc*"``), a list of allowed values, ``{"eq": v}``, ``{"in": [...]}``,
+    ``{"glob": "…"}``, or a plain value (itself). An argument the scope does not name is not covered."""
     if not isinstance(scope, dict):
         return False
     return all(k in scope and _value_covered(scope[k], v) for k, v in args.items())

@@ -1,0 +1,176 @@
+"""Unit tests of the agent runtime's pure parts: payload policy, scopes, config, catalog."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from actors.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
+from actors.agent.catalog import InvalidToolCall
+from actors.agent.errors import PolicyRefused
+from actors.agent.payloads import REDACTED
+from actors.agent.policy import precheck, proposed_scope, scope_covers
+from actors.connection import Principal
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "token",
+        "access_token",
+        "password",
+        "api_key",
+        "apiKey",
+        "API-KEY",
+        "authorization",
+        "client_secret",
+        "x.cookie",
+    ],
+)
+def test_secret_keys_are_redacted(key: str) -> None:
+    assert sanitize({key: "value", "other": "kept"}, None) == {key: REDACTED, "other": "kept"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bearer abcdefghijklmnop.qrstu",
+        "sk-proj-abcdefghijklmnopqrstuvwx",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "AKIAABCDEFGHIJKLMNOP",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+    ],
+)
+def test_token_patterns_are_redacted_inside_text(text: str) -> None:
+    out = sanitize({"note": f"before {text} after"}, None)
+    assert out == {"note": f"before {REDACTED} after"}
+
+
+def test_ordinary_words_are_not_redacted() -> None:
+    value = {"tokens_used": 12, "message": "the password field is required", "skill": "sk-8"}
+    assert sanitize(value, None) == value
+
+
+def test_heavy_strings_go_to_the_blob_store_once(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    big = base64.b64encode(b"\x00\x01" * 600_000).decode()
+    first = sanitize({"image": big, "nested": [big]}, blobs, 8192)
+    assert first["image"] == first["nested"][0]
+    ref = first["image"]["$blob"]
+    assert blobs.get(ref) == big.encode()
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+    # a base64 run inside a short text, over 512 characters, is heavy too
+    short_b64 = base64.b64encode(bytes(range(256)) * 2).decode()
+    assert "$blob" in sanitize({"s": short_b64}, blobs, 8192)["s"]
+    with pytest.raises(ValueError, match="not a blob reference"):
+        blobs.get("sha256:../../etc/passwd")
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+        max_leaves=20,
+    )
+)
+def test_sanitize_keeps_shape_of_harmless_values(value: Any) -> None:
+    out = sanitize(value, None, 8192)
+    assert type(out) is type(value) or isinstance(value, tuple)
+
+
+def test_scope_matching() -> None:
+    args = {"format": "markdown", "title": "Document analysis"}
+    assert scope_covers(proposed_scope(args), args)
+    assert scope_covers({"format": "*", "title": "Doc*"}, args)
+    assert scope_covers({"format": ["markdown", "html"], "title": "*"}, args)
+    assert not scope_covers({"format": "markdown"}, args)  # title not named: not covered
+    assert not scope_covers({"format": "html", "title": "*"}, args)
+    assert not scope_covers({"format": "*", "title": "Summary*"}, args)
+    assert not scope_covers("everything", args)
+    assert scope_covers({}, {})
+    assert not scope_covers({"n": 1}, {"n": True})
+    assert scope_covers({"n": {"in": [1, 2]}}, {"n": 2})
+    assert scope_covers({"t": {"glob": "a*"}}, {"t": "abc"})
+    assert not scope_covers({"t": {"regex": ".*"}}, {"t": "abc"})  # unknown operators allow nothing
+    assert proposed_scope({"t": "a*", "l": [1]}) == {"t": {"eq": "a*"}, "l": {"eq": [1]}}
+    assert not scope_covers(proposed_scope({"t": "a*"}), {"t": "abc"})
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), JSON, max_size=5))
+def test_the_proposed_scope_covers_exactly_its_arguments(args: dict[str, Any]) -> None:
+    assert scope_covers(proposed_scope(args), args)
+    for key in args:
+        changed = {**args, key: [args[key]]}  # a different value
+        assert not scope_covers(proposed_scope(args), changed)
+
+
+def test_precheck() -> None:
+    assert precheck("  go  ", None, 10) == "go"
+    for bad in ("", "   ", "x" * 11, 5, None):
+        with pytest.raises(PolicyRefused):
+            precheck(bad, None, 10)
+    with pytest.raises(PolicyRefused, match="read-only"):
+        precheck("go", Principal("p", claims={"read_only": True}), 10)
+
+
+def test_config_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "roost.toml"
+    path.write_text(
+        "[agent]\nmax_tool_hops = 3\nheartbeat_interval = 0.2\nlease_ttl = 1\n[agent.tools.x]\ndelay_s = 2\n"
+    )
+    cfg = load_config(path)
+    assert cfg.max_tool_hops == 3
+    assert cfg.tool_settings("x") == {"delay_s": 2}
+    monkeypatch.setenv("ROOST_CONFIG", str(path))
+    assert load_config().max_tool_hops == 3
+    monkeypatch.delenv("ROOST_CONFIG")
+    monkeypatch.chdir(tmp_path)
+    assert load_config().lease_ttl == 1.0  # ./roost.toml
+    path.write_text("[agent]\nmax_tool_hop = 3\n")
+    with pytest.raises(ValidationError, match="max_tool_hop"):
+        load_config(path)
+    with pytest.raises(ValidationError, match="two heartbeat"):
+        AgentConfig(heartbeat_interval=1.0, lease_ttl=1.5)
+
+
+class Args(BaseModel):
+    n: int = 1
+
+
+def test_tools_are_typed() -> None:
+    @tool(keywords=("count",))
+    async def count(ctx: ToolContext, args: Args) -> int:
+        """Count."""
+        return args.n
+
+    catalog = Catalog([count])
+    assert catalog.check("count", {"n": "3"}) == {"n": 3}
+    with pytest.raises(InvalidToolCall, match="count: n"):
+        catalog.check("count", {"n": "three"})
+    with pytest.raises(InvalidToolCall, match="no tool"):
+        catalog.check("missing", {})
+    assert catalog.specs()[0]["function"]["parameters"]["properties"]["n"]["type"] == "integer"
+    with pytest.raises(TypeError, match="pydantic"):
+
+        @tool()
+        async def untyped(ctx: ToolContext, args: dict) -> None:  # type: ignore[type-arg]
+            return None
+
+    with pytest.raises(ValueError, match="approval_mode"):
+        tool(approval_mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="two tools"):
+        Catalog([count, count])
