@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from actors.actor import Actor
 from actors.agent.agent import Agent
 from actors.agent.background import JobRunner
 from actors.agent.orchestrator import Orchestrator
 from actors.testing import ActorKit
 from tests.agent_support import FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
+from transport.cli import main
 
 
 def orchestrator_of(actor: Actor) -> Orchestrator:
@@ -125,7 +128,9 @@ async def test_a_worker_that_lost_its_lease_cannot_write(data_dir: Path) -> None
         )
 
 
-async def test_the_worker_reports_its_presence_in_the_directory(data_dir: Path) -> None:
+async def test_the_worker_reports_its_presence_in_the_directory(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
         await c.call("turn", "analyze the documents")
@@ -139,3 +144,8 @@ async def test_the_worker_reports_its_presence_in_the_directory(data_dir: Path) 
         await drive(kit, lambda: True)
         later = kit.registry.directory.workers()
         assert later[0].heartbeat_at > first[0].heartbeat_at
+    assert main(["workers", "--data", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert later[0].worker_id in out
+    assert f" {os.getpid()} " in out
+    assert out.rstrip().endswith("1 worker(s)")

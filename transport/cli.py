@@ -147,6 +147,22 @@ def _schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers(args: argparse.Namespace) -> int:
+    """Worker processes of the agent runtime, as they last reported (WorkerHeartbeat)."""
+    with _directory(args.data) as directory:
+        if directory is None:
+            return 1
+        rows = directory.workers()
+        print(f"{'WORKER':<24} {'PID':>8} {'HOST':<20} {'STARTED':<20} {'LAST HEARTBEAT':<20} JOBS")
+        for w in rows:
+            print(
+                f"{w.worker_id:<24} {w.pid:>8} {w.hostname[:20]:<20} {_ts(w.started_at):<20} "
+                f"{_ts(w.heartbeat_at):<20} {w.running_jobs}"
+            )
+        print(f"{len(rows)} worker(s)")
+    return 0
+
+
 def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -174,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     sch.add_argument("--data", default="data")
     sch.add_argument("--limit", type=int, default=100)
     sch.set_defaults(func=_schedules)
+    wk = sub.add_parser("workers", help="list agent worker processes and their last heartbeat")
+    wk.add_argument("--data", default="data")
+    wk.set_defaults(func=_workers)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code
