@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench soak clean
+.PHONY: demo demo-crash test lint typecheck unit bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/python -m demo_client.agent_demo
+
+demo-crash: $(STAMP)
 	$(BIN)/python -m demo_client.demo
 
 lint: $(STAMP)

@@ -157,6 +157,11 @@ class Client:
         return self._resume.replaying
 
     @property
+    def duplicates(self) -> int:
+        """How many ``state``/``event`` frames arrived again after being processed (and were dropped)."""
+        return self._resume.duplicates
+
+    @property
     def drops(self) -> int:
         """How many times ``drop()`` aborted a socket (by hand or by chaos)."""
         return self._connector.drops
@@ -208,10 +213,11 @@ class Client:
         async with asyncio.timeout(timeout):
             await self._connector.connection()
 
-    def drop(self) -> bool:
+    def drop(self, away: float = 0.0) -> bool:
         """Abort the current socket without a close handshake, as a network failure would (the
-        server sees 1006). The client then reconnects by itself. False if no socket was open."""
-        return self._connector.drop()
+        server sees 1006). The client then reconnects by itself, no sooner than ``away`` seconds
+        from now. False if no socket was open."""
+        return self._connector.drop(away)
 
     # -- calls --------------------------------------------------------------------------------
 

@@ -85,6 +85,7 @@ class Connector:
         self._backoff_rng = random.Random(rng.getrandbits(64))
         self._chaos_rng = random.Random(rng.getrandbits(64))
         self._reconnect = reconnect
+        self._away_until = 0.0
         self._open_timeout = open_timeout
         self._max_size = max_size
         self._chaos = chaos
@@ -123,12 +124,14 @@ class Connector:
             await asyncio.wait(tasks)
         self._stop(ClientClosed())
 
-    def drop(self) -> bool:
-        """Abort the open socket without a close handshake; False if none is open."""
+    def drop(self, away: float = 0.0) -> bool:
+        """Abort the open socket without a close handshake and reconnect no sooner than ``away``
+        seconds from now; False if none is open."""
         ws = self._ws
         if ws is None:
             return False
         self.drops += 1
+        self._away_until = asyncio.get_running_loop().time() + away
         ws.transport.abort()
         return True
 
@@ -176,6 +179,7 @@ class Connector:
                     self._stop(ConnectionLost("connection lost (reconnect=False)"))
                     return
                 delay = self._backoff.delay(attempt, self._backoff_rng)
+                delay = max(delay, self._away_until - asyncio.get_running_loop().time())
                 attempt += 1
                 logger.debug("%s: reconnecting in %.3f s", self.url, delay)
                 await asyncio.sleep(delay)

@@ -33,10 +33,10 @@ from .client import Client
 from .errors import ClientError
 from .urls import actor_url
 
-__all__ = ["main"]
+__all__ = ["Server", "free_port", "main"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -46,9 +46,10 @@ def _free_port() -> int:
 class Server:
     """``roost serve`` as a child process on a fixed port, so that a restart keeps the address."""
 
-    def __init__(self, data: Path, port: int) -> None:
+    def __init__(self, data: Path, port: int, *extra: str) -> None:
         self.data = data
         self.port = port
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -56,6 +57,7 @@ class Server:
             [
                 *(sys.executable, "-m", "transport.cli", "serve"),
                 *("--data", str(self.data), "--port", str(self.port), "--log-level", "warning"),
+                *self.extra,
             ],
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -122,7 +124,7 @@ async def burst(
 
 
 async def run(data: Path, seed: int) -> bool:
-    port = _free_port()
+    port = free_port()
     server = Server(data, port)
     say(f"1. starting `roost serve --data {data} --port {port}`")
     server.start()

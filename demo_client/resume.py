@@ -39,6 +39,8 @@ class ResumeState:
         if cursor is not None and cursor < 0:
             raise ValueError(f"cursor must be >= 0, got {cursor}")
         self._last_seq = cursor
+        #: ``state``/``event`` frames received again (seq not above the last processed one), dropped.
+        self.duplicates = 0
         self._state: JSON = None
         self._state_seq: int | None = None
         self._welcome: Welcome | None = None
@@ -114,6 +116,7 @@ class ResumeState:
         if kind not in frame:  # the payload field is named like the type: "state", "event"
             raise ProtocolViolation(f"{kind} frame {seq} without {kind!r}")
         if self._last_seq is not None and seq <= self._last_seq:
+            self.duplicates += 1
             return False
         self._last_seq = seq
         if kind == "state" and (self._state_seq is None or seq > self._state_seq):
