@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test lint typecheck unit bench soak clean
+.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# The browser test drives Debian's Chromium (Playwright's own browser download is not used).
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
+
+unit: $(STAMP) chromium
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
+
+screenshot: $(STAMP) chromium
+	ROOST_SCREENSHOT=docs/demo-page.png $(BIN)/python -m pytest -q tests/test_browser.py -k flow
 
 test: lint typecheck unit
 

@@ -28,6 +28,7 @@ from transport.auth import Authenticate, allow_all
 from transport.close_codes import CloseCode
 from transport.endpoint import SocketSink, WebSocketEndpoint
 from transport.http import get_actor, healthz, post_rpc
+from transport.web import web_routes
 
 __all__ = ["RoostApp", "create_app"]
 
@@ -106,6 +107,7 @@ def create_app(
     max_frame_bytes: int = 1 << 20,
     send_queue: int = 1024,
     max_in_flight: int = 256,
+    web_dir: str | os.PathLike[str] | None = None,
     debug: bool = False,
 ) -> RoostApp:
     """Build the ASGI app serving ``kinds``.
@@ -114,7 +116,8 @@ def create_app(
     frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client (more: close
     1013; kept below the default log retention so that such a client can resume by replay);
     ``max_in_flight`` bounds the calls and messages one connection has queued at the actor (more
-    are answered ``overloaded``).
+    are answered ``overloaded``). ``web_dir``: a directory with an ``index.html`` (and its scripts and
+    styles) served at ``/`` and ``/web/{file}`` — ``roost serve`` uses it for the demo page.
     """
     cfg = config or RuntimeConfig()
     if data_dir is not None:
@@ -150,4 +153,6 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
         ]
     )
+    if web_dir is not None:
+        app.router.routes.extend(web_routes(Path(web_dir)))
     return app

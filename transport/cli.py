@@ -32,10 +32,11 @@ __all__ = ["load_app", "main"]
 def load_app(spec: str | None) -> object:
     """Import ``module:attribute``; ``None`` gives the example app."""
     if spec is None:
+        import demo_client
         from actors.examples import KINDS
         from transport.app import create_app
 
-        return create_app(KINDS)
+        return create_app(KINDS, web_dir=Path(demo_client.__file__).parent / "web")
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit(f"roost: expected MODULE:APP, got {spec!r}")
