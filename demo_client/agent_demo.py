@@ -183,6 +183,8 @@ def summary(
     refs = run_info.get("evidence_refs") or []
     path = next((data / r[5:] for r in refs if r.startswith("file:")), None)
     table = Table(title="summary", show_header=False, show_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     table.add_row(
         "run", f"{run_info['run_id']} · {run_info['status']} · verified {run_info['verification_result']}"
     )
