@@ -74,7 +74,10 @@ async def ask_user(ctx: ToolContext, args: Nothing) -> dict[str, Any]:
 @tool(keywords=("boom",))
 async def boom(ctx: ToolContext, args: Nothing) -> None:
     """Always fails, with a long message."""
-    raise RuntimeError("x" * 5000 + "\nTraceback (most recent call last): secret internals")
+    raise RuntimeError(
+        "it broke with Authorization: Bearer supersecretbearer0 password=hunter2\n"
+        "Traceback (most recent call last):\n  File secret internals"
+    )
 
 
 class Payloads(Agent):
@@ -108,10 +111,17 @@ async def flaky(ctx: ToolContext, args: FlakyArgs) -> dict[str, Any]:
     return {"summary": f"ok on attempt {ctx.attempt}"}
 
 
+@tool(background=True, keywords=("quiet",))
+async def quiet(ctx: ToolContext, args: Nothing) -> str:
+    """Works for a long time and never reports progress (only heartbeats keep its lease)."""
+    await ctx.sleep(3600)
+    return "woke"
+
+
 class Flaky(Agent):
     kind = "flaky"
     config = FAST
-    tools = (flaky,)
+    tools = (flaky, quiet)
 
 
 def advance(kit: ActorKit, seconds: float) -> None:

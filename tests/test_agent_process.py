@@ -159,6 +159,21 @@ async def test_sigkill_during_analyze_resumes_alone_and_writes_the_report_once(
             await peer.until(has_event("turn_completed"))
             turn = await peer.call("get_turn", reply["turn_id"])
             assert [i["runs"] for i in turn["items"]] == [1, 1, 1]  # the retry is a job attempt
+            # attempt 2 went on from attempt 1's checkpoint: documents already analysed were not read again
+            second = [
+                e["payload"]
+                for e in peer.events()
+                if e["event_type"] == "tool_progress" and e["payload"]["attempt"] == 2
+            ]
+            assert second[0]["message"] == "resuming"
+            assert second[0]["done"] >= 2
+            reports = [
+                e["payload"]
+                for e in peer.events()
+                if e["event_type"] == "tool_completed" and e["payload"]["tool"] == "generate_report"
+            ]
+            assert len(reports) == 1  # the report step completed once
+            assert reports[0]["result"]["written"] is True  # and it wrote the file (once: no other run)
             run = await peer.call("get_run", reply["run_id"])
             assert [(j["tool"], j["attempt"], j["status"]) for j in run["jobs"]] == [
                 ("analyze_documents", 2, "completed")

@@ -6,6 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +15,15 @@ from pydantic import BaseModel, ValidationError
 from actors.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
 from actors.agent.catalog import InvalidToolCall
 from actors.agent.errors import PolicyRefused
-from actors.agent.payloads import REDACTED
+from actors.agent.payloads import (
+    MAX_DEPTH,
+    REDACTED,
+    PayloadError,
+    Vault,
+    display,
+    redact_text,
+    resolve,
+)
 from actors.agent.policy import precheck, proposed_scope, scope_covers
 from actors.connection import Principal
 
@@ -53,6 +62,50 @@ def test_token_patterns_are_redacted_inside_text(text: str) -> None:
     assert out == {"note": f"before {REDACTED} after"}
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("login with password=hunter2 now", "login with password=[redacted] now"),
+        ('api_key: "abc def" end', "api_key: [redacted] end"),
+        ("postgres://app:s3cret@db:5432/x", "postgres://app:[redacted]@db:5432/x"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: [redacted]"),
+    ],
+)
+def test_credentials_in_free_text_are_redacted(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+
+
+def test_a_payload_too_large_as_a_whole_goes_to_a_blob(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    value = {"rows": ["lorem ipsum " * 600] * 20, "nums": list(range(20_000))}
+    out = sanitize(value, blobs, 8192, limit=65_536)
+    assert out["json"] is True
+    assert resolve(out, lambda d: None, blobs) == value
+
+
+def test_nesting_is_bounded() -> None:
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH + 2):
+        deep = [deep]
+    with pytest.raises(PayloadError, match="deeper"):
+        sanitize(deep, None)
+
+
+def test_kept_values_come_back_intact_and_are_shown_redacted(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    kept_secrets: dict[str, str] = {}
+    vault = Vault(lambda d, v: kept_secrets.__setitem__(d, v), "salt")
+    args = {"token": "t0k3n", "header": "Bearer abcdefghijklmnop", "big": "y" * 10_000, "n": 1}
+    kept = sanitize(args, blobs, 8192, vault=vault)
+    assert kept["token"] == {"$secret": vault.digest("t0k3n")}
+    assert "t0k3n" not in orjson.dumps(kept).decode()
+    assert display(kept)["token"] == REDACTED
+    assert display(kept)["header"] == REDACTED
+    assert resolve(kept, lambda d: orjson.loads(kept_secrets[d]), blobs) == args
+    with pytest.raises(PayloadError, match="reserved"):
+        sanitize({"x": {"$secret": "abc"}}, blobs, vault=vault)  # a reference from outside
+
+
 def test_ordinary_words_are_not_redacted() -> None:
     value = {"tokens_used": 12, "message": "the password field is required", "skill": "sk-8"}
     assert sanitize(value, None) == value
@@ -66,9 +119,13 @@ def test_heavy_strings_go_to_the_blob_store_once(tmp_path: Path) -> None:
     ref = first["image"]["$blob"]
     assert blobs.get(ref) == big.encode()
     assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
-    # a base64 run inside a short text, over 512 characters, is heavy too
+    # a base64 run inside a short text, over 512 characters, goes to a blob; the text stays text
     short_b64 = base64.b64encode(bytes(range(256)) * 2).decode()
-    assert "$blob" in sanitize({"s": short_b64}, blobs, 8192)["s"]
+    marked = sanitize({"s": f"see {short_b64} here"}, blobs, 8192)["s"]
+    assert marked.startswith("see [blob sha256:")
+    assert marked.endswith(" 684 bytes] here")
+    ref = marked.split()[2]
+    assert blobs.get(ref) == short_b64.encode()
     with pytest.raises(ValueError, match="not a blob reference"):
         blobs.get("sha256:../../etc/passwd")
 

@@ -19,7 +19,8 @@
 
 Callables (over the WebSocket or in process): ``turn(text, session_id=None, background=False)``,
 ``approve(approval_id, decision, scope=None, ttl_s=None)``, ``cancel(turn_id)``, ``get_turn(turn_id)``,
-``session(session_id)``, ``get_run(run_id)``, ``continue_run(run_id)``, ``provide_input(run_id, payload)``.
+``session(session_id)``, ``get_run(run_id)``, ``continue_run(run_id)``, ``provide_input(run_id, payload)``,
+``project()``.
 Events are frames of the actor's log: ``{"type":"event","seq":…,"event":{"event_type":…,…}}``.
 
 Override :meth:`verify` to check that a run really did what it was asked (the default passes when
@@ -67,7 +68,7 @@ class Agent(Actor):
         cfg = self.settings()
         data_dir = self._host.registry.config.data_dir
         self.blobs = BlobStore(data_dir / "blobs")
-        self.telemetry = Telemetry(self._host, self.blobs, cfg.blob_threshold)
+        self.telemetry = Telemetry(self._host, self.blobs, cfg.blob_threshold, cfg.payload_limit)
         self._orchestrator = Orchestrator(self, self.telemetry)
         self._model = None
         runner_for(self._host.registry).ensure_started(cfg.heartbeat_interval)
@@ -113,7 +114,7 @@ class Agent(Actor):
     ) -> dict[str, Any]:
         """Start a turn. The reply carries ``turn_id`` and ``run_id``, the run's ``status`` and, when
         the run finished within this call (every step inline), its ``output``."""
-        return await self._orchestrator.start_turn(text, session_id, bool(background))
+        return await self._orchestrator.start_turn(text, session_id, background)
 
     @callable
     async def approve(
@@ -140,6 +141,11 @@ class Agent(Actor):
     async def session(self, session_id: str) -> dict[str, Any]:
         """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
         return self._orchestrator.session(session_id)
+
+    @callable
+    async def project(self) -> dict[str, Any]:
+        """The project: settings, files of verified runs, the heavy operation and the queue behind it."""
+        return self._orchestrator.project()
 
     @callable
     async def continue_run(self, run_id: str) -> dict[str, Any]:

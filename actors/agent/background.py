@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.agent.catalog import NeedInput, ToolCancelled, ToolContext
 from actors.agent.models import ModelError
+from actors.agent.payloads import error_line
 from storage import WorkerEntry
 
 if TYPE_CHECKING:
@@ -177,10 +178,10 @@ class JobRunner:
             return
         lost = asyncio.Event()
 
-        async def progress(done: int, total: int, message: str) -> None:
+        async def progress(done: int, total: int, message: str, checkpoint: Any) -> None:
             async def record(actor: Actor) -> bool:
                 ok: bool = await actor._orchestrator.job_progress(  # type: ignore[attr-defined]
-                    job_id, attempt, wid, done, total, message
+                    job_id, attempt, wid, done, total, message, checkpoint
                 )
                 return ok
 
@@ -210,7 +211,7 @@ class JobRunner:
                 return  # cancelled by cancel(): the record already says so
             except Exception as exc:
                 log.warning("job %s attempt %s failed", job_id, attempt, exc_info=True)
-                outcome = Outcome("failed", error=f"{type(exc).__name__}: {exc}"[:500], retryable=True)
+                outcome = Outcome("failed", error=error_line(exc)[:500], retryable=True)
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)

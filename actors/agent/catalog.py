@@ -65,7 +65,7 @@ class ToolCancelled(Exception):
     """Raised inside a background tool (by ``ctx.progress``/``ctx.check``) when its job was cancelled."""
 
 
-async def _no_progress(done: int, total: int, message: str) -> None:
+async def _no_progress(done: int, total: int, message: str, checkpoint: Any) -> None:
     return None
 
 
@@ -88,13 +88,16 @@ class ToolContext:
     #: Results of this run's completed steps, by tool name (the latest if a tool ran twice).
     results: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
+    #: What the previous attempt of this background job saved with ``progress(..., checkpoint=…)``.
     checkpoint: Any = None
-    _progress: Callable[[int, int, str], Awaitable[None]] = _no_progress
+    _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
 
-    async def progress(self, done: int, total: int, message: str = "") -> None:
-        """Report progress (a ``tool_progress`` event). Raises :class:`ToolCancelled` if cancelled."""
-        await self._progress(done, total, message)
+    async def progress(self, done: int, total: int, message: str = "", *, checkpoint: Any = None) -> None:
+        """Report progress (a ``tool_progress`` event) and renew the job's lease. ``checkpoint``
+        (JSON) is kept with the job: a later attempt finds it in ``ctx.checkpoint`` and can go on
+        from there. Raises :class:`ToolCancelled` if the job was cancelled or lost its lease."""
+        await self._progress(done, total, message, checkpoint)
 
     async def sleep(self, seconds: float) -> None:
         """Sleep on the runtime's clock (a fake clock in tests)."""

@@ -11,6 +11,7 @@
     approval_ttl_s = 86400     # default lifetime of a grant
     max_input_chars = 4000
     blob_threshold = 8192      # strings longer than this go to the blob store
+    payload_limit = 65536      # a payload larger than this once encoded goes to the blob store whole
     recent_turns = 5           # turns handed to the model as memory
     model = "planner"          # or "openai" (OpenAICompatibleModel, settings from the environment)
     model_timeout = 30.0
@@ -45,6 +46,7 @@ class AgentConfig(BaseModel):
     approval_ttl_s: float = Field(86_400.0, gt=0)
     max_input_chars: int = Field(4000, ge=1)
     blob_threshold: int = Field(8192, ge=64)
+    payload_limit: int = Field(65_536, ge=1024)
     recent_turns: int = Field(5, ge=0, le=100)
     model: Literal["planner", "openai"] = "planner"
     model_timeout: float = Field(30.0, gt=0)
@@ -54,6 +56,8 @@ class AgentConfig(BaseModel):
     def _lease_outlives_heartbeats(self) -> AgentConfig:
         if self.lease_ttl < 2 * self.heartbeat_interval:
             raise ValueError("lease_ttl must be at least two heartbeat intervals")
+        if self.max_input_chars > self.blob_threshold:
+            raise ValueError("max_input_chars must not exceed blob_threshold (a request stays text)")
         return self
 
     def tool_settings(self, tool: str) -> dict[str, Any]:

@@ -74,9 +74,11 @@ async def analyze_documents(ctx: ToolContext, args: AnalyzeArgs) -> dict[str, An
     names = [d["name"] for d in ctx.results.get("collect_documents", {}).get("documents", [])]
     delay = float(ctx.settings.get("delay_s", 0.4))
     folder = _docs_dir(ctx)
-    out = []
-    await ctx.progress(0, len(names), "starting")
-    for i, name in enumerate(names):
+    # a retried attempt goes on from what the previous one saved with its progress
+    out: list[dict[str, Any]] = list((ctx.checkpoint or {}).get("analysed", []))
+    start = len(out)
+    await ctx.progress(start, len(names), "resuming" if start else "starting")
+    for i, name in enumerate(names[start:], start):
         text = (folder / name).read_text()
         await ctx.sleep(delay)
         lines = [line for line in text.splitlines() if line.strip()]
@@ -93,7 +95,7 @@ async def analyze_documents(ctx: ToolContext, args: AnalyzeArgs) -> dict[str, An
                 ],
             }
         )
-        await ctx.progress(i + 1, len(names), f"analysed {name}")
+        await ctx.progress(i + 1, len(names), f"analysed {name}", checkpoint={"analysed": out})
     return {"summary": f"{len(out)} documents analysed", "count": len(out), "documents": out}
 
 

@@ -31,7 +31,7 @@ class Execution:
 
     @property
     def store(self) -> Store:
-        return Store(self.agent._host.turn_connection())
+        return self.agent.telemetry.store()
 
     @property
     def now(self) -> float:
@@ -50,7 +50,7 @@ class Execution:
             trace_id=run["trace_id"],
             data_dir=agent._host.registry.config.data_dir,
             settings=agent.settings().tool_settings(tool_name),
-            inputs=list(run["inputs"]),
+            inputs=list(self.agent.telemetry.original(run["inputs"])),
             results={i["tool_name"]: i["result"] for i in done},
             attempt=attempt,
         )
@@ -58,7 +58,7 @@ class Execution:
     async def run_inline(self, run: Row, item: Row, tool: Tool) -> Any:
         """Run ``tool`` inside this turn (it must be quick). Exceptions go to the caller."""
         ctx = self.context(run, item["item_id"], tool.name)
-        return await tool.fn(ctx, tool.validate(item["args"]))
+        return await tool.fn(ctx, tool.validate(self.agent.telemetry.original(item["args"])))
 
     # -- jobs ------------------------------------------------------------------------------------------
     async def start_job(self, run: Row, item: Row | None, tool_name: str, args: dict[str, Any]) -> Row:
@@ -126,7 +126,7 @@ class Execution:
         run = self.store.get("runs", job["run_id"])
         assert run is not None
         ctx = self.context(run, job["item_id"], job["tool_name"], attempt)
-        ctx.checkpoint = job["progress"].get("checkpoint")
+        ctx.checkpoint = self.agent.telemetry.original(job["progress"].get("checkpoint"))
         return JobSpec(job_id, attempt, ctx, execute(job, run), self.agent.settings().heartbeat_interval)
 
     def heartbeat(self, job_id: str, attempt: int, worker_id: str) -> bool:
@@ -144,14 +144,24 @@ class Execution:
         return True
 
     def progress(
-        self, job_id: str, attempt: int, worker_id: str, done: int, total: int, message: str
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str,
+        done: int,
+        total: int,
+        message: str,
+        checkpoint: Any = None,
     ) -> Row | None:
-        """Record progress and renew the lease; the job, or None when the attempt is not current."""
+        """Record progress (and a kept checkpoint) and renew the lease; the job, or None when the
+        attempt is not current."""
         job = self._current(job_id, attempt, worker_id)
         if job is None:
             return None
         percent = round(100 * done / total, 1) if total > 0 else None
         progress = {**job["progress"], "done": done, "total": total, "percent": percent, "message": message}
+        if checkpoint is not None:
+            progress["checkpoint"] = checkpoint
         now = self.now
         self.store.update(
             "jobs",

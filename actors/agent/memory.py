@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.agent.payloads import display
 from actors.agent.store import Row, Store
 from actors.connection import Principal
 
@@ -67,55 +68,68 @@ def summarize(summary: str, turn: Row, status: str, output: str | None) -> str:
 
 
 def session_card(store: Store, session_id: str, cursor: int, profile: dict[str, Any]) -> dict[str, Any]:
-    """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
+    """The scene for a reconnecting client: every open turn of the session (the newest is
+    ``active_turn``), every pending approval (the oldest is ``pending_approval``), the cursor, the
+    profile and the summary. Built from the runs and approvals themselves, so it cannot drift."""
     row = store.get("sessions", session_id)
-    card: dict[str, Any] = {
+    runs = store.select(
+        "runs", "session_id = ? AND status IN ('queued', 'in_progress')", (session_id,), order="ordinal"
+    )
+    approvals = store.select(
+        "approvals", "session_id = ? AND status = 'pending'", (session_id,), order="created_at"
+    )
+    rank = {r["run_id"]: r["ordinal"] for r in runs}
+    approvals.sort(key=lambda a: (a["created_at"], rank.get(a["run_id"], 0)))
+    open_turns = [_turn_card(store, run) for run in runs]
+    pending = [
+        {
+            "approval_id": a["approval_id"],
+            "turn_id": a["turn_id"],
+            "tool": a["tool_name"],
+            "mode": a["mode"],
+            "args": display(a["args"]),
+            "proposed_scope": display(a["proposed_scope"]),
+        }
+        for a in approvals
+    ]
+    return {
         "session_id": session_id,
         "cursor": cursor,
         "profile": {**profile, **(row["profile"] if row else {})},
         "summary": row["summary"] if row else "",
         "turns": row["turns"] if row else 0,
-        "active_turn": None,
-        "pending_approval": None,
+        "active_turn": open_turns[-1] if open_turns else None,
+        "open_turns": open_turns,
+        "pending_approval": pending[0] if pending else None,
+        "pending_approvals": pending,
     }
-    if row is None:
-        return card
-    if row["active_turn_id"]:
-        turn = store.get("turns", row["active_turn_id"])
-        if turn is not None:
-            items = store.select("items", "turn_id = ?", (turn["turn_id"],), order="step_index")
-            current = next((i for i in items if i["status"] not in ("completed", "skipped")), None)
-            job = None
-            if current is not None:
-                jobs = store.select(
-                    "jobs", "item_id = ?", (current["item_id"],), order="created_at DESC LIMIT 1"
-                )
-                job = jobs[0] if jobs else None
-            card["active_turn"] = {
-                "turn_id": turn["turn_id"],
-                "run_id": turn["run_id"],
-                "status": turn["status"],
-                "input": short(turn["input_text"]),
-                "steps": {"done": sum(i["status"] == "completed" for i in items), "total": len(items)},
-                "current": None
-                if current is None
-                else {
-                    "item_id": current["item_id"],
-                    "tool": current["tool_name"],
-                    "status": current["status"],
-                    "progress": job["progress"] if job else None,
-                },
-                "error": short(turn["error"]),
-            }
-    if row["pending_approval_id"]:
-        appr = store.get("approvals", row["pending_approval_id"])
-        if appr is not None and appr["status"] == "pending":
-            card["pending_approval"] = {
-                "approval_id": appr["approval_id"],
-                "turn_id": appr["turn_id"],
-                "tool": appr["tool_name"],
-                "mode": appr["mode"],
-                "args": appr["args"],
-                "proposed_scope": appr["proposed_scope"],
-            }
-    return card
+
+
+def _turn_card(store: Store, run: Row) -> dict[str, Any]:
+    turn = store.get("turns", run["turn_id"])
+    items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
+    current = next((i for i in items if i["status"] not in ("completed", "skipped")), None)
+    job = None
+    if current is not None:
+        jobs = store.select("jobs", "item_id = ?", (current["item_id"],), order="created_at DESC LIMIT 1")
+        job = jobs[0] if jobs else None
+    progress = None
+    if job is not None:
+        progress = {k: v for k, v in job["progress"].items() if k != "checkpoint"}
+    return {
+        "turn_id": run["turn_id"],
+        "run_id": run["run_id"],
+        "status": turn["status"] if turn else run["status"],
+        "waiting": run["waiting"],
+        "input": short(turn["input_text"]) if turn else None,
+        "steps": {"done": sum(i["status"] == "completed" for i in items), "total": len(items)},
+        "current": None
+        if current is None
+        else {
+            "item_id": current["item_id"],
+            "tool": current["tool_name"],
+            "status": current["status"],
+            "progress": progress,
+        },
+        "error": short(run["error"]),
+    }

@@ -18,18 +18,22 @@ Guarantees (tests in ``tests/test_agent_runtime.py``):
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from actors.agent import memory, policy
 from actors.agent.background import JobSpec, Outcome, runner_for
 from actors.agent.catalog import InvalidToolCall, NeedInput, Tool, ToolContext
-from actors.agent.errors import AgentNotFound, InvalidTransition, ScopeRefused
+from actors.agent.errors import AgentNotFound, InvalidTransition, PolicyRefused, ScopeRefused
 from actors.agent.execution import ACTIVE_JOB, Execution
 from actors.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
+from actors.agent.payloads import PayloadError, error_line, has_secret, is_secret_key
 from actors.agent.store import Row, Store, new_id
 from actors.agent.telemetry import Telemetry
 from actors.errors import InvalidArguments
+
+shown = Telemetry.shown
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["FINISHED", "Orchestrator"]
 
 FINISHED = ("completed", "failed", "canceled")
+MAX_GRANT_TTL = 366 * 86_400.0
+MAX_SCOPE_BYTES = 16_384
 _MAX_STEPS_PER_ADVANCE = 1000
 
 
@@ -52,7 +58,7 @@ class Orchestrator:
 
     @property
     def store(self) -> Store:
-        return Store(self.agent._host.turn_connection())
+        return self.telemetry.store()
 
     @property
     def now(self) -> float:
@@ -79,6 +85,17 @@ class Orchestrator:
     def _set_turn(self, run: Row, **values: Any) -> None:
         self.store.update("turns", run["turn_id"], updated_at=self.now, **values)
 
+    def _guard(self, owner: str | None, *, write: bool) -> None:
+        """Only the principal a session belongs to may read or change its runs; read-only callers
+        change nothing. In-process callers (no principal: server code, wake-ups) are trusted."""
+        principal = self.agent.principal
+        if principal is None:
+            return
+        if write and principal.claims.get("read_only"):
+            raise PolicyRefused(message="read-only callers cannot change runs")
+        if owner is not None and owner != principal.id:
+            raise PolicyRefused(message="this session belongs to another principal")
+
     # -- requests ----------------------------------------------------------------------------------
     async def start_turn(self, text: Any, session_id: str | None, background: bool) -> dict[str, Any]:
         agent = self.agent
@@ -89,12 +106,15 @@ class Orchestrator:
             session_id = principal.id if principal is not None else "default"
         if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
             raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
+        if not isinstance(background, bool):
+            raise InvalidArguments(message="background must be true or false")
         clean = self.telemetry.clean(text)
         if not isinstance(clean, str):  # a request is never long enough for the blob store
             clean = str(clean)
         now = self.now
         store = self.store
         session = memory.ensure_session(store, session_id, principal, now)
+        self._guard(session["principal"], write=True)
         turn_id, run_id = new_id("turn"), new_id("run")
         trace_id = agent._host.trace_id
         store.insert(
@@ -111,8 +131,10 @@ class Orchestrator:
                 "updated_at": now,
             },
         )
+        ordinal = store.scalar("SELECT coalesce(max(ordinal), 0) + 1 FROM roost_agent_runs")
         run: Row = {
             "run_id": run_id,
+            "ordinal": ordinal,
             "turn_id": turn_id,
             "session_id": session_id,
             "tenant": principal.tenant if principal else None,
@@ -230,7 +252,12 @@ class Orchestrator:
                 run,
                 item_id=item["item_id"],
                 status="running",
-                payload={"tool": tool.name, "args": item["args"], "job_id": job["job_id"], "attempt": 1},
+                payload={
+                    "tool": tool.name,
+                    "args": shown(item["args"]),
+                    "job_id": job["job_id"],
+                    "attempt": 1,
+                },
             )
             return False
         self._event(
@@ -238,7 +265,7 @@ class Orchestrator:
             run,
             item_id=item["item_id"],
             status="running",
-            payload={"tool": tool.name, "args": item["args"]},
+            payload={"tool": tool.name, "args": shown(item["args"])},
         )
         try:
             result = await self.execution.run_inline(run, item, tool)
@@ -246,13 +273,17 @@ class Orchestrator:
             self._ask(run, need.prompt, item)
             return False
         except Exception as exc:
-            self._item_failed(run, item, tool, f"{type(exc).__name__}: {exc}", retryable=False)
+            self._item_failed(run, item, tool, error_line(exc), retryable=False)
             return False
-        self._item_completed(run, item, tool, result)
-        return True
+        return self._item_completed(run, item, tool, result)
 
-    def _item_completed(self, run: Row, item: Row, tool: Tool, result: Any) -> None:
-        clean = self.telemetry.clean(result)
+    def _item_completed(self, run: Row, item: Row, tool: Tool, result: Any) -> bool:
+        """Record a step's result (after the payload policy); False if it cannot be stored."""
+        try:
+            clean = self.telemetry.clean(result)
+        except (PayloadError, TypeError) as exc:
+            self._item_failed(run, item, tool, f"result not storable: {exc}", retryable=False)
+            return False
         self.store.update(
             "items", item["item_id"], status="completed", result=clean, error=None, updated_at=self.now
         )
@@ -265,6 +296,7 @@ class Orchestrator:
         )
         if tool.heavy:
             self._release_heavy(run["run_id"])
+        return True
 
     def _item_failed(self, run: Row, item: Row, tool: Tool, error: str, *, retryable: bool) -> None:
         error = memory.short(error, 500) or "failed"
@@ -302,7 +334,7 @@ class Orchestrator:
         items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
         return ModelRequest(
             text=turn["input_text"] if turn else "",
-            inputs=list(run["inputs"]),
+            inputs=shown(list(run["inputs"])),
             summary=session["summary"] if session else "",
             recent_turns=memory.recent_turns(
                 store, run["session_id"], agent.settings().recent_turns, before=run["turn_id"]
@@ -312,7 +344,7 @@ class Orchestrator:
                 StepRecord(
                     item_id=i["item_id"],
                     tool=i["tool_name"],
-                    args=i["args"],
+                    args=shown(i["args"]),
                     status=i["status"],
                     result=i["result"],
                 )
@@ -334,13 +366,18 @@ class Orchestrator:
         except InvalidToolCall as exc:
             self._fail(run, f"the model asked for an invalid step: {exc}", retryable=True)
             return False
+        try:
+            kept = [(name, self.telemetry.keep(args)) for name, args in checked]
+        except PayloadError as exc:
+            self._fail(run, f"the model asked for a step that cannot be stored: {exc}", retryable=False)
+            return False
         base = self.store.scalar(
             "SELECT coalesce(max(step_index) + 1, 0) FROM roost_agent_items WHERE run_id = ?",
             (run["run_id"],),
         )
         now = self.now
         planned = []
-        for offset, (name, args) in enumerate(checked):
+        for offset, (name, args) in enumerate(kept):
             tool = catalog.get(name)
             row = {
                 "item_id": new_id("item"),
@@ -348,7 +385,7 @@ class Orchestrator:
                 "turn_id": run["turn_id"],
                 "step_index": base + offset,
                 "tool_name": name,
-                "args": self.telemetry.clean(args),
+                "args": args,
                 "approval_mode": tool.approval_mode,
                 "status": "pending",
                 "created_at": now,
@@ -360,7 +397,7 @@ class Orchestrator:
                     "item_id": row["item_id"],
                     "step_index": row["step_index"],
                     "tool": name,
-                    "args": row["args"],
+                    "args": shown(row["args"]),
                     "approval_mode": tool.approval_mode,
                     "background": tool.background,
                 }
@@ -381,6 +418,7 @@ class Orchestrator:
             self._fail(run, f"model step failed: {error}", retryable=retryable)
 
     def _ask(self, run: Row, question: str, item: Row | None) -> None:
+        self._release_heavy(run["run_id"])  # nobody waits on the project while we wait on the user
         self._set_run(run, waiting="input", question=memory.short(question, 1000))
         self._set_turn(run, status="awaiting_input")
         if item is not None:
@@ -396,7 +434,7 @@ class Orchestrator:
     # -- approvals ---------------------------------------------------------------------------------
     def _request_approval(self, run: Row, item: Row, tool: Tool) -> None:
         now = self.now
-        scope = policy.proposed_scope(item["args"])
+        scope = policy.proposed_scope(item["args"], tool.approval_mode)
         approval = {
             "approval_id": new_id("appr"),
             "run_id": run["run_id"],
@@ -427,8 +465,8 @@ class Orchestrator:
                 "approval_id": approval["approval_id"],
                 "tool": tool.name,
                 "mode": tool.approval_mode,
-                "args": item["args"],
-                "proposed_scope": scope,
+                "args": shown(item["args"]),
+                "proposed_scope": shown(scope),
                 "default_ttl_s": self.agent.settings().approval_ttl_s,
             },
         )
@@ -443,6 +481,7 @@ class Orchestrator:
         if decision not in ("grant", "deny"):
             raise InvalidArguments(message='decision must be "grant" or "deny"')
         run = self._run(appr["run_id"])
+        self._guard(run["principal"], write=True)
         now = self.now
         store.update("sessions", run["session_id"], pending_approval_id=None, updated_at=now)
         if decision == "deny":
@@ -464,16 +503,13 @@ class Orchestrator:
             return self.reply(run["run_id"])
         if scope is None:
             scope = appr["proposed_scope"]
-        if not isinstance(scope, dict):
-            raise InvalidArguments(
-                message="scope must be an object mapping argument names to what is allowed"
-            )
-        scope = self.telemetry.clean(scope)
+        else:
+            scope = self._scope_from_client(scope)
         if not policy.scope_covers(scope, appr["args"]):
             raise ScopeRefused(message="the scope does not cover the arguments of the step awaiting approval")
         ttl = self.agent.settings().approval_ttl_s if ttl_s is None else ttl_s
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
-            raise InvalidArguments(message="ttl_s must be a positive number of seconds")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_GRANT_TTL:
+            raise InvalidArguments(message=f"ttl_s must be a number of seconds in (0, {MAX_GRANT_TTL}]")
         grant = {
             "grant_id": new_id("grant"),
             "approval_id": approval_id,
@@ -505,6 +541,27 @@ class Orchestrator:
         )
         await self.advance(run["run_id"])
         return self.reply(run["run_id"])
+
+    def _scope_from_client(self, scope: Any) -> dict[str, Any]:
+        """A scope as sent by a client, in the form arguments are kept in: a plain secret value (under
+        a secret-looking name, or looking like a credential) becomes its digest, exact match only."""
+        if not isinstance(scope, dict):
+            raise InvalidArguments(
+                message="scope must be an object mapping argument names to what is allowed"
+            )
+        try:
+            size = len(orjson.dumps(scope))
+        except (TypeError, orjson.JSONEncodeError):
+            raise InvalidArguments(message="scope must be JSON") from None
+        if size > MAX_SCOPE_BYTES:
+            raise InvalidArguments(message=f"scope larger than {MAX_SCOPE_BYTES} bytes")
+        out: dict[str, Any] = {}
+        for key, value in scope.items():
+            secret = (
+                isinstance(value, str) and value not in ("*",) and (is_secret_key(key) or has_secret(value))
+            )
+            out[key] = {"eq": self.telemetry.digest(value)} if secret else value
+        return out
 
     # -- the project's heavy slot -------------------------------------------------------------------
     def _project(self) -> Row:
@@ -547,7 +604,7 @@ class Orchestrator:
         self.store.update(
             "project", self.project_id, heavy_run_id=None, heavy_since=None, updated_at=self.now
         )
-        waiting = self.store.select("runs", "waiting = 'project'", order="created_at LIMIT 1")
+        waiting = self.store.select("runs", "waiting = 'project'", order="ordinal LIMIT 1")
         if waiting:
             nxt = self._set_run(waiting[0], status="in_progress", waiting=None)
             self._event("run_started", nxt, status="in_progress", payload={"after_run_id": run_id})
@@ -568,7 +625,7 @@ class Orchestrator:
 
             return model_step
         tool = self.agent.catalog().get(job["tool_name"])
-        args = tool.validate(job["args"])
+        args = tool.validate(self.telemetry.original(job["args"]))
 
         async def tool_step(ctx: ToolContext) -> Any:
             return await tool.fn(ctx, args)
@@ -579,9 +636,17 @@ class Orchestrator:
         return self.execution.heartbeat(job_id, attempt, worker_id)
 
     async def job_progress(
-        self, job_id: str, attempt: int, worker_id: str, done: int, total: int, message: str
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str,
+        done: int,
+        total: int,
+        message: str,
+        checkpoint: Any = None,
     ) -> bool:
-        job = self.execution.progress(job_id, attempt, worker_id, done, total, message)
+        kept = self.telemetry.keep(checkpoint) if checkpoint is not None else None
+        job = self.execution.progress(job_id, attempt, worker_id, done, total, message, kept)
         if job is None:
             return False
         run = self._run(job["run_id"])
@@ -590,7 +655,12 @@ class Orchestrator:
             run,
             item_id=job["item_id"],
             status="running",
-            payload={"tool": job["tool_name"], "job_id": job_id, "attempt": attempt, **job["progress"]},
+            payload={
+                "tool": job["tool_name"],
+                "job_id": job_id,
+                "attempt": attempt,
+                **{k: v for k, v in job["progress"].items() if k != "checkpoint"},
+            },
         )
         return True
 
@@ -745,6 +815,7 @@ class Orchestrator:
         if turn is None:
             raise AgentNotFound(message=f"no turn {turn_id!r}")
         run = self._run(turn["run_id"])
+        self._guard(run["principal"], write=True)
         if run["status"] in FINISHED:
             raise InvalidTransition(message=f"turn {turn_id} already ended ({run['status']})")
         now = self.now
@@ -779,9 +850,7 @@ class Orchestrator:
         )
         self._set_run(run, status="canceled", waiting=None, finished_at=now)
         self._set_turn(run, status="cancelled")
-        store.update(
-            "sessions", run["session_id"], active_turn_id=None, pending_approval_id=None, updated_at=now
-        )
+        store.update("sessions", run["session_id"], updated_at=now)
         self._event("turn_cancelled", run, status="cancelled", payload={})
         self._release_heavy(run["run_id"])
         await self._drain_released()
@@ -789,6 +858,7 @@ class Orchestrator:
 
     async def continue_run(self, run_id: Any) -> dict[str, Any]:
         run = self._run(run_id)
+        self._guard(run["principal"], write=True)
         if not (run["status"] == "canceled" or (run["status"] == "failed" and run["retryable"])):
             raise InvalidTransition(
                 message=f"run {run_id} is {run['status']}; "
@@ -822,12 +892,16 @@ class Orchestrator:
 
     async def provide_input(self, run_id: Any, payload: Any) -> dict[str, Any]:
         run = self._run(run_id)
+        self._guard(run["principal"], write=True)
         if run["waiting"] != "input":
             raise InvalidTransition(message=f"run {run_id} is not waiting for input")
-        clean = self.telemetry.clean(payload)
-        self._set_run(run, waiting=None, question=None, inputs=[*run["inputs"], clean])
+        try:
+            kept = self.telemetry.keep(payload)
+        except (PayloadError, TypeError) as exc:
+            raise InvalidArguments(message=f"payload: {exc}") from None
+        self._set_run(run, waiting=None, question=None, inputs=[*run["inputs"], kept])
         self._set_turn(run, status="running")
-        self._event("input_received", run, status="in_progress", payload={"input": clean})
+        self._event("input_received", run, status="in_progress", payload={"input": shown(kept)})
         await self.advance(run_id)
         return self.reply(run_id)
 
@@ -858,6 +932,12 @@ class Orchestrator:
             },
         )
         if verdict.result in ("pass", "warning"):
+            files = [r[5:] for r in verdict.evidence_refs if isinstance(r, str) and r.startswith("file:")]
+            if files:
+                project = self._project()
+                known = list(project["files"])
+                known += [f for f in files if f not in known]
+                self.store.update("project", self.project_id, files=known[-1000:], updated_at=self.now)
             self._end(run, "completed", output=run["model_text"])
         else:
             self._end(
@@ -924,6 +1004,7 @@ class Orchestrator:
         turn = store.get("turns", turn_id) if isinstance(turn_id, str) else None
         if turn is None:
             raise AgentNotFound(message=f"no turn {turn_id!r}")
+        self._guard(self._run(turn["run_id"])["principal"], write=False)
         items = store.select("items", "turn_id = ?", (turn_id,), order="step_index")
         return {
             **{
@@ -946,7 +1027,7 @@ class Orchestrator:
                     "item_id": i["item_id"],
                     "step_index": i["step_index"],
                     "tool_name": i["tool_name"],
-                    "args": i["args"],
+                    "args": shown(i["args"]),
                     "approval_mode": i["approval_mode"],
                     "status": i["status"],
                     "result": i["result"],
@@ -959,6 +1040,7 @@ class Orchestrator:
 
     def get_run(self, run_id: Any) -> dict[str, Any]:
         run = self._run(run_id)
+        self._guard(run["principal"], write=False)
         jobs = self.store.select("jobs", "run_id = ?", (run_id,), order="created_at")
         keys = (
             "run_id",
@@ -1005,7 +1087,23 @@ class Orchestrator:
     def session(self, session_id: Any) -> dict[str, Any]:
         if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
             raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
+        row = self.store.get("sessions", session_id)
+        self._guard(row["principal"] if row else None, write=False)
         return memory.session_card(self.store, session_id, self.agent.seq, dict(self.agent.profile))
+
+    def project(self) -> dict[str, Any]:
+        """The project (this agent): its settings, the files its verified runs produced, the heavy
+        operation running now and the runs queued behind it."""
+        project = self._project()
+        queued = self.store.select("runs", "waiting = 'project'", order="ordinal")
+        return {
+            "project_id": project["project_id"],
+            "settings": project["settings"],
+            "files": project["files"],
+            "heavy_run_id": project["heavy_run_id"],
+            "heavy_since": project["heavy_since"],
+            "queued_run_ids": [r["run_id"] for r in queued],
+        }
 
 
 class Verdict:

@@ -51,9 +51,13 @@ def _literal(value: Any) -> bool:
     return not isinstance(value, list | dict)
 
 
-def proposed_scope(args: dict[str, Any]) -> dict[str, Any]:
-    """The narrowest scope that covers ``args``: each argument exactly (values that a scope would
-    read as a pattern or a choice are wrapped as ``{"eq": value}``)."""
+def proposed_scope(args: dict[str, Any], mode: str = "mutating") -> dict[str, Any]:
+    """The scope an approval proposes. ``mutating``: the narrowest scope covering ``args``, each
+    argument exactly (values a scope would read as a pattern or a choice are wrapped as
+    ``{"eq": value}``). ``confirm_once``: the tool with any arguments (asked once per session and
+    project, until the grant expires)."""
+    if mode == "confirm_once":
+        return {k: "*" for k in args}
     return {k: v if _literal(v) else {"eq": v} for k, v in args.items()}
 
 

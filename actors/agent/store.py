@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from storage import Migration
 
-__all__ = ["AGENT_MIGRATIONS", "JSON_COLUMNS", "Row", "Store", "new_id"]
+__all__ = ["AGENT_MIGRATIONS", "JSON_COLUMNS", "TEXT_COLUMNS", "Row", "Store", "new_id"]
 
 Row = dict[str, Any]
 
@@ -39,6 +39,7 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     CREATE INDEX roost_agent_turns_session ON roost_agent_turns (session_id, created_at);
     CREATE TABLE roost_agent_runs (
         run_id              TEXT PRIMARY KEY,
+        ordinal             INTEGER NOT NULL UNIQUE,
         turn_id             TEXT NOT NULL,
         session_id          TEXT NOT NULL,
         tenant              TEXT,
@@ -153,6 +154,14 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     ) WITHOUT ROWID;
     CREATE INDEX roost_agent_jobs_run ON roost_agent_jobs (run_id, status);
     """,
+    # v2: secrets a step needs to run, kept out of events and cards (see actors.agent.payloads)
+    """
+    CREATE TABLE roost_agent_secrets (
+        digest     TEXT PRIMARY KEY,
+        value      TEXT NOT NULL,
+        created_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )
 
 #: Columns stored as JSON text, per table suffix.
@@ -170,6 +179,11 @@ JSON_COLUMNS = frozenset(
         "files",
         "progress",
     }
+)
+
+#: Free-text columns: every value passes the store's text cleaner (redaction, size) on its way in.
+TEXT_COLUMNS = frozenset(
+    {"input_text", "output_text", "error", "output", "question", "summary", "model_text"}
 )
 
 _KEYS = {
@@ -203,26 +217,51 @@ def _decode(cols: Sequence[str], row: Sequence[Any]) -> Row:
 
 
 class Store:
-    """Row access for one turn's connection. Tables are named by suffix: ``"runs"``, ``"jobs"``…"""
+    """Row access for one turn's connection. Tables are named by suffix: ``"runs"``, ``"jobs"``…
 
-    __slots__ = ("_conn",)
+    ``clean_text`` is applied to every value of a :data:`TEXT_COLUMNS` column written through
+    :meth:`insert` or :meth:`update`: the one place free text (errors, outputs, questions, summaries)
+    passes the payload policy.
+    """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    __slots__ = ("_clean", "_conn")
+
+    def __init__(self, conn: sqlite3.Connection, clean_text: Callable[[str], str] | None = None) -> None:
         self._conn = conn
+        self._clean = clean_text
+
+    def _value(self, col: str, value: Any) -> Any:
+        if col in TEXT_COLUMNS and isinstance(value, str) and self._clean is not None:
+            value = self._clean(value)
+        return _encode(col, value)
 
     def insert(self, table: str, row: Row) -> None:
         cols = list(row)
         self._conn.execute(
             f"INSERT INTO roost_agent_{table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [_encode(c, row[c]) for c in cols],
+            [self._value(c, row[c]) for c in cols],
         )
 
     def update(self, table: str, key: str, **values: Any) -> None:
         cols = list(values)
         self._conn.execute(
             f"UPDATE roost_agent_{table} SET {', '.join(f'{c} = ?' for c in cols)} WHERE {_KEYS[table]} = ?",
-            [*(_encode(c, values[c]) for c in cols), key],
+            [*(self._value(c, values[c]) for c in cols), key],
         )
+
+    def put_secret(self, digest: str, value: str, now: float) -> None:
+        self._conn.execute(
+            "INSERT OR IGNORE INTO roost_agent_secrets (digest, value, created_at) VALUES (?, ?, ?)",
+            (digest, value, now),
+        )
+
+    def get_secret(self, digest: str) -> Any:
+        row = self._conn.execute(
+            "SELECT value FROM roost_agent_secrets WHERE digest = ?", (digest,)
+        ).fetchone()
+        if row is None:
+            raise LookupError(f"no kept secret {digest}")
+        return orjson.loads(row[0])
 
     def get(self, table: str, key: str) -> Row | None:
         rows = self.select(table, f"{_KEYS[table]} = ?", (key,))

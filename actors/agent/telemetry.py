@@ -12,7 +12,10 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from actors.agent.payloads import BlobStore, sanitize
+import orjson
+
+from actors.agent.payloads import REDACTED, BlobStore, Vault, display, redact_text, resolve, sanitize
+from actors.agent.store import Store
 
 if TYPE_CHECKING:
     from actors.agent.store import Row
@@ -50,15 +53,78 @@ EVENT_TYPES = frozenset(
 
 
 class Telemetry:
-    def __init__(self, host: ActorHost, blobs: BlobStore, threshold: int) -> None:
+    def __init__(self, host: ActorHost, blobs: BlobStore, threshold: int, limit: int) -> None:
         self._host = host
         self.blobs = blobs
         self.threshold = threshold
+        self.limit = limit
         self.counts: dict[str, int] = {}
+        #: Secret strings this agent kept or handed to a tool lately: never shown, wherever they
+        #: turn up again (a tool's result or error that echoes its token).
+        self._known: dict[str, None] = {}
+
+    # -- the payload policy's entry points (see actors.agent.payloads) -------------------------------
+    def store(self) -> Store:
+        """The current turn's rows, with free text cleaned on the way in."""
+        return Store(self._host.turn_connection(), self.clean_text)
 
     def clean(self, value: Any) -> Any:
-        """``value`` after the payload policy (secrets redacted, heavy strings to blobs)."""
-        return sanitize(value, self.blobs, self.threshold)
+        """What may be shown: secrets redacted, heavy strings to blobs (events, results, cards)."""
+        return sanitize(value, self.blobs, self.threshold, limit=self.limit, scrub=self.scrub)
+
+    def scrub(self, text: str) -> str:
+        for secret in self._known:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def _learn(self, value: Any) -> None:
+        if isinstance(value, str) and len(value) >= 4:
+            self._known.pop(value, None)
+            self._known[value] = None
+            while len(self._known) > 1024:
+                del self._known[next(iter(self._known))]
+
+    def keep(self, value: Any) -> Any:
+        """What a step needs later, kept intact but out of sight (arguments, inputs, checkpoints)."""
+        store = self.store()
+        now = self._host._now
+
+        def put(digest: str, text: str) -> None:
+            store.put_secret(digest, text, now)
+            self._learn(orjson.loads(text))
+
+        vault = Vault(put, self._host.name)
+        return sanitize(value, self.blobs, self.threshold, vault=vault, limit=self.limit)
+
+    def digest(self, value: Any) -> dict[str, str]:
+        """The kept form of a secret value, without keeping it (to compare scopes with arguments)."""
+        return {"$secret": Vault(lambda d, t: None, self._host.name).digest(value)}
+
+    @staticmethod
+    def shown(kept: Any) -> Any:
+        """A kept value as events, cards and models may see it."""
+        return display(kept)
+
+    def original(self, kept: Any) -> Any:
+        """A kept value as the tool gets it back."""
+        store = self.store()
+
+        def secret(digest: str) -> Any:
+            value = store.get_secret(digest)
+            self._learn(value)
+            return value
+
+        return resolve(kept, secret, self.blobs)
+
+    def clean_text(self, text: str) -> str:
+        """Free text (an error, an output): credentials redacted; beyond the threshold, the full
+        text goes to the blob store and the column keeps its start and the reference."""
+        text = redact_text(self.scrub(text))
+        if len(text) > self.threshold:
+            ref = self.blobs.put(text.encode())
+            return text[: self.threshold // 4] + f" … [full text: {ref}]"
+        return text
 
     def event(
         self,

@@ -1,0 +1,299 @@
+"""Secrets, scopes, principals and sessions in the agent runtime: what must never leak or widen."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import BaseModel
+
+from actors.agent import AgentConfig, ModelRequest, ModelStep, NeedInput, ToolCall, ToolContext, tool
+from actors.agent.agent import Agent
+from actors.agent.models import Model
+from actors.connection import Principal
+from actors.errors import RpcError
+from actors.testing import ActorKit
+from storage import actor_path
+from tests.agent_support import FAST, Payloads, drive, event_types, events
+
+TOKEN_A = "tok-AAAAAAAAAAAAAAAAAAAA"
+TOKEN_B = "tok-BBBBBBBBBBBBBBBBBBBB"
+RECEIVED: list[dict[str, Any]] = []
+
+
+class ApiArgs(BaseModel):
+    token: str
+    endpoint: str = "/v1/things"
+
+
+@tool(approval_mode="mutating")
+async def call_api(ctx: ToolContext, args: ApiArgs) -> dict[str, Any]:
+    """Calls an API with a token."""
+    RECEIVED.append(args.model_dump())
+    return {"status": 200, "echo": f"used {args.token}"}
+
+
+class Scripted:
+    """A model that asks for ``call_api`` with the token named in the request, then answers."""
+
+    inline = True
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if request.steps:
+            return ModelStep(text=f"done; the key was sk-{'x' * 24}")
+        token = TOKEN_B if "key B" in request.text else TOKEN_A
+        return ModelStep(tool_calls=[ToolCall(name="call_api", args={"token": token})])
+
+
+class Keys(Agent):
+    kind = "keys"
+    config = FAST
+    tools = (call_api,)
+
+    def make_model(self) -> Model:
+        return Scripted()
+
+
+def file_text(data_dir: Path, kind: str, name: str, *, skip: tuple[str, ...] = ()) -> str:
+    """Every row of every table of an actor's file, as text (read after the actor closed)."""
+    conn = sqlite3.connect(actor_path(data_dir, kind, name))
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = [repr(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in tables if t not in skip]
+        return "\n".join(rows)
+    finally:
+        conn.close()
+
+
+def approval(c: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = [e for e in events(c) if e["event_type"] == "approval_requested"][-1]["payload"]
+    return payload
+
+
+async def test_secret_arguments_reach_the_tool_and_nothing_else(data_dir: Path) -> None:
+    RECEIVED.clear()
+    async with ActorKit([Keys], data_dir) as kit:
+        c = kit.connect("keys", "k")
+        out = await c.call("turn", "call the api with key A")
+        assert out["waiting"] == "approval"
+        asked = approval(c)
+        assert asked["args"] == {"token": "[redacted]", "endpoint": "/v1/things"}
+        done = await c.call("approve", asked["approval_id"], "grant")
+        assert done["status"] == "completed"
+        assert RECEIVED == [{"token": TOKEN_A, "endpoint": "/v1/things"}]  # the real value
+        turn = await c.call("get_turn", out["turn_id"])
+        assert turn["items"][0]["args"]["token"] == "[redacted]"
+        assert turn["items"][0]["result"]["echo"] == "used [redacted]"
+        assert "sk-xxxx" not in orjson.dumps(done).decode()
+    everything_but_the_vault = file_text(data_dir, "keys", "k", skip=("roost_agent_secrets",))
+    assert TOKEN_A not in everything_but_the_vault
+    assert "sk-" + "x" * 24 not in everything_but_the_vault  # the model's output, cleaned
+    assert TOKEN_A in file_text(data_dir, "keys", "k")  # kept, for a retry after a crash
+
+
+async def test_a_grant_for_one_secret_does_not_cover_another(data_dir: Path) -> None:
+    RECEIVED.clear()
+    async with ActorKit([Keys], data_dir) as kit:
+        c = kit.connect("keys", "k")
+        first = await c.call("turn", "call the api with key A")
+        await c.call("approve", approval(c)["approval_id"], "grant")
+        again = await c.call("turn", "call the api with key A")
+        assert again["status"] == "completed"  # the same token: covered
+        other = await c.call("turn", "call the api with key B")
+        assert other["waiting"] == "approval"  # another token: asked again
+        assert first["status"] == "in_progress"
+        assert [r["token"] for r in RECEIVED] == [TOKEN_A, TOKEN_A]
+
+
+async def test_a_scope_naming_a_secret_is_compared_by_its_value(data_dir: Path) -> None:
+    async with ActorKit([Keys], data_dir) as kit:
+        c = kit.connect("keys", "k")
+        await c.call("turn", "call the api with key A")
+        asked = approval(c)["approval_id"]
+        with pytest.raises(RpcError) as wrong:
+            await c.call("approve", asked, "grant", {"token": TOKEN_B, "endpoint": "*"})
+        assert wrong.value.code == "scope_refused"
+        ok = await c.call("approve", asked, "grant", {"token": TOKEN_A, "endpoint": "/v1/*"})
+        assert ok["status"] == "completed"
+        await c.call("turn", "call the api with key B")
+        with pytest.raises(RpcError):
+            await c.call(
+                "approve", approval(c)["approval_id"], "grant", {"token": "[redacted]", "endpoint": "*"}
+            )
+        wide = await c.call("approve", approval(c)["approval_id"], "grant", {"token": "*", "endpoint": "*"})
+        assert wide["status"] == "completed"
+
+
+async def test_errors_outputs_and_summaries_hold_no_credentials_anywhere_in_the_file(data_dir: Path) -> None:
+    async with ActorKit([Payloads], data_dir) as kit:
+        c = kit.connect("payloads", "p")
+        out = await c.call("turn", "boom", session_id="s")
+        assert out["status"] == "failed"
+        assert (
+            out["error"]
+            == "boom failed: RuntimeError: it broke with Authorization: [redacted] password=[redacted]"
+        )
+    text = file_text(data_dir, "payloads", "p")
+    wal = actor_path(data_dir, "payloads", "p").with_name(actor_path(data_dir, "payloads", "p").name + "-wal")
+    raw = actor_path(data_dir, "payloads", "p").read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    for secret in ("supersecretbearer0", "hunter2", "Traceback"):
+        assert secret not in text
+        assert secret.encode() not in raw
+
+
+async def test_sessions_and_runs_belong_to_their_principal(data_dir: Path) -> None:
+    alice = Principal("alice")
+    mallory = Principal("mallory")
+    alice_ro = Principal("alice", claims={"read_only": True})
+    async with ActorKit([Keys], data_dir) as kit:
+        a = kit.connect("keys", "k", principal=alice)
+        m = kit.connect("keys", "k", principal=mallory)
+        r = kit.connect("keys", "k", principal=alice_ro)
+        out = await a.call("turn", "call the api with key A", session_id="alice-s")
+        asked = approval(a)["approval_id"]
+        for conn, method, args in [
+            (m, "turn", ("call the api with key A", "alice-s")),  # riding on Alice's session
+            (m, "session", ("alice-s",)),
+            (m, "get_run", (out["run_id"],)),
+            (m, "get_turn", (out["turn_id"],)),
+            (m, "approve", (asked, "grant", {"token": "*", "endpoint": "*"}, 1e9)),
+            (m, "cancel", (out["turn_id"],)),
+            (r, "approve", (asked, "grant")),
+            (r, "cancel", (out["turn_id"],)),
+            (r, "turn", ("call the api", "alice-s")),
+        ]:
+            with pytest.raises(RpcError) as refused:
+                await conn.call(method, *args)
+            assert refused.value.code == "policy_refused", (method, conn.conn.principal)
+        assert (await r.call("session", "alice-s"))["pending_approval"][
+            "approval_id"
+        ] == asked  # reading is fine
+        assert (await a.call("approve", asked, "grant"))["status"] == "completed"
+
+
+async def test_the_card_lists_every_open_turn_and_pending_approval(data_dir: Path) -> None:
+    async with ActorKit([Keys], data_dir) as kit:
+        c = kit.connect("keys", "k")
+        a = await c.call("turn", "call the api with key A", session_id="s")
+        b = await c.call("turn", "call the api with key B", session_id="s")
+        card = await c.call("session", "s")
+        assert [t["turn_id"] for t in card["open_turns"]] == [a["turn_id"], b["turn_id"]]
+        assert len(card["pending_approvals"]) == 2
+        assert card["pending_approvals"][0]["args"]["token"] == "[redacted]"
+        await c.call("cancel", b["turn_id"])
+        card = await c.call("session", "s")
+        assert card["active_turn"]["turn_id"] == a["turn_id"]
+        assert card["pending_approval"]["turn_id"] == a["turn_id"]
+
+
+class Slow(BaseModel):
+    pass
+
+
+@tool(heavy=True, keywords=("heavy",))
+async def heavy_ask(ctx: ToolContext, args: Slow) -> str:
+    """Heavy, and needs an answer first."""
+    if not ctx.inputs:
+        raise NeedInput("which project?")
+    return "ok"
+
+
+class Asker(Agent):
+    kind = "asker"
+    config = FAST
+    tools = (heavy_ask,)
+
+
+async def test_the_heavy_slot_is_free_while_a_run_waits_for_input(data_dir: Path) -> None:
+    async with ActorKit([Asker], data_dir) as kit:
+        c = kit.connect("asker", "a")
+        first = await c.call("turn", "heavy work")
+        assert first["waiting"] == "input"
+        second = await c.call("turn", "heavy work")
+        assert second["waiting"] == "input"  # it ran its heavy step: not queued behind the first
+        assert "run_queued" not in event_types(c)
+        assert (await c.call("project"))["heavy_run_id"] is None
+        assert (await c.call("provide_input", first["run_id"], "p1"))["status"] == "completed"
+
+
+async def test_bad_arguments_get_clear_codes_and_change_nothing(data_dir: Path) -> None:
+    async with ActorKit([Keys, Asker], data_dir) as kit:
+        c = kit.connect("keys", "k")
+        with pytest.raises(RpcError) as bad:
+            await c.call("turn", "call the api", None, "no")
+        assert bad.value.code == "invalid_arguments"
+        await c.call("turn", "call the api with key A")
+        asked = approval(c)["approval_id"]
+        for scope, ttl in [(None, 10**400), (None, float("nan")), (None, 0), ({"token": "x" * 20_000}, None)]:
+            with pytest.raises(RpcError) as bad:
+                await c.call("approve", asked, "grant", scope, ttl)
+            assert bad.value.code == "invalid_arguments"
+        q = kit.connect("asker", "a")
+        waiting = await q.call("turn", "heavy work")
+        deep: Any = "x"
+        for _ in range(900):
+            deep = [deep]
+        with pytest.raises(RpcError) as bad:
+            await q.call("provide_input", waiting["run_id"], deep)
+        assert bad.value.code == "invalid_arguments"
+        with pytest.raises(RpcError) as bad:
+            await q.call("provide_input", waiting["run_id"], {"$secret": "0" * 40})
+        assert bad.value.code == "invalid_arguments"
+        assert (await q.call("get_run", waiting["run_id"]))["waiting"] == "input"
+        b64 = "QUJD" * 200
+        text = await q.call("turn", f"heavy work on {b64} please")
+        turn = await q.call("get_turn", text["turn_id"])
+        assert turn["input_text"].startswith("heavy work on [blob sha256:")
+        assert turn["input_text"].endswith(" 800 bytes] please")
+
+
+@tool(approval_mode="confirm_once", keywords=("note",))
+async def note(ctx: ToolContext, args: ApiArgs) -> str:
+    """A change asked once per session."""
+    return args.endpoint
+
+
+class Notes(Agent):
+    kind = "notes"
+    config = AgentConfig(heartbeat_interval=0.5, lease_ttl=2.0)
+    tools = (note,)
+
+    def make_model(self) -> Model:
+        class Each:
+            inline = True
+
+            async def step(self, request: ModelRequest) -> ModelStep:
+                if request.steps:
+                    return ModelStep(text="ok")
+                endpoint = request.text.split()[-1]
+                return ModelStep(
+                    tool_calls=[ToolCall(name="note", args={"token": "t", "endpoint": endpoint})]
+                )
+
+        return Each()
+
+
+async def test_confirm_once_asks_once_per_session_for_any_arguments(data_dir: Path) -> None:
+    async with ActorKit([Notes], data_dir) as kit:
+        c = kit.connect("notes", "n")
+        await c.call("turn", "note /a", session_id="s")
+        asked = approval(c)
+        assert asked["proposed_scope"] == {"token": "*", "endpoint": "*"}
+        await c.call("approve", asked["approval_id"], "grant")
+        assert (await c.call("turn", "note /b", session_id="s"))["status"] == "completed"  # not asked
+        assert (await c.call("turn", "note /c", session_id="other"))["waiting"] == "approval"
+
+
+async def test_waiting_runs_do_not_block_reads(data_dir: Path) -> None:
+    """A run waiting on a job leaves the agent free: polls answer while the job runs."""
+    from tests.agent_support import Docs
+
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "d")
+        out = await c.call("turn", "analyze the documents")
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 2)
+        run = await c.call("get_run", out["run_id"])
+        assert run["jobs"][0]["status"] == "running"
