@@ -297,3 +297,147 @@ async def test_waiting_runs_do_not_block_reads(data_dir: Path) -> None:
         await drive(kit, lambda: event_types(c).count("tool_progress") >= 2)
         run = await c.call("get_run", out["run_id"])
         assert run["jobs"][0]["status"] == "running"
+
+
+class HeaderArgs(BaseModel):
+    header: str
+
+
+def _header_from(text: str) -> dict[str, Any]:
+    import re
+
+    found = re.search(r"Bearer \S+", text)
+    return {"header": found.group(0)} if found else {"header": "none"}
+
+
+ECHOED: list[str] = []
+
+
+@tool(approval_mode="mutating", keywords=("fetch",), plan_args=_header_from)
+async def fetch(ctx: ToolContext, args: HeaderArgs) -> dict[str, Any]:
+    """Fetches with the header typed in the request; echoes the bare token back (badly)."""
+    ECHOED.append(args.header)
+    return {"token_was": args.header.split()[-1], "note": "ok"}
+
+
+class Typed(Agent):
+    kind = "typed"
+    config = FAST
+    tools = (fetch,)
+
+
+async def test_a_credential_typed_in_the_request_reaches_the_tool_and_is_never_shown(data_dir: Path) -> None:
+    ECHOED.clear()
+    bearer = "Bearer abc123def456ghi789"
+    async with ActorKit([Typed], data_dir) as kit:
+        c = kit.connect("typed", "t")
+        out = await c.call("turn", f"fetch it with {bearer}")
+        assert approval(c)["args"] == {"header": "[redacted]"}
+        await c.call("approve", approval(c)["approval_id"], "grant")
+        assert ECHOED == [bearer]
+        turn = await c.call("get_turn", out["turn_id"])
+        assert turn["input_text"] == "fetch it with [redacted]"
+        assert turn["items"][0]["result"]["token_was"] == "[redacted]"  # the echoed part, scrubbed
+        other = await c.call("turn", "fetch it with Bearer zzz999yyy888xxx777")
+        assert other["waiting"] == "approval"  # another credential: asked again
+        frames = orjson.dumps(c.frames).decode()
+        assert "abc123def456ghi789" not in frames
+        assert "$secret" not in frames  # digests never leave the server either
+    assert "abc123def456ghi789" not in file_text(data_dir, "typed", "t", skip=("roost_agent_secrets",))
+
+
+async def test_scrubbing_uses_only_the_runs_own_secrets(data_dir: Path) -> None:
+    """No oracle: a request that happens to contain another run's secret is not redacted because of it."""
+    RECEIVED.clear()
+    async with ActorKit([Keys], data_dir) as kit:
+        c = kit.connect("keys", "k", principal=Principal("alice"))
+        await c.call("turn", "call the api with key A")
+        await c.call("approve", approval(c)["approval_id"], "grant")
+        m = kit.connect("keys", "k", principal=Principal("mallory"))
+        guess = await m.call("turn", f"is it {TOKEN_A} ?")
+        assert TOKEN_A in (await m.call("get_turn", guess["turn_id"]))["input_text"]
+
+
+async def test_default_sessions_cannot_be_squatted_and_tenants_are_distinct(data_dir: Path) -> None:
+    async with ActorKit([Keys], data_dir) as kit:
+        bob = kit.connect("keys", "k", principal=Principal("bob"))
+        mallory = kit.connect("keys", "k", principal=Principal("mallory"))
+        with pytest.raises(RpcError) as reserved:
+            await mallory.call("turn", "call the api", "~bob")
+        assert reserved.value.code == "invalid_arguments"
+        await mallory.call("turn", "call the api", "bob")  # a session literally named "bob": hers now
+        own = await bob.call("turn", "call the api with key A")  # bob's default session is his own
+        assert own["waiting"] == "approval"
+        sam1 = kit.connect("keys", "k", principal=Principal("sam", tenant="t1"))
+        sam2 = kit.connect("keys", "k", principal=Principal("sam", tenant="t2"))
+        await sam1.call("turn", "call the api with key A", "shared")
+        with pytest.raises(RpcError) as other_tenant:
+            await sam2.call("session", "shared")
+        assert other_tenant.value.code == "policy_refused"
+
+
+async def test_runs_started_by_the_server_are_not_for_remote_principals(data_dir: Path) -> None:
+    async with ActorKit([Keys], data_dir) as kit:
+        out = await kit.call("keys", "k", "turn", "call the api with key A")  # in process
+        c = kit.connect("keys", "k")
+        asked = next(e for e in events(c) if e["event_type"] == "approval_requested") if events(c) else None
+        run = await kit.call("keys", "k", "get_run", out["run_id"])
+        assert run["principal"] is None
+        del asked
+        with pytest.raises(RpcError) as refused:
+            await c.call("cancel", out["turn_id"])
+        assert refused.value.code == "policy_refused"
+
+
+class Deep(BaseModel):
+    pass
+
+
+CALLS: list[int] = []
+
+
+@tool(background=True, keywords=("deep",))
+async def deep_result(ctx: ToolContext, args: Deep) -> Any:
+    """Returns a result nested too deep to store."""
+    CALLS.append(ctx.attempt)
+    value: Any = "x"
+    for _ in range(100):
+        value = [value]
+    return value
+
+
+class DeepAgent(Agent):
+    kind = "deep"
+    config = FAST
+    tools = (deep_result,)
+
+
+async def test_a_background_result_that_cannot_be_stored_fails_once_without_retries(data_dir: Path) -> None:
+    CALLS.clear()
+    async with ActorKit([DeepAgent], data_dir) as kit:
+        c = kit.connect("deep", "d")
+        out = await c.call("turn", "deep please")
+        await drive(kit, lambda: "turn_failed" in event_types(c))
+        run = await c.call("get_run", out["run_id"])
+        assert CALLS == [1]
+        assert "result not storable" in run["error"]
+        assert run["retryable"] == 0
+
+
+async def test_errors_are_cleaned_before_they_are_shortened(data_dir: Path) -> None:
+    @tool(keywords=("cut",))
+    async def cut(ctx: ToolContext, args: Deep) -> None:
+        """Fails with a key right at the cut."""
+        raise RuntimeError("y" * 470 + " sk-ABCDEFGHIJKLMNOPQRSTUVWX")
+
+    class Cutter(Agent):
+        kind = "cutter"
+        config = FAST
+        tools = (cut,)
+
+    async with ActorKit([Cutter], data_dir) as kit:
+        c = kit.connect("cutter", "c")
+        out = await c.call("turn", "cut")
+        assert out["status"] == "failed"
+    text = file_text(data_dir, "cutter", "c")
+    assert "sk-ABCDEFG" not in text

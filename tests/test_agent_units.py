@@ -95,7 +95,7 @@ def test_kept_values_come_back_intact_and_are_shown_redacted(tmp_path: Path) -> 
     blobs = BlobStore(tmp_path / "blobs")
     kept_secrets: dict[str, str] = {}
     vault = Vault(lambda d, v: kept_secrets.__setitem__(d, v), "salt")
-    args = {"token": "t0k3n", "header": "Bearer abcdefghijklmnop", "big": "y" * 10_000, "n": 1}
+    args = {"token": "t0k3n", "header": "Bearer abcdefghijklmnop0123", "big": "y" * 10_000, "n": 1}
     kept = sanitize(args, blobs, 8192, vault=vault)
     assert kept["token"] == {"$secret": vault.digest("t0k3n")}
     assert "t0k3n" not in orjson.dumps(kept).decode()

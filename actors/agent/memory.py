@@ -12,7 +12,7 @@ from actors.agent.payloads import display
 from actors.agent.store import Row, Store
 from actors.connection import Principal
 
-__all__ = ["ensure_session", "recent_turns", "session_card", "short", "summarize"]
+__all__ = ["ensure_session", "principal_key", "recent_turns", "session_card", "short", "summarize"]
 
 SUMMARY_LINES = 10
 
@@ -25,12 +25,17 @@ def short(text: Any, limit: int = 200) -> str | None:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def principal_key(principal: Principal) -> str:
+    """Who owns a session or a run: the principal's id within its tenant."""
+    return principal.id if principal.tenant is None else f"{principal.tenant}\x00{principal.id}"
+
+
 def ensure_session(store: Store, session_id: str, principal: Principal | None, now: float) -> Row:
     row = store.get("sessions", session_id)
     if row is None:
         row = {
             "session_id": session_id,
-            "principal": principal.id if principal else None,
+            "principal": principal_key(principal) if principal else None,
             "profile": {},
             "summary": "",
             "active_turn_id": None,

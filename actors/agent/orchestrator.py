@@ -18,6 +18,7 @@ Guarantees (tests in ``tests/test_agent_runtime.py``):
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -75,6 +76,7 @@ class Orchestrator:
         run = self.store.get("runs", run_id) if isinstance(run_id, str) else None
         if run is None:
             raise AgentNotFound(message=f"no run {run_id!r}")
+        self.telemetry.run_id = run["run_id"]  # what follows concerns this run (and its secrets)
         return run
 
     def _set_run(self, run: Row, **values: Any) -> Row:
@@ -86,15 +88,30 @@ class Orchestrator:
         self.store.update("turns", run["turn_id"], updated_at=self.now, **values)
 
     def _guard(self, owner: str | None, *, write: bool) -> None:
-        """Only the principal a session belongs to may read or change its runs; read-only callers
-        change nothing. In-process callers (no principal: server code, wake-ups) are trusted."""
+        """Only the principal (tenant and id) a session belongs to may read or change its runs;
+        read-only callers change nothing; sessions and runs made by the server itself (no owner)
+        are the server's. In-process callers (no principal: server code, wake-ups) are trusted."""
         principal = self.agent.principal
         if principal is None:
             return
         if write and principal.claims.get("read_only"):
             raise PolicyRefused(message="read-only callers cannot change runs")
-        if owner is not None and owner != principal.id:
+        if owner != memory.principal_key(principal):
             raise PolicyRefused(message="this session belongs to another principal")
+
+    def _default_session(self) -> str:
+        """A caller's own session when it names none: derived from its principal with the agent's
+        secret salt, so that nobody can open it first under another principal."""
+        principal = self.agent.principal
+        if principal is None:
+            return "default"
+        key = memory.principal_key(principal)
+        return "~" + hashlib.sha256(f"{self.telemetry.salt()}\0{key}".encode()).hexdigest()[:24]
+
+    def _err(self, text: str | None, limit: int = 200) -> str | None:
+        """Free text for a record or an event: cleaned first, then shortened (never the reverse,
+        which could cut a credential below the length its pattern recognises)."""
+        return memory.short(self.telemetry.clean_text(text), limit) if text is not None else None
 
     # -- requests ----------------------------------------------------------------------------------
     async def start_turn(self, text: Any, session_id: str | None, background: bool) -> dict[str, Any]:
@@ -102,10 +119,14 @@ class Orchestrator:
         cfg = agent.settings()
         principal = agent.principal
         text = policy.precheck(text, principal, cfg.max_input_chars)
+        turn_id, run_id = new_id("turn"), new_id("run")
+        self.telemetry.run_id = run_id  # a new run knows no secrets yet: nothing else is scrubbed
         if session_id is None:
-            session_id = principal.id if principal is not None else "default"
-        if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
+            session_id = self._default_session()
+        elif not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
             raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
+        elif session_id.startswith("~") and principal is not None:
+            raise InvalidArguments(message="session ids starting with ~ are reserved")
         if not isinstance(background, bool):
             raise InvalidArguments(message="background must be true or false")
         clean = self.telemetry.clean(text)
@@ -115,7 +136,7 @@ class Orchestrator:
         store = self.store
         session = memory.ensure_session(store, session_id, principal, now)
         self._guard(session["principal"], write=True)
-        turn_id, run_id = new_id("turn"), new_id("run")
+        request = self.telemetry.keep(text)  # what the local planner reads (credentials kept)
         trace_id = agent._host.trace_id
         store.insert(
             "turns",
@@ -138,7 +159,8 @@ class Orchestrator:
             "turn_id": turn_id,
             "session_id": session_id,
             "tenant": principal.tenant if principal else None,
-            "principal": principal.id if principal else None,
+            "principal": memory.principal_key(principal) if principal else None,
+            "request": request,
             "status": "in_progress",
             "waiting": None,
             "mode": "background" if background else "sync",
@@ -299,7 +321,7 @@ class Orchestrator:
         return True
 
     def _item_failed(self, run: Row, item: Row, tool: Tool, error: str, *, retryable: bool) -> None:
-        error = memory.short(error, 500) or "failed"
+        error = self._err(error, 500) or "failed"
         self.store.update("items", item["item_id"], status="failed", error=error, updated_at=self.now)
         self._event(
             "tool_failed",
@@ -320,20 +342,25 @@ class Orchestrator:
             await self.execution.start_job(run, None, "model", {"hop": run["hops"]})
             return False
         try:
-            step = await model.step(self.model_request(run))
+            step = await model.step(self.model_request(run, original=True))
         except ModelError as exc:
             self._model_failed(run, str(exc), exc.retryable, will_retry=False)
             return False
         return self._record_model_step(run, step)
 
-    def model_request(self, run: Row) -> ModelRequest:
+    def model_request(self, run: Row, *, original: bool = False) -> ModelRequest:
+        """What a model step sees. ``original``: the request as typed, credentials included — only
+        for a model that runs here (the local planner), never one behind the network."""
         agent = self.agent
         store = self.store
         turn = store.get("turns", run["turn_id"])
+        text = turn["input_text"] if turn else ""
+        if original and run.get("request") is not None:
+            text = str(self.telemetry.original(run["request"]))
         session = store.get("sessions", run["session_id"])
         items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
         return ModelRequest(
-            text=turn["input_text"] if turn else "",
+            text=text,
             inputs=shown(list(run["inputs"])),
             summary=session["summary"] if session else "",
             recent_turns=memory.recent_turns(
@@ -412,14 +439,14 @@ class Orchestrator:
             "model_step_failed",
             run,
             status="retrying" if will_retry else "failed",
-            payload={"error": memory.short(error), "retryable": retryable, "will_retry": will_retry, **extra},
+            payload={"error": self._err(error), "retryable": retryable, "will_retry": will_retry, **extra},
         )
         if not will_retry:
             self._fail(run, f"model step failed: {error}", retryable=retryable)
 
     def _ask(self, run: Row, question: str, item: Row | None) -> None:
         self._release_heavy(run["run_id"])  # nobody waits on the project while we wait on the user
-        self._set_run(run, waiting="input", question=memory.short(question, 1000))
+        self._set_run(run, waiting="input", question=self._err(question, 1000))
         self._set_turn(run, status="awaiting_input")
         if item is not None:
             self.store.update("items", item["item_id"], status="pending", updated_at=self.now)
@@ -428,7 +455,7 @@ class Orchestrator:
             run,
             item_id=item["item_id"] if item else None,
             status="waiting_for_input",
-            payload={"question": memory.short(question, 1000)},
+            payload={"question": self._err(question, 1000)},
         )
 
     # -- approvals ---------------------------------------------------------------------------------
@@ -476,12 +503,12 @@ class Orchestrator:
         appr = store.get("approvals", approval_id) if isinstance(approval_id, str) else None
         if appr is None:
             raise AgentNotFound(message=f"no approval {approval_id!r}")
+        run = self._run(appr["run_id"])
+        self._guard(run["principal"], write=True)
         if appr["status"] != "pending":
             raise InvalidTransition(message=f"approval {approval_id} is already {appr['status']}")
         if decision not in ("grant", "deny"):
             raise InvalidArguments(message='decision must be "grant" or "deny"')
-        run = self._run(appr["run_id"])
-        self._guard(run["principal"], write=True)
         now = self.now
         store.update("sessions", run["session_id"], pending_approval_id=None, updated_at=now)
         if decision == "deny":
@@ -535,7 +562,7 @@ class Orchestrator:
                 "approval_id": approval_id,
                 "grant_id": grant["grant_id"],
                 "tool": appr["tool_name"],
-                "scope": scope,
+                "scope": shown(scope),
                 "expires_at": grant["expires_at"],
             },
         )
@@ -672,10 +699,18 @@ class Orchestrator:
         now = self.now
         store = self.store
         if outcome.status == "ok":
-            clean = self.telemetry.clean(outcome.result)
+            try:
+                clean = self.telemetry.clean(outcome.result)
+                step = ModelStep.model_validate(outcome.result) if job["job_kind"] == "model" else None
+            except (PayloadError, TypeError, ValueError) as exc:
+                # not storable: a failure of the step, not of the worker (retrying would not help)
+                outcome = Outcome("failed", error=f"result not storable: {exc}", retryable=False)
+                await self._job_failed(run, job, outcome)
+                await self.advance(run["run_id"])
+                return
             store.update("jobs", job_id, status="completed", result=clean, lease_owner=None, updated_at=now)
-            if job["job_kind"] == "model":
-                self._record_model_step(run, ModelStep.model_validate(outcome.result))
+            if step is not None:
+                self._record_model_step(run, step)
             else:
                 item = store.get("items", job["item_id"])
                 assert item is not None
@@ -693,7 +728,7 @@ class Orchestrator:
     async def _job_failed(self, run: Row, job: Row, outcome: Outcome) -> None:
         cfg = self.agent.settings()
         attempt = job["attempt"]
-        error = memory.short(outcome.error or outcome.status, 500)
+        error = self._err(outcome.error or outcome.status, 500)
         store = self.store
         now = self.now
         if outcome.retryable and attempt < job["max_attempts"]:
@@ -802,7 +837,7 @@ class Orchestrator:
                 status="running",
                 payload={
                     "tool": job["tool_name"],
-                    "args": job["args"],
+                    "args": shown(job["args"]),
                     "job_id": job["job_id"],
                     "attempt": job["attempt"],
                 },
@@ -928,7 +963,7 @@ class Orchestrator:
                 "verification_result": verdict.result,
                 "verifier": verdict.verifier,
                 "evidence_refs": clean_refs,
-                "detail": memory.short(verdict.detail, 500),
+                "detail": self._err(verdict.detail, 500),
             },
         )
         if verdict.result in ("pass", "warning"):
@@ -960,7 +995,7 @@ class Orchestrator:
     ) -> None:
         now = self.now
         store = self.store
-        error = memory.short(error, 500)
+        error = self._err(error, 500)
         self._set_run(
             run,
             status=status,
@@ -1088,7 +1123,8 @@ class Orchestrator:
         if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
             raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
         row = self.store.get("sessions", session_id)
-        self._guard(row["principal"] if row else None, write=False)
+        if row is not None:  # a session nobody opened is an empty card
+            self._guard(row["principal"], write=False)
         return memory.session_card(self.store, session_id, self.agent.seq, dict(self.agent.profile))
 
     def project(self) -> dict[str, Any]:

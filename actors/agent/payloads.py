@@ -48,6 +48,7 @@ __all__ = [
     "redact_text",
     "resolve",
     "sanitize",
+    "secret_parts",
 ]
 
 REDACTED = "[redacted]"
@@ -60,8 +61,8 @@ _SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 _SECRET_VALUE = re.compile(
-    r"(?:\bBearer\s+[A-Za-z0-9\-._~+/]{8,}=*"
-    r"|\bBasic\s+[A-Za-z0-9+/]{8,}=*"
+    r"(?:\bBearer\s+(?=[A-Za-z\-._~+/]*[0-9\-._~+/])[A-Za-z0-9\-._~+/]{8,}=*"
+    r"|\bBasic\s+(?=[A-Za-z]*[0-9+/=])[A-Za-z0-9+/]{12,}=*"
     r"|\bsk-[A-Za-z0-9_\-]{16,}"
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
     r"|\bxox[abpors]-[A-Za-z0-9\-]{10,}"
@@ -226,6 +227,29 @@ def _blob_marker(blobs: BlobStore, run: str) -> str:
     return f"[blob {blobs.put(run.encode())} {len(run)} bytes]"
 
 
+def secret_parts(value: Any, minimum: int = 6) -> list[str]:
+    """The strings worth scrubbing wherever a kept secret turns up again: the secret itself, each
+    credential found inside it (a Bearer token without its ``Bearer``), every string of a secret
+    object; none shorter than ``minimum``."""
+    found: list[str] = []
+    if isinstance(value, str):
+        found.append(value)
+        for m in _SECRET_VALUE.finditer(value):
+            found.append(m.group(0))
+            head, _, rest = m.group(0).partition(" ")
+            if head in ("Bearer", "Basic") and rest:
+                found.append(rest.strip())
+        for m in _SECRET_ASSIGNMENT.finditer(value):
+            found.append(m.group(2).strip("\"'"))
+    elif isinstance(value, dict):
+        for v in value.values():
+            found += secret_parts(v, minimum)
+    elif isinstance(value, list):
+        for v in value:
+            found += secret_parts(v, minimum)
+    return [f for f in found if len(f) >= minimum]
+
+
 def display(value: Any) -> Any:
     """The kept form as events, cards and models may see it: secrets as ``"[redacted]"``."""
     if isinstance(value, dict):
@@ -244,7 +268,9 @@ def resolve(value: Any, secret: Callable[[str], Any], blobs: BlobStore) -> Any:
             return secret(value["$secret"])
         if _is_reference(value) and "$blob" in value:
             data = blobs.get(value["$blob"])
-            return orjson.loads(data) if value.get("json") else data.decode()
+            if value.get("json"):  # a whole payload: it may hold kept secrets itself
+                return resolve(orjson.loads(data), secret, blobs)
+            return data.decode()
         return {k: resolve(v, secret, blobs) for k, v in value.items()}
     if isinstance(value, list):
         return [resolve(v, secret, blobs) for v in value]

@@ -7,6 +7,7 @@ JSON columns are encoded and decoded here, nowhere else.
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
@@ -39,7 +40,6 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     CREATE INDEX roost_agent_turns_session ON roost_agent_turns (session_id, created_at);
     CREATE TABLE roost_agent_runs (
         run_id              TEXT PRIMARY KEY,
-        ordinal             INTEGER NOT NULL UNIQUE,
         turn_id             TEXT NOT NULL,
         session_id          TEXT NOT NULL,
         tenant              TEXT,
@@ -162,6 +162,18 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
         created_at REAL NOT NULL
     ) WITHOUT ROWID;
     """,
+    # v3: runs in creation order (ties of created_at broken), and the request as the planner needs it
+    # (credentials kept in the vault, see actors.agent.payloads)
+    """
+    ALTER TABLE roost_agent_runs ADD COLUMN ordinal INTEGER;
+    ALTER TABLE roost_agent_runs ADD COLUMN request TEXT;
+    UPDATE roost_agent_runs SET ordinal = (
+        SELECT count(*) FROM roost_agent_runs AS r
+        WHERE r.created_at < roost_agent_runs.created_at
+           OR (r.created_at = roost_agent_runs.created_at AND r.run_id <= roost_agent_runs.run_id)
+    );
+    CREATE UNIQUE INDEX roost_agent_runs_ordinal ON roost_agent_runs (ordinal);
+    """,
 )
 
 #: Columns stored as JSON text, per table suffix.
@@ -178,6 +190,7 @@ JSON_COLUMNS = frozenset(
         "settings",
         "files",
         "progress",
+        "request",
     }
 )
 
@@ -254,6 +267,16 @@ class Store:
             "INSERT OR IGNORE INTO roost_agent_secrets (digest, value, created_at) VALUES (?, ?, ?)",
             (digest, value, now),
         )
+
+    def salt(self, now: float) -> str:
+        """This agent's random salt for secret digests, made on first use."""
+        row = self._conn.execute("SELECT value FROM roost_agent_secrets WHERE digest = '#salt'").fetchone()
+        if row is not None:
+            salt: str = orjson.loads(row[0])
+            return salt
+        salt = secrets.token_hex(16)
+        self.put_secret("#salt", orjson.dumps(salt).decode(), now)
+        return salt
 
     def get_secret(self, digest: str) -> Any:
         row = self._conn.execute(

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.agent.payloads import REDACTED, BlobStore, Vault, display, redact_text, resolve, sanitize
+from actors.agent.payloads import (
+    REDACTED,
+    BlobStore,
+    Vault,
+    display,
+    redact_text,
+    resolve,
+    sanitize,
+    secret_parts,
+)
 from actors.agent.store import Store
 
 if TYPE_CHECKING:
@@ -59,9 +68,12 @@ class Telemetry:
         self.threshold = threshold
         self.limit = limit
         self.counts: dict[str, int] = {}
-        #: Secret strings this agent kept or handed to a tool lately: never shown, wherever they
-        #: turn up again (a tool's result or error that echoes its token).
-        self._known: dict[str, None] = {}
+        #: Per run, the secrets it was given or handed to its tools: never shown again wherever they
+        #: turn up in that run's records (a tool's result or error that echoes its token). Per run,
+        #: so that one principal's request can never probe another's secrets.
+        self._known: dict[str, list[str]] = {}
+        #: The run the orchestrator is working on (set by it); scrubbing uses that run's secrets.
+        self.run_id: str | None = None
 
     # -- the payload policy's entry points (see actors.agent.payloads) -------------------------------
     def store(self) -> Store:
@@ -73,17 +85,27 @@ class Telemetry:
         return sanitize(value, self.blobs, self.threshold, limit=self.limit, scrub=self.scrub)
 
     def scrub(self, text: str) -> str:
-        for secret in self._known:
+        """``text`` without the secrets of the current run."""
+        for secret in self._known.get(self.run_id or "", ()):
             if secret in text:
                 text = text.replace(secret, REDACTED)
         return text
 
     def _learn(self, value: Any) -> None:
-        if isinstance(value, str) and len(value) >= 4:
-            self._known.pop(value, None)
-            self._known[value] = None
-            while len(self._known) > 1024:
-                del self._known[next(iter(self._known))]
+        if self.run_id is None:
+            return
+        known = self._known.pop(self.run_id, [])
+        for part in secret_parts(value):
+            if part not in known:
+                known.append(part)
+        # longest first, so that a secret is scrubbed whole before any part of it
+        self._known[self.run_id] = sorted(known, key=len, reverse=True)[:64]
+        while len(self._known) > 256:
+            del self._known[next(iter(self._known))]
+
+    def salt(self) -> str:
+        """The agent's random salt for secret digests (made once, kept in its file)."""
+        return self.store().salt(self._host._now)
 
     def keep(self, value: Any) -> Any:
         """What a step needs later, kept intact but out of sight (arguments, inputs, checkpoints)."""
@@ -94,12 +116,12 @@ class Telemetry:
             store.put_secret(digest, text, now)
             self._learn(orjson.loads(text))
 
-        vault = Vault(put, self._host.name)
+        vault = Vault(put, self.salt())
         return sanitize(value, self.blobs, self.threshold, vault=vault, limit=self.limit)
 
     def digest(self, value: Any) -> dict[str, str]:
         """The kept form of a secret value, without keeping it (to compare scopes with arguments)."""
-        return {"$secret": Vault(lambda d, t: None, self._host.name).digest(value)}
+        return {"$secret": Vault(lambda d, t: None, self.salt()).digest(value)}
 
     @staticmethod
     def shown(kept: Any) -> Any:
