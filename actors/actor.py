@@ -77,6 +77,17 @@ class Actor:
         return self._host.name
 
     @property
+    def tenant(self) -> str | None:
+        """The tenant this actor belongs to (its name is ``tenant NUL local_name``), or None."""
+        tenant, sep, _ = self._host.name.rpartition("\x00")
+        return tenant if sep else None
+
+    @property
+    def local_name(self) -> str:
+        """The name as clients of its tenant address it."""
+        return self._host.name.rpartition("\x00")[2]
+
+    @property
     def state(self) -> Any:
         """The current state (as of the last ``set_state`` in this or an earlier turn)."""
         return self._host.state

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 __all__ = ["CallableInfo", "callable", "callables_of", "wakeup"]
 
@@ -18,12 +18,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__roost_callable__"
 
 
-def callable(fn: F) -> F:
-    """Mark ``fn`` as callable by clients (RPC)."""
-    if fn.__name__.startswith("_"):
-        raise ValueError(f"private method {fn.__name__!r} cannot be @callable")
-    setattr(fn, _MARK, True)
-    return fn
+@overload
+def callable(fn: F, *, readonly: bool = False) -> F: ...
+
+
+@overload
+def callable(fn: None = None, *, readonly: bool = False) -> Callable[[F], F]: ...
+
+
+def callable(fn: F | None = None, *, readonly: bool = False) -> F | Callable[[F], F]:
+    """Mark ``fn`` as callable by clients (RPC): ``@callable`` or ``@callable(readonly=True)``.
+
+    ``readonly`` declares that the method changes nothing: read-only principals may call it (and only
+    such methods). The runtime does not check the claim; a method that writes must not make it.
+    """
+
+    def mark(f: F) -> F:
+        if f.__name__.startswith("_"):
+            raise ValueError(f"private method {f.__name__!r} cannot be @callable")
+        setattr(f, _MARK, True)
+        setattr(f, "__roost_readonly__", readonly)  # noqa: B010
+        return f
+
+    return mark(fn) if fn is not None else mark
 
 
 def wakeup(fn: F | None = None, *, model: type[Any] | None = None) -> Any:
@@ -49,6 +66,7 @@ class CallableInfo:
     name: str
     streaming: bool
     signature: inspect.Signature
+    readonly: bool = False
 
 
 def callables_of(cls: type) -> dict[str, CallableInfo]:
@@ -63,5 +81,6 @@ def callables_of(cls: type) -> dict[str, CallableInfo]:
                 name=name,
                 streaming=inspect.isasyncgenfunction(fn),
                 signature=inspect.signature(fn),
+                readonly=bool(getattr(fn, "__roost_readonly__", False)),
             )
     return found

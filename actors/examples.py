@@ -32,7 +32,7 @@ class Counter(Actor):
         count: int = self.state["count"]
         return count
 
-    @callable
+    @callable(readonly=True)
     async def get(self) -> int:
         count: int = self.state["count"]
         return count
@@ -43,7 +43,7 @@ class Counter(Actor):
         schedule = await self.schedule(seconds, "add", {"by": by}, key=key)
         return schedule.id
 
-    @callable
+    @callable(readonly=True)
     async def schedules(self) -> list[dict[str, Any]]:
         """The pending wake-ups, as control records."""
         return [s.to_json() for s in await self.list_schedules()]
@@ -79,7 +79,7 @@ class Room(Actor):
         self.sql.execute("INSERT INTO messages (author, text) VALUES (?, ?)", (author, text))
         return self.emit({"kind": "said", "author": author, "text": text})
 
-    @callable
+    @callable(readonly=True)
     async def history(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.sql.dicts("SELECT id, author, text FROM messages ORDER BY id DESC LIMIT ?", (limit,))
 

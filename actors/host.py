@@ -685,7 +685,7 @@ class ActorHost:
             "type": "welcome",
             "protocol": PROTOCOL_VERSION,
             "connection_id": conn.id,
-            "actor": {"kind": self.kind, "name": self.name},
+            "actor": {"kind": self.kind, "name": self.name.rpartition("\x00")[2]},  # as the client named it
             "state": orjson.Fragment(self.state_json),
             "cursor": self.seq,
             "oldest": self.oldest,

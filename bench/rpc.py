@@ -31,9 +31,14 @@ SERVERS = ("raw", "starlette", "roost")
 
 
 def roost_server(s: Settings, name: str, data: str) -> Server:
-    """``roost serve`` (the real CLI entry point) over ``data`` on a free port."""
+    """``roost serve`` (the real CLI entry point) over ``data`` on a free port.
+
+    Rate and connection limits are off: they are a policy for clients on the internet (1,000 frames/s
+    per connection by default) and would cap the load this suite measures; everything else is as
+    shipped (the per-frame checks still run)."""
     port = free_port()
     argv = [sys.executable, "-m", "transport.cli", "serve", "--data", data, "--port", str(port)]
+    argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
     return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log")
 
 

@@ -13,6 +13,7 @@ import pytest
 from actors.examples import KINDS
 from tests.support import serve_in_process
 from transport import RoostApp, create_app
+from transport.limits import Limits
 
 
 @pytest.fixture
@@ -20,9 +21,13 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+#: Rate limits off for the tests that drive load; the limits have their own tests (tests/test_limits.py).
+NO_RATE_LIMITS = Limits(conn_rate=None, principal_rate=None)
+
+
 @pytest.fixture
 async def app(data_dir: Path) -> RoostApp:
-    return create_app(KINDS, data_dir=data_dir)
+    return create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS)
 
 
 @pytest.fixture

@@ -24,10 +24,13 @@ from starlette.routing import Route, WebSocketRoute
 
 from actors import Actor, Registry, RuntimeConfig
 from scheduler import Clock
+from transport.access import Access
 from transport.auth import Authenticate, allow_all
 from transport.close_codes import CloseCode
 from transport.endpoint import SocketSink, WebSocketEndpoint
 from transport.http import get_actor, healthz, post_rpc
+from transport.limits import Limits
+from transport.security import Authorize
 from transport.web import web_routes
 
 __all__ = ["RoostApp", "create_app"]
@@ -40,6 +43,7 @@ class RoostApp(Starlette):
 
     registry: Registry
     authenticate: Authenticate
+    access: Access
     max_frame_bytes: int
     max_in_flight: int
     send_queue: int
@@ -57,6 +61,28 @@ class RoostApp(Starlette):
             if not hasattr(self.registry.config, key):
                 raise TypeError(f"unknown setting {key!r}")
             setattr(self.registry.config, key, value)
+
+    def secure(
+        self,
+        *,
+        authenticate: Authenticate | None = None,
+        authorize: Authorize | None = None,
+        origins: Iterable[str] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        """Change the access settings (``docs/security.md``) before the app starts; ``None`` keeps one."""
+        if self._started:
+            raise RuntimeError("secure() after the app started")
+        old = self.access
+        if authenticate is not None:
+            self.authenticate = authenticate
+        self.access = Access(
+            self.registry,
+            self.authenticate,
+            authorize if authorize is not None else old.authorize,
+            origins if origins is not None else old.origins,
+            limits if limits is not None else old.limits,
+        )
 
     async def ensure_started(self) -> None:
         """Start the runtime if the lifespan did not (mounted sub-app). Idempotent."""
@@ -103,6 +129,9 @@ def create_app(
     data_dir: str | os.PathLike[str] | None = None,
     config: RuntimeConfig | None = None,
     authenticate: Authenticate = allow_all,
+    authorize: Authorize | None = None,
+    origins: Iterable[str] | None = None,
+    limits: Limits | None = None,
     clock: Clock | None = None,
     max_frame_bytes: int = 1 << 20,
     send_queue: int = 1024,
@@ -118,6 +147,12 @@ def create_app(
     ``max_in_flight`` bounds the calls and messages one connection has queued at the actor (more
     are answered ``overloaded``). ``web_dir``: a directory with an ``index.html`` (and its scripts and
     styles) served at ``/`` and ``/web/{file}`` — ``roost serve`` uses it for the demo page.
+
+    Access (``docs/security.md``): ``authenticate`` (e.g. :func:`transport.security.token_authenticate`)
+    names the principal; ``authorize(principal, kind, name, action)`` is asked on connect, every call
+    and message, and every HTTP request (e.g. :func:`transport.security.claims_authorize`);
+    ``origins`` is the allow-list of browser origins (``None``: any); ``limits`` bounds rates and
+    connections (:class:`transport.limits.Limits`, safe defaults).
     """
     cfg = config or RuntimeConfig()
     if data_dir is not None:
@@ -137,6 +172,7 @@ def create_app(
     app = RoostApp(debug=debug, lifespan=lifespan)
     app.registry = Registry(kinds, cfg, clock=clock)
     app.authenticate = authenticate
+    app.access = Access(app.registry, authenticate, authorize, origins, limits or Limits())
     app.max_frame_bytes = max_frame_bytes
     app.send_queue = send_queue
     app.max_in_flight = max_in_flight

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from storage import Directory
+    from transport.app import RoostApp
 
 __all__ = ["load_app", "main"]
 
@@ -54,6 +55,50 @@ def load_app(spec: str | None) -> object:
 MAX_HANDSHAKE_LINE = "32768"
 
 
+def _secure(app: RoostApp, args: argparse.Namespace) -> None:
+    """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
+    from transport.auth import allow_all
+    from transport.limits import Limits
+    from transport.security import claims_authorize, token_authenticate
+    from transport.tokens import TokenSigner
+
+    limits = Limits(
+        conn_rate=args.rate_limit or None,
+        conn_burst=2 * args.rate_limit,
+        principal_rate=args.principal_rate_limit or None,
+        principal_burst=2 * args.principal_rate_limit,
+        conns_per_actor=args.max_conns_per_actor or None,
+        conns_per_principal=args.max_conns_per_principal or None,
+    )
+    secret = os.environ.get("ROOST_SECRET")
+    if secret and app.authenticate is allow_all:  # an app with its own hooks keeps them
+        signer = TokenSigner([s.strip() for s in secret.split(",") if s.strip()])
+        app.secure(authenticate=token_authenticate(signer), authorize=claims_authorize)
+    app.secure(origins=args.origin or None, limits=limits)
+
+
+def _token(args: argparse.Namespace) -> int:
+    """Issue a signed token with ``$ROOST_SECRET`` (the first of its comma-separated values)."""
+    from transport.tokens import TokenSigner
+
+    secret = os.environ.get("ROOST_SECRET")
+    if not secret:
+        print("roost: set ROOST_SECRET (at least 32 bytes)", file=sys.stderr)
+        return 2
+    signer = TokenSigner([s.strip() for s in secret.split(",") if s.strip()])
+    print(
+        signer.issue(
+            args.sub,
+            ttl=args.ttl,
+            tenant=args.tenant,
+            kinds=args.kind or None,
+            names=args.name or None,
+            read_only=args.read_only,
+        )
+    )
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", MAX_HANDSHAKE_LINE)
     import uvicorn
@@ -74,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
         if args.durability is not None:
             changes["durability"] = args.durability
         app.configure(**changes)
+        _secure(app, args)
         max_size = app.max_frame_bytes
     elif args.data is not None:
         raise SystemExit("roost: --data needs an app made by transport.create_app")
@@ -85,7 +131,9 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        http="transport.uvicorn_http:RoostHttpToolsProtocol",
+        ws_ping_interval=args.ping_interval or None,
+        ws_ping_timeout=args.ping_interval or None,
         ws="transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         ws_max_size=max_size,
@@ -94,6 +142,9 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    from transport import uvicorn_http
+
+    uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
     server = uvicorn.Server(config)
     # Messages make short-lived acyclic objects that reference counting frees; the cyclic collector
     # only adds pauses. Move what start-up allocated out of its sight and let it run less often.
@@ -181,7 +232,29 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--retention", type=int, help="logged frames kept per actor for resume")
     serve.add_argument("--durability", choices=["normal", "full"])
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--origin", action="append", help="allowed browser origin (repeat; default: any)")
+    serve.add_argument("--rate-limit", type=float, default=1000.0, help="frames/s per connection (0: off)")
+    serve.add_argument(
+        "--principal-rate-limit", type=float, default=5000.0, help="frames/s per principal (0: off)"
+    )
+    serve.add_argument("--max-conns-per-actor", type=int, default=10_000, help="(0: no limit)")
+    serve.add_argument("--max-conns-per-principal", type=int, default=1000, help="(0: no limit)")
+    serve.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds to send the headers")
+    serve.add_argument(
+        "--ping-interval",
+        type=float,
+        default=20.0,
+        help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
+    )
     serve.set_defaults(func=_serve)
+    tok = sub.add_parser("token", help="issue a signed access token (needs $ROOST_SECRET)")
+    tok.add_argument("sub", help="the principal's id")
+    tok.add_argument("--tenant")
+    tok.add_argument("--kind", action="append", help="allowed kind (repeat; default: all)")
+    tok.add_argument("--name", action="append", help="allowed name pattern (repeat; default: all)")
+    tok.add_argument("--read-only", action="store_true")
+    tok.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires")
+    tok.set_defaults(func=_token)
     ls = sub.add_parser("ls", help="list actors from the directory database")
     ls.add_argument("--data", default="data")
     ls.add_argument("--kind")

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
@@ -26,7 +27,7 @@ from starlette.requests import HTTPConnection
 from actors import Connection, Subscriptions
 from actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
 from actors.host import Call, Connect, Deliver, Disconnect, Message
-from transport.auth import run_authenticate
+from transport.access import FrameGate, Refused
 from transport.close_codes import CloseCode
 from transport.protocol import (
     MessageFrame,
@@ -39,6 +40,7 @@ from transport.protocol import (
     parse_client_frame,
     parse_connect_query,
 )
+from transport.security import SUBPROTOCOL, offered_subprotocols
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -46,6 +48,14 @@ if TYPE_CHECKING:
     from transport.app import RoostApp
 
 __all__ = ["SocketSink", "WebSocketEndpoint"]
+
+#: Close codes of the access gate's refusals of a connection.
+_REFUSAL_CLOSE = {
+    "bad_address": CloseCode.BAD_ADDRESS,
+    "origin_refused": CloseCode.FORBIDDEN,
+    "unauthenticated": CloseCode.UNAUTHENTICATED,
+    "forbidden": CloseCode.FORBIDDEN,
+}
 
 log = logging.getLogger("roost.ws")
 
@@ -173,13 +183,28 @@ class WebSocketEndpoint:
         except UnknownKind as exc:
             return await refuse(CloseCode.UNKNOWN_KIND, "unknown_kind", str(exc))
 
-        principal = await run_authenticate(app.authenticate, conn)
-        if principal is None:
-            return await refuse(CloseCode.UNAUTHENTICATED, "unauthenticated", "not authenticated")
+        verdict = await app.access.admit(conn, kind, name, "connect")
+        if isinstance(verdict, Refused):
+            return await refuse(_REFUSAL_CLOSE[verdict.code], verdict.code, verdict.message)
+        principal, public, name = verdict.principal, name, verdict.name
+        try:
+            app.registry.validate(kind, name)  # the name within the tenant may be too long
+        except InvalidActorAddress as exc:
+            return await refuse(CloseCode.BAD_ADDRESS, "bad_address", str(exc))
+        if not app.access.open(principal, kind, name):
+            return await refuse(
+                CloseCode.TRY_AGAIN_LATER,
+                "too_many_connections",
+                "too many connections to this actor or principal",
+            )
 
-        await send({"type": "websocket.accept"})
+        accept: dict[str, Any] = {"type": "websocket.accept"}
+        if SUBPROTOCOL in offered_subprotocols(conn):
+            accept["subprotocol"] = SUBPROTOCOL
+        await send(accept)
         sink = SocketSink(send, app.send_queue)
         connection = Connection(uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=subs)
+        gate = app.access.frame_gate(principal, kind, public)
         sink.start()
         app.sinks.add(sink)
         close_code = 1006
@@ -197,8 +222,9 @@ class WebSocketEndpoint:
                 sink.close(CloseCode.BAD_ADDRESS, str(exc))
                 close_code = await self._drain_until_disconnect(receive)
                 return
-            close_code = await self._serve(receive, sink, connection, host)
+            close_code = await self._serve(receive, sink, connection, host, gate)
         finally:
+            app.access.close(principal, kind, name)
             app.sinks.discard(sink)
             if host is not None and not host.stopping:
                 try:
@@ -207,7 +233,9 @@ class WebSocketEndpoint:
                     pass
             await sink.finish()
 
-    async def _serve(self, receive: Receive, sink: SocketSink, conn: Connection, host: Any) -> int:
+    async def _serve(
+        self, receive: Receive, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate
+    ) -> int:
         """Read frames until the socket closes.
 
         Answers of our own (error frames, pongs) go through the actor's mailbox as ``Deliver``, so they
@@ -226,14 +254,19 @@ class WebSocketEndpoint:
                 sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
                 continue
             try:
-                self._handle(host, sink, conn, text, max_in_flight)
+                later = self._handle(host, sink, conn, text, max_in_flight, gate)
+                if later is not None:  # an asynchronous authorize hook: wait for its verdict
+                    await later
             except ActorUnavailable as exc:
                 sink.send_text(error_frame(exc.code, exc.message))
                 sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
 
     @staticmethod
-    def _handle(host: Any, sink: SocketSink, conn: Connection, text: str | None, max_in_flight: int) -> None:
-        """One client frame: parse it and queue what it asks for at the actor."""
+    def _handle(
+        host: Any, sink: SocketSink, conn: Connection, text: str | None, max_in_flight: int, gate: FrameGate
+    ) -> Awaitable[None] | None:
+        """One client frame: parse it, check it against the gate, queue what it asks for at the actor.
+        Returns an awaitable only when an asynchronous ``authorize`` hook must be waited for."""
 
         def answer(frame_text: str) -> None:
             # once welcomed, a refusal goes out at once (it must not wait behind the very backlog
@@ -245,45 +278,65 @@ class WebSocketEndpoint:
 
         if text is None:
             answer(error_frame("bad_frame", "binary frames are not accepted; send text"))
-            return
+            return None
         try:
             frame = parse_client_frame(text)
         except ProtocolError as exc:
             answer(error_frame(exc.code, exc.message))
-            return
+            return None
+
+        def refuse(code: str, message: str) -> None:
+            if isinstance(frame, RpcFrame):
+                answer(_call_error(frame.id, code, message))
+            else:
+                answer(error_frame(code, message))
+
+        limited = gate.rate()  # every well-formed frame counts, pings and subscriptions too
+        if limited is not None:
+            refuse(limited.code, limited.message)
+            return None
         if isinstance(frame, RpcFrame | MessageFrame):
-
-            def refuse(code: str, message: str) -> None:
-                if isinstance(frame, RpcFrame):
-                    answer(_call_error(frame.id, code, message))
-                else:
-                    answer(error_frame(code, message))
-
             # in_flight counts inputs queued or running at the actor for this connection
             if conn.in_flight >= max_in_flight:
                 refuse(
                     "overloaded", f"more than {max_in_flight} calls and messages in flight on this connection"
                 )
-                return
-            try:
-                if isinstance(frame, RpcFrame):
-                    host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
-                else:
-                    host.submit(Message(conn, frame.data))
-            except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
-                refuse(exc.code, exc.message)
-                return
-            conn.in_flight += 1
-        elif isinstance(frame, PingFrame):
+                return None
+
+            def submit(verdict: Refused | None) -> None:
+                if verdict is not None:
+                    refuse(verdict.code, verdict.message)
+                    return
+                try:
+                    if isinstance(frame, RpcFrame):
+                        host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
+                    elif isinstance(frame, MessageFrame):
+                        host.submit(Message(conn, frame.data))
+                except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
+                    refuse(exc.code, exc.message)
+                    return
+                conn.in_flight += 1
+
+            check = gate.call(frame.method) if isinstance(frame, RpcFrame) else gate.message()
+            if check is None or isinstance(check, Refused):
+                submit(check)
+                return None
+
+            async def wait(pending: Awaitable[Refused | None]) -> None:
+                submit(await pending)
+
+            return wait(check)
+        if isinstance(frame, PingFrame):
             host.submit(Deliver(conn, encode({"type": "pong", "id": frame.id})))
-        else:
-            subs = conn.subscriptions
-            if frame.state is not None:
-                subs.state = frame.state
-            if frame.events is not None:
-                subs.events = frame.events
-            if frame.messages is not None:
-                subs.messages = frame.messages
+            return None
+        subs = conn.subscriptions
+        if frame.state is not None:
+            subs.state = frame.state
+        if frame.events is not None:
+            subs.events = frame.events
+        if frame.messages is not None:
+            subs.messages = frame.messages
+        return None
 
     @staticmethod
     async def _drain_until_disconnect(receive: Receive) -> int:

@@ -19,7 +19,7 @@ from actors.errors import (
     RpcError,
     UnknownKind,
 )
-from transport.auth import run_authenticate
+from transport.access import Refused
 from transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ _STATUS = {
     "timeout": 504,
     "too_large": 413,
     "unauthenticated": 401,
+    "forbidden": 403,
+    "origin_refused": 403,
+    "rate_limited": 429,
 }
 
 
@@ -59,7 +62,11 @@ def _error(code: str, message: str) -> JSONResponse:
     )
 
 
-async def _guard(app: RoostApp, request: Request, trailing: int) -> tuple[str, str, Principal] | JSONResponse:
+async def _guard(
+    app: RoostApp, request: Request, trailing: int, action: str
+) -> tuple[str, str, str, Principal] | JSONResponse:
+    """The checks of :mod:`transport.access`: ``(kind, name as asked, name in the principal's tenant,
+    principal)``, or the refusal."""
     await app.ensure_started()
     try:
         kind, name = actor_address(request.scope, trailing)
@@ -70,21 +77,28 @@ async def _guard(app: RoostApp, request: Request, trailing: int) -> tuple[str, s
         return _error("bad_address", str(exc))
     except UnknownKind as exc:
         return _error("unknown_kind", str(exc))
-    principal = await run_authenticate(app.authenticate, request)
-    if principal is None:
-        return _error("unauthenticated", "not authenticated")
-    return kind, name, principal
+    verdict = await app.access.admit(request, kind, name, action)
+    if isinstance(verdict, Refused):
+        return _error(verdict.code, verdict.message)
+    try:
+        app.registry.validate(kind, verdict.name)
+    except InvalidActorAddress as exc:
+        return _error("bad_address", str(exc))
+    bucket = app.access.principal_bucket(verdict.principal)
+    if bucket is not None and not bucket.take():
+        return _error("rate_limited", "too many requests for this principal")
+    return kind, name, verdict.name, verdict.principal
 
 
 async def get_actor(request: Request) -> Response:
     """``GET /agents/{kind}/{name}``: the committed state. Creates nothing (404 if never created)."""
     app: RoostApp = request.app.state.roost
-    addr = await _guard(app, request, 0)
+    addr = await _guard(app, request, 0, "read")
     if isinstance(addr, Response):
         return addr
-    kind, name, _ = addr
+    kind, name, scoped, _ = addr
     try:
-        state, seq = await app.registry.snapshot(kind, name)
+        state, seq = await app.registry.snapshot(kind, scoped)
     except ActorNotFound as exc:
         return _error("not_found", str(exc))
     except RpcError as exc:
@@ -95,10 +109,15 @@ async def get_actor(request: Request) -> Response:
 async def post_rpc(request: Request) -> Response:
     """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs)."""
     app: RoostApp = request.app.state.roost
-    addr = await _guard(app, request, 2)
+    method = request.path_params["method"]
+    addr = await _guard(app, request, 2, f"call:{method}")
     if isinstance(addr, Response):
         return addr
-    kind, name, principal = addr
+    kind, _, name, principal = addr
+    if principal.claims.get("read_only"):
+        info = app.registry.callable_info(kind, method)
+        if info is not None and not info.readonly:
+            return _error("forbidden", f"read-only: {method} is not a read-only method")
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
@@ -115,7 +134,6 @@ async def post_rpc(request: Request) -> Response:
             kwargs = parsed
         else:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
-    method = request.path_params["method"]
     try:
         result, chunks = await app.registry.call(kind, name, method, args, kwargs, principal=principal)
     except RpcError as exc:

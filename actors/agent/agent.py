@@ -129,20 +129,20 @@ class Agent(Actor):
         """Stop a turn: its job is cancelled, its run is ``canceled`` (``continue_run`` can resume it)."""
         return await self._orchestrator.cancel(turn_id)
 
-    @callable
+    @callable(readonly=True)
     async def get_turn(self, turn_id: str) -> dict[str, Any]:
         return self._orchestrator.get_turn(turn_id)
 
-    @callable
+    @callable(readonly=True)
     async def get_run(self, run_id: str) -> dict[str, Any]:
         return self._orchestrator.get_run(run_id)
 
-    @callable
+    @callable(readonly=True)
     async def session(self, session_id: str) -> dict[str, Any]:
         """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
         return self._orchestrator.session(session_id)
 
-    @callable
+    @callable(readonly=True)
     async def project(self) -> dict[str, Any]:
         """The project: settings, files of verified runs, the heavy operation and the queue behind it."""
         return self._orchestrator.project()
