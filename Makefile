@@ -6,16 +6,23 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean
 
-$(STAMP): pyproject.toml
+BASE   := $(VENV)/.base
+
+# Roost itself (what `make demo` needs), then the tools of `make test` (linters, Playwright, ...).
+$(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE)
+
+$(STAMP): $(BASE)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/python -m demo_client.agent_demo
 
-demo-crash: $(STAMP)
+demo-crash: $(BASE)
 	$(BIN)/python -m demo_client.demo
 
 lint: $(STAMP)

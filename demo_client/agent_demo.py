@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from rich.table import Table
 
 from .client import Client
 from .demo import Server, free_port
+from .errors import ConnectionLost, RpcError
 from .frames import Welcome
 from .urls import actor_url
 
@@ -51,25 +53,43 @@ delay_s = {delay}
 
 
 class Timeline:
-    """Every event the client processed, in order, and the welcomes it received."""
+    """Every event the client processed, in order, and the welcomes it received. The checks are made
+    here, on what the application was handed, not on the client's own bookkeeping."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[tuple[int, dict[str, Any]]] = asyncio.Queue()
         self.seqs: list[int] = []
         self.welcomes: list[Welcome] = []
+        self.replayed = 0  # events received after a replay welcome with seq up to its cursor
+        self.welcomed = asyncio.Event()
 
     def on_event(self, event: Any, seq: int) -> None:
         self.seqs.append(seq)
+        welcome = self.welcomes[-1] if self.welcomes else None
+        if (
+            welcome is not None
+            and welcome.resume == "replay"
+            and len(self.welcomes) > 1
+            and seq <= welcome.cursor
+        ):
+            self.replayed += 1
         self.queue.put_nowait((seq, event))
 
     def on_welcome(self, welcome: Welcome) -> None:
         self.welcomes.append(welcome)
+        self.welcomed.set()
+
+    def duplicates(self) -> int:
+        """Events handed to the application more than once, or out of order."""
+        repeats = len(self.seqs) - len(set(self.seqs))
+        disorder = sum(1 for a, b in zip(self.seqs, self.seqs[1:], strict=False) if b <= a)
+        return max(repeats, disorder)
 
     def gaps(self) -> int:
         """Seqs missing between the first and the last processed one."""
         if not self.seqs:
             return 0
-        return (self.seqs[-1] - self.seqs[0] + 1) - len(set(self.seqs))
+        return (max(self.seqs) - min(self.seqs) + 1) - len(set(self.seqs))
 
 
 async def run(data: Path, *, assume_yes: bool, delay: float, console: Console) -> bool:
@@ -88,11 +108,10 @@ async def run(data: Path, *, assume_yes: bool, delay: float, console: Console) -
             console.print(f"[bold]2.[/] asking the docs agent: [italic]{REQUEST!r}[/]")
             reply = await client.call("turn", REQUEST, session_id="demo", timeout=10)
             assert isinstance(reply, dict)
-            ok = await follow(client, timeline, reply, assume_yes=assume_yes, console=console)
+            outcome = await follow(client, timeline, reply, assume_yes=assume_yes, console=console)
             run_info = await client.call("get_run", reply["run_id"], timeout=10)
             assert isinstance(run_info, dict)
-            report = summary(client, timeline, run_info, data, console)
-            return ok and report
+            return summary(client, timeline, run_info, data, console, denied=outcome == "denied")
     finally:
         server.stop()
         console.print(f"server stopped after {time.monotonic() - started:.1f} s")
@@ -100,7 +119,7 @@ async def run(data: Path, *, assume_yes: bool, delay: float, console: Console) -
 
 async def follow(
     client: Client, timeline: Timeline, reply: dict[str, Any], *, assume_yes: bool, console: Console
-) -> bool:
+) -> str:
     """Print the run's events as they come; drop the connection once midway; answer the approval."""
     dropped = False
     progress = Progress(
@@ -111,6 +130,7 @@ async def follow(
         transient=False,
     )
     bars: dict[str, TaskID] = {}
+    outcome = "completed"
     with progress:
         while True:
             seq, event = await asyncio.wait_for(timeline.queue.get(), 30)
@@ -139,16 +159,20 @@ async def follow(
                 progress.update(bars[key], completed=payload["done"], message=payload.get("message", ""))
                 if not dropped and payload["done"] >= 2:
                     dropped = True
+                    timeline.welcomed.clear()
                     client.drop(away=1.5)  # stay away a moment: the agent goes on without us
                     cursor = client.cursor
                     console.print(f"  [yellow]✂ connection dropped[/]; back in 1.5 s with cursor={cursor}")
-                    await asyncio.sleep(0.1)
-                    await client.wait_connected(timeout=15)
+                    await asyncio.wait_for(timeline.welcomed.wait(), 15)  # the next welcome
                     welcome = timeline.welcomes[-1]
-                    console.print(
-                        f"  [yellow]↻ reconnected[/]: resume={welcome.resume}; "
-                        f"{welcome.cursor - (cursor or 0)} event(s) from while we were away are replayed"
-                    )
+                    if welcome.resume == "replay":
+                        missed = welcome.cursor - (cursor or 0)
+                        console.print(
+                            f"  [yellow]↻ reconnected[/]: the server replays the {missed} event(s) "
+                            "logged while we were away, then live ones"
+                        )
+                    else:
+                        console.print(f"  [red]↻ reconnected without replay[/] (resume={welcome.resume})")
             elif kind == "tool_completed":
                 console.print(f"  [green]✔[/] {payload['tool']}: {summary_of(payload['result'])}")
             elif kind == "approval_requested":
@@ -158,18 +182,43 @@ async def follow(
                 )
                 yes = True
                 if not assume_yes and sys.stdin.isatty():
-                    yes = Confirm.ask("   approve?", default=True, console=console)
+                    progress.stop()  # the live display would draw over the question
+                    # asked in a thread: the event loop keeps the connection alive meanwhile
+                    yes = await asyncio.to_thread(Confirm.ask, "   approve?", default=True, console=console)
+                    progress.start()
                 else:
                     console.print("   approved automatically (stdin is not a terminal, or --yes)")
-                await client.call("approve", payload["approval_id"], "grant" if yes else "deny", timeout=10)
+                if not yes:
+                    outcome = "denied"
+                await decide(client, payload["approval_id"], "grant" if yes else "deny")
             elif kind == "verification_completed":
                 console.print(
                     f"[bold]4.[/] verification: [bold]{payload['verification_result']}[/] by "
                     f"{payload['verifier']} — {payload['detail']}"
                 )
             elif kind in ("turn_completed", "turn_failed", "turn_cancelled"):
+                if outcome == "denied" and kind == "turn_failed":
+                    console.print("   turn ended: you denied the report, so it was not written (as asked)")
+                    return outcome
                 console.print(f"   {kind.replace('_', ' ')}")
-                return bool(kind == "turn_completed")
+                return "completed" if kind == "turn_completed" else "failed"
+
+
+async def decide(client: Client, approval_id: str, decision: str) -> None:
+    """Answer the approval; if the connection drops before the reply, ask again once reconnected
+    (an approval already decided by the first attempt answers ``invalid_transition``: done)."""
+    for attempt in range(3):
+        try:
+            await client.call("approve", approval_id, decision, timeout=10)
+            return
+        except RpcError as exc:
+            if exc.code == "invalid_transition":
+                return
+            raise
+        except ConnectionLost:
+            if attempt == 2:
+                raise
+            await client.wait_connected(timeout=15)
 
 
 def summary_of(result: Any) -> str:
@@ -178,7 +227,13 @@ def summary_of(result: Any) -> str:
 
 
 def summary(
-    client: Client, timeline: Timeline, run_info: dict[str, Any], data: Path, console: Console
+    client: Client,
+    timeline: Timeline,
+    run_info: dict[str, Any],
+    data: Path,
+    console: Console,
+    *,
+    denied: bool = False,
 ) -> bool:
     refs = run_info.get("evidence_refs") or []
     path = next((data / r[5:] for r in refs if r.startswith("file:")), None)
@@ -189,19 +244,27 @@ def summary(
         "run", f"{run_info['run_id']} · {run_info['status']} · verified {run_info['verification_result']}"
     )
     table.add_row("report", str(path) if path else "-")
-    table.add_row("events received", str(len(timeline.seqs)))
+    table.add_row(
+        "events received", f"{len(timeline.seqs)} ({timeline.replayed} of them replayed after the drop)"
+    )
     table.add_row("reconnects", str(client.reconnects))
-    table.add_row("duplicates", str(client.duplicates))
+    table.add_row(
+        "duplicates",
+        f"{timeline.duplicates()} (frames re-sent by the server and dropped: {client.duplicates})",
+    )
     table.add_row("gaps", str(timeline.gaps()))
     console.print(table)
-    checks = {
-        "the run completed and passed verification": run_info["status"] == "completed"
-        and run_info["verification_result"] == "pass",
-        "the report exists": path is not None and path.is_file(),
-        "at least one reconnect": client.reconnects >= 1,
-        "no duplicate": client.duplicates == 0,
-        "no gap": timeline.gaps() == 0,
-    }
+    checks: dict[str, bool] = {}
+    if denied:
+        checks["you denied the report: none was written"] = path is None and run_info["status"] == "failed"
+    else:
+        checks["the run completed and passed verification"] = (
+            run_info["status"] == "completed" and run_info["verification_result"] == "pass"
+        )
+        checks["the report exists"] = path is not None and path.is_file()
+    checks["at least one reconnect"] = client.reconnects >= 1
+    checks["no duplicate"] = timeline.duplicates() == 0 and client.duplicates == 0
+    checks["no gap"] = timeline.gaps() == 0
     for name, held in checks.items():
         console.print(f"  {'[green]PASS' if held else '[red]FAIL'}[/] {name}")
     return all(checks.values())
@@ -218,9 +281,27 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data or Path(tempfile.mkdtemp(prefix="roost-demo-"))
     data.mkdir(parents=True, exist_ok=True)
     console = Console(highlight=False)
-    ok = asyncio.run(run(data, assume_yes=args.yes, delay=args.delay, console=console))
+    try:
+        ok = asyncio.run(main_task(data, assume_yes=args.yes, delay=args.delay, console=console))
+    except KeyboardInterrupt:
+        console.print("interrupted; the server was stopped")
+        return 130
     console.print("[bold green]PASS[/]" if ok else "[bold red]FAIL[/]")
     return 0 if ok else 1
+
+
+async def main_task(data: Path, *, assume_yes: bool, delay: float, console: Console) -> bool:
+    """:func:`run`, cancelled on SIGTERM or SIGHUP too, so that its ``finally`` stops the server."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await run(data, assume_yes=assume_yes, delay=delay, console=console)
+    except asyncio.CancelledError:
+        console.print("stopped by a signal; the server was stopped")
+        return False
 
 
 if __name__ == "__main__":

@@ -88,8 +88,6 @@ async def test_demo_page_flow_then_server_drop_resumes_without_gap_or_duplicate(
         await expect(page.locator("#run-evidence")).to_contain_text("file:reports/")
         before = await counter(page, "events")
         cursor = await counter(page, "cursor")
-        shot = os.environ.get(SCREENSHOT_ENV) or str(tmp_path / "demo-page.png")
-        await page.screenshot(path=shot, full_page=True)
 
         # the server drops the socket: SIGKILL
         server.kill()
@@ -119,6 +117,8 @@ async def test_demo_page_flow_then_server_drop_resumes_without_gap_or_duplicate(
         assert len(seqs) > before
         assert await counter(page, "cursor") == seqs[-1] > cursor
         assert errors == []
+        shot = os.environ.get(SCREENSHOT_ENV) or str(tmp_path / "demo-page.png")
+        await page.screenshot(path=shot, full_page=True)
     finally:
         server.kill()
 
@@ -143,3 +143,85 @@ async def test_the_page_is_served_with_a_strict_policy_and_no_external_resource(
         assert missing.status == 404
     finally:
         server.kill()
+
+
+FAKE_SOCKET_CHECKS = """
+async () => {
+  const { RoostClient, backoffDelay, isTerminalClose, ConnectionLost } = await import("/web/roost.js");
+  const sockets = [];
+  class FakeSocket {
+    constructor(url) { this.url = url; this.sent = []; sockets.push(this); }
+    send(text) { this.sent.push(JSON.parse(text)); }
+    close(code, reason) { this.onclose({ code, reason }); }
+    frame(obj) { this.onmessage({ data: JSON.stringify(obj) }); }
+  }
+  const welcome = (cursor, resume, state) => ({
+    type: "welcome", protocol: 1, connection_id: "c", actor: { kind: "k", name: "n" },
+    state, cursor, resume, oldest: 1,
+  });
+  const out = {};
+  const client = new RoostClient("ws://example.invalid/agents/k/n", {
+    cursor: 1, WebSocketImpl: FakeSocket, random: () => 0, backoff: { base: 0.001, cap: 0.001 },
+  });
+  const seen = [];
+  client.addEventListener("event", (e) => seen.push(e.detail.seq));
+  client.start();
+  out.firstUrl = sockets[0].url;
+  sockets[0].frame(welcome(3, "replay", { count: 3 }));
+  sockets[0].frame({ type: "state", seq: 2, state: { count: 2 } });   // replayed, older than the welcome
+  sockets[0].frame({ type: "event", seq: 3, event: { x: 1 } });
+  sockets[0].frame({ type: "event", seq: 3, event: { x: 1 } });       // a duplicate
+  sockets[0].frame({ type: "event", seq: 4, event: { x: 2 } });
+  out.state = client.state;
+  out.seen = seen;
+  out.duplicates = client.duplicates;
+  const pending = client.call("slow").then(
+    () => "resolved",
+    (err) => (err instanceof ConnectionLost ? "lost" : String(err)),
+  );
+  sockets[0].close(1006, "network");                                   // transient: reconnect
+  out.pending = await pending;
+  await new Promise((r) => setTimeout(r, 20));
+  out.sockets = sockets.length;
+  out.secondUrl = sockets[1] && sockets[1].url;
+  sockets[1].frame(welcome(4, "replay", { count: 3 }));
+  sockets[1].close(4401, "unauthenticated");                           // terminal: stop
+  await new Promise((r) => setTimeout(r, 20));
+  out.afterTerminal = sockets.length;
+  out.status = client.status;
+  out.reconnects = client.reconnects;
+  const transient = [1001, 1006, 1011, 1012, 1013, 4000, 4500];
+  out.terminal = [1000, 1009, 4400, 4499].concat(transient).map(isTerminalClose);
+  out.backoff = [0, 1, 2, 5, 10, 100].map((a) => backoffDelay(a, { base: 0.25, cap: 5 }, () => 0.999999));
+  return out;
+}
+"""
+
+
+async def test_the_browser_client_dedups_resumes_and_tells_terminal_from_transient_closes(
+    browser: Browser, data_dir: Path
+) -> None:
+    """roost.js on its own, against a fake socket: dedup by seq, state never goes back during a replay,
+    the cursor on every reconnect, pending calls fail with ConnectionLost, terminal closes stop it,
+    backoff stays within its bounds."""
+    server = ServerProcess(data_dir).start()
+    try:
+        page = await browser.new_page()
+        await page.goto(f"http://{server.addr}/")
+        out = await page.evaluate(FAKE_SOCKET_CHECKS)
+    finally:
+        server.kill()
+    assert out["firstUrl"].endswith("?cursor=1")
+    assert out["seen"] == [3, 4]
+    assert out["duplicates"] == 1
+    assert out["state"] == {"count": 3}
+    assert out["pending"] == "lost"
+    assert out["sockets"] == 2
+    assert out["secondUrl"].endswith("?cursor=4")
+    assert out["afterTerminal"] == 2  # no reconnect after 4401
+    assert out["status"] == "closed"
+    assert out["reconnects"] == 1
+    assert out["terminal"] == [True] * 4 + [False] * 7
+    ceilings = [0.25, 0.5, 1.0, 5.0, 5.0, 5.0]
+    assert all(0 <= d <= c for d, c in zip(out["backoff"], ceilings, strict=True))
+    assert out["backoff"][0] > 0.24  # full jitter up to the ceiling (with random() near 1)

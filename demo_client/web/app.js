@@ -48,6 +48,8 @@ function setStatus(status, detail = {}) {
     closed: `closed${detail.code ? ` (${detail.code})` : ""}`,
   };
   text(badge, labels[status] ?? status);
+  if (status === "reconnecting" && detail.attempt === 1) announce("Connection lost; reconnecting");
+  if (status === "open" && view.client && view.client.reconnects > 0) announce("Reconnected");
   const indicator = $("reconnecting");
   indicator.hidden = status !== "reconnecting";
   if (status === "reconnecting") {
@@ -94,6 +96,11 @@ function describe(ev) {
   }
 }
 
+function announce(message, urgent = false) {
+  // screen readers hear the moments that matter, not every progress tick
+  text($(urgent ? "alert" : "announce"), message);
+}
+
 function addTimeline(seq, ev) {
   const li = document.createElement("li");
   li.className = `t-${ev.event_type}${seq <= view.replayUntil ? " replayed" : ""}`;
@@ -108,9 +115,7 @@ function addTimeline(seq, ev) {
   const d = document.createElement("span");
   text(d, describe(ev));
   li.append(s, t, d);
-  const list = $("timeline");
-  list.append(li);
-  list.scrollTop = list.scrollHeight;
+  $("timeline").append(li);
 }
 
 function progressBar(ev) {
@@ -168,6 +173,14 @@ function showApproval(ev) {
   card.append(title, args, row);
   $("approval-list").append(card);
   $("approvals").hidden = false;
+  if (seqIsLive(ev)) {
+    announce(`Approval needed: ${p.tool}`, true);
+    if (!document.activeElement || document.activeElement === document.body) approve.focus();
+  }
+}
+
+function seqIsLive(ev) {
+  return !ev._replayed;
 }
 
 function settleApproval(id) {
@@ -185,6 +198,8 @@ function onEvent(seq, ev) {
   switch (ev.event_type) {
     case "turn_started":
       view.currentTurn = ev.turn_id;
+      $("progress").replaceChildren(); // one turn's bars at a time
+      view.bars.clear();
       text($("run-turn"), ev.turn_id);
       text($("run-status"), "started");
       text($("run-verification"), "–");
@@ -209,6 +224,7 @@ function onEvent(seq, ev) {
     case "turn_completed":
     case "turn_failed":
     case "turn_cancelled":
+      if (!ev._replayed) announce(`Turn ${ev.event_type.replace("turn_", "")}`);
       if (ev.turn_id === view.currentTurn) {
         text($("run-status"), ev.event_type.replace("turn_", ""));
         $("cancel").disabled = true;
@@ -251,7 +267,11 @@ function open(name) {
       if (card.active_turn && !view.currentTurn) view.currentTurn = card.active_turn.turn_id;
     }, () => {});
   });
-  client.addEventListener("event", (e) => onEvent(e.detail.seq, e.detail.event));
+  client.addEventListener("event", (e) => {
+    const ev = e.detail.event;
+    ev._replayed = e.detail.seq <= view.replayUntil;
+    onEvent(e.detail.seq, ev);
+  });
   client.addEventListener("state", (e) => {
     seen(e.detail.seq);
     setCounters();
@@ -262,7 +282,10 @@ function open(name) {
 function init() {
   const params = new URLSearchParams(location.search);
   $("agent").value = params.get("agent") || $("agent").value;
-  $("connect").addEventListener("click", () => open($("agent").value.trim() || "demo"));
+  $("open").addEventListener("submit", (e) => {
+    e.preventDefault();
+    open($("agent").value.trim() || "demo");
+  });
   $("ask").addEventListener("submit", async (e) => {
     e.preventDefault();
     const request = $("request").value.trim();

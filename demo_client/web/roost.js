@@ -9,6 +9,7 @@
 //
 // Guarantees (the same as the Python client's, demo_client/client.py):
 // - dedup by seq: a state/event frame is processed only if its seq is above the last processed one;
+// - `state` never goes back: a replayed state older than the welcome's does not replace it;
 // - every reconnect sends cursor=<last processed seq>, so the server replays what was missed;
 // - a call ends once: with its result, an RpcError, a timeout, or ConnectionLost (never resent);
 // - terminal closes (1000, 1009, 4400-4499) stop the client; any other close reconnects with
@@ -58,6 +59,7 @@ export class RoostClient extends EventTarget {
     this.url = url;
     this.cursor = cursor; // the last processed seq, sent on every reconnect
     this.state = null;
+    this.stateSeq = null; // the seq of the state held (a replayed older state never replaces it)
     this.status = "idle"; // idle | connecting | open | reconnecting | closed
     this.reconnects = 0;
     this.duplicates = 0; // state/event frames received again, dropped
@@ -180,7 +182,10 @@ export class RoostClient extends EventTarget {
         }
         this.cursor = frame.seq;
         if (frame.type === "state") {
-          this.state = frame.state;
+          if (this.stateSeq === null || frame.seq > this.stateSeq) {
+            this.state = frame.state;
+            this.stateSeq = frame.seq;
+          }
           this._emit("state", { state: frame.state, seq: frame.seq });
         } else {
           this._emit("event", { event: frame.event, seq: frame.seq });
@@ -215,6 +220,7 @@ export class RoostClient extends EventTarget {
       this.cursor = welcome.cursor;
     }
     this.state = welcome.state;
+    this.stateSeq = welcome.cursor;
     this._setStatus("open");
     this._emit("welcome", { welcome });
   }
