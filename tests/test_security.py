@@ -1,0 +1,265 @@
+"""Authentication, authorization, tenants, origins and read-only access (docs/security.md)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import websockets
+
+from actors import Actor, callable
+from actors.examples import Counter
+from tests.support import serve_in_process
+from transport import create_app
+from transport.limits import Limits
+from transport.security import claims_authorize, token_authenticate
+from transport.tokens import TokenError, TokenSigner
+
+SECRET = "s" * 40
+signer = TokenSigner(SECRET)
+
+
+class Whoami(Actor):
+    kind = "whoami"
+
+    @callable(readonly=True)
+    async def who(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal.id if self.principal else None,
+            "tenant": self.tenant,
+            "name": self.local_name,
+        }
+
+    @callable
+    async def touch(self) -> int:
+        self.set_state({"n": (self.state or {}).get("n", 0) + 1})
+        return int(self.state["n"])
+
+
+def app_for(data_dir: Path, **kw: Any) -> Any:
+    return create_app(
+        [Whoami, Counter],
+        data_dir=data_dir,
+        authenticate=token_authenticate(signer),
+        authorize=claims_authorize,
+        limits=Limits(conn_rate=None, principal_rate=None),
+        **kw,
+    )
+
+
+async def recv(ws: Any) -> dict[str, Any]:
+    frame: dict[str, Any] = orjson.loads(await ws.recv())
+    return frame
+
+
+async def call(ws: Any, cid: str, method: str, *args: Any) -> dict[str, Any]:
+    await ws.send(orjson.dumps({"type": "rpc", "id": cid, "method": method, "args": list(args)}).decode())
+    while True:
+        frame = await recv(ws)
+        if frame.get("type") == "rpc_result" and frame["id"] == cid:
+            return frame
+
+
+async def closed_with(url: str, **kw: Any) -> tuple[int, dict[str, Any]]:
+    async with websockets.connect(url, **kw) as ws:
+        frame = await recv(ws)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code, frame
+
+
+def test_tokens_round_trip_expire_and_refuse_forgeries() -> None:
+    token = signer.issue(
+        "alice", ttl=60, tenant="acme", kinds=["whoami"], names=["a*"], read_only=True, now=1000
+    )
+    p = signer.verify(token, now=1059)
+    assert (p.id, p.tenant) == ("alice", "acme")
+    assert p.claims["kinds"] == ["whoami"]
+    assert p.claims["read_only"] is True
+    with pytest.raises(TokenError, match="expired"):
+        signer.verify(token, now=1060)
+    head, claims, sig = token.split(".")
+    forged = orjson.loads(__import__("base64").urlsafe_b64decode(claims + "=="))
+    forged["tenant"] = "other"
+    import base64
+
+    forged_claims = base64.urlsafe_b64encode(orjson.dumps(forged)).rstrip(b"=").decode()
+    with pytest.raises(TokenError, match="bad signature"):
+        signer.verify(f"{head}.{forged_claims}.{sig}", now=1000)
+    with pytest.raises(TokenError, match="bad signature"):
+        TokenSigner("t" * 40).verify(token, now=1000)
+    for junk in ("", "roost1", "roost1.a.b.c", "x" * 5000, "roost2.a.b"):
+        with pytest.raises(TokenError):
+            signer.verify(junk, now=1000)
+    rotated = TokenSigner(["n" * 40, SECRET])  # a new secret signs, the old one still verifies
+    assert rotated.verify(token, now=1000).id == "alice"
+    with pytest.raises(ValueError, match="32 bytes"):
+        TokenSigner("short")
+
+
+async def test_expired_forged_and_missing_tokens_are_refused_and_logged_without_the_token(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    expired = signer.issue("alice", ttl=-1)
+    forged = signer.issue("alice", ttl=60)[:-4] + "AAAA"
+    async with serve_in_process(app_for(data_dir)) as addr:
+        url = f"ws://{addr}/agents/counter/c1"
+        with caplog.at_level(logging.WARNING, logger="roost.security"):
+            for headers in (
+                {},
+                {"Authorization": f"Bearer {expired}"},
+                {"Authorization": f"Bearer {forged}"},
+            ):
+                code, frame = await closed_with(url, additional_headers=headers)
+                assert code == 4401
+                assert frame["code"] == "unauthenticated"
+            async with httpx.AsyncClient() as http:
+                r = await http.post(
+                    f"http://{addr}/agents/counter/c1/rpc/increment",
+                    headers={"Authorization": f"Bearer {forged}"},
+                )
+            assert r.status_code == 401
+        logged = caplog.text
+        assert "token expired" in logged
+        assert "bad signature" in logged
+        assert expired not in logged
+        assert forged not in logged
+        assert forged.split(".")[1] not in logged
+        # the server goes on serving good tokens
+        good = signer.issue("alice", ttl=60)
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {good}"}) as ws:
+            assert (await recv(ws))["type"] == "welcome"
+
+
+async def test_tokens_from_the_header_the_subprotocol_and_the_query(data_dir: Path) -> None:
+    token = signer.issue("bob", ttl=60)
+    async with serve_in_process(app_for(data_dir)) as addr:
+        url = f"ws://{addr}/agents/whoami/w"
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
+        async with websockets.connect(url, subprotocols=["roost", f"roost.token.{token}"]) as ws:  # type: ignore[list-item]
+            assert ws.subprotocol == "roost"  # the token is never echoed back
+            await recv(ws)
+            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
+        async with websockets.connect(f"{url}?token={token}") as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
+
+
+async def test_tenants_isolate_names_and_cross_tenant_access_is_impossible(data_dir: Path) -> None:
+    """The same name in two tenants is two actors; no name a client can send reaches another tenant."""
+    t1 = signer.issue("sam", ttl=60, tenant="t1")
+    t2 = signer.issue("sam", ttl=60, tenant="t2")
+    async with serve_in_process(app_for(data_dir)) as addr:
+        url = f"ws://{addr}/agents/whoami/shared"
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {t1}"}) as ws:
+            welcome = await recv(ws)
+            assert welcome["actor"]["name"] == "shared"
+            assert (await call(ws, "1", "touch"))["result"] == 1
+            assert (await call(ws, "2", "touch"))["result"] == 2
+            who = (await call(ws, "3", "who"))["result"]
+            assert who == {"principal": "sam", "tenant": "t1", "name": "shared"}
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {t2}"}) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "touch"))["result"] == 1  # another actor
+        # addressing the other tenant's key directly is refused (NUL is never accepted from a client)
+        code, _frame = await closed_with(
+            f"ws://{addr}/agents/whoami/t1%00shared", additional_headers={"Authorization": f"Bearer {t2}"}
+        )
+        assert code == 4400
+        async with httpx.AsyncClient() as http:
+            r = await http.get(
+                f"http://{addr}/agents/whoami/shared", headers={"Authorization": f"Bearer {t2}"}
+            )
+            assert r.json()["state"] == {"n": 1}
+            r = await http.get(
+                f"http://{addr}/agents/whoami/t1%00shared", headers={"Authorization": f"Bearer {t2}"}
+            )
+            assert r.status_code == 400
+
+
+async def test_authorize_is_checked_on_connect_every_call_and_every_http_request(data_dir: Path) -> None:
+    seen: list[tuple[str, str, str, str]] = []
+
+    def authorize(principal: Any, kind: str, name: str, action: str) -> bool:
+        seen.append((principal.id, kind, name, action))
+        return action != "call:touch" and name != "secret"
+
+    token = signer.issue("ann", ttl=60)
+    auth = {"Authorization": f"Bearer {token}"}
+    app = create_app(
+        [Whoami], data_dir=data_dir, authenticate=token_authenticate(signer), authorize=authorize
+    )
+    async with serve_in_process(app) as addr:
+        code, frame = await closed_with(f"ws://{addr}/agents/whoami/secret", additional_headers=auth)
+        assert (code, frame["code"]) == (4403, "forbidden")
+        async with websockets.connect(f"ws://{addr}/agents/whoami/open", additional_headers=auth) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "who"))["ok"] is True
+            refused = await call(ws, "2", "touch")
+            assert refused["error"]["code"] == "forbidden"
+            assert (await call(ws, "3", "who"))["ok"] is True  # the connection goes on
+        async with httpx.AsyncClient() as http:
+            assert (
+                await http.post(f"http://{addr}/agents/whoami/open/rpc/touch", headers=auth)
+            ).status_code == 403
+            assert (await http.get(f"http://{addr}/agents/whoami/secret", headers=auth)).status_code == 403
+            assert (
+                await http.post(f"http://{addr}/agents/whoami/open/rpc/who", headers=auth)
+            ).status_code == 200
+    actions = [a for *_, a in seen]
+    assert actions.count("connect") == 2
+    assert {"call:who", "call:touch", "read"} <= set(actions)
+
+
+async def test_token_claims_limit_kinds_and_names_and_read_only_connections(data_dir: Path) -> None:
+    narrow = signer.issue("nina", ttl=60, kinds=["whoami"], names=["team-*"])
+    viewer = signer.issue("vic", ttl=60, read_only=True)
+    async with serve_in_process(app_for(data_dir)) as addr:
+        for path in ("/agents/counter/team-1", "/agents/whoami/other"):
+            code, _ = await closed_with(
+                f"ws://{addr}{path}", additional_headers={"Authorization": f"Bearer {narrow}"}
+            )
+            assert code == 4403
+        async with websockets.connect(
+            f"ws://{addr}/agents/whoami/team-1", additional_headers={"Authorization": f"Bearer {narrow}"}
+        ) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "touch"))["result"] == 1
+        async with websockets.connect(
+            f"ws://{addr}/agents/whoami/team-1", additional_headers={"Authorization": f"Bearer {viewer}"}
+        ) as ws:
+            welcome = await recv(ws)
+            assert welcome["state"] == {"n": 1}  # a read-only connection reads
+            assert (await call(ws, "1", "who"))["ok"] is True
+            refused = await call(ws, "2", "touch")
+            assert refused["error"]["code"] == "forbidden"
+            await ws.send(orjson.dumps({"type": "message", "data": "hi"}).decode())
+            assert (await recv(ws))["code"] == "forbidden"
+        async with httpx.AsyncClient() as http:
+            r = await http.post(
+                f"http://{addr}/agents/whoami/team-1/rpc/touch", headers={"Authorization": f"Bearer {viewer}"}
+            )
+            assert r.status_code == 403
+
+
+async def test_a_wrong_origin_is_refused_and_logged(data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    token = signer.issue("alice", ttl=60)
+    auth = {"Authorization": f"Bearer {token}"}
+    async with serve_in_process(app_for(data_dir, origins=["https://app.example"])) as addr:
+        url = f"ws://{addr}/agents/counter/c"
+        with caplog.at_level(logging.WARNING, logger="roost.access"):
+            code, frame = await closed_with(url, additional_headers=auth, origin="https://evil.example")
+        assert (code, frame["code"]) == (4403, "origin_refused")
+        assert "evil.example" in caplog.text
+        assert token not in caplog.text
+        async with websockets.connect(url, additional_headers=auth, origin="https://app.example") as ws:  # type: ignore[arg-type]
+            assert (await recv(ws))["type"] == "welcome"
+        async with websockets.connect(url, additional_headers=auth) as ws:  # not a browser: no Origin
+            assert (await recv(ws))["type"] == "welcome"
