@@ -82,6 +82,7 @@ class RoostApp(Starlette):
             authorize if authorize is not None else old.authorize,
             origins if origins is not None else old.origins,
             limits if limits is not None else old.limits,
+            self.registry.clock.monotonic,
         )
 
     async def ensure_started(self) -> None:
@@ -172,7 +173,9 @@ def create_app(
     app = RoostApp(debug=debug, lifespan=lifespan)
     app.registry = Registry(kinds, cfg, clock=clock)
     app.authenticate = authenticate
-    app.access = Access(app.registry, authenticate, authorize, origins, limits or Limits())
+    app.access = Access(
+        app.registry, authenticate, authorize, origins, limits or Limits(), app.registry.clock.monotonic
+    )
     app.max_frame_bytes = max_frame_bytes
     app.send_queue = send_queue
     app.max_in_flight = max_in_flight

@@ -1,0 +1,204 @@
+"""Limits (docs/security.md): each refuses with its documented answer and leaves the others served."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import websockets
+
+from actors.examples import KINDS
+from scheduler import FakeClock
+from tests.support import ServerProcess, serve_in_process
+from transport import create_app
+from transport.limits import Limits
+from transport.security import token_authenticate
+from transport.tokens import TokenSigner
+
+signer = TokenSigner("k" * 40)
+
+
+async def recv(ws: Any) -> dict[str, Any]:
+    frame: dict[str, Any] = orjson.loads(await ws.recv())
+    return frame
+
+
+def rpc(cid: str, method: str = "increment") -> str:
+    return orjson.dumps({"type": "rpc", "id": cid, "method": method}).decode()
+
+
+async def results(ws: Any, n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        frame = await recv(ws)
+        if frame.get("type") == "rpc_result":
+            out.append(frame)
+    return out
+
+
+async def test_a_connection_over_its_rate_gets_rate_limited_and_the_others_do_not(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, clock=clock, limits=Limits(conn_rate=10, conn_burst=5))
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/counter/r"
+        async with websockets.connect(url) as flood, websockets.connect(url) as calm:
+            await recv(flood)
+            await recv(calm)
+            for i in range(8):
+                await flood.send(rpc(f"f{i}"))
+            got = sorted(await results(flood, 8), key=lambda f: int(f["id"][1:]))
+            codes = [f["error"]["code"] if not f["ok"] else "ok" for f in got]
+            assert codes == ["ok"] * 5 + ["rate_limited"] * 3  # the burst, then refusals
+            await calm.send(rpc("c1"))
+            assert (await results(calm, 1))[0]["ok"] is True  # another connection is unaffected
+            clock.advance(0.5)  # 5 tokens back at 10/s
+            for i in range(5):
+                await flood.send(rpc(f"g{i}"))
+            assert all(f["ok"] for f in await results(flood, 5))
+
+
+async def test_a_principal_shares_one_rate_over_its_connections(data_dir: Path) -> None:
+    clock = FakeClock()
+    limits = Limits(conn_rate=None, principal_rate=1, principal_burst=4)
+    app = create_app(
+        KINDS,
+        data_dir=data_dir,
+        clock=clock,
+        limits=limits,
+        authenticate=token_authenticate(signer, clock=clock.now),
+    )
+    alice = {"Authorization": f"Bearer {signer.issue('alice', ttl=600, now=clock.now())}"}
+    bob = {"Authorization": f"Bearer {signer.issue('bob', ttl=600, now=clock.now())}"}
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/counter/p"
+        async with (
+            websockets.connect(url, additional_headers=alice) as a1,
+            websockets.connect(url, additional_headers=alice) as a2,
+            websockets.connect(url, additional_headers=bob) as b,
+        ):
+            for ws in (a1, a2, b):
+                await recv(ws)
+            for i in range(3):
+                await a1.send(rpc(f"a{i}"))
+                await a2.send(rpc(f"b{i}"))
+            oks = [f["ok"] for f in await results(a1, 3)] + [f["ok"] for f in await results(a2, 3)]
+            assert oks.count(True) == 4  # four tokens between both connections
+            await b.send(rpc("b"))
+            assert (await results(b, 1))[0]["ok"] is True
+        async with httpx.AsyncClient() as http:  # HTTP calls draw on the same bucket
+            r = await http.post(f"http://{addr}/agents/counter/p/rpc/increment", headers=alice)
+            assert r.status_code == 429
+            assert r.json()["error"]["code"] == "rate_limited"
+
+
+async def test_connections_per_actor_and_per_principal_are_bounded(data_dir: Path) -> None:
+    limits = Limits(conn_rate=None, principal_rate=None, conns_per_actor=2, conns_per_principal=3)
+    app = create_app(KINDS, data_dir=data_dir, limits=limits, authenticate=token_authenticate(signer))
+    ann = {"Authorization": f"Bearer {signer.issue('ann', ttl=600)}"}
+    ben = {"Authorization": f"Bearer {signer.issue('ben', ttl=600)}"}
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/counter/one"
+        async with (
+            websockets.connect(url, additional_headers=ann) as c1,
+            websockets.connect(url, additional_headers=ben) as c2,
+        ):
+            await recv(c1)
+            await recv(c2)
+            async with websockets.connect(url, additional_headers=ann) as c3:
+                assert (await recv(c3))["code"] == "too_many_connections"
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await c3.recv()
+                assert closed.value.rcvd is not None
+                assert closed.value.rcvd.code == 1013
+            # per principal: ann holds 1; two more on other actors fit, the next does not
+            async with (
+                websockets.connect(f"ws://{addr}/agents/counter/two", additional_headers=ann) as d1,
+                websockets.connect(f"ws://{addr}/agents/counter/three", additional_headers=ann) as d2,
+            ):
+                await recv(d1)
+                await recv(d2)
+                async with websockets.connect(
+                    f"ws://{addr}/agents/counter/four", additional_headers=ann
+                ) as d3:
+                    assert (await recv(d3))["code"] == "too_many_connections"
+                async with websockets.connect(
+                    f"ws://{addr}/agents/counter/four", additional_headers=ben
+                ) as e:
+                    assert (await recv(e))["type"] == "welcome"  # ben is not ann
+            await c2.send(rpc("x"))
+            assert (await results(c2, 1))[0]["ok"] is True
+        async with websockets.connect(url, additional_headers=ann) as again:  # slots are given back
+            assert (await recv(again))["type"] == "welcome"
+
+
+def wait_closed(sock: socket.socket, limit: float) -> float:
+    """Seconds until the server closed ``sock`` (reading until EOF), at most ``limit``."""
+    start = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        while sock.recv(4096):
+            pass
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_a_handshake_that_never_completes_is_closed_after_the_timeout(data_dir: Path) -> None:
+    server = ServerProcess(data_dir, "--handshake-timeout", "0.5").start()
+    try:
+        host, port = server.addr.split(":")
+        opened = time.monotonic()
+        silent = socket.create_connection((host, int(port)))
+        partial = socket.create_connection((host, int(port)))
+        partial.sendall(b"GET /agents/counter/x HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        for sock in (silent, partial):
+            wait_closed(sock, 10)
+            assert 0.4 < time.monotonic() - opened < 5
+            sock.close()
+        r = httpx.get(f"{server.http}/healthz")  # everyone else is served
+        assert r.json()["ok"] is True
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_a_dead_peer_is_closed_within_two_ping_intervals(data_dir: Path) -> None:
+    """A client that completed the handshake and then stopped answering (no pongs) is closed by the
+    server's heartbeat within two intervals; the actor sees it go."""
+    server = ServerProcess(data_dir, "--ping-interval", "0.5").start()
+    try:
+        host, port = server.addr.split(":")
+        sock = socket.create_connection((host, int(port)))
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(
+            (
+                f"GET /agents/room/hb HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        sock.settimeout(5)
+        assert b"101" in sock.recv(4096).split(b"\r\n")[0]
+        # from here on the "client" reads nothing and answers nothing: a dead peer
+        started = time.monotonic()
+        waited = wait_closed(sock, 10)
+        assert waited < 1.0 + 0.75, waited  # ping at 0.5 s, no pong by 1.0 s: closed (slack for scheduling)
+        assert time.monotonic() - started >= 0.4
+        sock.close()
+
+        async def members() -> int:
+            async with websockets.connect(f"{server.ws}/agents/room/hb") as ws:
+                welcome = await recv(ws)
+                return int(welcome["state"]["members"])
+
+        assert asyncio.run(members()) == 1  # only this new connection: the dead one was let go
+    finally:
+        server.kill()
