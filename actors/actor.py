@@ -57,6 +57,9 @@ class Actor:
     #: Tables of a runtime layered on actors (e.g. the agent runtime): ``(component, migrations)``
     #: pairs, applied before the kind's own ``migrations``.
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = ()
+    #: The version of this kind's state. Raise it when the shape changes and say how to get there in
+    #: :meth:`migrate_state`; files are brought forward when the actor next starts.
+    state_version: ClassVar[int] = 1
     #: How many logged frames to keep for resume (``None``: the server's default).
     log_retention: ClassVar[int | None] = None
 
@@ -245,6 +248,11 @@ class Actor:
 
         Also told, inside the turn, when ``on_state_changed`` raised (the write stays).
         """
+
+    def migrate_state(self, state: Any, version: int) -> Any:
+        """The state of version ``version + 1``, from the state of ``version`` (runs in the first turn
+        after activation, before ``on_start``, once per version step). Override with ``state_version``."""
+        raise NotImplementedError(f"{type(self).__name__} has no migration from state version {version}")
 
     def validate_state(self, state: Any) -> None:
         """Raise (any exception) to refuse a new state before anything is written."""

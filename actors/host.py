@@ -42,6 +42,7 @@ from actors.errors import (
     HandlerError,
     InvalidArguments,
     MethodNotFound,
+    MigrationError,
     NotInTurn,
     Overloaded,
     Reject,
@@ -535,6 +536,7 @@ class ActorHost:
     async def _start(self) -> bool:
         self._begin_turn()
         try:
+            self._migrate_state()
             await _maybe_await(self.actor.on_start())
         except BaseException as exc:
             exc = self._check_timeout(exc)
@@ -548,6 +550,33 @@ class ActorHost:
         self._commit_turn()
         self._started = True
         return True
+
+    def _migrate_state(self) -> None:
+        """Bring a state written by an older version of the kind forward (``Actor.state_version``,
+        ``Actor.migrate_state``), one version at a time, in the first turn: the new state is logged
+        and broadcast like any other, and the file records its version in the same commit. A state
+        newer than the code is refused (old code would misread it)."""
+        target = type(self.actor).state_version
+        conn = self.file.conn
+        row = conn.execute("SELECT value FROM roost_meta WHERE key = 'state_version'").fetchone()
+        stored = int(row[0]) if row is not None else 1  # files from before versions existed: 1
+        if stored > target:
+            raise MigrationError(
+                f"state:{self.kind}",
+                stored,
+                ValueError(f"state version {stored} is newer than this code's {target}"),
+            )
+        if stored == target:
+            return
+        state = self.state
+        for version in range(stored, target):
+            state = self.actor.migrate_state(state, version)
+        self.set_state(state, None)
+        conn.execute(
+            "INSERT INTO roost_meta (key, value) VALUES ('state_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(target),),
+        )
 
     async def _dispatch(self, item: Input) -> None:
         self._current = item

@@ -273,6 +273,7 @@ class Registry:
                 components=cls.components,
                 durability=self.config.durability,
                 initial_state=_initial_json(cls),
+                state_version=cls.state_version,
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc

@@ -61,6 +61,7 @@ class ActorFile:
         components: Sequence[tuple[str, Sequence[Migration]]] = (),
         durability: Durability = "normal",
         initial_state: str = "{}",
+        state_version: int = 1,
     ) -> ActorFile:
         """Open (creating if needed) and lock the file, migrate it, and return it.
 
@@ -86,6 +87,12 @@ class ActorFile:
                 "('kind', ?), ('name', ?), ('created_at', ?)",
                 (kind, name, repr(now)),
             )
+            if created:  # a new file starts at the kind's current state version; older files lack
+                # the key and count as version 1 (see ActorHost._migrate_state)
+                conn.execute(
+                    "INSERT OR IGNORE INTO roost_meta (key, value) VALUES ('state_version', ?)",
+                    (str(state_version),),
+                )
             conn.execute(
                 "INSERT OR IGNORE INTO roost_state (id, state, seq, updated_at) VALUES (1, ?, 0, ?)",
                 (initial_state, now),
