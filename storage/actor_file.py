@@ -87,16 +87,16 @@ class ActorFile:
                 "('kind', ?), ('name', ?), ('created_at', ?)",
                 (kind, name, repr(now)),
             )
-            if created:  # a new file starts at the kind's current state version; older files lack
-                # the key and count as version 1 (see ActorHost._migrate_state)
+            fresh = conn.execute(
+                "INSERT OR IGNORE INTO roost_state (id, state, seq, updated_at) VALUES (1, ?, 0, ?)",
+                (initial_state, now),
+            ).rowcount
+            if fresh:  # a new actor starts at its kind's current state version, in the same commit;
+                # files from before versions existed lack the key and count as 1 (ActorHost._migrate_state)
                 conn.execute(
                     "INSERT OR IGNORE INTO roost_meta (key, value) VALUES ('state_version', ?)",
                     (str(state_version),),
                 )
-            conn.execute(
-                "INSERT OR IGNORE INTO roost_state (id, state, seq, updated_at) VALUES (1, ?, 0, ?)",
-                (initial_state, now),
-            )
             conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             conn.close()
