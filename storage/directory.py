@@ -273,6 +273,21 @@ class Directory:
         finally:
             conn.close()
 
+    def forget(self, kind: str, name: str) -> bool:
+        """Remove an actor's row (its file was deleted); False if there was none."""
+        with self._transaction():
+            cur = self._conn.execute("DELETE FROM actors WHERE kind = ? AND name = ?", (kind, name))
+        self._touched.pop((kind, name), None)
+        return cur.rowcount > 0
+
+    def backup(self, target: Path) -> None:
+        """A consistent copy of the directory database at ``target`` (SQLite's online backup)."""
+        dst = sqlite3.connect(target)
+        try:
+            self._conn.backup(dst)
+        finally:
+            dst.close()
+
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM actors").fetchone()[0])
 

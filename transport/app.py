@@ -28,7 +28,7 @@ from transport.access import Access
 from transport.auth import Authenticate, allow_all
 from transport.close_codes import CloseCode
 from transport.endpoint import SocketSink, WebSocketEndpoint
-from transport.http import get_actor, healthz, post_rpc
+from transport.http import admin_backup, get_actor, healthz, post_rpc
 from transport.limits import Limits
 from transport.security import Authorize
 from transport.web import web_routes
@@ -190,6 +190,7 @@ def create_app(
             Route("/agents/{kind}/{name:path}/rpc/{method}", post_rpc, methods=["POST"]),
             Route("/agents/{kind}/{name:path}", get_actor, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/admin/backup", admin_backup, methods=["POST"]),
         ]
     )
     if web_dir is not None:

@@ -94,6 +94,7 @@ def _token(args: argparse.Namespace) -> int:
             kinds=args.kind or None,
             names=args.name or None,
             read_only=args.read_only,
+            admin=args.admin,
         )
     )
     return 0
@@ -215,6 +216,91 @@ def _workers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_json(value: object) -> None:
+    import orjson
+
+    sys.stdout.write(
+        orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    )
+
+
+def _data_ops(args: argparse.Namespace) -> int:
+    """inspect, export, delete and offline backup (``transport.admin``), with clear refusals."""
+    from storage import ActorLocked
+    from transport import admin
+
+    data = Path(args.data)
+    if not (data / "directory.sqlite").exists():
+        print(f"roost: no data directory at {data}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "inspect":
+            if args.kind is None:
+                _print_json(admin.inspect_directory(data))
+            else:
+                _print_json(admin.inspect_actor(data, args.kind, args.name))
+        elif args.command == "export":
+            exported = admin.export_actor(data, args.kind, args.name)
+            if args.out:
+                import orjson
+
+                Path(args.out).write_bytes(orjson.dumps(exported, option=orjson.OPT_INDENT_2))
+                print(f"exported {args.kind}/{args.name!r} to {args.out}")
+            else:
+                _print_json(exported)
+        elif args.command == "delete":
+            if not args.yes:
+                print(
+                    f"roost: deleting {args.kind}/{args.name!r} cannot be undone; add --yes", file=sys.stderr
+                )
+                return 2
+            record = admin.delete_actor(data, args.kind, args.name, reason=args.reason or "")
+            print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}")
+            _print_json(record)
+        elif args.command == "backup":
+            if args.server:
+                return _backup_online(args)
+            manifest = admin.backup_offline(data, Path(args.out))
+            print(
+                f"backed up {manifest['actors']} actor(s) to {args.out}; integrity failures: "
+                f"{manifest['integrity_failures']}"
+            )
+            return 0 if manifest["integrity_failures"] == 0 else 1
+    except ActorLocked as exc:
+        print(
+            f"roost: {exc}: a running server holds it (for a backup while serving, use --server)",
+            file=sys.stderr,
+        )
+        return 1
+    except FileNotFoundError as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return 1
+    except FileExistsError as exc:
+        print(f"roost: {exc}: a backup goes into a new directory", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _backup_online(args: argparse.Namespace) -> int:
+    import httpx
+
+    token = os.environ.get("ROOST_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.post(
+        f"{args.server.rstrip('/')}/admin/backup", json={"out": args.out}, headers=headers, timeout=3600
+    )
+    body = r.json()
+    if not body.get("ok"):
+        print(f"roost: backup refused: {body.get('error')}", file=sys.stderr)
+        return 1
+    manifest = body["result"]
+    print(
+        f"backed up {manifest['actors']} actor(s) to {args.out} while serving; integrity failures: "
+        f"{manifest['integrity_failures']}"
+    )
+    return 0 if manifest["integrity_failures"] == 0 else 1
+
+
 def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -247,12 +333,40 @@ def main(argv: list[str] | None = None) -> int:
         help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
     )
     serve.set_defaults(func=_serve)
+    ins = sub.add_parser("inspect", help="what a data directory, or one actor, holds (read-only)")
+    ins.add_argument("kind", nargs="?")
+    ins.add_argument("name", nargs="?")
+    ins.add_argument("--data", default="data")
+    ins.set_defaults(func=_data_ops, command="inspect")
+    exp = sub.add_parser("export", help="one actor as JSON: state, tables, events, schedules")
+    exp.add_argument("kind")
+    exp.add_argument("name")
+    exp.add_argument("--data", default="data")
+    exp.add_argument("--out", help="file to write (default: stdout)")
+    exp.set_defaults(func=_data_ops, command="export")
+    dele = sub.add_parser("delete", help="delete one actor for good (leaves an audit record)")
+    dele.add_argument("kind")
+    dele.add_argument("name")
+    dele.add_argument("--data", default="data")
+    dele.add_argument("--reason")
+    dele.add_argument("--yes", action="store_true", help="yes, really")
+    dele.set_defaults(func=_data_ops, command="delete")
+    bak = sub.add_parser("backup", help="SQLite online backup of a data directory into a new directory")
+    bak.add_argument("--data", default="data")
+    bak.add_argument("--out", required=True, help="a directory to create")
+    bak.add_argument(
+        "--server",
+        help="URL of the server holding the data (backup while serving; "
+        "$ROOST_TOKEN with the admin claim if it authenticates)",
+    )
+    bak.set_defaults(func=_data_ops, command="backup")
     tok = sub.add_parser("token", help="issue a signed access token (needs $ROOST_SECRET)")
     tok.add_argument("sub", help="the principal's id")
     tok.add_argument("--tenant")
     tok.add_argument("--kind", action="append", help="allowed kind (repeat; default: all)")
     tok.add_argument("--name", action="append", help="allowed name pattern (repeat; default: all)")
     tok.add_argument("--read-only", action="store_true")
+    tok.add_argument("--admin", action="store_true", help="may use /admin (backup)")
     tok.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires")
     tok.set_defaults(func=_token)
     ls = sub.add_parser("ls", help="list actors from the directory database")

@@ -6,6 +6,7 @@ HTTP status given in ``docs/protocol.md``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -20,6 +21,8 @@ from actors.errors import (
     UnknownKind,
 )
 from transport.access import Refused
+from transport.admin import backup_online
+from transport.auth import allow_all, run_authenticate
 from transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 
 if TYPE_CHECKING:
@@ -158,6 +161,32 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def admin_backup(request: Request) -> Response:
+    """``POST /admin/backup`` ``{"out": "/path/on/the/server"}``: a backup consistent while serving
+    (:func:`transport.admin.backup_online`). For principals with the ``admin`` claim; without
+    authentication configured, for clients on the loopback interface only."""
+    app: RoostApp = request.app.state.roost
+    await app.ensure_started()
+    principal = await run_authenticate(app.authenticate, request)
+    if principal is None:
+        return _error("unauthenticated", "not authenticated")
+    loopback = request.client is not None and request.client.host in ("127.0.0.1", "::1")
+    if not (principal.claims.get("admin") or (app.authenticate is allow_all and loopback)):
+        return _error("forbidden", "admin only")
+    body = await _read_body(request, 65_536)
+    try:
+        out = orjson.loads(body or b"{}")["out"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        out = None
+    if not isinstance(out, str) or not out:
+        return _error("bad_frame", 'expected {"out": "<directory to create>"}')
+    try:
+        manifest = await backup_online(app.registry, Path(out))
+    except FileExistsError:
+        return _error("invalid_arguments", f"{out} exists: a backup goes into a new directory")
+    return JSONResponse({"ok": True, "result": manifest})
 
 
 async def healthz(request: Request) -> Response:

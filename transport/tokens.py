@@ -10,6 +10,7 @@ time). Claims:
 ``kinds``   the actor kinds it may reach (absent: all)
 ``names``   glob patterns of the actor names it may reach (absent: all)
 ``ro``      read-only: it may connect and read, and call only ``@callable(readonly=True)`` methods
+``admin``   may use the server's ``/admin`` routes (backup)
 ``exp``     expiry, seconds since the epoch (required)
 ``iat``     issued at
 ==========  ==================================================================================
@@ -69,6 +70,7 @@ class TokenSigner:
         kinds: Iterable[str] | None = None,
         names: Iterable[str] | None = None,
         read_only: bool = False,
+        admin: bool = False,
         now: float | None = None,
     ) -> str:
         """A token for ``sub``, valid ``ttl`` seconds from ``now``."""
@@ -82,6 +84,8 @@ class TokenSigner:
             claims["names"] = list(names)
         if read_only:
             claims["ro"] = True
+        if admin:
+            claims["admin"] = True
         _check_claims(claims)
         body = f"{PREFIX}.{_b64(orjson.dumps(claims))}"
         return f"{body}.{self._sign(self._keys[0], body)}"
@@ -110,6 +114,7 @@ class TokenSigner:
                 "kinds": claims.get("kinds"),
                 "names": claims.get("names"),
                 "read_only": bool(claims.get("ro", False)),
+                "admin": bool(claims.get("admin", False)),
                 "exp": claims["exp"],
             },
         )
@@ -131,5 +136,6 @@ def _check_claims(claims: Any) -> None:
         value = claims.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise TokenError(f"claim {key} must be a list of strings")
-    if not isinstance(claims.get("ro", False), bool):
-        raise TokenError("claim ro must be true or false")
+    for flag in ("ro", "admin"):
+        if not isinstance(claims.get(flag, False), bool):
+            raise TokenError(f"claim {flag} must be true or false")
