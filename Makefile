@@ -49,5 +49,9 @@ test: lint typecheck unit
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# Ten minutes of chaos (docs/security.md); a 60-second smoke of it runs in `make test`.
+soak: $(STAMP)
+	$(BIN)/python -m tests.chaos --seconds 600
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
