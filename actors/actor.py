@@ -227,7 +227,10 @@ class Actor:
 
     # -- other actors -------------------------------------------------------------------------------
     def actor(self, kind: str, name: str) -> ActorRef:
-        """A reference to another actor by name; ``await ref.call("method", ...)``."""
+        """A reference to another actor by name, in this actor's tenant; ``await ref.call(...)``."""
+        tenant = self.tenant
+        if tenant is not None and "\x00" not in name:
+            name = f"{tenant}\x00{name}"
         return self._host.registry.ref(kind, name, chain=self._host.chain)
 
     # -- hooks (override) ---------------------------------------------------------------------------

@@ -30,7 +30,8 @@ def callable(fn: F | None = None, *, readonly: bool = False) -> F | Callable[[F]
     """Mark ``fn`` as callable by clients (RPC): ``@callable`` or ``@callable(readonly=True)``.
 
     ``readonly`` declares that the method changes nothing: read-only principals may call it (and only
-    such methods). The runtime does not check the claim; a method that writes must not make it.
+    such methods). For a read-only caller the turn is read-only: ``set_state``, ``emit``, schedules
+    and ``self.sql`` writes raise, and the turn is rolled back.
     """
 
     def mark(f: F) -> F:

@@ -210,6 +210,9 @@ class ActorHost:
         self.caller: Connection | None = None
         self.principal: Principal | None = None
         self.user_sql = False
+        #: The turn serves a read-only principal: nothing may be written (state, events, schedules,
+        #: and ``self.sql`` writes are refused).
+        self.read_only_turn = False
         self.max_inbox = cfg.max_inbox
         self._inbox: deque[Input] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -454,6 +457,7 @@ class ActorHost:
         return self._trace_id
 
     def _end_turn(self) -> None:
+        self.read_only_turn = False
         self._trace_id = None
         if self._deadline is not None:
             self._deadline.cancel()
@@ -492,6 +496,7 @@ class ActorHost:
 
     # -- wake-ups (API for Actor, during a turn) ------------------------------------------------------
     def add_schedule(self, trigger: dict[str, Any], callback: str, payload: Any, **options: Any) -> Any:
+        self._require_writable()
         self.require_turn()
         fn = wakeups.check_callback(type(self.actor), callback)
         model = getattr(fn, "__roost_wakeup_model__", None)
@@ -516,6 +521,7 @@ class ActorHost:
         return schedule
 
     def cancel_schedule(self, id_or_key: str) -> bool:
+        self._require_writable()
         self.require_turn()
         done = self.schedules.cancel(id_or_key)
         if done:
@@ -596,6 +602,7 @@ class ActorHost:
         elif isinstance(item, Disconnect):
             await self._disconnect(item)
         elif isinstance(item, Deliver):
+            item.conn.in_flight -= 1  # counted by the transport when it queued the frame
             if item.conn.id in self.connections:
                 self._pending.append((0, item.conn, item.text))
         elif isinstance(item, Wake):
@@ -613,6 +620,8 @@ class ActorHost:
         self.chain = (*item.chain, self.key)
         if item.principal is not None:
             self.principal = item.principal
+        who = conn.principal if conn is not None else item.principal
+        self.read_only_turn = who is not None and bool(who.claims.get("read_only"))
         try:
             result = await self._invoke(item)
             if conn is not None:
@@ -803,6 +812,8 @@ class ActorHost:
             return sqlite3.SQLITE_OK
         if action in _DENIED_ACTIONS:
             return sqlite3.SQLITE_DENY
+        if self.read_only_turn and action in _TABLE_WRITES:
+            return sqlite3.SQLITE_DENY
         if action in _TABLE_WRITES and (
             (arg1 is not None and arg1.startswith("roost_"))
             or (arg2 is not None and arg2.startswith("roost_"))
@@ -810,8 +821,13 @@ class ActorHost:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
+    def _require_writable(self) -> None:
+        if self.read_only_turn:
+            raise StateError("a read-only caller's turn cannot write")
+
     def set_state(self, state: Any, source: Connection | None) -> None:
         self.require_turn()
+        self._require_writable()
         self.actor.validate_state(state)
         try:
             text = _json(state)
@@ -832,6 +848,7 @@ class ActorHost:
 
     def emit(self, event: Any) -> int:
         self.require_turn()
+        self._require_writable()
         try:
             text = _json(event)
         except TypeError as exc:

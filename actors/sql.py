@@ -24,6 +24,9 @@ __all__ = ["Sql"]
 #: text, and the authorizer only runs when a statement is prepared: the prefix keeps user statements
 #: from ever reusing a statement the runtime prepared (unchecked), e.g. ``COMMIT``.
 _MARK = "/* roost:sql */ "
+#: The same for read-only turns, whose statements are authorised (and cached) apart: a write prepared
+#: in an ordinary turn must not be reused, unchecked, by a read-only one.
+_MARK_RO = "/* roost:sql:ro */ "
 
 Params = Sequence[Any] | dict[str, Any]
 
@@ -44,7 +47,7 @@ class Sql:
         conn = host.turn_connection()
         host.user_sql = True
         try:
-            return conn.executemany(_MARK + query, rows).rowcount
+            return conn.executemany((_MARK_RO if host.read_only_turn else _MARK) + query, rows).rowcount
         finally:
             host.user_sql = False
 
@@ -69,6 +72,6 @@ class Sql:
         conn = host.turn_connection()
         host.user_sql = True
         try:
-            return conn.execute(_MARK + query, params)
+            return conn.execute((_MARK_RO if host.read_only_turn else _MARK) + query, params)
         finally:
             host.user_sql = False

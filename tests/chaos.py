@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -70,7 +71,7 @@ def free_port() -> int:
 @dataclass
 class Stats:
     ops: int = 0
-    acked: dict[str, int] = field(default_factory=dict)  # counter → highest value acknowledged
+    acks: dict[str, list[int]] = field(default_factory=dict)  # counter → values acknowledged, in order
     sent: dict[str, int] = field(default_factory=dict)  # counter → increments sent
     keys: dict[str, set[str]] = field(default_factory=dict)  # wake counter → keys acknowledged
     unknown_keys: dict[str, set[str]] = field(default_factory=dict)
@@ -133,17 +134,44 @@ class Server:
 
 
 def integrity(data: Path) -> list[str]:
-    """Files whose ``integrity_check`` is not ok (the server is down: no locks)."""
+    """Files whose ``integrity_check`` is not ok. Checked on copies (database and WAL), so that the
+    server, not this check, is what recovers the originals after a kill."""
+    import shutil
+    import tempfile
+
     bad = []
-    for path in [data / "directory.sqlite", *data.glob("actors/*/*/*/*.sqlite")]:
-        conn = sqlite3.connect(path, timeout=5)
-        try:
-            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        finally:
-            conn.close()
-        if result != "ok":
-            bad.append(f"{path.name}: {result}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in [data / "directory.sqlite", *data.glob("actors/*/*/*/*.sqlite")]:
+            copy = Path(scratch) / path.name
+            shutil.copyfile(path, copy)
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists():
+                shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+            conn = sqlite3.connect(copy, timeout=5)
+            try:
+                result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            finally:
+                conn.close()
+            if result != "ok":
+                bad.append(f"{path.name}: {result}")
     return bad
+
+
+def check_acks(name: str, acks: list[int], final: int, sent: int) -> list[str]:
+    """Invariant 1 for a counter with one writer: every acknowledged value is above the one before
+    (a lost acknowledged increment would make a later one repeat or go back), and the final count
+    covers every acknowledged increment and no more than were sent."""
+    out = [f"counter {name}: acknowledged {b} after {a}" for a, b in itertools.pairwise(acks) if b <= a]
+    if acks and final < max(len(acks), acks[-1]):
+        out.append(f"counter {name}: {final} after {len(acks)} acknowledged increments (last {acks[-1]})")
+    if final > sent:
+        out.append(f"counter {name}: {final} > {sent} sent")
+    return out
+
+
+def check_wakes(name: str, value: int, keys: int) -> list[str]:
+    """Invariant 3: one effect per distinct key, exactly."""
+    return [] if value == keys else [f"wake counter {name}: {value} effects for {keys} keys"]
 
 
 async def writer(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random) -> None:
@@ -157,7 +185,7 @@ async def writer(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: ra
                 await asyncio.sleep(0.05)
                 continue
             assert isinstance(value, int)
-            stats.acked[name] = max(stats.acked.get(name, 0), value)
+            stats.acks.setdefault(name, []).append(value)
             stats.ops += 1
 
 
@@ -308,11 +336,19 @@ async def soak(seconds: float, seed: int, root: Path, *, quiet: bool = False) ->
     tasks += [asyncio.create_task(watcher(url, "docs", n, stats, stop, rng)) for n in agents]
     tasks += [asyncio.create_task(agent_user(url, n, stats, stop, rng)) for n in agents]
     started = time.monotonic()
-    try:
-        while time.monotonic() - started < seconds:
-            await asyncio.sleep(min(rng.uniform(3.0, 10.0), max(0.1, seconds - (time.monotonic() - started))))
+    chaos_until = seconds * 0.8  # the last fifth runs without kills: one long-lived server process
+
+    async def sample_memory() -> None:
+        while True:
             stats.max_rss_mb = max(stats.max_rss_mb, server.rss_mb())
-            if time.monotonic() - started >= seconds:
+            await asyncio.sleep(0.25)
+
+    sampler = asyncio.create_task(sample_memory())
+    try:
+        while time.monotonic() - started < chaos_until:
+            pause = max(0.1, chaos_until - (time.monotonic() - started))
+            await asyncio.sleep(min(rng.uniform(3.0, 10.0), pause))
+            if time.monotonic() - started >= chaos_until:
                 break
             await asyncio.to_thread(server.kill)
             stats.kills += 1
@@ -324,11 +360,17 @@ async def soak(seconds: float, seed: int, root: Path, *, quiet: bool = False) ->
                 f"[{time.monotonic() - started:6.1f} s] kill {stats.kills} survived; ops {stats.ops}; "
                 f"rss {stats.max_rss_mb:.0f} MB; violations {len(stats.violations)}"
             )
+        calm = max(0.0, seconds - (time.monotonic() - started))
+        say(f"[{time.monotonic() - started:6.1f} s] no more kills; {calm:.0f} s on one server process")
+        await asyncio.sleep(calm)
         stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                stats.violations.append(f"a client task failed: {outcome!r}")
         await settle(url, server, stats, counters, wakes, agents)
     finally:
         stop.set()
+        sampler.cancel()
         server.stop()
     if stats.max_rss_mb > MEMORY_BOUND_MB:
         stats.violations.append(f"server memory {stats.max_rss_mb:.0f} MB over {MEMORY_BOUND_MB} MB")
@@ -377,22 +419,16 @@ async def settle(
             stats.violations.append("wake-ups or runs still pending 60 s after the chaos ended")
         for name in counters:
             value = (await http.get(f"/agents/counter/{name}")).json()["state"]["count"]
-            if value < stats.acked.get(name, 0):
-                stats.violations.append(f"counter {name}: {value} < acknowledged {stats.acked[name]}")
-            if value > stats.sent.get(name, 0):
-                stats.violations.append(f"counter {name}: {value} > sent {stats.sent[name]}")
+            stats.violations += check_acks(name, stats.acks.get(name, []), value, stats.sent.get(name, 0))
         for name in wakes:
             value = (await http.get(f"/agents/counter/{name}")).json()["state"]["count"]
-            if value != len(stats.keys.get(name, set())):
-                stats.violations.append(
-                    f"wake counter {name}: {value} effects for {len(stats.keys[name])} keys"
-                )
+            stats.violations += check_wakes(name, value, len(stats.keys.get(name, set())))
 
 
 def report(stats: Stats, seconds: float) -> str:
     lines = [
         f"chaos soak: {seconds:.0f} s",
-        f"operations done: {stats.ops} (increments acknowledged on {len(stats.acked)} counters, "
+        f"operations done: {stats.ops} ({sum(len(a) for a in stats.acks.values())} increments acknowledged, "
         f"{sum(len(k) for k in stats.keys.values())} wake-up keys, "
         f"{sum(len(r) for r in stats.runs.values())} agent runs)",
         f"frames checked by watchers: {stats.frames_seen} (snapshot welcomes: {stats.snapshots})",

@@ -64,6 +64,7 @@ class ServerProcess:
         self.app = app
         self.proc: subprocess.Popen[str] | None = None
         self.addr = ""
+        self.log: list[str] = []  # the server's log lines (stderr), as they come
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "transport.cli", "serve"]
@@ -100,8 +101,8 @@ class ServerProcess:
         assert self.proc is not None
         assert self.proc.stderr is not None
         with contextlib.suppress(OSError, ValueError):
-            for _ in self.proc.stderr:
-                pass
+            for line in self.proc.stderr:
+                self.log.append(line)
 
     @property
     def http(self) -> str:

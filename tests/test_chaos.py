@@ -14,7 +14,7 @@ import pytest
 
 from demo_client.frames import Welcome
 from storage import actor_path
-from tests.chaos import Stats, Watcher, check_agent_log, report, soak
+from tests.chaos import Stats, Watcher, check_acks, check_agent_log, check_wakes, report, soak
 
 
 def welcome(cursor: int, resume: str, reason: str | None = None) -> Welcome:
@@ -96,6 +96,21 @@ def test_the_log_checker_sees_a_stale_attempt_and_two_heavy_runs(tmp_path: Path)
     assert good.violations == []
 
 
+def test_the_ack_and_wake_checks_see_lost_and_doubled_effects() -> None:
+    assert check_acks("c", [1, 2, 3], 3, 3) == []
+    assert check_acks("c", [1, 2, 4], 4, 5) == []  # an unknown outcome that applied
+    lost = check_acks("c", [1, 2, 3, 3, 4], 4, 5)  # the third acknowledged increment was lost
+    assert lost == [
+        "counter c: acknowledged 3 after 3",
+        "counter c: 4 after 5 acknowledged increments (last 4)",
+    ]
+    assert check_acks("c", [1, 2], 1, 2) != []  # the final count went back
+    assert check_acks("c", [1], 3, 2) != []  # more than was sent
+    assert check_wakes("w", 5, 5) == []
+    assert check_wakes("w", 6, 5) != []  # a wake-up applied twice
+    assert check_wakes("w", 4, 5) != []  # one lost
+
+
 @pytest.mark.slow
 def test_chaos_soak_smoke(tmp_path: Path) -> None:
     """60 seconds of clients, random drops, SIGKILLs, wake-ups and background jobs: 0 violations."""
@@ -107,4 +122,4 @@ def test_chaos_soak_smoke(tmp_path: Path) -> None:
     assert stats.frames_seen > 0
     assert sum(len(k) for k in stats.keys.values()) > 0
     assert sum(len(r) for r in stats.runs.values()) > 0
-    assert stats.acked
+    assert stats.acks

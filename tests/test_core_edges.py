@@ -9,6 +9,7 @@ conditions; where time must pass, a short timeout enforced by asyncio bounds it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -411,7 +412,8 @@ async def test_ping_is_a_barrier_behind_the_replies_to_earlier_calls(
             assert holder.entered is not None
             await asyncio.wait_for(holder.entered.wait(), 5)
             conn = app.registry.hosts[key].connections[welcome["connection_id"]]
-            await until(lambda: conn.in_flight == 4)  # `hold` runs, three calls are queued behind it
+            # `hold` runs; two pings and three calls are queued behind it (pings count in flight too)
+            await until(lambda: conn.in_flight == 6)
             assert holder.release is not None
             holder.release.set()
             frames = await read_n(ws, 7)
@@ -948,3 +950,54 @@ def test_demo_client_command_line_calls_and_exit_codes(data_dir: Path) -> None:
         assert refused.returncode == 3, refused.stderr
         assert "4404" in refused.stderr
         assert refused.stdout == ""
+
+
+async def test_frames_before_the_welcome_are_bounded_and_the_flooder_is_closed_1013(
+    data_dir: Path, holder: type[Holder]
+) -> None:
+    """A client waiting for its welcome (the actor is busy) cannot pile answers into the mailbox:
+    past ``max_in_flight`` it is closed with 1013; the busy actor's other client is unaffected."""
+    app = create_app([holder], data_dir=data_dir, max_in_flight=10)
+    key = ("holder", "busy")
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/holder/busy") as first:
+            await recv(first)
+            await first.send(rpc("h", "hold", "held"))
+            assert holder.entered is not None
+            await asyncio.wait_for(holder.entered.wait(), 5)
+            async with websockets.connect(f"ws://{addr}/agents/holder/busy") as flood:
+                for i in range(200):
+                    await flood.send(f'{{"type":"ping","id":{i}}}')
+                with pytest.raises(websockets.ConnectionClosed) as closed:  # while the actor is held
+                    await drain_frames(flood)
+                assert closed.value.rcvd is not None
+                assert closed.value.rcvd.code == 1013
+                inbox = len(app.registry.hosts[key]._inbox)
+                assert inbox <= 20  # the connect, the call, and at most max_in_flight answers
+            assert holder.release is not None
+            holder.release.set()
+            assert (await recv(first))["result"] == "held"
+            await first.send(rpc("a", "add"))
+            frames = [await recv(first), await recv(first)]  # the state frame and the reply
+            assert {"type": "rpc_result", "id": "a", "ok": True, "result": 1} in frames
+
+
+async def drain_frames(ws: Any) -> None:
+    while True:
+        await ws.recv()
+
+
+async def test_nothing_sent_after_a_1009_close_is_acted_on(data_dir: Path) -> None:
+    app = create_app([Counter], data_dir=data_dir, max_frame_bytes=1024)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/counter/big", max_size=None) as ws:
+            await recv(ws)
+            await ws.send("x" * 2048)
+            for i in range(50):
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await ws.send(rpc(str(i), "increment"))
+            with pytest.raises(websockets.ConnectionClosed):
+                await drain_frames(ws)
+        async with httpx.AsyncClient() as http:
+            r = await http.get(f"http://{addr}/agents/counter/big")
+            assert r.json()["state"] == {"count": 0}

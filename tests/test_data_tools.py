@@ -4,6 +4,7 @@ while serving)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
     """Writers keep incrementing during the backup: every copied counter holds a committed value
     between what was acknowledged before the backup began and after it ended."""
     names = [f"b{i}" for i in range(20)]
-    server = ServerProcess(data_dir, "--rate-limit", "0").start()
+    server = ServerProcess(data_dir, "--rate-limit", "0", "--principal-rate-limit", "0").start()
     acked: dict[str, int] = dict.fromkeys(names, 0)
     stop = asyncio.Event()
 
@@ -167,9 +168,9 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
                 break
             await asyncio.sleep(0.01)
         before = dict(acked)
-        out = tmp_path / "live-bak"
+        out = data_dir.parent / "backups" / "live-bak"  # the server's backup root, by default
         code = await asyncio.to_thread(
-            main, ["backup", "--data", str(data_dir), "--out", str(out), "--server", server.http]
+            main, ["backup", "--data", str(data_dir), "--out", "live-bak", "--server", server.http]
         )
         after = dict(acked)
         stop.set()
@@ -187,3 +188,52 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
         )
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["actors"] == len(names)
+
+
+async def test_tenant_actors_are_reachable_from_the_cli(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        await kit.call("counter", "acme\x00c", "increment")
+    assert main(["inspect", "counter", "c", "--tenant", "acme", "--data", str(data_dir)]) == 0
+    assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 1}
+    assert main(["delete", "counter", "c", "--tenant", "acme", "--data", str(data_dir), "--yes"]) == 0
+    assert not actor_path(data_dir, "counter", "acme\x00c").exists()
+
+
+async def test_admin_backup_is_for_admins_from_the_right_place(data_dir: Path, tmp_path: Path) -> None:
+    import httpx
+
+    from tests.support import serve_in_process
+    from transport import create_app
+    from transport.security import token_authenticate
+    from transport.tokens import TokenSigner
+
+    signer = TokenSigner("b" * 40)
+    expected = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "backups", "b1")  # noqa: ASYNC240
+    app = create_app(
+        KINDS, data_dir=data_dir, authenticate=token_authenticate(signer), origins=["https://ops.example"]
+    )
+
+    def bearer(**kw: Any) -> dict[str, str]:
+        return {"Authorization": f"Bearer {signer.issue('op', ttl=60, **kw)}"}
+
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        cases = [
+            ({}, {"name": "b1"}, 401),
+            (bearer(), {"name": "b1"}, 403),  # not an admin
+            (bearer(admin=True, tenant="t1"), {"name": "b1"}, 403),  # a tenant's admin
+            ({**bearer(admin=True), "Origin": "https://evil.example"}, {"name": "b1"}, 403),
+            (bearer(admin=True), {"name": "../escape"}, 400),
+            (bearer(admin=True), {"out": "/etc"}, 400),
+        ]
+        for headers, body, status in cases:
+            r = await http.post("/admin/backup", json=body, headers=headers)
+            assert r.status_code == status, (headers, body, r.text)
+        r = await http.post("/admin/backup", json={"name": "b1"}, headers=bearer(admin=True))
+        assert r.status_code == 200
+        assert r.json()["result"]["path"] == expected
+        assert (
+            await http.post("/admin/backup", json={"name": "b1"}, headers=bearer(admin=True))
+        ).status_code == 400
+    assert not (tmp_path / "escape").exists()

@@ -33,10 +33,10 @@ def test_make_demo_flow_exits_0_with_a_reconnect_no_duplicate_no_gap(tmp_path: P
         "PASS no duplicate",
         "PASS no gap",
         "approved automatically",
-        "resume=replay",
+        "the server replays the",
     ):
         assert line in out
-    assert " duplicates      │ 0" in out
+    assert " duplicates      │ 0 (frames re-sent by the server and dropped: 0)" in out
     assert " gaps            │ 0" in out
     reports = list((data / "reports").rglob("*.md"))
     assert len(reports) == 1

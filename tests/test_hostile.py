@@ -249,3 +249,18 @@ def test_random_frames_never_hurt_the_server_or_a_bystander(data_dir: Path, fram
                 await Bystander(by).check()
 
     asyncio.run(scenario())
+
+
+async def test_a_flood_of_bad_frames_is_rate_limited_too(served: tuple[str, Bystander]) -> None:
+    addr, bystander = served
+    async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:
+        await recv(ws)
+        for _ in range(300):
+            await ws.send(b"\x00binary")
+        codes: dict[str, int] = {}
+        for _ in range(300):
+            frame = await recv(ws)
+            codes[frame["code"]] = codes.get(frame["code"], 0) + 1
+        assert codes.get("bad_frame", 0) <= 55  # the burst, and what refilled meanwhile
+        assert codes["rate_limited"] >= 245
+    await bystander.check()

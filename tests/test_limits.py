@@ -202,3 +202,61 @@ def test_a_dead_peer_is_closed_within_two_ping_intervals(data_dir: Path) -> None
         assert asyncio.run(members()) == 1  # only this new connection: the dead one was let go
     finally:
         server.kill()
+
+
+async def test_anonymous_clients_share_a_rate_per_address_over_http_too(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(
+        KINDS,
+        data_dir=data_dir,
+        clock=clock,
+        limits=Limits(conn_rate=None, principal_rate=1, principal_burst=3),
+    )
+    async with serve_in_process(app) as addr, httpx.AsyncClient() as http:
+        codes = [
+            (await http.post(f"http://{addr}/agents/counter/h/rpc/increment")).status_code for _ in range(5)
+        ]
+        assert codes == [200, 200, 200, 429, 429]
+        async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:  # the same address
+            await recv(ws)
+            await ws.send(rpc("w"))
+            assert (await results(ws, 1))[0]["error"]["code"] == "rate_limited"
+        clock.advance(1)
+        assert (await http.post(f"http://{addr}/agents/counter/h/rpc/increment")).status_code == 200
+
+
+async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) -> None:
+    """A client that resets while an (asynchronous) authenticate hook runs never holds a slot after."""
+    gate = asyncio.Event()
+
+    async def slow_authenticate(conn: Any) -> Any:
+        await gate.wait()
+        from actors import ANONYMOUS
+
+        return ANONYMOUS
+
+    limits = Limits(conn_rate=None, principal_rate=None, conns_per_actor=2)
+    app = create_app(KINDS, data_dir=data_dir, limits=limits, authenticate=slow_authenticate)
+    async with serve_in_process(app) as addr:
+        host, port = addr.split(":")
+        for _ in range(5):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(
+                b"GET /agents/counter/v HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.close()  # reset while authenticate waits
+        await asyncio.sleep(0.2)  # let the server see the resets
+        gate.set()
+        for _ in range(100):  # bounded: every half-open attempt ends
+            if not app.access.per_actor.counts:
+                break
+            await asyncio.sleep(0.02)
+        assert app.access.per_actor.counts == {}
+        async with (
+            websockets.connect(f"ws://{addr}/agents/counter/v") as a,
+            websockets.connect(f"ws://{addr}/agents/counter/v") as b,
+        ):
+            assert (await recv(a))["type"] == "welcome"
+            assert (await recv(b))["type"] == "welcome"

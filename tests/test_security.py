@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,95 @@ async def test_a_wrong_origin_is_refused_and_logged(data_dir: Path, caplog: pyte
             assert (await recv(ws))["type"] == "welcome"
         async with websockets.connect(url, additional_headers=auth) as ws:  # not a browser: no Origin
             assert (await recv(ws))["type"] == "welcome"
+
+
+@pytest.mark.slow
+async def test_roost_serve_never_logs_a_token_even_from_the_url(data_dir: Path) -> None:
+    """At the default log level uvicorn prints every WebSocket request line; a ``?token=`` is taken
+    out of the URL before anything can print it, accepted or refused."""
+
+    from tests.support import ServerProcess
+
+    secret = "z" * 40
+    issuer = TokenSigner(secret)
+    good = issuer.issue("alice", ttl=600)
+    forged = good[:-6] + "AAAAAA"
+    server = ServerProcess(data_dir, env={"ROOST_SECRET": secret}).start()
+    try:
+        async with websockets.connect(f"{server.ws}/agents/counter/c?token={good}") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+        code, _ = await closed_with(f"{server.ws}/agents/counter/c?token={forged}")
+        assert code == 4401
+        async with httpx.AsyncClient() as http:
+            r = await http.get(f"{server.http}/agents/counter/c?token={forged}")
+            assert r.status_code == 401
+        for _ in range(100):  # bounded: the log line is written by the server process
+            if any("bad signature" in line for line in server.log):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        server.kill()
+    text = "".join(server.log)
+    assert "bad signature" in text  # the refusal is logged ...
+    assert "[accepted]" in text  # ... uvicorn's request lines too ...
+    for token in (good, forged):
+        assert token not in text  # ... and no token anywhere
+        assert token.split(".")[1] not in text
+
+
+class Ledger(Actor):
+    kind = "ledger"
+    migrations = ("CREATE TABLE entries (id INTEGER PRIMARY KEY, text TEXT)",)
+
+    @callable(readonly=True)
+    async def sneaky(self) -> None:
+        """Claims to read, but writes."""
+        self.set_state({"hacked": True})
+
+    @callable(readonly=True)
+    async def sneaky_sql(self) -> None:
+        self.sql.execute("INSERT INTO entries (text) VALUES ('x')")
+
+    @callable(readonly=True)
+    async def count(self) -> int:
+        n: int = self.sql.scalar("SELECT count(*) FROM entries")
+        return n
+
+    @callable
+    async def add(self) -> int:
+        self.sql.execute("INSERT INTO entries (text) VALUES ('ok')")
+        n: int = self.sql.scalar("SELECT count(*) FROM entries")
+        return n
+
+
+async def test_read_only_principals_change_nothing_and_create_nothing(data_dir: Path) -> None:
+    writer = signer.issue("w", ttl=60)
+    viewer = signer.issue("v", ttl=60, read_only=True)
+    app = create_app(
+        [Ledger], data_dir=data_dir, authenticate=token_authenticate(signer), authorize=claims_authorize
+    )
+    async with serve_in_process(app) as addr:
+        code, frame = await closed_with(
+            f"ws://{addr}/agents/ledger/new", additional_headers={"Authorization": f"Bearer {viewer}"}
+        )
+        assert (code, frame["code"]) == (4403, "forbidden")  # no actor created by looking
+        assert not app.registry.exists("ledger", "new")
+        async with websockets.connect(
+            f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {writer}"}
+        ) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "add"))["result"] == 1  # a normal write, prepared by a writer
+        async with websockets.connect(
+            f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {viewer}"}
+        ) as ws:
+            await recv(ws)
+            for method in ("sneaky", "sneaky_sql"):
+                refused = await call(ws, method, method)
+                assert refused["ok"] is False, method
+            assert (await call(ws, "3", "count"))["result"] == 1
+        async with websockets.connect(
+            f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {writer}"}
+        ) as ws:
+            welcome = await recv(ws)
+            assert "hacked" not in (welcome["state"] or {})
+            assert (await call(ws, "4", "count"))["result"] == 1

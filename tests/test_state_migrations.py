@@ -48,9 +48,14 @@ async def test_state_is_migrated_forward_once_logged_and_kept(data_dir: Path) ->
     async with ActorKit([NoteV2], data_dir) as kit:  # new code, old file
         c = kit.connect("note", "n")
         assert await c.call("read") == {"title": "Hello", "body": "world out there", "words": 4}
-        states = [f for f in c.frames if f.get("type") == "state"]
         assert c.frames[0]["state"] == {"title": "Hello", "body": "world out there", "words": 4}
-        del states
+        replay = kit.connect("note", "n", cursor=0)  # the migrated state is a logged frame
+        await replay.wait_for(lambda f: f.get("type") == "state" and f["seq"] == 2)
+        states = [f["state"] for f in replay.frames if f.get("type") == "state"]
+        assert states == [
+            {"text": "Hello\nworld out there"},
+            {"title": "Hello", "body": "world out there", "words": 4},
+        ]
     async with ActorKit([NoteV2], data_dir) as kit:  # already at v3: migrated once only
         c = kit.connect("note", "n")
         assert await c.call("read") == {"title": "Hello", "body": "world out there", "words": 4}

@@ -13,8 +13,8 @@ Order of checks for a new connection or request (each refusal is logged without 
 Then per frame (:class:`FrameGate`): token buckets per connection and per principal
 (``rate_limited``), read-only principals (only ``@callable(readonly=True)`` methods; no messages;
 ``forbidden``), and ``authorize`` with ``"call:<method>"`` / ``"message"`` (``forbidden``).
-Anonymous principals have no per-principal buckets or connection counts (there is nobody to group by);
-they are held per connection.
+Anonymous principals are grouped by their address for the per-principal bucket and connection count
+(behind a reverse proxy, uvicorn's proxy headers give the client's address).
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ class Refused:
     message: str
 
 
-def _who(principal: Principal) -> object | None:
-    """The key per-principal limits count under; None for anonymous (not grouped)."""
+def _who(principal: Principal, client: str | None = None) -> object | None:
+    """The key per-principal limits count under: the principal, or for anonymous clients their
+    address (None when it is unknown)."""
     if principal is ANONYMOUS or (principal.id == ANONYMOUS.id and principal.tenant is None):
-        return None
+        return ("ip", client) if client else None
     return (principal.tenant, principal.id)
 
 
@@ -113,25 +114,27 @@ class Access:
         return bool(verdict)
 
     # -- connection counts ----------------------------------------------------------------------------
-    def open(self, principal: Principal, kind: str, name: str) -> bool:
-        """Take a connection slot of the actor and of the principal; False if either is full."""
+    def open(self, principal: Principal, kind: str, name: str, client: str | None = None) -> bool:
+        """Take a connection slot of the actor and of the principal (for anonymous clients: of their
+        address); False if either is full."""
         if not self.per_actor.acquire((kind, name)):
             return False
-        who = _who(principal)
+        who = _who(principal, client)
         if who is not None and not self.per_principal.acquire(who):
             self.per_actor.release((kind, name))
             return False
         return True
 
-    def close(self, principal: Principal, kind: str, name: str) -> None:
+    def close(self, principal: Principal, kind: str, name: str, client: str | None = None) -> None:
         self.per_actor.release((kind, name))
-        who = _who(principal)
+        who = _who(principal, client)
         if who is not None:
             self.per_principal.release(who)
 
     # -- rates ----------------------------------------------------------------------------------------
-    def principal_bucket(self, principal: Principal) -> TokenBucket | None:
-        who = _who(principal)
+    def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:
+        """The rate shared by a principal's connections and requests (anonymous: by address)."""
+        who = _who(principal, client)
         if who is None or self.limits.principal_rate is None:
             return None
         bucket = self._principal_buckets.get(who)
@@ -142,14 +145,14 @@ class Access:
             self._principal_buckets[who] = bucket
         return bucket
 
-    def frame_gate(self, principal: Principal, kind: str, name: str) -> FrameGate:
+    def frame_gate(self, principal: Principal, kind: str, name: str, client: str | None = None) -> FrameGate:
         limits = self.limits
         conn_bucket = (
             TokenBucket(limits.conn_rate, limits.conn_burst, self.clock)
             if limits.conn_rate is not None
             else None
         )
-        return FrameGate(self, principal, kind, name, conn_bucket, self.principal_bucket(principal))
+        return FrameGate(self, principal, kind, name, conn_bucket, self.principal_bucket(principal, client))
 
 
 class FrameGate:

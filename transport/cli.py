@@ -127,6 +127,11 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         max_size = 1 << 20
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    from transport.security import RedactTokens
+
+    redact = RedactTokens()  # belt and braces: tokens never reach a log line, whoever writes it
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).addFilter(redact)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,
@@ -233,6 +238,8 @@ def _data_ops(args: argparse.Namespace) -> int:
     if not (data / "directory.sqlite").exists():
         print(f"roost: no data directory at {data}", file=sys.stderr)
         return 1
+    if getattr(args, "tenant", None) and getattr(args, "name", None):
+        args.name = f"{args.tenant}\x00{args.name}"  # a tenant's actor (see transport.security)
     try:
         if args.command == "inspect":
             if args.kind is None:
@@ -287,7 +294,7 @@ def _backup_online(args: argparse.Namespace) -> int:
     token = os.environ.get("ROOST_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     r = httpx.post(
-        f"{args.server.rstrip('/')}/admin/backup", json={"out": args.out}, headers=headers, timeout=3600
+        f"{args.server.rstrip('/')}/admin/backup", json={"name": args.out}, headers=headers, timeout=3600
     )
     body = r.json()
     if not body.get("ok"):
@@ -295,7 +302,7 @@ def _backup_online(args: argparse.Namespace) -> int:
         return 1
     manifest = body["result"]
     print(
-        f"backed up {manifest['actors']} actor(s) to {args.out} while serving; integrity failures: "
+        f"backed up {manifest['actors']} actor(s) to {manifest['path']} while serving; integrity failures: "
         f"{manifest['integrity_failures']}"
     )
     return 0 if manifest["integrity_failures"] == 0 else 1
@@ -337,23 +344,30 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("kind", nargs="?")
     ins.add_argument("name", nargs="?")
     ins.add_argument("--data", default="data")
+    ins.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
     ins.set_defaults(func=_data_ops, command="inspect")
     exp = sub.add_parser("export", help="one actor as JSON: state, tables, events, schedules")
     exp.add_argument("kind")
     exp.add_argument("name")
     exp.add_argument("--data", default="data")
+    exp.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
     exp.add_argument("--out", help="file to write (default: stdout)")
     exp.set_defaults(func=_data_ops, command="export")
     dele = sub.add_parser("delete", help="delete one actor for good (leaves an audit record)")
     dele.add_argument("kind")
     dele.add_argument("name")
     dele.add_argument("--data", default="data")
+    dele.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
     dele.add_argument("--reason")
     dele.add_argument("--yes", action="store_true", help="yes, really")
     dele.set_defaults(func=_data_ops, command="delete")
     bak = sub.add_parser("backup", help="SQLite online backup of a data directory into a new directory")
     bak.add_argument("--data", default="data")
-    bak.add_argument("--out", required=True, help="a directory to create")
+    bak.add_argument(
+        "--out",
+        required=True,
+        help="a directory to create (with --server: a name under the server's backup root)",
+    )
     bak.add_argument(
         "--server",
         help="URL of the server holding the data (backup while serving; "

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
 
-from actors import Connection, Subscriptions
+from actors import Connection, Principal, Subscriptions
 from actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
 from actors.host import Call, Connect, Deliver, Disconnect, Message
 from transport.access import FrameGate, Refused
 from transport.close_codes import CloseCode
 from transport.protocol import (
+    ClientFrame,
     MessageFrame,
     PingFrame,
     ProtocolError,
@@ -40,7 +41,7 @@ from transport.protocol import (
     parse_client_frame,
     parse_connect_query,
 )
-from transport.security import SUBPROTOCOL, offered_subprotocols
+from transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -85,6 +86,11 @@ class SocketSink:
         self._blocked = False  # the writer waits on the socket: the client is not reading
         self.max_queue = max_queue
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def closing(self) -> bool:
+        """A close was asked for (by us): the connection is ending."""
+        return self._closing is not None or self.closed
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name="roost:ws-writer")
@@ -165,6 +171,7 @@ class WebSocketEndpoint:
         msg = await receive()
         if msg["type"] != "websocket.connect":
             return
+        hide_token(scope)  # before anything (uvicorn's "[accepted]" line included) can log the URL
         conn = HTTPConnection(scope)
 
         async def refuse(code: int, error: str, message: str) -> None:
@@ -191,27 +198,47 @@ class WebSocketEndpoint:
             app.registry.validate(kind, name)  # the name within the tenant may be too long
         except InvalidActorAddress as exc:
             return await refuse(CloseCode.BAD_ADDRESS, "bad_address", str(exc))
-        if not app.access.open(principal, kind, name):
+        if principal.claims.get("read_only") and not app.registry.exists(kind, name):
+            return await refuse(CloseCode.FORBIDDEN, "forbidden", "read-only principals cannot create actors")
+        client = conn.client.host if conn.client else None
+        if not app.access.open(principal, kind, name, client):
             return await refuse(
                 CloseCode.TRY_AGAIN_LATER,
                 "too_many_connections",
                 "too many connections to this actor or principal",
             )
+        try:
+            await self._connected(receive, send, conn, principal, kind, public, name, params.cursor, subs)
+        finally:  # the slot is given back however the connection ends (a failed accept included)
+            app.access.close(principal, kind, name, client)
 
+    async def _connected(
+        self,
+        receive: Receive,
+        send: Send,
+        conn: HTTPConnection,
+        principal: Principal,
+        kind: str,
+        public: str,
+        name: str,
+        cursor: int | None,
+        subs: Subscriptions,
+    ) -> None:
+        app = self.app
         accept: dict[str, Any] = {"type": "websocket.accept"}
         if SUBPROTOCOL in offered_subprotocols(conn):
             accept["subprotocol"] = SUBPROTOCOL
         await send(accept)
         sink = SocketSink(send, app.send_queue)
         connection = Connection(uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=subs)
-        gate = app.access.frame_gate(principal, kind, public)
+        gate = app.access.frame_gate(principal, kind, public, conn.client.host if conn.client else None)
         sink.start()
         app.sinks.add(sink)
         close_code = 1006
         host = None
         try:
             try:
-                host = app.registry.submit(kind, name, Connect(connection, params.cursor))
+                host = app.registry.submit(kind, name, Connect(connection, cursor))
             except (ActorUnavailable, Overloaded) as exc:
                 sink.send_text(error_frame(exc.code, exc.message))
                 sink.close(CloseCode.TRY_AGAIN_LATER, exc.code)
@@ -224,7 +251,6 @@ class WebSocketEndpoint:
                 return
             close_code = await self._serve(receive, sink, connection, host, gate)
         finally:
-            app.access.close(principal, kind, name)
             app.sinks.discard(sink)
             if host is not None and not host.stopping:
                 try:
@@ -247,6 +273,8 @@ class WebSocketEndpoint:
             msg = await receive()
             if msg["type"] == "websocket.disconnect":
                 return int(msg.get("code", 1006))
+            if sink.closing:  # closed by us (1009, 1013 …): nothing more it sends is acted on
+                continue
             text = msg.get("text")
             if text is not None and (
                 len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes)
@@ -270,20 +298,25 @@ class WebSocketEndpoint:
 
         def answer(frame_text: str) -> None:
             # once welcomed, a refusal goes out at once (it must not wait behind the very backlog
-            # it refuses); before, it queues behind the welcome
+            # it refuses; the send queue bounds it); before, it queues behind the welcome, counted
+            # against the connection's in-flight bound like a call
             if sink.welcomed:
                 sink.send_text(frame_text)
+            elif conn.in_flight >= max_in_flight:
+                sink.close(CloseCode.TRY_AGAIN_LATER, "too many frames before the welcome")
             else:
+                conn.in_flight += 1
                 host.submit(Deliver(conn, frame_text))
 
+        frame: ClientFrame | None = None
+        bad: tuple[str, str] | None = None
         if text is None:
-            answer(error_frame("bad_frame", "binary frames are not accepted; send text"))
-            return None
-        try:
-            frame = parse_client_frame(text)
-        except ProtocolError as exc:
-            answer(error_frame(exc.code, exc.message))
-            return None
+            bad = ("bad_frame", "binary frames are not accepted; send text")
+        else:
+            try:
+                frame = parse_client_frame(text)
+            except ProtocolError as exc:
+                bad = (exc.code, exc.message)
 
         def refuse(code: str, message: str) -> None:
             if isinstance(frame, RpcFrame):
@@ -291,9 +324,12 @@ class WebSocketEndpoint:
             else:
                 answer(error_frame(code, message))
 
-        limited = gate.rate()  # every well-formed frame counts, pings and subscriptions too
+        limited = gate.rate()  # every frame counts: bad ones, pings and subscriptions too
         if limited is not None:
             refuse(limited.code, limited.message)
+            return None
+        if bad is not None or frame is None:
+            answer(error_frame(*(bad or ("bad_frame", "no frame"))))
             return None
         if isinstance(frame, RpcFrame | MessageFrame):
             # in_flight counts inputs queued or running at the actor for this connection
@@ -326,7 +362,11 @@ class WebSocketEndpoint:
                 submit(await pending)
 
             return wait(check)
-        if isinstance(frame, PingFrame):
+        if isinstance(frame, PingFrame):  # a pong keeps its place behind earlier replies: a Deliver
+            if conn.in_flight >= max_in_flight:
+                answer(error_frame("overloaded", f"more than {max_in_flight} frames in flight"))
+                return None
+            conn.in_flight += 1
             host.submit(Deliver(conn, encode({"type": "pong", "id": frame.id})))
             return None
         subs = conn.subscriptions

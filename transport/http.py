@@ -6,6 +6,8 @@ HTTP status given in ``docs/protocol.md``.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from transport.access import Refused
 from transport.admin import backup_online
 from transport.auth import allow_all, run_authenticate
 from transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
+from transport.security import hide_token, origin_allowed
 
 if TYPE_CHECKING:
     from transport.app import RoostApp
@@ -71,6 +74,7 @@ async def _guard(
     """The checks of :mod:`transport.access`: ``(kind, name as asked, name in the principal's tenant,
     principal)``, or the refusal."""
     await app.ensure_started()
+    hide_token(request.scope)
     try:
         kind, name = actor_address(request.scope, trailing)
         app.registry.validate(kind, name)
@@ -87,7 +91,7 @@ async def _guard(
         app.registry.validate(kind, verdict.name)
     except InvalidActorAddress as exc:
         return _error("bad_address", str(exc))
-    bucket = app.access.principal_bucket(verdict.principal)
+    bucket = app.access.principal_bucket(verdict.principal, request.client.host if request.client else None)
     if bucket is not None and not bucket.take():
         return _error("rate_limited", "too many requests for this principal")
     return kind, name, verdict.name, verdict.principal
@@ -164,29 +168,54 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 
 
 async def admin_backup(request: Request) -> Response:
-    """``POST /admin/backup`` ``{"out": "/path/on/the/server"}``: a backup consistent while serving
-    (:func:`transport.admin.backup_online`). For principals with the ``admin`` claim; without
-    authentication configured, for clients on the loopback interface only."""
+    """``POST /admin/backup`` ``{"name": "2026-11-29"}``: a backup consistent while serving
+    (:func:`transport.admin.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
+    ``$ROOST_BACKUP_DIR``, by default ``backups`` beside the data directory.
+
+    Who: a principal with the ``admin`` claim and no tenant (a tenant's admin does not own the other
+    tenants' data), allowed by ``authorize(principal, "admin", "backup", "admin:backup")``, from an
+    allowed origin. Without authentication configured: clients on the loopback interface that are not
+    browsers (no ``Origin``), i.e. the operator's own ``roost backup --server``."""
     app: RoostApp = request.app.state.roost
     await app.ensure_started()
+    hide_token(request.scope)
+    if not origin_allowed(request, app.access.origins):
+        return _error("origin_refused", "origin not allowed")
     principal = await run_authenticate(app.authenticate, request)
     if principal is None:
         return _error("unauthenticated", "not authenticated")
-    loopback = request.client is not None and request.client.host in ("127.0.0.1", "::1")
-    if not (principal.claims.get("admin") or (app.authenticate is allow_all and loopback)):
-        return _error("forbidden", "admin only")
-    body = await _read_body(request, 65_536)
+    if app.authenticate is allow_all:
+        local = request.client is not None and request.client.host in ("127.0.0.1", "::1")
+        if not local or "origin" in request.headers:
+            return _error("forbidden", "admin only: without authentication, from this host's command line")
+    elif not principal.claims.get("admin") or principal.tenant is not None:
+        return _error("forbidden", "admin only (an admin token without a tenant)")
+    if not await app.access.allowed(principal, "admin", "backup", "admin:backup"):
+        return _error("forbidden", "admin:backup is not allowed")
+    body = await _read_body(request, 4096)
     try:
-        out = orjson.loads(body or b"{}")["out"]
+        name = orjson.loads(body or b"{}")["name"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        out = None
-    if not isinstance(out, str) or not out:
-        return _error("bad_frame", 'expected {"out": "<directory to create>"}')
+        name = None
+    if not isinstance(name, str) or not _BACKUP_NAME.fullmatch(name):
+        return _error(
+            "bad_frame",
+            'expected {"name": "<letters, digits, . _ ->"}: a new directory under the backup root',
+        )
+    out = backup_root(app) / name
     try:
-        manifest = await backup_online(app.registry, Path(out))
+        manifest = await backup_online(app.registry, out)
     except FileExistsError:
-        return _error("invalid_arguments", f"{out} exists: a backup goes into a new directory")
-    return JSONResponse({"ok": True, "result": manifest})
+        return _error("invalid_arguments", f"backup {name!r} exists: a backup goes into a new directory")
+    return JSONResponse({"ok": True, "result": {**manifest, "path": str(out)}})
+
+
+_BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
+
+
+def backup_root(app: RoostApp) -> Path:
+    configured = os.environ.get("ROOST_BACKUP_DIR")
+    return Path(configured) if configured else app.registry.config.data_dir.resolve().parent / "backups"
 
 
 async def healthz(request: Request) -> Response:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from urllib.parse import parse_qs
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs, unquote
 
 from starlette.requests import HTTPConnection
 
@@ -32,8 +34,10 @@ from transport.tokens import TokenError, TokenSigner
 __all__ = [
     "SUBPROTOCOL",
     "Authorize",
+    "RedactTokens",
     "check_client_name",
     "claims_authorize",
+    "hide_token",
     "offered_subprotocols",
     "origin_allowed",
     "run_authorize",
@@ -55,7 +59,41 @@ def offered_subprotocols(conn: HTTPConnection) -> list[str]:
     return [p.strip() for p in header.split(",") if p.strip()]
 
 
+def hide_token(scope: MutableMapping[str, Any]) -> None:
+    """Move a ``token`` query parameter out of the URL (into ``scope["roost.token"]``), so that no
+    log line that prints the URL — uvicorn's included — can carry it."""
+    raw: bytes = scope.get("query_string", b"")
+    if b"token" not in raw:
+        return
+    kept, token = [], None
+    for part in raw.split(b"&"):
+        key, _, value = part.partition(b"=")
+        if unquote(key.decode("latin-1")) == "token":
+            token = token or unquote(value.decode("latin-1"))
+        else:
+            kept.append(part)
+    scope["query_string"] = b"&".join(kept)
+    if token is not None:
+        scope["roost.token"] = token
+
+
+class RedactTokens(logging.Filter):
+    """A log filter that blanks tokens (``roost1.…`` and ``token=…``) in any record it sees."""
+
+    _PATTERN = re.compile(r"(roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+|(?<=token=)[^&\s\"']+)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "roost1." in text or "token=" in text:
+            record.msg = self._PATTERN.sub("[redacted]", text)
+            record.args = None
+        return True
+
+
 def _token_of(conn: HTTPConnection) -> tuple[str | None, str]:
+    hidden = conn.scope.get("roost.token")
+    if isinstance(hidden, str):
+        return hidden, "query"
     auth = conn.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip(), "authorization header"

@@ -1130,7 +1130,13 @@ class Orchestrator:
     def project(self) -> dict[str, Any]:
         """The project (this agent): its settings, the files its verified runs produced, the heavy
         operation running now and the runs queued behind it."""
-        project = self._project()
+        project = self.store.get("project", self.project_id) or {  # read only: nothing created here
+            "project_id": self.project_id,
+            "settings": {},
+            "files": [],
+            "heavy_run_id": None,
+            "heavy_since": None,
+        }
         queued = self.store.select("runs", "waiting = 'project'", order="ordinal")
         return {
             "project_id": project["project_id"],
