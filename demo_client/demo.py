@@ -125,7 +125,7 @@ async def burst(
 
 async def run(data: Path, seed: int) -> bool:
     port = free_port()
-    server = Server(data, port)
+    server = Server(data, port, "--rate-limit", "0", "--principal-rate-limit", "0")  # a load demo
     say(f"1. starting `roost serve --data {data} --port {port}`")
     server.start()
     url = actor_url(f"ws://127.0.0.1:{port}", "counter", "demo")
