@@ -227,11 +227,16 @@ class Actor:
 
     # -- other actors -------------------------------------------------------------------------------
     def actor(self, kind: str, name: str) -> ActorRef:
-        """A reference to another actor by name, in this actor's tenant; ``await ref.call(...)``."""
+        """A reference to another actor by name, in this actor's tenant; ``await ref.call(...)``.
+        Calls made during a turn carry that turn's caller, so a read-only caller stays read-only."""
         tenant = self.tenant
-        if tenant is not None and "\x00" not in name:
+        if tenant is not None:
+            if "\x00" in name:  # never a way out of the tenant, whatever a client passed in
+                raise ValueError("actor names may not contain NUL")
             name = f"{tenant}\x00{name}"
-        return self._host.registry.ref(kind, name, chain=self._host.chain)
+        host = self._host
+        caller = host.caller.principal if host.caller is not None else host.principal
+        return host.registry.ref(kind, name, chain=host.chain, principal=caller)
 
     # -- hooks (override) ---------------------------------------------------------------------------
     def on_start(self) -> Any:

@@ -160,6 +160,12 @@ _TABLE_WRITES = frozenset(
         sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
         sqlite3.SQLITE_DROP_TRIGGER,
         sqlite3.SQLITE_DROP_TEMP_TRIGGER,
+        sqlite3.SQLITE_CREATE_VIEW,
+        sqlite3.SQLITE_CREATE_TEMP_VIEW,
+        sqlite3.SQLITE_DROP_VIEW,
+        sqlite3.SQLITE_DROP_TEMP_VIEW,
+        sqlite3.SQLITE_CREATE_VTABLE,
+        sqlite3.SQLITE_DROP_VTABLE,
     }
 )
 

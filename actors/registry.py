@@ -83,18 +83,26 @@ class RuntimeConfig:
 class ActorRef:
     """A handle on an actor by name. Cheap; activates the actor on use."""
 
-    __slots__ = ("_chain", "_registry", "kind", "name")
+    __slots__ = ("_chain", "_principal", "_registry", "kind", "name")
 
-    def __init__(self, registry: Registry, kind: str, name: str, chain: tuple[Key, ...]) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        kind: str,
+        name: str,
+        chain: tuple[Key, ...],
+        principal: Principal | None = None,
+    ) -> None:
         self._registry = registry
         self.kind = kind
         self.name = name
         self._chain = chain
+        self._principal = principal  # who caused the calling turn: a read-only caller stays one
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call a ``@callable`` of that actor; the result arrives after its commit."""
         result, _ = await self._registry.call(
-            self.kind, self.name, method, list(args), kwargs, chain=self._chain
+            self.kind, self.name, method, list(args), kwargs, chain=self._chain, principal=self._principal
         )
         return result
 
@@ -302,8 +310,10 @@ class Registry:
             self._deactivate(host)
 
     # -- calls -----------------------------------------------------------------------------------------
-    def ref(self, kind: str, name: str, *, chain: tuple[Key, ...] = ()) -> ActorRef:
-        return ActorRef(self, kind, name, chain)
+    def ref(
+        self, kind: str, name: str, *, chain: tuple[Key, ...] = (), principal: Principal | None = None
+    ) -> ActorRef:
+        return ActorRef(self, kind, name, chain, principal)
 
     def submit(self, kind: str, name: str, item: Input) -> ActorHost:
         """Activate if needed and queue ``item``; the same host takes it (no await in between)."""

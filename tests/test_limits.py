@@ -210,7 +210,7 @@ async def test_anonymous_clients_share_a_rate_per_address_over_http_too(data_dir
         KINDS,
         data_dir=data_dir,
         clock=clock,
-        limits=Limits(conn_rate=None, principal_rate=1, principal_burst=3),
+        limits=Limits(conn_rate=None, anonymous_rate=1, anonymous_burst=3),
     )
     async with serve_in_process(app) as addr, httpx.AsyncClient() as http:
         codes = [
@@ -260,3 +260,14 @@ async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) 
         ):
             assert (await recv(a))["type"] == "welcome"
             assert (await recv(b))["type"] == "welcome"
+
+
+def test_anonymous_addresses_are_grouped_and_ipv6_by_its_64() -> None:
+    from actors import ANONYMOUS, Principal
+    from transport.access import _who
+
+    assert _who(ANONYMOUS, "203.0.113.7") == ("ip", "203.0.113.7")
+    assert _who(ANONYMOUS, "2001:db8:1:2::5") == _who(ANONYMOUS, "2001:db8:1:2:ffff::9")  # one /64
+    assert _who(ANONYMOUS, "2001:db8:1:3::5") != _who(ANONYMOUS, "2001:db8:1:2::5")
+    assert _who(Principal("ann"), "203.0.113.7") == (None, "ann")
+    assert _who(ANONYMOUS, None) is None

@@ -356,3 +356,39 @@ async def test_read_only_principals_change_nothing_and_create_nothing(data_dir: 
             welcome = await recv(ws)
             assert "hacked" not in (welcome["state"] or {})
             assert (await call(ws, "4", "count"))["result"] == 1
+
+
+class Relay(Actor):
+    kind = "relay"
+
+    @callable
+    async def poke(self, name: str) -> int:
+        count: int = await self.actor("counter", name).call("increment")
+        return count
+
+    @callable(readonly=True)
+    async def peek_and_poke(self, name: str) -> int:
+        """Claims to read; asks another actor to write."""
+        count: int = await self.actor("counter", name).call("increment")
+        return count
+
+
+async def test_actor_to_actor_calls_stay_in_the_tenant_and_read_only(data_dir: Path) -> None:
+    t1 = {"Authorization": f"Bearer {signer.issue('a', ttl=60, tenant='t1')}"}
+    t1_viewer = {"Authorization": f"Bearer {signer.issue('v', ttl=60, tenant='t1', read_only=True)}"}
+    app = create_app([Relay, Counter], data_dir=data_dir, authenticate=token_authenticate(signer))
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/relay/r", additional_headers=t1) as ws:
+            await recv(ws)
+            assert (await call(ws, "1", "poke", "bank"))["result"] == 1  # t1's own counter
+            escape = await call(ws, "2", "poke", "t2\x00bank")
+            assert escape["ok"] is False  # never another tenant's actor
+        async with websockets.connect(f"ws://{addr}/agents/relay/r", additional_headers=t1_viewer) as ws:
+            await recv(ws)
+            refused = await call(ws, "3", "peek_and_poke", "bank")
+            assert refused["ok"] is False  # the nested write runs as the read-only caller
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"http://{addr}/agents/counter/new-one/rpc/get", headers=t1_viewer)
+            assert r.status_code == 403  # read-only over HTTP creates nothing either
+            r = await http.get(f"http://{addr}/agents/counter/bank", headers=t1)
+            assert r.json()["state"] == {"count": 1}

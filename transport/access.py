@@ -13,13 +13,14 @@ Order of checks for a new connection or request (each refusal is logged without 
 Then per frame (:class:`FrameGate`): token buckets per connection and per principal
 (``rate_limited``), read-only principals (only ``@callable(readonly=True)`` methods; no messages;
 ``forbidden``), and ``authorize`` with ``"call:<method>"`` / ``"message"`` (``forbidden``).
-Anonymous principals are grouped by their address for the per-principal bucket and connection count
-(behind a reverse proxy, uvicorn's proxy headers give the client's address).
+Anonymous principals have their own per-address bucket and connection count (IPv6 by /64; behind a
+reverse proxy, uvicorn's proxy headers give the client's address), off by default.
 """
 
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -50,11 +51,28 @@ class Refused:
     message: str
 
 
+def _anonymous(principal: Principal) -> bool:
+    return principal is ANONYMOUS or (principal.id == ANONYMOUS.id and principal.tenant is None)
+
+
+def _address(client: str | None) -> object | None:
+    """Anonymous clients are told apart by address; IPv6 by its /64 (one host's usual share)."""
+    if not client:
+        return None
+    try:
+        ip = ipaddress.ip_address(client)
+    except ValueError:
+        return ("addr", client)
+    if ip.version == 6:
+        return ("ip6", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
+    return ("ip", client)
+
+
 def _who(principal: Principal, client: str | None = None) -> object | None:
     """The key per-principal limits count under: the principal, or for anonymous clients their
     address (None when it is unknown)."""
-    if principal is ANONYMOUS or (principal.id == ANONYMOUS.id and principal.tenant is None):
-        return ("ip", client) if client else None
+    if _anonymous(principal):
+        return _address(client)
     return (principal.tenant, principal.id)
 
 
@@ -76,6 +94,7 @@ class Access:
         self.clock = clock
         self.per_actor = Counter(limits.conns_per_actor)
         self.per_principal = Counter(limits.conns_per_principal)
+        self.per_address = Counter(limits.conns_per_address)
         self._principal_buckets: dict[object, TokenBucket] = {}
 
     async def admit(self, conn: HTTPConnection, kind: str, name: str, action: str) -> Admitted | Refused:
@@ -120,7 +139,8 @@ class Access:
         if not self.per_actor.acquire((kind, name)):
             return False
         who = _who(principal, client)
-        if who is not None and not self.per_principal.acquire(who):
+        counter = self.per_address if _anonymous(principal) else self.per_principal
+        if who is not None and not counter.acquire(who):
             self.per_actor.release((kind, name))
             return False
         return True
@@ -129,19 +149,25 @@ class Access:
         self.per_actor.release((kind, name))
         who = _who(principal, client)
         if who is not None:
-            self.per_principal.release(who)
+            (self.per_address if _anonymous(principal) else self.per_principal).release(who)
 
     # -- rates ----------------------------------------------------------------------------------------
     def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:
         """The rate shared by a principal's connections and requests (anonymous: by address)."""
         who = _who(principal, client)
-        if who is None or self.limits.principal_rate is None:
+        limits = self.limits
+        rate, burst = (
+            (limits.anonymous_rate, limits.anonymous_burst)
+            if _anonymous(principal)
+            else (limits.principal_rate, limits.principal_burst)
+        )
+        if who is None or rate is None:
             return None
         bucket = self._principal_buckets.get(who)
         if bucket is None:
             if len(self._principal_buckets) > 100_000:  # bounded: forget the oldest
                 del self._principal_buckets[next(iter(self._principal_buckets))]
-            bucket = TokenBucket(self.limits.principal_rate, self.limits.principal_burst, self.clock)
+            bucket = TokenBucket(rate, burst, self.clock)
             self._principal_buckets[who] = bucket
         return bucket
 

@@ -69,6 +69,9 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
         principal_burst=2 * args.principal_rate_limit,
         conns_per_actor=args.max_conns_per_actor or None,
         conns_per_principal=args.max_conns_per_principal or None,
+        anonymous_rate=args.anonymous_rate_limit or None,
+        anonymous_burst=2 * args.anonymous_rate_limit,
+        conns_per_address=args.max_conns_per_address or None,
     )
     secret = os.environ.get("ROOST_SECRET")
     if secret and app.authenticate is allow_all:  # an app with its own hooks keeps them
@@ -127,11 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         max_size = 1 << 20
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    from transport.security import RedactTokens
 
-    redact = RedactTokens()  # belt and braces: tokens never reach a log line, whoever writes it
-    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).addFilter(redact)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,
@@ -140,6 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
         http="transport.uvicorn_http:RoostHttpToolsProtocol",
         ws_ping_interval=args.ping_interval or None,
         ws_ping_timeout=args.ping_interval or None,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         ws="transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         ws_max_size=max_size,
@@ -149,8 +149,12 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     from transport import uvicorn_http
+    from transport.security import redact_logs
 
     uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
+    # belt and braces: no token reaches a log line, whoever writes it (uvicorn set up its handlers
+    # when its Config was made, just above)
+    redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")
     server = uvicorn.Server(config)
     # Messages make short-lived acyclic objects that reference counting frees; the cyclic collector
     # only adds pauses. Move what start-up allocated out of its sight and let it run less often.
@@ -332,6 +336,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--max-conns-per-actor", type=int, default=10_000, help="(0: no limit)")
     serve.add_argument("--max-conns-per-principal", type=int, default=1000, help="(0: no limit)")
+    serve.add_argument(
+        "--anonymous-rate-limit",
+        type=float,
+        default=0.0,
+        help="frames/s per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--max-conns-per-address",
+        type=int,
+        default=0,
+        help="connections per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        default="127.0.0.1",
+        help="proxies whose X-Forwarded-For gives the client's address (comma list, or *)",
+    )
     serve.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds to send the headers")
     serve.add_argument(
         "--ping-interval",

@@ -125,6 +125,8 @@ async def post_rpc(request: Request) -> Response:
         info = app.registry.callable_info(kind, method)
         if info is not None and not info.readonly:
             return _error("forbidden", f"read-only: {method} is not a read-only method")
+        if not app.registry.exists(kind, name):
+            return _error("forbidden", "read-only principals cannot create actors")
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")

@@ -26,9 +26,15 @@ class Limits:
     #: Frames per second per principal, all its connections together, and its burst.
     principal_rate: float | None = 5000.0
     principal_burst: float = 10_000.0
-    #: Open connections per actor, and per principal.
+    #: Open connections per actor, and per (authenticated) principal.
     conns_per_actor: int | None = 10_000
     conns_per_principal: int | None = 1000
+    #: Anonymous clients by address (IPv6 by /64): frames per second over all their connections and
+    #: requests, and open connections. Off by default: many users can share one address (NAT, a
+    #: proxy); turn them on for an anonymous service facing the internet.
+    anonymous_rate: float | None = None
+    anonymous_burst: float = 2000.0
+    conns_per_address: int | None = None
 
 
 @dataclass(slots=True)

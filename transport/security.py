@@ -40,6 +40,7 @@ __all__ = [
     "hide_token",
     "offered_subprotocols",
     "origin_allowed",
+    "redact_logs",
     "run_authorize",
     "scoped_name",
     "token_authenticate",
@@ -78,7 +79,9 @@ def hide_token(scope: MutableMapping[str, Any]) -> None:
 
 
 class RedactTokens(logging.Filter):
-    """A log filter that blanks tokens (``roost1.…`` and ``token=…``) in any record it sees."""
+    """A handler filter that blanks tokens (``roost1.…`` and ``token=…``) in every record the
+    handler writes, tracebacks included. Install it on handlers (:func:`redact_logs`): a filter on a
+    logger does not see what its children log."""
 
     _PATTERN = re.compile(r"(roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+|(?<=token=)[^&\s\"']+)")
 
@@ -87,7 +90,20 @@ class RedactTokens(logging.Filter):
         if "roost1." in text or "token=" in text:
             record.msg = self._PATTERN.sub("[redacted]", text)
             record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._PATTERN.sub("[redacted]", record.exc_text)
         return True
+
+
+def redact_logs(*loggers: str) -> None:
+    """Put :class:`RedactTokens` on every handler of the root logger and of ``loggers``."""
+    redact = RedactTokens()
+    for name in ("", *loggers):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, RedactTokens) for f in handler.filters):
+                handler.addFilter(redact)
 
 
 def _token_of(conn: HTTPConnection) -> tuple[str | None, str]:
