@@ -240,12 +240,8 @@ class ActorHost:
         self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
         self._trace_id: str | None = None
         self._loop = asyncio.get_running_loop()
-        self.state_json, self.saved_state_seq = file.load_state()
-        self.state_seq = self.saved_state_seq
-        newest = file.latest_frame("state", after=self.saved_state_seq)
-        if newest is not None:  # the log is ahead of the snapshot row: the state is in its frame
-            self.state_seq = newest[0]
-            self.state_json = _json(orjson.loads(newest[1])["state"])
+        _, self.saved_state_seq = file.load_state()
+        self.state_json, self.state_seq = file.current_state()
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
         file.conn.set_authorizer(self._authorize)

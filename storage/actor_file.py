@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+import orjson
+
 from storage.errors import ActorLocked
 from storage.migrations import FRAMEWORK_MIGRATIONS, Migration, apply_migrations
 
@@ -124,6 +126,15 @@ class ActorFile:
             (kind, after),
         ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
+
+    def current_state(self) -> tuple[str, int]:
+        """The actor's state (JSON text) and the ``seq`` that set it: the newest state frame of the
+        log if it is newer than the snapshot row (a state change writes only its frame)."""
+        state_json, seq = self.load_state()
+        newest = self.latest_frame("state", after=seq)
+        if newest is None:
+            return state_json, seq
+        return orjson.dumps(orjson.loads(newest[1])["state"]).decode(), newest[0]
 
     def log_bounds(self) -> tuple[int, int]:
         """``(oldest, head)`` seq of the log; ``(1, 0)`` when nothing was ever logged.

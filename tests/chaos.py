@@ -32,7 +32,6 @@ import itertools
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import httpx
 import orjson
 
 from demo_client import Client
+from demo_client.demo import free_port
 from demo_client.errors import ClientError
 from demo_client.frames import Welcome
 from storage import actor_path
@@ -59,13 +59,6 @@ job_backoff = 0.2
 delay_s = 0.15
 """
 MEMORY_BOUND_MB = 400
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

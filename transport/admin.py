@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from storage import ActorLocked, Directory, actor_path
+from storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:
     from actors.actor import Actor
@@ -80,7 +80,7 @@ def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
             conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
         )
         head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
-        state = _current_state(conn)
+        state = _current_state(conn, path)
         counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
         active = conn.execute("SELECT count(*) FROM roost_schedules WHERE status = 'active'").fetchone()[0]
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
@@ -100,14 +100,9 @@ def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
     }
 
 
-def _current_state(conn: sqlite3.Connection) -> Any:
-    snap = conn.execute("SELECT state, seq FROM roost_state WHERE id = 1").fetchone()
-    newest = conn.execute(
-        "SELECT frame, seq FROM roost_log WHERE kind = 'state' ORDER BY seq DESC LIMIT 1"
-    ).fetchone()
-    if newest is not None and (snap is None or newest[1] > snap[1]):
-        return orjson.loads(newest[0])["state"]
-    return orjson.loads(snap[0]) if snap is not None else None
+def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
+    """The state as the actor would load it (:meth:`storage.ActorFile.current_state`)."""
+    return orjson.loads(ActorFile(conn, path, created=False).current_state()[0])
 
 
 def inspect_directory(data: Path) -> dict[str, Any]:
@@ -152,7 +147,7 @@ def export_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
             tables[table] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
         events = [orjson.loads(r[0]) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
         schedules = tables.get("roost_schedules", [])
-        state = _current_state(conn)
+        state = _current_state(conn, path)
     return {
         "kind": kind,
         "name": name,
@@ -173,7 +168,7 @@ def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[
     path = actor_path(data, kind, name)
     with _locked(path, kind, name, write=True) as conn:
         head = conn.execute("SELECT coalesce(max(seq), 0) FROM roost_log").fetchone()[0]
-        state = orjson.dumps(_current_state(conn), option=orjson.OPT_SORT_KEYS)
+        state = orjson.dumps(_current_state(conn, path), option=orjson.OPT_SORT_KEYS)
         size = path.stat().st_size
         for suffix in ("", "-wal", "-shm", "-journal"):  # unlinked while we still hold the lock
             Path(f"{path}{suffix}").unlink(missing_ok=True)
