@@ -23,6 +23,7 @@ Guarantees (each has a test named after it in ``tests/``):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sqlite3
 import uuid
@@ -49,6 +50,8 @@ from actors.errors import (
     RpcError,
     StateError,
 )
+from actors.inline import AVAILABLE as _INLINE
+from actors.inline import Resume, Suspended, step_as
 from actors.schedules import ScheduleStore
 from storage import ActorFile
 
@@ -235,6 +238,8 @@ class ActorHost:
         self._deadline: asyncio.TimerHandle | None = None
         self._expired = 0
         self._current: Input | None = None
+        self._adopt: Suspended | None = None  # an inline turn that suspended, for the mailbox task
+        self._flush_handle: asyncio.Handle | None = None
         self.schedules = ScheduleStore(file.conn, kind, name)
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
         self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
@@ -246,8 +251,9 @@ class ActorHost:
         self.oldest, self.seq = file.log_bounds()
         file.conn.set_authorizer(self._authorize)
         self.actor: Actor = actor_cls._create(self)
+        self._context = contextvars.copy_context()  # the mailbox task's, for turns run inline
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-            self._run(), name=f"actor:{kind}/{name}"
+            self._run(), name=f"actor:{kind}/{name}", context=self._context
         )
 
     # -- mailbox ---------------------------------------------------------------------------------
@@ -263,6 +269,70 @@ class ActorHost:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def run_now(self, item: Call | Message) -> None:
+        """Queue an input, or run its turn at once when the mailbox task is parked with nothing queued.
+
+        The turn runs in the caller's task (a socket's reader) on behalf of the mailbox task: its
+        context, ``asyncio.current_task()`` is the mailbox task, so its timeout and cancellation work as
+        in the mailbox. Order is kept (nothing is queued before it), and so is group commit: its writes
+        join the open batch, which commits at the end of this loop iteration with any other turn that
+        joined it, before any output is released. A turn that suspends is handed to the mailbox task,
+        which continues it where it stopped. Raises what :meth:`submit` raises.
+        """
+        waiter = self._waiter
+        if (
+            waiter is None
+            or waiter.done()
+            or self._inbox
+            or self.in_turn
+            or self.stopping
+            or self._stop_requested
+            or not _INLINE
+        ):
+            self.submit(item)
+            return
+        suspended = step_as(self.task, self._context, self._inline(item))
+        if suspended is not None:
+            self._adopt = suspended
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _inline(self, item: Call | Message) -> None:
+        """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`_flush_soon`."""
+        try:
+            await self._dispatch(item)
+            self._current = None
+            self._batch += 1
+            if self._batch >= self.max_batch:
+                if not self._flush():
+                    self.task.cancel()  # the actor failed: end its parked mailbox task
+                    return
+            if self._flush_handle is None and (self._pending or self.file.in_transaction):
+                self._flush_handle = self._loop.call_soon(self._flush_soon)
+        except asyncio.CancelledError:
+            if not self.stopping:
+                self._fail(ActorUnavailable(message="actor task cancelled"))
+            raise
+        except BaseException as exc:  # a bug in the runtime itself: never leave callers hanging
+            log.exception("actor %s/%r crashed", self.kind, self.name)
+            self._fail(ActorUnavailable(message=f"actor crashed: {type(exc).__name__}"))
+            self.task.cancel()
+
+    def _flush_soon(self) -> None:
+        """End of the loop iteration that ran inline turns: commit their batch and release it, unless
+        the mailbox task is running (or about to): it commits before it parks."""
+        self._flush_handle = None
+        if self.in_turn or self._adopt is not None or self.stopping or self.file.closed:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if self._pending or self.file.in_transaction:
+            if not self._flush():
+                self.task.cancel()
+                return
+        self.last_active = self.clock.monotonic()
+
     @property
     def quiescent(self) -> bool:
         """Nothing queued, running or held: the mailbox task is parked, waiting for input."""
@@ -272,6 +342,7 @@ class ActorHost:
             and not self._inbox
             and not self._pending
             and not self.file.in_transaction
+            and self._adopt is None
         )
 
     @property
@@ -293,8 +364,18 @@ class ActorHost:
                     if self._stop_requested:
                         return
                     self._waiter = loop.create_future()
-                    await self._waiter
+                    cancel: asyncio.CancelledError | None = None
+                    try:
+                        await self._waiter
+                    except asyncio.CancelledError as exc:
+                        if self._adopt is None:
+                            raise
+                        cancel = exc  # it reaches the inline turn at its await
                     self._waiter = None
+                    adopt = self._adopt
+                    if adopt is not None:  # an inline turn suspended: continue it here
+                        self._adopt = None
+                        await Resume(adopt, cancel)
                     continue
                 item = self._inbox.popleft()
                 await self._dispatch(item)

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
@@ -42,6 +42,7 @@ from transport.protocol import (
     parse_connect_query,
 )
 from transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
+from transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -60,6 +61,9 @@ _REFUSAL_CLOSE = {
 
 log = logging.getLogger("roost.ws")
 
+#: The reader's queue item for a frame taken by the direct path that waits for an async verdict.
+_HELD = "roost.held"
+
 
 class SocketSink:
     """Outbound queue of one socket, drained by its own writer task. ``send_text`` never blocks."""
@@ -71,6 +75,7 @@ class SocketSink:
         "_send",
         "_wake",
         "closed",
+        "direct",
         "max_queue",
         "task",
         "welcomed",
@@ -86,6 +91,9 @@ class SocketSink:
         self._blocked = False  # the writer waits on the socket: the client is not reading
         self.max_queue = max_queue
         self.task: asyncio.Task[None] | None = None
+        #: The protocol's direct path (``transport.uvicorn_ws``), when the server offers it: a frame
+        #: is written at once when the writer has nothing queued and the socket takes it.
+        self.direct: RoostWebSocketProtocol | None = None
 
     @property
     def closing(self) -> bool:
@@ -102,6 +110,17 @@ class SocketSink:
         if self._closing is not None or self.closed:
             return
         self.welcomed = True
+        direct = self.direct
+        if direct is not None and not self._queue:
+            wake = self._wake
+            if wake is not None and not wake.done():  # the writer is parked: nothing is in flight
+                written = direct.write_text(text)
+                if written:
+                    return
+                if written is None:  # the client is gone; the reader sees the disconnect
+                    self.closed = True
+                    self._poke()
+                    return
         self._queue.append(text)
         if self._blocked and len(self._queue) > self.max_queue:
             self._queue.clear()
@@ -133,6 +152,8 @@ class SocketSink:
                 if self._closing is not None:
                     code, reason = self._closing
                     await send({"type": "websocket.close", "code": code, "reason": reason})
+                    return
+                if self.closed:  # a direct write found the client gone
                     return
                 self._wake = loop.create_future()
                 await self._wake
@@ -249,7 +270,17 @@ class WebSocketEndpoint:
                 sink.close(CloseCode.BAD_ADDRESS, str(exc))
                 close_code = await self._drain_until_disconnect(receive)
                 return
-            close_code = await self._serve(receive, sink, connection, host, gate)
+            extension = conn.scope.get("extensions", {}).get(DIRECT)
+            protocol = extension.get("protocol") if isinstance(extension, dict) else None
+            if isinstance(protocol, RoostWebSocketProtocol):
+                sink.direct = protocol
+                protocol.frame_handler = self._direct(protocol, sink, connection, host, gate)
+                try:
+                    close_code = await self._serve(receive, sink, connection, host, gate)
+                finally:  # nothing the client sends after its disconnect is acted on
+                    protocol.frame_handler = None
+            else:
+                close_code = await self._serve(receive, sink, connection, host, gate)
         finally:
             app.sinks.discard(sink)
             if host is not None and not host.stopping:
@@ -267,27 +298,74 @@ class WebSocketEndpoint:
         Answers of our own (error frames, pongs) go through the actor's mailbox as ``Deliver``, so they
         keep their place: after the welcome, and after the replies to everything sent before them.
         """
-        max_bytes = self.app.max_frame_bytes
-        max_in_flight = self.app.max_in_flight
         while True:
             msg = await receive()
-            if msg["type"] == "websocket.disconnect":
+            kind = msg["type"]
+            if kind == "websocket.disconnect":
                 return int(msg.get("code", 1006))
-            if sink.closing:  # closed by us (1009, 1013 …): nothing more it sends is acted on
+            if kind == _HELD:  # a frame taken directly waits for its verdict; later ones queued behind
+                try:
+                    await msg["later"]
+                except ActorUnavailable as exc:
+                    self._unavailable(sink, exc)
+                finally:
+                    msg["done"]()
                 continue
-            text = msg.get("text")
-            if text is not None and (
-                len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes)
-            ):
-                sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
-                continue
-            try:
-                later = self._handle(host, sink, conn, text, max_in_flight, gate)
-                if later is not None:  # an asynchronous authorize hook: wait for its verdict
+            later = self._frame(host, sink, conn, msg.get("text"), gate)
+            if later is not None:  # an asynchronous authorize hook: wait for its verdict
+                try:
                     await later
-            except ActorUnavailable as exc:
-                sink.send_text(error_frame(exc.code, exc.message))
-                sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
+                except ActorUnavailable as exc:
+                    self._unavailable(sink, exc)
+
+    def _direct(
+        self, protocol: RoostWebSocketProtocol, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate
+    ) -> Callable[[str | None], bool]:
+        """The frame handler of the direct path: runs in the protocol's ``data_received``, so an idle
+        actor's turn, its commit and the reply happen without a task switch. A frame that must wait for
+        an asynchronous verdict is handed to the reader task, and frames after it are queued behind it
+        (the protocol queues while anything is queued; ``held`` covers the wait itself)."""
+        held = 0
+
+        def done() -> None:
+            nonlocal held
+            held -= 1
+
+        def on_frame(text: str | None) -> bool:
+            nonlocal held
+            if held:
+                return False
+            later = self._frame(host, sink, conn, text, gate)
+            if later is not None:
+                held += 1
+                protocol.queue.put_nowait({"type": _HELD, "later": later, "done": done})  # type: ignore[arg-type]
+            return True
+
+        return on_frame
+
+    def _frame(
+        self, host: Any, sink: SocketSink, conn: Connection, text: str | None, gate: FrameGate
+    ) -> Awaitable[None] | None:
+        """One client frame, from either path. Returns an awaitable only when an asynchronous
+        ``authorize`` hook must be waited for before the next frame."""
+        if sink.closing:  # closed by us (1009, 1013 …): nothing more it sends is acted on
+            return None
+        max_bytes = self.app.max_frame_bytes
+        if text is not None and (
+            len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes)
+        ):
+            sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
+            return None
+        try:
+            return self._handle(host, sink, conn, text, self.app.max_in_flight, gate)
+        except ActorUnavailable as exc:
+            self._unavailable(sink, exc)
+            return None
+
+    @staticmethod
+    def _unavailable(sink: SocketSink, exc: ActorUnavailable) -> None:
+        sink.send_text(error_frame(exc.code, exc.message))
+        sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
 
     @staticmethod
     def _handle(
@@ -343,15 +421,21 @@ class WebSocketEndpoint:
                 if verdict is not None:
                     refuse(verdict.code, verdict.message)
                     return
+                item: Call | Message
+                if isinstance(frame, RpcFrame):
+                    item = Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+                else:
+                    assert isinstance(frame, MessageFrame)
+                    item = Message(conn, frame.data)
+                conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
                 try:
-                    if isinstance(frame, RpcFrame):
-                        host.submit(Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id))
-                    elif isinstance(frame, MessageFrame):
-                        host.submit(Message(conn, frame.data))
+                    host.run_now(item)
                 except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
+                    conn.in_flight -= 1
                     refuse(exc.code, exc.message)
-                    return
-                conn.in_flight += 1
+                except ActorUnavailable:
+                    conn.in_flight -= 1
+                    raise
 
             check = gate.call(frame.method) if isinstance(frame, RpcFrame) else gate.message()
             if check is None or isinstance(check, Refused):
