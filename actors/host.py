@@ -30,6 +30,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -239,6 +240,8 @@ class ActorHost:
         self._expired = 0
         self._current: Input | None = None
         self._adopt: Suspended | None = None  # an inline turn that suspended, for the mailbox task
+        self._stepping = False  # run_now is stepping a turn inline
+        self._checkpointing = False  # the file's WAL is being checkpointed in a worker thread
         self._flush_handle: asyncio.Handle | None = None
         self.schedules = ScheduleStore(file.conn, kind, name)
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
@@ -285,14 +288,21 @@ class ActorHost:
             or waiter.done()
             or self._inbox
             or self.in_turn
+            or self._checkpointing
             or self.stopping
             or self._stop_requested
             or not _INLINE
         ):
             self.submit(item)
             return
-        suspended = step_as(self.task, self._context, self._inline(item))
+        self._stepping = True
+        try:
+            suspended = step_as(self.task, self._context, self._inline(item))
+        finally:
+            self._stepping = False
         if suspended is not None:
+            if self.in_turn:  # what _begin_turn leaves to the loop otherwise: arm the timeout …
+                self._on_suspend(self._turn_id)
             self._adopt = suspended
             if not waiter.done():
                 waiter.set_result(None)
@@ -332,6 +342,32 @@ class ActorHost:
                 self.task.cancel()
                 return
         self.last_active = self.clock.monotonic()
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        """Between turns, with the batch committed: if the WAL is due for a checkpoint, run it in a
+        worker thread. Until it ends the actor takes no turn (inputs queue in the mailbox) and cannot
+        be deactivated; the event loop, and every other actor, go on meanwhile."""
+        file = self.file
+        if (
+            self._checkpointing
+            or not file.checkpoint_due
+            or self.in_turn
+            or file.in_transaction
+            or file.closed
+            or self._pending
+        ):
+            return
+        self._checkpointing = True
+        self._loop.run_in_executor(None, file.checkpoint).add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = False
+        if not done.cancelled() and done.exception() is not None:  # tried again after more commits
+            log.warning("checkpoint of %s/%r failed: %s", self.kind, self.name, done.exception())
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():  # inputs that waited for it, or a stop
+            waiter.set_result(None)
 
     @property
     def quiescent(self) -> bool:
@@ -343,6 +379,7 @@ class ActorHost:
             and not self._pending
             and not self.file.in_transaction
             and self._adopt is None
+            and not self._checkpointing
         )
 
     @property
@@ -356,12 +393,13 @@ class ActorHost:
             if not await self._start():
                 return
             while True:
-                if not self._inbox:
+                if not self._inbox or self._checkpointing:
                     if self._pending or self.file.in_transaction:
                         if not self._flush():
                             return
                     self.last_active = self.clock.monotonic()
-                    if self._stop_requested:
+                    self._maybe_checkpoint()
+                    if self._stop_requested and not self._checkpointing:
                         return
                     self._waiter = loop.create_future()
                     cancel: asyncio.CancelledError | None = None
@@ -381,8 +419,10 @@ class ActorHost:
                 await self._dispatch(item)
                 self._current = None
                 self._batch += 1
-                if self._batch >= self.max_batch and not self._flush():
-                    return
+                if self._batch >= self.max_batch:
+                    if not self._flush():
+                        return
+                    self._maybe_checkpoint()  # a busy actor checkpoints too (its inputs wait)
         except asyncio.CancelledError:
             if not self.stopping:
                 self._fail(ActorUnavailable(message="actor task cancelled"))
@@ -492,7 +532,8 @@ class ActorHost:
         self._turn_id += 1
         self._turn_started = self._loop.time()
         self._turn_changes = self.file.conn.total_changes
-        self._loop.call_soon(self._on_suspend, self._turn_id)
+        if not self._stepping:  # run_now sees a suspension itself
+            self._loop.call_soon(self._on_suspend, self._turn_id)
 
     def _on_suspend(self, turn_id: int) -> None:
         """Runs only if turn ``turn_id`` gave the event loop a chance to run, i.e. it awaits something
@@ -741,7 +782,9 @@ class ActorHost:
                 raise InvalidArguments(message=str(exc)) from None
             raise
         if not info.streaming:
-            return await _maybe_await(res)
+            if type(res) is CoroutineType or isinstance(res, Awaitable):
+                return await res
+            return res
         async for chunk in res:
             if item.conn is not None:
                 frame = _json({"type": "rpc_chunk", "id": item.id, "chunk": chunk})
