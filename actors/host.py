@@ -242,7 +242,7 @@ class ActorHost:
         self._adopt: Suspended | None = None  # an inline turn that suspended, for the mailbox task
         self._stepping = False  # run_now is stepping a turn inline
         self._checkpointing = False  # the file's WAL is being checkpointed in a worker thread
-        self._flush_handle: asyncio.Handle | None = None
+        self._flush_queued = False  # the registry will call flush_soon at the end of the iteration
         self.schedules = ScheduleStore(file.conn, kind, name)
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
         self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
@@ -308,17 +308,25 @@ class ActorHost:
                 waiter.set_result(None)
 
     async def _inline(self, item: Call | Message) -> None:
-        """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`_flush_soon`."""
+        """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`flush_soon`."""
         try:
-            await self._dispatch(item)
+            self._current = item
+            if type(item) is Call:
+                try:
+                    await self._call(item)
+                finally:
+                    item.conn.in_flight -= 1  # type: ignore[union-attr]  # from a connection
+            else:
+                await self._dispatch(item)
             self._current = None
             self._batch += 1
             if self._batch >= self.max_batch:
                 if not self._flush():
                     self.task.cancel()  # the actor failed: end its parked mailbox task
                     return
-            if self._flush_handle is None and (self._pending or self.file.in_transaction):
-                self._flush_handle = self._loop.call_soon(self._flush_soon)
+            if not self._flush_queued and (self._pending or self.file.in_transaction):
+                self._flush_queued = True
+                self.registry.flush_soon(self, self._loop)
         except asyncio.CancelledError:
             if not self.stopping:
                 self._fail(ActorUnavailable(message="actor task cancelled"))
@@ -328,10 +336,11 @@ class ActorHost:
             self._fail(ActorUnavailable(message=f"actor crashed: {type(exc).__name__}"))
             self.task.cancel()
 
-    def _flush_soon(self) -> None:
-        """End of the loop iteration that ran inline turns: commit their batch and release it, unless
-        the mailbox task is running (or about to): it commits before it parks."""
-        self._flush_handle = None
+    def flush_soon(self) -> None:
+        """End of the loop iteration that ran inline turns (called by the registry): commit their
+        batch and release it, unless the mailbox task is running (or about to): it commits before it
+        parks."""
+        self._flush_queued = False
         if self.in_turn or self._adopt is not None or self.stopping or self.file.closed:
             return
         waiter = self._waiter

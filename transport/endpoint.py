@@ -371,21 +371,9 @@ class WebSocketEndpoint:
     def _handle(
         host: Any, sink: SocketSink, conn: Connection, text: str | None, max_in_flight: int, gate: FrameGate
     ) -> Awaitable[None] | None:
-        """One client frame: parse it, check it against the gate, queue what it asks for at the actor.
-        Returns an awaitable only when an asynchronous ``authorize`` hook must be waited for."""
-
-        def answer(frame_text: str) -> None:
-            # once welcomed, a refusal goes out at once (it must not wait behind the very backlog
-            # it refuses; the send queue bounds it); before, it queues behind the welcome, counted
-            # against the connection's in-flight bound like a call
-            if sink.welcomed:
-                sink.send_text(frame_text)
-            elif conn.in_flight >= max_in_flight:
-                sink.close(CloseCode.TRY_AGAIN_LATER, "too many frames before the welcome")
-            else:
-                conn.in_flight += 1
-                host.submit(Deliver(conn, frame_text))
-
+        """One client frame: parse it, check it against the gate, queue what it asks for at the actor
+        (or run it at once: ``ActorHost.run_now``). Returns an awaitable only when an asynchronous
+        ``authorize`` hook must be waited for."""
         frame: ClientFrame | None = None
         bad: tuple[str, str] | None = None
         if text is None:
@@ -395,60 +383,28 @@ class WebSocketEndpoint:
                 frame = parse_client_frame(text)
             except ProtocolError as exc:
                 bad = (exc.code, exc.message)
-
-        def refuse(code: str, message: str) -> None:
-            if isinstance(frame, RpcFrame):
-                answer(_call_error(frame.id, code, message))
-            else:
-                answer(error_frame(code, message))
-
         limited = gate.rate()  # every frame counts: bad ones, pings and subscriptions too
         if limited is not None:
-            refuse(limited.code, limited.message)
+            _refuse(host, sink, conn, frame, limited, max_in_flight)
             return None
         if bad is not None or frame is None:
-            answer(error_frame(*(bad or ("bad_frame", "no frame"))))
+            _answer(host, sink, conn, error_frame(*(bad or ("bad_frame", "no frame"))), max_in_flight)
             return None
         if isinstance(frame, RpcFrame | MessageFrame):
             # in_flight counts inputs queued or running at the actor for this connection
             if conn.in_flight >= max_in_flight:
-                refuse(
-                    "overloaded", f"more than {max_in_flight} calls and messages in flight on this connection"
-                )
+                why = f"more than {max_in_flight} calls and messages in flight on this connection"
+                _refuse(host, sink, conn, frame, Refused("overloaded", why), max_in_flight)
                 return None
-
-            def submit(verdict: Refused | None) -> None:
-                if verdict is not None:
-                    refuse(verdict.code, verdict.message)
-                    return
-                item: Call | Message
-                if isinstance(frame, RpcFrame):
-                    item = Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
-                else:
-                    assert isinstance(frame, MessageFrame)
-                    item = Message(conn, frame.data)
-                conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
-                try:
-                    host.run_now(item)
-                except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
-                    conn.in_flight -= 1
-                    refuse(exc.code, exc.message)
-                except ActorUnavailable:
-                    conn.in_flight -= 1
-                    raise
-
             check = gate.call(frame.method) if isinstance(frame, RpcFrame) else gate.message()
             if check is None or isinstance(check, Refused):
-                submit(check)
+                _submit(host, sink, conn, frame, check, max_in_flight)
                 return None
-
-            async def wait(pending: Awaitable[Refused | None]) -> None:
-                submit(await pending)
-
-            return wait(check)
+            return _submit_later(host, sink, conn, frame, check, max_in_flight)
         if isinstance(frame, PingFrame):  # a pong keeps its place behind earlier replies: a Deliver
             if conn.in_flight >= max_in_flight:
-                answer(error_frame("overloaded", f"more than {max_in_flight} frames in flight"))
+                why = f"more than {max_in_flight} frames in flight"
+                _answer(host, sink, conn, error_frame("overloaded", why), max_in_flight)
                 return None
             conn.in_flight += 1
             host.submit(Deliver(conn, encode({"type": "pong", "id": frame.id})))
@@ -468,3 +424,65 @@ class WebSocketEndpoint:
             msg = await receive()
             if msg["type"] == "websocket.disconnect":
                 return int(msg.get("code", 1006))
+
+
+def _answer(host: Any, sink: SocketSink, conn: Connection, frame_text: str, max_in_flight: int) -> None:
+    """An answer of the endpoint's own. Once welcomed, it goes out at once (a refusal must not wait
+    behind the very backlog it refuses; the send queue bounds it); before, it queues behind the
+    welcome, counted against the connection's in-flight bound like a call."""
+    if sink.welcomed:
+        sink.send_text(frame_text)
+    elif conn.in_flight >= max_in_flight:
+        sink.close(CloseCode.TRY_AGAIN_LATER, "too many frames before the welcome")
+    else:
+        conn.in_flight += 1
+        host.submit(Deliver(conn, frame_text))
+
+
+def _refuse(
+    host: Any, sink: SocketSink, conn: Connection, frame: ClientFrame | None, why: Refused, max_in_flight: int
+) -> None:
+    """A refused frame's answer: a failed ``rpc_result`` for a call, an ``error`` frame otherwise."""
+    if isinstance(frame, RpcFrame):
+        _answer(host, sink, conn, _call_error(frame.id, why.code, why.message), max_in_flight)
+    else:
+        _answer(host, sink, conn, error_frame(why.code, why.message), max_in_flight)
+
+
+def _submit(
+    host: Any,
+    sink: SocketSink,
+    conn: Connection,
+    frame: RpcFrame | MessageFrame,
+    verdict: Refused | None,
+    max_in_flight: int,
+) -> None:
+    """Hand an allowed call or message to its actor (refused ones are answered)."""
+    if verdict is not None:
+        _refuse(host, sink, conn, frame, verdict, max_in_flight)
+        return
+    item: Call | Message
+    if isinstance(frame, RpcFrame):
+        item = Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+    else:
+        item = Message(conn, frame.data)
+    conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
+    try:
+        host.run_now(item)
+    except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
+        conn.in_flight -= 1
+        _refuse(host, sink, conn, frame, Refused(exc.code, exc.message), max_in_flight)
+    except ActorUnavailable:
+        conn.in_flight -= 1
+        raise
+
+
+async def _submit_later(
+    host: Any,
+    sink: SocketSink,
+    conn: Connection,
+    frame: RpcFrame | MessageFrame,
+    pending: Awaitable[Refused | None],
+    max_in_flight: int,
+) -> None:
+    _submit(host, sink, conn, frame, await pending, max_in_flight)

@@ -1,0 +1,769 @@
+"""The fast paths keep the guarantees users rely on.
+
+- **Direct frame path** (``transport.uvicorn_ws.RoostWebSocketProtocol``, ``transport.endpoint``): frames
+  handed to the endpoint from ``data_received`` are answered in the order they were sent, whether they
+  came with the handshake, while the server was still accepting, or one by one; an asynchronous
+  ``authorize`` hook holds later frames behind the frame it judges.
+- **Inline turns** (``ActorHost.run_now``, ``actors.inline``): a turn run at once in the reader's task
+  runs *as* the actor's task, a turn that suspends is continued by that task, ``turn_timeout`` still
+  cuts it short and rolls it back, and turns run inline still share commits (group commit) with every
+  acknowledged write durable.
+- **Checkpoints off the loop** (``storage.actor_file``): the WAL stays bounded without SQLite's automatic
+  checkpoint, checkpoints run in a worker thread while the actor takes no turn, and new files use 1 KiB
+  pages while old files keep theirs.
+
+Real servers on 127.0.0.1 (in this process, or ``roost serve`` as a child process), real SQLite files.
+Waiting is on frames, events and conditions; the only timeouts bound how long a failure takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sqlite3
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import CodeType
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+import pytest
+import websockets
+from starlette.requests import HTTPConnection
+from websockets.asyncio.client import ClientConnection
+
+from actors import ANONYMOUS, Actor, Principal, callable
+from actors.examples import KINDS, Counter
+from actors.inline import Resume, step_as
+from actors.registry import RuntimeConfig
+from storage import ActorFile, actor_path
+from storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
+from tests.conftest import NO_RATE_LIMITS
+from tests.support import ServerProcess, serve_in_process
+from transport import RoostApp, create_app
+from transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
+
+Frame = dict[str, Any]
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def encode(frame: Frame) -> str:
+    return orjson.dumps(frame).decode()
+
+
+def rpc(call_id: str, method: str, *args: Any) -> str:
+    return encode({"type": "rpc", "id": call_id, "method": method, "args": list(args)})
+
+
+def ping(ping_id: str) -> str:
+    return encode({"type": "ping", "id": ping_id})
+
+
+async def recv(ws: ClientConnection, timeout: float = 10.0) -> Frame:
+    frame: Frame = orjson.loads(await asyncio.wait_for(ws.recv(), timeout))
+    return frame
+
+
+async def call(ws: ClientConnection, call_id: str, method: str, *args: Any) -> Frame:
+    """One call on a ``subscribe=none`` connection: its reply is the next frame."""
+    await ws.send(rpc(call_id, method, *args))
+    frame = await recv(ws)
+    assert (frame["type"], frame["id"]) == ("rpc_result", call_id), frame
+    return frame
+
+
+async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None:
+    """Poll ``condition`` on the loop (socket reads included) until it holds; fail after ``limit`` s."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.001)
+
+
+def direct_sinks(app: RoostApp) -> int:
+    """How many open connections of ``app`` are served by the direct frame path."""
+    return sum(isinstance(getattr(sink, "direct", None), RoostWebSocketProtocol) for sink in app.sinks)
+
+
+def on_stack(code: CodeType) -> bool:
+    """Whether a frame running ``code`` is among the callers of the code that asks."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+STEP_AS = step_as.__code__  # on the stack: the turn is run inline, by a socket's reader
+RESUME = Resume.__await__.__code__  # on the stack: the actor's task continues a suspended inline turn
+
+
+class RawSocket:
+    """A WebSocket client written by hand, to put the handshake and several frames in one TCP write."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, addr: str) -> RawSocket:
+        host, port = addr.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer)
+
+    @staticmethod
+    def upgrade(path: str) -> bytes:
+        key = base64.b64encode(os.urandom(16)).decode()
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+
+    @staticmethod
+    def frames(*texts: str) -> bytes:
+        """Masked text frames, back to back."""
+        out = bytearray()
+        for text in texts:
+            payload = text.encode()
+            mask = os.urandom(4)
+            n = len(payload)
+            out += bytes([0x81])
+            out += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
+            out += mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return bytes(out)
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def accepted(self) -> None:
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 10)
+        assert b" 101 " in head.split(b"\r\n")[0], head
+
+    async def recv(self, timeout: float = 10.0) -> Frame:
+        async with asyncio.timeout(timeout):
+            while True:
+                b0, b1 = await self.reader.readexactly(2)
+                n = b1 & 0x7F
+                if n == 126:
+                    n = struct.unpack(">H", await self.reader.readexactly(2))[0]
+                elif n == 127:
+                    n = struct.unpack(">Q", await self.reader.readexactly(8))[0]
+                payload = await self.reader.readexactly(n)
+                opcode = b0 & 0x0F
+                if opcode == 0x8:
+                    raise ConnectionError(f"closed by the server: {payload!r}")
+                if opcode == 0x1:
+                    frame: Frame = orjson.loads(payload)
+                    return frame
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except OSError:
+            pass
+
+
+# -- actor kinds --------------------------------------------------------------------------------------
+class Ledger(Actor):
+    """``add`` counts up; ``wipe`` (refused by the test's ``authorize``) would reset the total."""
+
+    kind = "ledger"
+    initial_state = {"total": 0}
+    wipes: ClassVar[int] = 0
+
+    @callable
+    def add(self, k: int = 1) -> int:
+        total: int = self.state["total"] + k
+        self.set_state({"total": total})
+        return total
+
+    @callable
+    def wipe(self) -> int:
+        type(self).wipes += 1
+        self.set_state({"total": 0})
+        return 0
+
+
+class SlowStart(Counter):
+    """A counter whose activation waits for the test (``gate``)."""
+
+    kind = "slowstart"
+    gate: ClassVar[asyncio.Event | None] = None
+
+    async def on_start(self) -> None:
+        if SlowStart.gate is not None:
+            await SlowStart.gate.wait()
+
+
+class Stepper(Actor):
+    """Turns that suspend; each records which task ran it and whether it ran inline."""
+
+    kind = "stepper"
+    initial_state = {"n": 0}
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def _note(self, method: str, **facts: Any) -> None:
+        type(self).seen.append({"method": method, **facts})
+
+    @callable
+    async def sleepy(self, seconds: float) -> int:
+        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        await asyncio.sleep(seconds)
+        self._note(
+            "sleepy",
+            task_before=task,
+            inline_before=inline,
+            task_after=asyncio.current_task(),
+            resumed_after=on_stack(RESUME),
+        )
+        n: int = self.state["n"] + 1
+        self.set_state({"n": n})
+        return n
+
+    @callable
+    async def via(self, other: str, by: int) -> int:
+        """Awaits another actor (a real suspension) and folds its answer into this actor's state."""
+        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        got: int = await self.actor("counter", other).call("increment", by)
+        self._note("via", task_before=task, inline_before=inline, task_after=asyncio.current_task())
+        self.set_state({"n": self.state["n"] + got})
+        return got
+
+    @callable
+    async def slow(self, seconds: float) -> int:
+        """Writes, then waits longer than the turn may last."""
+        self.set_state({"n": self.state["n"] + 100})
+        self._note("slow", inline_before=on_stack(STEP_AS), task_before=asyncio.current_task())
+        await asyncio.sleep(seconds)
+        n: int = self.state["n"]
+        return n
+
+    @callable
+    def add(self) -> int:
+        n: int = self.state["n"] + 1
+        self.set_state({"n": n})
+        return n
+
+    @callable
+    def get(self) -> int:
+        n: int = self.state["n"]
+        return n
+
+
+class Tally(Actor):
+    """A counter that counts how many of its turns ran inline."""
+
+    kind = "tally"
+    initial_state = {"count": 0}
+    turns: ClassVar[int] = 0
+    inline: ClassVar[int] = 0
+
+    @callable
+    def increment(self) -> int:
+        type(self).turns += 1
+        type(self).inline += on_stack(STEP_AS)
+        count: int = self.state["count"] + 1
+        self.set_state({"count": count})
+        return count
+
+
+@pytest.fixture
+def fresh_kinds() -> Iterator[None]:
+    Ledger.wipes = 0
+    Stepper.seen = []
+    Tally.turns = Tally.inline = 0
+    SlowStart.gate = None
+    yield
+    Stepper.seen = []
+    SlowStart.gate = None
+
+
+class Statements:
+    """What SQLite ran on one connection (its trace callback): commits, and where checkpoints ran."""
+
+    def __init__(self, conn: sqlite3.Connection, file: ActorFile, state: Callable[[], int]) -> None:
+        self.file = file
+        self.state = state
+        self.loop_thread = threading.get_ident()
+        self.commits = 0
+        self.committed = 0  # the state as of the latest commit
+        self.checkpoint_threads: list[int] = []
+        self.turns_during_checkpoint = 0
+        conn.set_trace_callback(self._trace)
+
+    def _trace(self, statement: str) -> None:
+        if statement == "COMMIT":
+            self.commits += 1
+            self.committed = self.state()
+        elif statement.startswith("PRAGMA wal_checkpoint"):
+            self.checkpoint_threads.append(threading.get_ident())
+        elif statement in ("BEGIN", "SAVEPOINT turn") and self.file._lock.locked():
+            self.turns_during_checkpoint += 1  # a turn began while a checkpoint held the file
+
+
+def actor_state(data_dir: Path, kind: str, name: str) -> Any:
+    """The actor's durable state, read from its file once no server holds it."""
+    file = ActorFile.open(actor_path(data_dir, kind, name), kind, name)
+    try:
+        return orjson.loads(file.current_state()[0])
+    finally:
+        file.close()
+
+
+# -- 1. the direct frame path keeps the order of frames ----------------------------------------------
+def pipelined_frames() -> tuple[list[str], list[tuple[str, Any]]]:
+    """200 frames: counter increments, app-level pings, one bad frame and one unknown type; and for
+    each, in order, what answers it: ``("rpc", count)``, ``("pong", id)`` or ``("error", code)``."""
+    frames: list[str] = []
+    answers: list[tuple[str, Any]] = []
+    count = 0
+    for i in range(200):
+        if i == 61:
+            frames.append("{not json")
+            answers.append(("error", "bad_frame"))
+        elif i == 137:
+            frames.append('{"type":"launch_missiles","id":"x"}')
+            answers.append(("error", "unknown_type"))
+        elif i % 9 == 4:
+            frames.append(ping(f"p{i}"))
+            answers.append(("pong", f"p{i}"))
+        else:
+            count += 1
+            frames.append(rpc(f"r{i}", "increment"))
+            answers.append(("rpc", count))
+    return frames, answers
+
+
+def answer_of(frame: Frame) -> tuple[str, Any]:
+    if frame["type"] == "rpc_result":
+        assert frame["ok"] is True, frame
+        return ("rpc", frame["result"])
+    if frame["type"] == "pong":
+        return ("pong", frame["id"])
+    assert frame["type"] == "error", frame
+    return ("error", frame["code"])
+
+
+async def pipeline_and_check(url: str) -> None:
+    frames, expected = pipelined_frames()
+    async with websockets.connect(url) as ws:
+        assert (await recv(ws))["type"] == "welcome"
+        for text in frames:  # all of them, without waiting for any answer
+            await ws.send(text)
+        got = [answer_of(await recv(ws)) for _ in frames]
+        # Replies and pongs: exactly in the order sent, each count the running count.
+        assert [a for a in got if a[0] != "error"] == [a for a in expected if a[0] != "error"]
+        # An error answering a bad frame goes out at once once welcomed (not a barrier: see
+        # tests/test_core_edges.py), so it may overtake replies still waiting for their commit; but it
+        # never comes after the answer to any frame sent after it.
+        assert [a for a in got if a[0] == "error"] == [("error", "bad_frame"), ("error", "unknown_type")]
+        for code in ("bad_frame", "unknown_type"):
+            sent_at = expected.index(("error", code))
+            later = set(expected[sent_at + 1 :]) - {("error", "unknown_type")}
+            assert not later & set(got[: got.index(("error", code))]), f"{code} answered late"
+        final = await call(ws, "final", "get")
+        assert final["result"] == sum(1 for a in expected if a[0] == "rpc")
+
+
+async def test_pipelined_frames_are_answered_in_the_order_sent_in_process(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/counter/pipelined?subscribe=none"
+        async with websockets.connect(url) as watcher:
+            assert (await recv(watcher))["type"] == "welcome"
+            assert direct_sinks(app) == 1, "the connection is not on the direct frame path"
+            await pipeline_and_check(url)
+
+
+async def test_pipelined_frames_are_answered_in_the_order_sent_by_roost_serve(data_dir: Path) -> None:
+    """The same over ``roost serve`` in a child process (its own TCP reads, its own event loop)."""
+    server = await asyncio.to_thread(ServerProcess(data_dir).start)
+    try:
+        await pipeline_and_check(f"{server.ws}/agents/counter/pipelined?subscribe=none")
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("when", ["after_the_101_before_the_welcome", "before_the_101_while_authenticating"])
+async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_ones(
+    data_dir: Path, fresh_kinds: None, when: str
+) -> None:
+    """Frames a client sends as soon as it can are answered after the welcome, in the order sent, and
+    so are the frames it sends later (which go the direct way).
+
+    - After the 101, while the actor starts (a slow ``on_start``): the handler takes them at once and
+      queues them at the actor behind the connection's welcome.
+    - After the upgrade request but before the 101, while an asynchronous ``authenticate`` hook waits
+      (RFC 6455 has clients wait for the 101; some do not): the endpoint has not registered its frame
+      handler yet, so they are queued for ASGI ``receive()``, and frames read after the handler is
+      registered must wait behind them.
+
+    (Frames in the *same* TCP read as the upgrade request are dropped by uvicorn's HTTP protocol,
+    before Roost sees them; RFC 6455 forbids sending them, and nothing here relies on them.)
+    """
+    gate = asyncio.Event()
+    protocols: list[RoostWebSocketProtocol] = []
+
+    async def authenticate(conn: HTTPConnection) -> Principal:
+        protocols.append(conn.scope["extensions"][DIRECT]["protocol"])
+        if when == "before_the_101_while_authenticating":
+            await gate.wait()
+        return ANONYMOUS
+
+    if when == "after_the_101_before_the_welcome":
+        SlowStart.gate = gate
+    app = create_app([SlowStart], data_dir=data_dir, limits=NO_RATE_LIMITS, authenticate=authenticate)
+    early = [rpc("e1", "increment"), ping("pe"), rpc("e2", "increment"), rpc("e3", "increment")]
+    middle = [rpc("m1", "increment"), ping("pm"), rpc("m2", "increment")]
+    late = [rpc("l1", "increment"), ping("pl"), rpc("l2", "increment")]
+    async with serve_in_process(app) as addr:
+        sock = await RawSocket.connect(addr)
+        try:
+            sock.write(RawSocket.upgrade("/agents/slowstart/early?subscribe=none"))
+            await wait_until(lambda: bool(protocols))
+            protocol = protocols[0]
+            if when == "after_the_101_before_the_welcome":
+                await sock.accepted()
+                sock.write(RawSocket.frames(*early))
+                host = app.registry.hosts[("slowstart", "early")]
+                await wait_until(lambda: len(host._inbox) == 1 + len(early))  # the connect, then these
+            else:
+                sock.write(RawSocket.frames(*early))
+                await wait_until(lambda: protocol.queue.qsize() > 0)  # read and queued for receive()
+                assert protocol.frame_handler is None
+            gate.set()
+            sock.write(RawSocket.frames(*middle))  # while the server goes on: before the welcome
+            if when == "before_the_101_while_authenticating":
+                await sock.accepted()
+            welcome = await sock.recv()
+            assert welcome["type"] == "welcome"
+            assert protocol.frame_handler is not None, "the direct path was never registered"
+            sock.write(RawSocket.frames(*late))
+            got = [answer_of(await sock.recv()) for _ in range(len(early + middle + late))]
+        finally:
+            await sock.aclose()
+    assert got == [
+        ("rpc", 1),
+        ("pong", "pe"),
+        ("rpc", 2),
+        ("rpc", 3),
+        ("rpc", 4),
+        ("pong", "pm"),
+        ("rpc", 5),
+        ("rpc", 6),
+        ("pong", "pl"),
+        ("rpc", 7),
+    ]
+
+
+# -- 2. an asynchronous authorize hook holds later frames behind its verdict --------------------------
+async def test_async_authorize_keeps_pipelined_calls_in_order_and_a_refused_call_has_no_effect(
+    data_dir: Path, fresh_kinds: None
+) -> None:
+    asked: list[str] = []
+
+    async def authorize(principal: Principal, kind: str, name: str, action: str) -> bool:
+        await asyncio.sleep(0.01)  # a real suspension: the verdict comes in a later loop iteration
+        asked.append(action)
+        return action != "call:wipe"
+
+    app = create_app([Ledger], data_dir=data_dir, limits=NO_RATE_LIMITS, authorize=authorize)
+    ids = [f"a{i}" for i in range(1, 11)] + ["wipe"] + [f"a{i}" for i in range(11, 21)]
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/ledger/l?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            assert direct_sinks(app) == 1
+            for call_id in ids:
+                await ws.send(rpc(call_id, "wipe" if call_id == "wipe" else "add"))
+            got = [await recv(ws) for _ in ids]
+            total = await call(ws, "total", "add", 0)
+    assert [f["id"] for f in got] == ids, "answered out of order"
+    refused = got[10]
+    assert refused["ok"] is False
+    assert refused["error"]["code"] == "forbidden"
+    assert [f["result"] for f in got[:10] + got[11:]] == list(range(1, 21)), "the refused wipe had an effect"
+    assert total["result"] == 20
+    assert Ledger.wipes == 0, "the refused method ran"
+    assert asked == ["connect"] + ["call:add"] * 10 + ["call:wipe"] + ["call:add"] * 11
+    assert actor_state(data_dir, "ledger", "l") == {"total": 20}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a frame the reader took from the receive() queue and is waiting on an async authorize "
+    "verdict for does not hold later frames; they go the direct path and are answered (or run) first",
+)
+@pytest.mark.parametrize("later_frame", ["ping", "call_with_a_synchronous_verdict"])
+async def test_a_frame_waits_behind_an_earlier_call_whose_async_verdict_is_pending(
+    data_dir: Path, later_frame: str
+) -> None:
+    """``A`` and ``B`` arrive in one TCP read: ``A`` goes the direct path and waits for its verdict in
+    the reader ("roost.held"), ``B`` is queued behind it. The reader then takes ``B`` from the queue and
+    waits for *its* verdict, which the test holds. ``C``, sent now, must be answered after ``B``."""
+    entered = asyncio.Event()
+    gate = asyncio.Event()
+    gets = 0
+
+    def authorize(principal: Principal, kind: str, name: str, action: str) -> Any:
+        nonlocal gets
+        if action == "call:increment":
+            return True  # a hook may answer some actions at once and others later
+
+        async def later() -> bool:
+            nonlocal gets
+            if action == "call:get":
+                gets += 1
+                if gets == 2:  # B
+                    entered.set()
+                    await gate.wait()
+            return True
+
+        return later()
+
+    app = create_app([Counter], data_dir=data_dir, limits=NO_RATE_LIMITS, authorize=authorize)
+    c_frame = ping("C") if later_frame == "ping" else rpc("C", "increment")
+    async with serve_in_process(app) as addr:
+        sock = await RawSocket.connect(addr)
+        try:
+            sock.write(RawSocket.upgrade("/agents/counter/held?subscribe=none"))
+            await sock.accepted()
+            assert (await sock.recv())["type"] == "welcome"
+            protocol = next(iter(app.sinks)).direct
+            assert protocol is not None
+            sock.write(RawSocket.frames(rpc("A", "get"), rpc("B", "get")))  # one TCP write
+            await asyncio.wait_for(entered.wait(), 10)
+            assert (await sock.recv()) == {"type": "rpc_result", "id": "A", "ok": True, "result": 0}
+            sock.write(RawSocket.frames(c_frame))
+            early: list[Frame] = []
+            reading = asyncio.ensure_future(sock.recv())
+            # until the server read C: either it answered C already (the bug) or queued it behind B
+            await wait_until(lambda: reading.done() or protocol.queue.qsize() > 0)
+            if reading.done():
+                early.append(reading.result())
+            assert early == [], "C was answered while B still waited for its verdict"
+            gate.set()
+            rest = [await reading] + [await sock.recv()]
+        finally:
+            await sock.aclose()
+    assert [f.get("id") for f in rest] == ["B", "C"]
+    assert rest[0]["result"] == 0, "B saw the effect of C, a call sent after it"
+
+
+# -- 3. inline turns --------------------------------------------------------------------------------
+async def test_an_inline_turn_that_suspends_runs_as_the_actor_task_and_returns_its_result(
+    data_dir: Path, fresh_kinds: None
+) -> None:
+    app = create_app([Stepper, Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/stepper/s?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            host = app.registry.hosts[("stepper", "s")]
+            assert (await call(ws, "1", "sleepy", 0.01))["result"] == 1
+            assert (await call(ws, "2", "via", "c", 5))["result"] == 5
+            assert (await call(ws, "3", "via", "c", 2))["result"] == 7
+            # pipelined behind turns that suspend: one turn at a time, in order
+            for i, method in enumerate(["sleepy", "add", "sleepy", "add"], start=4):
+                await ws.send(rpc(str(i), method, *([0.01] if method == "sleepy" else [])))
+            got = [await recv(ws) for _ in range(4)]
+            assert [(f["id"], f["result"]) for f in got] == [("4", 14), ("5", 15), ("6", 16), ("7", 17)]
+            assert (await call(ws, "8", "get"))["result"] == 17
+            async with httpx.AsyncClient() as http:
+                counter = (await http.get(f"http://{addr}/agents/counter/c")).json()
+            assert counter["state"] == {"count": 7}
+    seen = Stepper.seen
+    assert [s["method"] for s in seen] == ["sleepy", "via", "via", "sleepy", "sleepy"]
+    for s in seen:
+        assert s["task_before"] is host.task, f"{s['method']} ran as {s['task_before']!r}"
+        assert s["task_after"] is host.task, f"{s['method']} was continued by {s['task_after']!r}"
+    # the calls made one at a time found the actor idle: run inline, then continued by its task
+    assert [s["inline_before"] for s in seen[:3]] == [True, True, True], "the idle actor's turn ran queued"
+    assert seen[0]["resumed_after"] is True
+    assert actor_state(data_dir, "stepper", "s") == {"n": 17}
+
+
+async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_the_actor_goes_on(
+    data_dir: Path, fresh_kinds: None
+) -> None:
+    config = RuntimeConfig(turn_timeout=0.3)
+    app = create_app([Stepper], data_dir=data_dir, config=config, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/stepper/t?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            host = app.registry.hosts[("stepper", "t")]
+            assert (await call(ws, "1", "add"))["result"] == 1
+            started = time.monotonic()
+            await ws.send(rpc("slow", "slow", 60.0))
+            await ws.send(rpc("after", "get"))  # queued behind the slow turn
+            slow = await recv(ws)
+            elapsed = time.monotonic() - started
+            after = await recv(ws)
+            assert (await call(ws, "2", "add"))["result"] == 2
+            assert app.registry.hosts[("stepper", "t")] is host, "the actor was restarted"
+            assert not host.task.done()
+    assert Stepper.seen[0]["method"] == "slow"
+    assert Stepper.seen[0]["inline_before"] is True, "the slow turn did not run inline"
+    assert (slow["id"], slow["ok"], slow["error"]["code"]) == ("slow", False, "timeout")
+    assert 0.25 <= elapsed < 10, elapsed
+    assert after == {"type": "rpc_result", "id": "after", "ok": True, "result": 1}, "not rolled back"
+    assert actor_state(data_dir, "stepper", "t") == {"n": 2}
+    file = ActorFile.open(actor_path(data_dir, "stepper", "t"), "stepper", "t")
+    try:
+        states = [orjson.loads(frame)["state"]["n"] for _, kind, frame in file.replay(0) if kind == "state"]
+    finally:
+        file.close()
+    assert states == [1, 2], "the timed-out turn's write reached the log"
+
+
+async def test_inline_turns_share_commits_and_every_acknowledged_increment_is_counted(
+    data_dir: Path, fresh_kinds: None
+) -> None:
+    connections, calls_each = 20, 30
+    app = create_app([Tally], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/tally/hot?subscribe=none"
+        async with websockets.connect(url) as first:
+            assert (await recv(first))["type"] == "welcome"
+            host = app.registry.hosts[("tally", "hot")]
+            stats = Statements(host.file.conn, host.file, lambda: int(host.state["count"]))
+            early: list[tuple[int, int]] = []  # (result, committed) for replies seen before their commit
+
+            async def hammer(i: int) -> list[int]:
+                results: list[int] = []
+                async with websockets.connect(url) as ws:
+                    assert (await recv(ws))["type"] == "welcome"
+                    for j in range(calls_each):
+                        result = (await call(ws, f"{i}.{j}", "increment"))["result"]
+                        if result > stats.committed:
+                            early.append((result, stats.committed))
+                        results.append(result)
+                return results
+
+            acked = [r for rs in await asyncio.gather(*(hammer(i) for i in range(connections))) for r in rs]
+            final = await call(first, "final", "increment")
+    calls = connections * calls_each
+    assert sorted(acked) == list(range(1, calls + 1)), "an increment was lost or applied twice"
+    assert final["result"] == calls + 1
+    assert actor_state(data_dir, "tally", "hot") == {"count": calls + 1}
+    assert early == [], "a reply arrived before the commit of its write"
+    assert Tally.inline >= calls // 2, f"only {Tally.inline} of {Tally.turns} turns ran inline"
+    assert stats.commits <= calls // 2, f"{stats.commits} commits for {calls} calls: no group commit"
+
+
+# -- 4. checkpoints off the loop, page size -----------------------------------------------------------
+async def test_the_wal_stays_bounded_checkpoints_run_in_a_worker_thread_and_the_file_stays_sound(
+    data_dir: Path,
+) -> None:
+    increments = 3000
+    app = create_app([Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    path = actor_path(data_dir, "counter", "wal")
+    wal = Path(f"{path}-wal")
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/counter/wal?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            host = app.registry.hosts[("counter", "wal")]
+            stats = Statements(host.file.conn, host.file, lambda: int(host.state["count"]))
+            largest = 0
+            for i in range(1, increments + 1):
+                assert (await call(ws, str(i), "increment"))["result"] == i
+                if i % 100 == 0:
+                    largest = max(largest, wal.stat().st_size)
+            largest = max(largest, wal.stat().st_size)
+    frame_bytes = PAGE_SIZE + 24  # a WAL frame: a page and its header
+    unbounded = stats.commits * frame_bytes  # at least one page per commit, were nothing checkpointed
+    bound = 2 * CHECKPOINT_PAGES * frame_bytes
+    assert stats.commits >= increments
+    assert unbounded > 2 * bound, "too few commits for the check to mean anything"
+    assert largest <= bound, f"WAL grew to {largest} bytes over {stats.commits} commits"
+    assert stats.checkpoint_threads, "no checkpoint ran"
+    assert stats.loop_thread not in stats.checkpoint_threads, "a checkpoint ran on the event loop"
+    assert stats.turns_during_checkpoint == 0, "a turn began while a checkpoint held the file"
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+    finally:
+        db.close()
+    assert actor_state(data_dir, "counter", "wal") == {"count": increments}
+
+
+def commit_one(file: ActorFile, seq: int) -> None:
+    file.begin_turn()
+    file.append_log(seq, "state", encode({"type": "state", "seq": seq, "state": {"count": seq}}), 0.0)
+    file.end_turn()
+    file.commit()
+
+
+def test_checkpoint_due_follows_the_wal_and_checkpoint_clears_it(data_dir: Path) -> None:
+    file = ActorFile.open(actor_path(data_dir, "counter", "due"), "counter", "due")
+    try:
+        assert file.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0, "SQLite checkpoints itself"
+        seq = 0
+        assert not file.checkpoint_due
+        while not file.checkpoint_due:
+            seq += 1
+            commit_one(file, seq)
+            assert seq <= CHECKPOINT_PAGES, "never due"
+        assert seq > 10, f"due after {seq} one-page commits"
+        busy, log, done = file.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        file.checkpoint()
+        assert not file.checkpoint_due
+        assert log >= seq, "SQLite checkpointed on its own"
+        # everything in the WAL was copied back: a checkpoint now has nothing left to do
+        busy, log, done = file.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (busy, log) == (0, done)
+        # with the pages per commit it learnt, it is due again when the WAL holds about CHECKPOINT_PAGES
+        first = seq
+        while not file.checkpoint_due:
+            seq += 1
+            commit_one(file, seq)
+            assert seq - first <= 4 * CHECKPOINT_PAGES, "never due again"
+        frames = file.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        assert CHECKPOINT_PAGES // 2 <= frames <= 2 * CHECKPOINT_PAGES, frames
+        file.checkpoint()
+        assert not file.checkpoint_due
+        assert file.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert file.log_bounds() == (1, seq)
+    finally:
+        file.close()
+
+
+async def test_new_actor_files_use_1k_pages_and_older_files_keep_theirs(data_dir: Path) -> None:
+    legacy = actor_path(data_dir, "counter", "legacy")
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(legacy)  # a file from before 1 KiB pages: SQLite's default 4096, WAL
+    old.execute("PRAGMA page_size=4096")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE notes (x TEXT)")
+    old.execute("INSERT INTO notes VALUES ('kept')")
+    old.commit()
+    old.close()
+    app = create_app([Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        for name in ("legacy", "fresh"):
+            async with websockets.connect(f"ws://{addr}/agents/counter/{name}?subscribe=none") as ws:
+                assert (await recv(ws))["type"] == "welcome"
+                for i in range(1, 51):
+                    assert (await call(ws, str(i), "increment"))["result"] == i
+    for name, size in (("legacy", 4096), ("fresh", PAGE_SIZE)):
+        db = sqlite3.connect(actor_path(data_dir, "counter", name))
+        try:
+            assert db.execute("PRAGMA page_size").fetchone()[0] == size, name
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", name
+        finally:
+            db.close()
+        assert actor_state(data_dir, "counter", name) == {"count": 50}
+    db = sqlite3.connect(legacy)
+    try:
+        assert db.execute("SELECT x FROM notes").fetchall() == [("kept",)]
+    finally:
+        db.close()
+    assert PAGE_SIZE == 1024
