@@ -254,6 +254,11 @@ class ActorHost:
         self.oldest, self.seq = file.log_bounds()
         file.conn.set_authorizer(self._authorize)
         self.actor: Actor = actor_cls._create(self)
+        from actors.actor import Actor as base  # (a cycle at import time)
+
+        # the state hooks are called only where the kind defines them (most do not)
+        self._validates = actor_cls.validate_state is not base.validate_state
+        self._watches = actor_cls.on_state_changed is not base.on_state_changed
         self._context = contextvars.copy_context()  # the mailbox task's, for turns run inline
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
             self._run(), name=f"actor:{kind}/{name}", context=self._context
@@ -750,7 +755,8 @@ class ActorHost:
         if conn is not None and conn.id not in self.connections:
             return  # rejected or already gone
         self._begin_turn(conn)
-        self.chain = (*item.chain, self.key)
+        if item.chain:
+            self.chain = (*item.chain, self.key)
         if item.principal is not None:
             self.principal = item.principal
         who = conn.principal if conn is not None else item.principal
@@ -963,7 +969,8 @@ class ActorHost:
     def set_state(self, state: Any, source: Connection | None) -> None:
         self.require_turn()
         self._require_writable()
-        self.actor.validate_state(state)
+        if self._validates:
+            self.actor.validate_state(state)
         try:
             text = _json(state)
         except TypeError as exc:
@@ -975,6 +982,8 @@ class ActorHost:
         self.state_json = text
         self.state = orjson.loads(text)
         self._fanout("state", frame, (), None)
+        if not self._watches:
+            return
         try:
             self.actor.on_state_changed(self.state, source)
         except Exception as exc:  # a hook error never undoes a write

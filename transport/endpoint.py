@@ -65,6 +65,15 @@ log = logging.getLogger("roost.ws")
 _HELD = "roost.held"
 
 
+class _Waits:
+    """How many frames of a connection wait for an asynchronous ``authorize`` verdict (0 or 1)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class SocketSink:
     """Outbound queue of one socket, drained by its own writer task. ``send_text`` never blocks."""
 
@@ -272,15 +281,16 @@ class WebSocketEndpoint:
                 return
             extension = conn.scope.get("extensions", {}).get(DIRECT)
             protocol = extension.get("protocol") if isinstance(extension, dict) else None
+            waits = _Waits()
             if isinstance(protocol, RoostWebSocketProtocol):
                 sink.direct = protocol
-                protocol.frame_handler = self._direct(protocol, sink, connection, host, gate)
+                protocol.frame_handler = self._direct(protocol, sink, connection, host, gate, waits)
                 try:
-                    close_code = await self._serve(receive, sink, connection, host, gate)
+                    close_code = await self._serve(receive, sink, connection, host, gate, waits)
                 finally:  # nothing the client sends after its disconnect is acted on
                     protocol.frame_handler = None
             else:
-                close_code = await self._serve(receive, sink, connection, host, gate)
+                close_code = await self._serve(receive, sink, connection, host, gate, waits)
         finally:
             app.sinks.discard(sink)
             if host is not None and not host.stopping:
@@ -291,54 +301,54 @@ class WebSocketEndpoint:
             await sink.finish()
 
     async def _serve(
-        self, receive: Receive, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate
+        self, receive: Receive, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate, waits: _Waits
     ) -> int:
-        """Read frames until the socket closes.
+        """Read frames until the socket closes (under ``roost serve``: disconnects, and the frames
+        queued behind one that waits for an asynchronous verdict; the rest come by :meth:`_direct`).
 
-        Answers of our own (error frames, pongs) go through the actor's mailbox as ``Deliver``, so they
-        keep their place: after the welcome, and after the replies to everything sent before them.
+        While a frame waits for its verdict, ``waits.count`` keeps the direct path from taking later
+        frames: they queue here, behind it, whichever path the waiting frame came by.
         """
         while True:
             msg = await receive()
             kind = msg["type"]
             if kind == "websocket.disconnect":
                 return int(msg.get("code", 1006))
-            if kind == _HELD:  # a frame taken directly waits for its verdict; later ones queued behind
-                try:
-                    await msg["later"]
-                except ActorUnavailable as exc:
-                    self._unavailable(sink, exc)
-                finally:
-                    msg["done"]()
-                continue
-            later = self._frame(host, sink, conn, msg.get("text"), gate)
-            if later is not None:  # an asynchronous authorize hook: wait for its verdict
-                try:
-                    await later
-                except ActorUnavailable as exc:
-                    self._unavailable(sink, exc)
+            if kind == _HELD:  # a frame taken directly waits for its verdict (counted when queued)
+                later = msg["later"]
+            else:
+                later = self._frame(host, sink, conn, msg.get("text"), gate)
+                if later is None:
+                    continue
+                waits.count += 1
+            try:
+                await later
+            except ActorUnavailable as exc:
+                self._unavailable(sink, exc)
+            finally:
+                waits.count -= 1
 
     def _direct(
-        self, protocol: RoostWebSocketProtocol, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate
+        self,
+        protocol: RoostWebSocketProtocol,
+        sink: SocketSink,
+        conn: Connection,
+        host: Any,
+        gate: FrameGate,
+        waits: _Waits,
     ) -> Callable[[str | None], bool]:
         """The frame handler of the direct path: runs in the protocol's ``data_received``, so an idle
         actor's turn, its commit and the reply happen without a task switch. A frame that must wait for
         an asynchronous verdict is handed to the reader task, and frames after it are queued behind it
-        (the protocol queues while anything is queued; ``held`` covers the wait itself)."""
-        held = 0
-
-        def done() -> None:
-            nonlocal held
-            held -= 1
+        (the protocol queues while anything is queued; ``waits`` covers the wait itself)."""
 
         def on_frame(text: str | None) -> bool:
-            nonlocal held
-            if held:
+            if waits.count:
                 return False
             later = self._frame(host, sink, conn, text, gate)
             if later is not None:
-                held += 1
-                protocol.queue.put_nowait({"type": _HELD, "later": later, "done": done})  # type: ignore[arg-type]
+                waits.count += 1
+                protocol.queue.put_nowait({"type": _HELD, "later": later})  # type: ignore[arg-type]
             return True
 
         return on_frame
