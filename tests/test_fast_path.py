@@ -794,3 +794,36 @@ async def test_new_actor_files_use_1k_pages_and_older_files_keep_theirs(data_dir
     finally:
         db.close()
     assert PAGE_SIZE == 1024
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70001])
+def test_frames_written_directly_are_byte_for_byte_what_websockets_would_send(size: int) -> None:
+    """``write_text`` builds server text frames itself (header + unmasked payload, RFC 6455 §5.2);
+    each length class of the header must match what ``websockets`` builds for the same text."""
+    from websockets.protocol import State
+    from websockets.server import ServerProtocol
+
+    from transport.uvicorn_ws import RoostWebSocketProtocol
+
+    class Transport:
+        def __init__(self) -> None:
+            self.out: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.out.append(data)
+
+    text = "é" * (size // 2) + "x" * (size % 2)  # multi-byte UTF-8: the length is of the bytes
+    proto = RoostWebSocketProtocol.__new__(RoostWebSocketProtocol)
+    proto.conn = ServerProtocol()
+    proto.conn.state = State.OPEN
+    transport = Transport()
+    proto.transport = transport  # type: ignore[assignment]
+    proto.disconnected = False
+    proto.close_sent = False
+    proto.writable = asyncio.Event()
+    proto.writable.set()
+    assert proto.write_text(text) is True
+    reference = ServerProtocol()
+    reference.state = State.OPEN
+    reference.send_text(text.encode())
+    assert transport.out == [b"".join(reference.data_to_send())]

@@ -22,16 +22,21 @@ Two things differ from uvicorn's own class:
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
 from websockets.http11 import Request
+from websockets.protocol import State
 
 __all__ = ["DIRECT", "RoostWebSocketProtocol"]
 
 #: The ASGI scope extension naming the protocol object that offers the direct frame path.
 DIRECT = "roost.direct"
+
+_HEAD16 = struct.Struct("!BBH")  # FIN + text opcode, length 126, 16-bit length
+_HEAD64 = struct.Struct("!BBQ")  # FIN + text opcode, length 127, 64-bit length
 
 
 class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -73,14 +78,31 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
     def write_text(self, text: str) -> bool | None:
         """Write a text frame now if the socket takes it: True when written, False when the caller
         must wait (the transport's buffer is full, or a close is under way), None when the
-        connection is gone."""
+        connection is gone.
+
+        The frame is built here when nothing can change its bytes (no extension negotiated, no
+        fragmented message under way, the connection open): a server frame is a two- to ten-byte
+        header and the payload, unmasked (RFC 6455 §5.2). That costs a fifth of building it through
+        ``websockets``' frame objects, on every frame a server sends."""
         if self.disconnected:
             return None
         if self.close_sent or not self.writable.is_set():
             return False
+        conn = self.conn
+        data = text.encode()
+        if conn.state is State.OPEN and not conn.extensions and not conn.expect_continuation_frame:
+            size = len(data)
+            if size < 126:
+                head = bytes((0x81, size))
+            elif size < 65536:
+                head = _HEAD16.pack(0x81, 126, size)
+            else:
+                head = _HEAD64.pack(0x81, 127, size)
+            self.transport.write(head + data)
+            return True
         try:
-            self.conn.send_text(text.encode())
+            conn.send_text(data)
         except InvalidState:
             return None
-        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.write(b"".join(conn.data_to_send()))
         return True
