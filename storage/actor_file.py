@@ -270,6 +270,9 @@ class ActorFile:
                     self.conn.execute("COMMIT")
             finally:
                 self.in_transaction = False
+                # the cursor first: a statement it still holds (a failed COMMIT's) would keep the
+                # connection, and with it the file's exclusive lock, open after conn.close()
+                self._cur.close()
                 self.conn.close()
 
     @property
