@@ -60,6 +60,11 @@ class Actor:
     #: The version of this kind's state. Raise it when the shape changes and say how to get there in
     #: :meth:`migrate_state`; files are brought forward when the actor next starts.
     state_version: ClassVar[int] = 1
+    #: SQLite page size of this kind's new files (existing files keep theirs). A commit writes each page
+    #: it changed whole, so small pages suit small states and events (a 60-byte state frame commits in
+    #: 6.7 µs with 1 KiB pages, 8.7 µs with 4 KiB), large ones suit large frames (a 30 KB frame: 59 µs
+    #: against 29 µs). The agent runtime uses 4096.
+    page_size: ClassVar[int] = 1024
     #: How many logged frames to keep for resume (``None``: the server's default).
     log_retention: ClassVar[int | None] = None
 

@@ -335,6 +335,9 @@ class ActorHost:
         except asyncio.CancelledError:
             if not self.stopping:
                 self._fail(ActorUnavailable(message="actor task cancelled"))
+            if self._stepping:  # raised, not delivered: the task itself was not cancelled; end it
+                self.task.cancel()
+                return
             raise
         except BaseException as exc:  # a bug in the runtime itself: never leave callers hanging
             log.exception("actor %s/%r crashed", self.kind, self.name)
@@ -373,7 +376,13 @@ class ActorHost:
         ):
             return
         self._checkpointing = True
-        self._loop.run_in_executor(None, file.checkpoint).add_done_callback(self._checkpointed)
+        try:
+            done = self._loop.run_in_executor(self.registry.checkpoints(), file.checkpoint)
+        except Exception as exc:  # no thread to run it (shutting down): the WAL grows until one can
+            self._checkpointing = False
+            log.warning("checkpoint of %s/%r not started: %s", self.kind, self.name, exc)
+            return
+        done.add_done_callback(self._checkpointed)
 
     def _checkpointed(self, done: asyncio.Future[None]) -> None:
         self._checkpointing = False
@@ -567,6 +576,8 @@ class ActorHost:
         self.file.end_turn()
         if self._flush():
             self.file.begin_turn()
+        else:  # the actor failed: the suspended turn ends where it waits
+            self.task.cancel()
 
     def _expire(self, turn_id: int) -> None:
         """The turn's time is up: cancel it where it waits; ``_check_timeout`` turns that into a

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import random
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -137,6 +138,7 @@ class Registry:
         self._dispatch_task: asyncio.Task[None] | None = None
         self.sweeps = 0
         self.activations = 0
+        self._checkpoints: ThreadPoolExecutor | None = None
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         self._flush_handle: asyncio.Handle | None = None
         #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
@@ -189,6 +191,9 @@ class Registry:
             if self.directory is not None:
                 self.directory.touch(h.kind, h.name, self.clock.now())
         self.hosts.clear()
+        if self._checkpoints is not None:  # every actor has stopped: none is running
+            self._checkpoints.shutdown(wait=True)
+            self._checkpoints = None
         if self.directory is not None:
             self.directory.close()
             self.directory = None
@@ -284,6 +289,7 @@ class Registry:
                 durability=self.config.durability,
                 initial_state=_initial_json(cls),
                 state_version=cls.state_version,
+                page_size=cls.page_size,
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
@@ -300,6 +306,13 @@ class Registry:
         self.directory.touch(kind, name, self.clock.now())
         self.activations += 1
         return host
+
+    def checkpoints(self) -> ThreadPoolExecutor:
+        """The threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
+        never keeps an actor waiting for its checkpoint to start."""
+        if self._checkpoints is None:
+            self._checkpoints = ThreadPoolExecutor(max_workers=2, thread_name_prefix="roost-checkpoint")
+        return self._checkpoints
 
     def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:
         """Commit ``host``'s batch at the end of this loop iteration. One callback serves every actor

@@ -47,9 +47,12 @@ LogRow = tuple[int, str, str]  # (seq, kind, frame)
 
 #: WAL pages after which a checkpoint is due (SQLite's own automatic threshold).
 CHECKPOINT_PAGES = 1000
-#: Page size of new actor files. A turn usually changes one page of the log, and a commit writes each
-#: changed page whole to the WAL (and checksums it): 1 KiB pages make the commit of one state change
-#: 8.7 → 6.7 µs here (SQLite's default is 4 KiB). Files keep the size they were created with.
+#: If no checkpoint could run between turns by this many times the threshold, a commit runs one itself.
+_INLINE_FACTOR = 4
+#: Default page size of new actor files (``Actor.page_size`` chooses per kind). A turn usually changes
+#: one page of the log, and a commit writes each changed page whole to the WAL (and checksums it): 1 KiB
+#: pages make the commit of one small state change 8.7 → 6.7 µs here; frames of several KB commit
+#: faster with SQLite's default 4 KiB. Files keep the size they were created with.
 PAGE_SIZE = 1024
 
 
@@ -67,7 +70,8 @@ class ActorFile:
         # one cursor for the turn's own row-less statements (BEGIN, INSERT, COMMIT …): a cursor made
         # per statement costs a fifth of a microsecond each, three times a turn
         self._cur = conn.cursor()
-        self._commits = 0  # commits since the last checkpoint
+        self._commits = 0  # commits that wrote something, since the last checkpoint
+        self._changes = conn.total_changes
         self._pages_per_commit = 2.0  # learnt from each checkpoint
 
     # -- opening ---------------------------------------------------------------------------------
@@ -83,6 +87,7 @@ class ActorFile:
         durability: Durability = "normal",
         initial_state: str = "{}",
         state_version: int = 1,
+        page_size: int = PAGE_SIZE,
     ) -> ActorFile:
         """Open (creating if needed) and lock the file, migrate it, and return it.
 
@@ -94,7 +99,7 @@ class ActorFile:
         try:
             conn.execute("PRAGMA locking_mode=EXCLUSIVE")
             if created:  # only before the first write; an existing file keeps its page size
-                conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+                conn.execute(f"PRAGMA page_size={int(page_size)}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise ActorLocked(kind, name)
@@ -182,25 +187,34 @@ class ActorFile:
         if self.in_transaction:
             self._cur.execute("COMMIT")
             self.in_transaction = False
-            self._commits += 1
+            changes = self.conn.total_changes
+            if changes != self._changes:  # a commit that wrote nothing adds nothing to the WAL
+                self._changes = changes
+                self._commits += 1
+                if self._commits * self._pages_per_commit >= CHECKPOINT_PAGES * _INLINE_FACTOR:
+                    # no checkpoint could run between turns (one long streaming call, or no thread
+                    # to run it): bound the WAL here, on the caller's thread, as SQLite itself would
+                    self.checkpoint()
 
     @property
     def checkpoint_due(self) -> bool:
-        """The WAL holds about :data:`CHECKPOINT_PAGES` pages or more (estimated from the commits
-        since the last checkpoint and the pages per commit that checkpoint found)."""
+        """The WAL holds about :data:`CHECKPOINT_PAGES` pages or more (estimated from the commits that
+        wrote something since the last checkpoint, and the pages per such commit that checkpoint
+        found, at least one)."""
         return self._commits * self._pages_per_commit >= CHECKPOINT_PAGES
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database file. Runs in a worker thread; the caller guarantees that
-        nothing else uses the file meanwhile (:meth:`close` waits for it)."""
+        nothing else uses the file meanwhile (:meth:`close` waits for it). If it fails, it is due
+        again at once."""
         with self._lock:
             if self._closed:
                 return
-            commits, self._commits = self._commits, 0
             row = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            commits, self._commits = self._commits, 0
         pages = int(row[1]) if row is not None else -1
         if commits and pages > 0:
-            self._pages_per_commit = max(0.1, pages / commits)
+            self._pages_per_commit = max(1.0, pages / commits)
 
     def begin_turn(self) -> None:
         """Start a turn: the batch transaction if none is open (nothing else to protect), else a

@@ -827,3 +827,152 @@ def test_frames_written_directly_are_byte_for_byte_what_websockets_would_send(si
     reference.state = State.OPEN
     reference.send_text(text.encode())
     assert transport.out == [b"".join(reference.data_to_send())]
+
+
+# -- found by review: each of these failed before its fix --------------------------------------------
+def test_commits_that_write_nothing_do_not_put_off_the_next_checkpoint(data_dir: Path) -> None:
+    """Read-only turns commit empty transactions: they must not teach ``checkpoint_due`` that a commit
+    adds a fraction of a page (it then waited 10,000 commits while big frames filled the WAL)."""
+    file = ActorFile.open(actor_path(data_dir, "counter", "ro"), "counter", "ro")
+    try:
+        for _ in range(3000):  # read-only turns
+            file.begin_turn()
+            file.end_turn()
+            file.commit()
+        assert not file.checkpoint_due
+        file.checkpoint()
+        seq = 0
+        while not file.checkpoint_due:
+            seq += 1
+            commit_one(file, seq)
+            assert seq <= CHECKPOINT_PAGES, "read-only commits put the checkpoint off"
+        frames = file.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        assert frames <= 2 * CHECKPOINT_PAGES, frames
+    finally:
+        file.close()
+
+
+def test_the_wal_stays_bounded_when_no_checkpoint_can_run_between_turns(data_dir: Path) -> None:
+    """One long turn that commits again and again (a streaming call: a commit per ``yield``) never
+    reaches a point between turns; the commit itself bounds the WAL, as SQLite's own checkpoint did."""
+    file = ActorFile.open(actor_path(data_dir, "counter", "stream"), "counter", "stream")
+    wal = Path(f"{file.path}-wal")
+    try:
+        peak = 0
+        for seq in range(1, 12 * CHECKPOINT_PAGES):
+            commit_one(file, seq)  # nobody calls checkpoint(): no turn ever ends
+            if seq % 500 == 0:
+                peak = max(peak, wal.stat().st_size)
+        # unbounded, 12,000 one-page commits would leave a WAL of about 12,000 pages
+        assert peak <= 6 * CHECKPOINT_PAGES * (PAGE_SIZE + 24), peak
+        assert file.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        file.close()
+
+
+class Doomed(Counter):
+    """``doomed`` writes, then its batch's COMMIT fails (the SQLite progress handler interrupts it)."""
+
+    kind = "doomed"
+
+    @callable
+    def doomed(self) -> int:
+        self.set_state({"count": self.state["count"] + 100})
+        conn = self._host.file.conn
+        conn.set_progress_handler(lambda: 1 if conn.in_transaction else 0, 1)  # interrupt the COMMIT
+        n: int = self.state["count"]
+        return n
+
+
+async def test_a_failed_commit_of_an_inline_turn_releases_nothing_over_the_websocket(data_dir: Path) -> None:
+    """The output gate on the direct path: the reply and the state frame of a batch whose commit
+    failed never reach the client; it is closed with 1011; the actor reloads the committed state."""
+    app = create_app([Doomed], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/doomed/d1") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            for i in (1, 2):
+                await ws.send(encode({"type": "rpc", "id": str(i), "method": "increment"}))
+                state, reply = await recv(ws), await recv(ws)  # one batch: the state frame, the reply
+                assert (state["type"], state["state"], reply["result"]) == ("state", {"count": i}, i)
+            await ws.send(encode({"type": "rpc", "id": "d", "method": "doomed"}))
+            seen: list[Frame] = []
+            code = None
+            try:
+                while True:
+                    seen.append(await recv(ws))
+            except websockets.ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else None
+            assert seen == [], f"frames of the failed batch left the server: {seen}"
+            assert code == 1011
+        async with websockets.connect(f"ws://{addr}/agents/doomed/d1?subscribe=none") as ws:
+            welcome = await recv(ws)
+            assert welcome["state"] == {"count": 2}
+            assert (await call(ws, "3", "increment"))["result"] == 3
+
+
+async def test_agent_kinds_get_4k_pages(data_dir: Path) -> None:
+    """Agents write rows of kilobytes (runs, plans, payloads): their files keep SQLite's 4 KiB pages,
+    while small-state kinds get 1 KiB (``Actor.page_size``)."""
+    from actors.examples import DocsAgent
+
+    assert DocsAgent.page_size == 4096
+    assert Counter.page_size == PAGE_SIZE == 1024
+    app = create_app([DocsAgent, Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        for kind in ("docs", "counter"):
+            async with websockets.connect(f"ws://{addr}/agents/{kind}/p1?subscribe=none") as ws:
+                assert (await recv(ws))["type"] == "welcome"
+    for kind, size in (("docs", 4096), ("counter", 1024)):
+        db = sqlite3.connect(actor_path(data_dir, kind, "p1"))
+        try:
+            assert db.execute("PRAGMA page_size").fetchone()[0] == size, kind
+        finally:
+            db.close()
+
+
+class Quits(Counter):
+    """``quit`` raises ``CancelledError`` without ever suspending (as some library code does)."""
+
+    kind = "quits"
+
+    @callable
+    def quit(self) -> None:
+        raise asyncio.CancelledError
+
+
+async def test_a_cancelled_error_raised_in_an_inline_turn_stops_the_actor_cleanly(data_dir: Path) -> None:
+    """It must not escape into the protocol's ``data_received`` (the client saw 1006 and the actor's
+    task stayed parked forever): the actor stops as after any crash (close 1011), its task ends, and
+    the next connection gets it back from disk."""
+    app = create_app([Quits], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        async with websockets.connect(f"ws://{addr}/agents/quits/q?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            assert (await call(ws, "1", "increment"))["result"] == 1
+            host = app.registry.hosts[("quits", "q")]
+            await ws.send(encode({"type": "rpc", "id": "2", "method": "quit"}))
+            code = None
+            try:
+                while True:
+                    await recv(ws)
+            except websockets.ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else None
+            assert code == 1011
+        async with asyncio.timeout(5):
+            await asyncio.gather(host.task, return_exceptions=True)  # ended, not parked forever
+        async with websockets.connect(f"ws://{addr}/agents/quits/q?subscribe=none") as ws:
+            assert (await recv(ws))["state"] == {"count": 1}
+            assert (await call(ws, "3", "increment"))["result"] == 2
+
+
+async def test_an_actor_keeps_serving_when_its_checkpoint_cannot_start(data_dir: Path) -> None:
+    """No thread can take the checkpoint (its executor is shut down): the actor must not wait for it
+    forever; it goes on, and its commits bound the WAL themselves."""
+    app = create_app([Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr:
+        app.registry.checkpoints().shutdown()
+        async with websockets.connect(f"ws://{addr}/agents/counter/nothread?subscribe=none") as ws:
+            assert (await recv(ws))["type"] == "welcome"
+            for i in range(1, 2 * CHECKPOINT_PAGES + 1):  # the first checkpoint is due well before
+                assert (await call(ws, str(i), "increment"))["result"] == i

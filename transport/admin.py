@@ -262,7 +262,10 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
         target = out / _relative(data, entry.kind, entry.name)
 
         async def copy(actor: Actor, target: Path = target) -> str:
-            # inside the actor's turn (nothing else uses its connection meanwhile), off the loop
+            # inside the actor's turn, off the loop. Its batch is committed first, so that nothing
+            # on the loop (the early commit of a batch behind a suspended turn) touches the
+            # connection while the thread has it
+            actor._host.checkpoint()
             return await asyncio.to_thread(_copy, actor._host.file.conn, target)
 
         check = await registry.run(entry.kind, entry.name, copy)

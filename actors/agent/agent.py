@@ -52,6 +52,7 @@ class Agent(Actor):
     """Base class of agent kinds. See the module doc."""
 
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (("agent", AGENT_MIGRATIONS),)
+    page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`actors.agent.tool`).
     tools: ClassVar[Sequence[Tool]] = ()
     #: Settings; ``None`` reads ``roost.toml`` (see :mod:`actors.agent.config`) once per kind.
