@@ -242,6 +242,7 @@ class ActorHost:
         self._adopt: Suspended | None = None  # an inline turn that suspended, for the mailbox task
         self._stepping = False  # run_now is stepping a turn inline
         self._checkpointing = False  # the file's WAL is being checkpointed in a worker thread
+        self._checkpoint_refused = False  # said once in the log
         self._flush_queued = False  # the registry will call flush_soon at the end of the iteration
         self.schedules = ScheduleStore(file.conn, kind, name)
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
@@ -378,10 +379,13 @@ class ActorHost:
         self._checkpointing = True
         try:
             done = self._loop.run_in_executor(self.registry.checkpoints(), file.checkpoint)
-        except Exception as exc:  # no thread to run it (shutting down): the WAL grows until one can
+        except Exception as exc:  # no thread to run it (shutting down): commits bound the WAL meanwhile
             self._checkpointing = False
-            log.warning("checkpoint of %s/%r not started: %s", self.kind, self.name, exc)
+            if not self._checkpoint_refused:
+                self._checkpoint_refused = True
+                log.warning("checkpoint of %s/%r not started: %s", self.kind, self.name, exc)
             return
+        self._checkpoint_refused = False
         done.add_done_callback(self._checkpointed)
 
     def _checkpointed(self, done: asyncio.Future[None]) -> None:

@@ -308,10 +308,10 @@ class Registry:
         return host
 
     def checkpoints(self) -> ThreadPoolExecutor:
-        """The threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
+        """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
         never keeps an actor waiting for its checkpoint to start."""
         if self._checkpoints is None:
-            self._checkpoints = ThreadPoolExecutor(max_workers=2, thread_name_prefix="roost-checkpoint")
+            self._checkpoints = ThreadPoolExecutor(max_workers=4, thread_name_prefix="roost-checkpoint")
         return self._checkpoints
 
     def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:

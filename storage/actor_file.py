@@ -28,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -49,6 +50,8 @@ LogRow = tuple[int, str, str]  # (seq, kind, frame)
 CHECKPOINT_PAGES = 1000
 #: If no checkpoint could run between turns by this many times the threshold, a commit runs one itself.
 _INLINE_FACTOR = 4
+_PAGE_SIZES = frozenset(1 << n for n in range(9, 17))
+log = logging.getLogger("roost.storage")
 #: Default page size of new actor files (``Actor.page_size`` chooses per kind). A turn usually changes
 #: one page of the log, and a commit writes each changed page whole to the WAL (and checksums it): 1 KiB
 #: pages make the commit of one small state change 8.7 → 6.7 µs here; frames of several KB commit
@@ -93,6 +96,8 @@ class ActorFile:
 
         Raises ``ActorLocked`` if another connection holds the file.
         """
+        if page_size not in _PAGE_SIZES:
+            raise ValueError(f"page_size must be a power of two from 512 to 65536, not {page_size!r}")
         created = not path.exists()
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
@@ -193,8 +198,12 @@ class ActorFile:
                 self._commits += 1
                 if self._commits * self._pages_per_commit >= CHECKPOINT_PAGES * _INLINE_FACTOR:
                     # no checkpoint could run between turns (one long streaming call, or no thread
-                    # to run it): bound the WAL here, on the caller's thread, as SQLite itself would
-                    self.checkpoint()
+                    # to run it): bound the WAL here, on the caller's thread, as SQLite itself would.
+                    # The commit has succeeded whatever happens to the checkpoint
+                    try:
+                        self.checkpoint()
+                    except sqlite3.Error:
+                        log.warning("checkpoint of %s failed; tried again later", self.path, exc_info=True)
 
     @property
     def checkpoint_due(self) -> bool:

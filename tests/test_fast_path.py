@@ -976,3 +976,37 @@ async def test_an_actor_keeps_serving_when_its_checkpoint_cannot_start(data_dir:
             assert (await recv(ws))["type"] == "welcome"
             for i in range(1, 2 * CHECKPOINT_PAGES + 1):  # the first checkpoint is due well before
                 assert (await call(ws, str(i), "increment"))["result"] == i
+
+
+def test_a_commit_stands_when_its_own_checkpoint_fails(data_dir: Path) -> None:
+    """The checkpoint a commit runs itself (no checkpoint could run between turns) happens after the
+    COMMIT succeeded: its failure is logged and must not turn the commit into a reported failure."""
+    file = ActorFile.open(actor_path(data_dir, "counter", "ckfail"), "counter", "ckfail")
+    current = [""]
+    failed = [0]
+
+    def trace(statement: str) -> None:
+        current[0] = statement
+
+    def progress() -> int:  # SQLite interrupts every checkpoint, as an I/O error would fail it
+        if "wal_checkpoint" in current[0]:
+            failed[0] += 1
+            return 1
+        return 0
+
+    file.conn.set_trace_callback(trace)
+    file.conn.set_progress_handler(progress, 1)
+    try:
+        seq = 0
+        for seq in range(1, 6 * CHECKPOINT_PAGES):
+            commit_one(file, seq)  # raised before the fix, once the WAL estimate passed the bound
+        assert failed[0] > 0, "no checkpoint was tried"
+        file.conn.set_progress_handler(None, 1)
+        assert file.log_bounds() == (1, seq)
+    finally:
+        file.close()
+
+
+def test_page_sizes_that_sqlite_would_ignore_are_refused(data_dir: Path) -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        ActorFile.open(actor_path(data_dir, "counter", "odd"), "counter", "odd", page_size=1000)
