@@ -316,14 +316,7 @@ class ActorHost:
     async def _inline(self, item: Call | Message) -> None:
         """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`flush_soon`."""
         try:
-            self._current = item
-            if type(item) is Call:
-                try:
-                    await self._call(item)
-                finally:
-                    item.conn.in_flight -= 1  # type: ignore[union-attr]  # from a connection
-            else:
-                await self._dispatch(item)
+            await self._dispatch(item)
             self._current = None
             self._batch += 1
             if self._batch >= self.max_batch:
@@ -355,12 +348,18 @@ class ActorHost:
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
+        if not self._settle():
+            self.task.cancel()
+
+    def _settle(self) -> bool:
+        """Nothing more to run now: commit the batch and release it, note the time, and start a
+        checkpoint if one is due. False if the commit failed (the actor has stopped)."""
         if self._pending or self.file.in_transaction:
             if not self._flush():
-                self.task.cancel()
-                return
+                return False
         self.last_active = self.clock.monotonic()
         self._maybe_checkpoint()
+        return True
 
     def _maybe_checkpoint(self) -> None:
         """Between turns, with the batch committed: if the WAL is due for a checkpoint, run it in a
@@ -421,11 +420,8 @@ class ActorHost:
                 return
             while True:
                 if not self._inbox or self._checkpointing:
-                    if self._pending or self.file.in_transaction:
-                        if not self._flush():
-                            return
-                    self.last_active = self.clock.monotonic()
-                    self._maybe_checkpoint()
+                    if not self._settle():
+                        return
                     if self._stop_requested and not self._checkpointing:
                         return
                     self._waiter = loop.create_future()

@@ -1,14 +1,13 @@
-"""Running a parked task's next step at once, from another task, without a task switch.
+"""Running a parked task's next step at once, from elsewhere, without a task switch.
 
-An actor's mailbox task and a socket's writer task spend most of their life parked, waiting for work.
-Waking one costs a task switch (a future resolved, a loop iteration, a task step); a durable call used to
-cost two of them. :func:`step_as` lets the task that *has* the work (the socket's reader) run it on the
-parked task's behalf: in that task's context, with :func:`asyncio.current_task` returning that task, so
-that timeouts and cancellations aimed at "the current task" reach the right one.
+An actor's mailbox task spends most of its life parked, waiting for input. :func:`step_as` lets the
+code that *has* the input (``ActorHost.run_now``, called from a socket's ``data_received``) run the turn
+on the parked task's behalf: in that task's context, with :func:`asyncio.current_task` returning that
+task, so that timeouts and cancellations aimed at "the current task" reach the right one.
 
-Most steps finish without ever suspending (a turn that does not await real I/O, a socket write that the
-transport takes at once). When one does suspend, :class:`Resume` hands the half-run coroutine to the
-parked task, which continues it exactly where it stopped, as if it had run it from the start.
+Most turns finish without ever suspending (they await no real I/O). When one does suspend,
+:class:`Resume` hands the half-run coroutine to the parked task, which continues it exactly where it
+stopped, as if it had run it from the start.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ class ActorFile:
             if changes != self._changes:  # a commit that wrote nothing adds nothing to the WAL
                 self._changes = changes
                 self._commits += 1
-                if self._commits * self._pages_per_commit >= CHECKPOINT_PAGES * _INLINE_FACTOR:
+                if self._wal_pages >= CHECKPOINT_PAGES * _INLINE_FACTOR:
                     # no checkpoint could run between turns (one long streaming call, or no thread
                     # to run it): bound the WAL here, on the caller's thread, as SQLite itself would.
                     # The commit has succeeded whatever happens to the checkpoint
@@ -206,11 +206,15 @@ class ActorFile:
                         log.warning("checkpoint of %s failed; tried again later", self.path, exc_info=True)
 
     @property
+    def _wal_pages(self) -> float:
+        """The WAL's pages, estimated from the commits that wrote something since the last checkpoint
+        and the pages per such commit that checkpoint found (at least one)."""
+        return self._commits * self._pages_per_commit
+
+    @property
     def checkpoint_due(self) -> bool:
-        """The WAL holds about :data:`CHECKPOINT_PAGES` pages or more (estimated from the commits that
-        wrote something since the last checkpoint, and the pages per such commit that checkpoint
-        found, at least one)."""
-        return self._commits * self._pages_per_commit >= CHECKPOINT_PAGES
+        """The WAL holds about :data:`CHECKPOINT_PAGES` pages or more."""
+        return self._wal_pages >= CHECKPOINT_PAGES
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database file. Runs in a worker thread; the caller guarantees that

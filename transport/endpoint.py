@@ -281,16 +281,16 @@ class WebSocketEndpoint:
                 return
             extension = conn.scope.get("extensions", {}).get(DIRECT)
             protocol = extension.get("protocol") if isinstance(extension, dict) else None
+            direct = protocol if isinstance(protocol, RoostWebSocketProtocol) else None
             waits = _Waits()
-            if isinstance(protocol, RoostWebSocketProtocol):
-                sink.direct = protocol
-                protocol.frame_handler = self._direct(protocol, sink, connection, host, gate, waits)
-                try:
-                    close_code = await self._serve(receive, sink, connection, host, gate, waits)
-                finally:  # nothing the client sends after its disconnect is acted on
-                    protocol.frame_handler = None
-            else:
+            if direct is not None:
+                sink.direct = direct
+                direct.frame_handler = self._direct(direct, sink, connection, host, gate, waits)
+            try:
                 close_code = await self._serve(receive, sink, connection, host, gate, waits)
+            finally:  # nothing the client sends after its disconnect is acted on
+                if direct is not None:
+                    direct.frame_handler = None
         finally:
             app.sinks.discard(sink)
             if host is not None and not host.stopping:
