@@ -316,6 +316,24 @@ def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _actor_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    command: str,
+    help: str,
+    *,
+    optional: bool = False,
+) -> argparse.ArgumentParser:
+    """A data command about one actor (``kind name``, optional for ``inspect``), its data directory and
+    tenant; run by :func:`_data_ops`."""
+    parser = sub.add_parser(command, help=help)
+    parser.add_argument("kind", nargs="?" if optional else None)
+    parser.add_argument("name", nargs="?" if optional else None)
+    parser.add_argument("--data", default="data")
+    parser.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
+    parser.set_defaults(func=_data_ops, command=command)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="roost", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -361,27 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
     )
     serve.set_defaults(func=_serve)
-    ins = sub.add_parser("inspect", help="what a data directory, or one actor, holds (read-only)")
-    ins.add_argument("kind", nargs="?")
-    ins.add_argument("name", nargs="?")
-    ins.add_argument("--data", default="data")
-    ins.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
-    ins.set_defaults(func=_data_ops, command="inspect")
-    exp = sub.add_parser("export", help="one actor as JSON: state, tables, events, schedules")
-    exp.add_argument("kind")
-    exp.add_argument("name")
-    exp.add_argument("--data", default="data")
-    exp.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
+    _actor_command(sub, "inspect", "what a data directory, or one actor, holds (read-only)", optional=True)
+    exp = _actor_command(sub, "export", "one actor as JSON: state, tables, events, schedules")
     exp.add_argument("--out", help="file to write (default: stdout)")
-    exp.set_defaults(func=_data_ops, command="export")
-    dele = sub.add_parser("delete", help="delete one actor for good (leaves an audit record)")
-    dele.add_argument("kind")
-    dele.add_argument("name")
-    dele.add_argument("--data", default="data")
-    dele.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
+    dele = _actor_command(sub, "delete", "delete one actor for good (leaves an audit record)")
     dele.add_argument("--reason")
     dele.add_argument("--yes", action="store_true", help="yes, really")
-    dele.set_defaults(func=_data_ops, command="delete")
     bak = sub.add_parser("backup", help="SQLite online backup of a data directory into a new directory")
     bak.add_argument("--data", default="data")
     bak.add_argument(
