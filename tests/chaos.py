@@ -203,12 +203,16 @@ async def scheduler(url: str, name: str, stats: Stats, stop: asyncio.Event, rng:
 class Watcher:
     """Follows an actor's frames with random drops; checks the seq stream."""
 
-    def __init__(self, name: str, stats: Stats) -> None:
+    def __init__(self, name: str, stats: Stats, start: int | None = None) -> None:
         self.name = name
         self.stats = stats
-        self.last: int | None = None
+        #: The last seq processed: at first the cursor the client connects with (``None``: no cursor).
+        self.last: int | None = start
 
     def on_welcome(self, welcome: Welcome) -> None:
+        """A ``replay`` welcome is followed by the seqs after the cursor the client sent, which is
+        :attr:`last` (the client resumes from the last seq it processed): ``welcome.cursor`` is the
+        actor's newest seq, not where the replay starts."""
         if welcome.resume == "snapshot":
             self.stats.snapshots += 1
             if welcome.reason == "cursor_ahead":
@@ -227,10 +231,10 @@ class Watcher:
 async def watcher(
     url: str, kind: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random
 ) -> None:
-    w = Watcher(f"watch {kind}/{name}", stats)
+    w = Watcher(f"watch {kind}/{name}", stats, start=0)
     client = Client(
         f"{url}/agents/{kind}/{name}",
-        cursor=0,
+        cursor=w.last,
         chaos=rng.uniform(0.5, 2.0),
         rng=random.Random(rng.random()),
         on_welcome=w.on_welcome,

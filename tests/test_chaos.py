@@ -50,6 +50,20 @@ def test_the_watcher_sees_gaps_and_forgotten_seqs() -> None:
     assert len(stats.violations) == 2
 
 
+def test_the_watcher_replays_from_its_own_cursor_not_the_actors_newest_seq() -> None:
+    """A watcher whose first connection comes after the actor's fourth write (its first attempt fell
+    on a kill) is replayed 1..4 after a welcome whose cursor is 4: no violation, and a gap after is
+    still one."""
+    stats = Stats()
+    w = Watcher("w", stats, start=0)
+    w.on_welcome(welcome(4, "replay"))
+    for seq in (1, 2, 3, 4, 5):
+        w.on_frame(None, seq)
+    assert stats.violations == []
+    w.on_frame(None, 7)
+    assert stats.violations == ["w: seq 7 after 5"]
+
+
 def write_log(data: Path, name: str, events: list[dict[str, Any]]) -> None:
     path = actor_path(data, "docs", name)
     path.parent.mkdir(parents=True)
