@@ -422,6 +422,8 @@ class Registry:
         try:
             async with asyncio.timeout(limit):
                 return await asyncio.shield(fut)
+        except CallTimeout:
+            raise  # the actor's own answer ("turn exceeded …"), not our wait running out
         except TimeoutError:
             raise CallTimeout(message=f"no answer within {limit} s") from None
         finally:

@@ -18,7 +18,7 @@ import pytest
 
 from actors import Actor, ActorNotFound, ActorUnavailable, Connection, Principal, Reject, RpcError, callable
 from actors.connection import MAX_CONNECTION_STATE_BYTES
-from actors.errors import NotInTurn, Overloaded
+from actors.errors import CallTimeout, NotInTurn, Overloaded
 from actors.examples import Counter
 from actors.testing import ActorKit, KitConnection, RecordingSink
 from scheduler import FakeClock
@@ -897,6 +897,21 @@ async def test_turn_timeout_cancels_the_turn_rolls_back_and_frees_the_mailbox(tm
         assert await c.call("increment") == 1
         await kit.settle()
         assert of_type(c, "state") == [{"type": "state", "seq": 1, "state": {"count": 1}}]
+
+
+async def test_an_in_process_caller_is_told_the_turn_timed_out_not_that_its_own_wait_ran_out(
+    tmp_path: Path,
+) -> None:
+    """``Registry.call``/``run`` pass the actor's own timeout answer through: "turn exceeded", which
+    says where the time went, not the caller's "no answer within" (its ``call_timeout`` is far off)."""
+    kit, _ = make_kit(tmp_path, Sleepy, turn_timeout=0.05)
+    async with kit:
+        with pytest.raises(CallTimeout, match=r"^turn exceeded 0\.05 s$"):
+            await kit.call("sleepy", "timeout-2", "hang")
+    kit, _ = make_kit(tmp_path, Sleepy, turn_timeout=30, call_timeout=0.05, stop_timeout=0.1)
+    async with kit:
+        with pytest.raises(CallTimeout, match=r"^no answer within 0\.05 s$"):
+            await kit.call("sleepy", "timeout-2", "hang")
 
 
 # -- 12. dormancy -------------------------------------------------------------------------------------

@@ -13,10 +13,13 @@ import orjson
 import pytest
 import websockets
 
+from actors import Actor, callable
 from actors.examples import KINDS
+from actors.registry import RuntimeConfig
 from actors.testing import ActorKit
 from storage import Directory, actor_path
 from tests.support import ServerProcess
+from transport import admin
 from transport.cli import main
 
 
@@ -188,6 +191,74 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
         )
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["actors"] == len(names)
+
+
+class Bulk(Actor):
+    """An actor whose file is large enough that copying it takes many backup steps."""
+
+    kind = "bulk"
+    initial_state = {"n": 0}
+    migrations = ("CREATE TABLE blobs (b BLOB NOT NULL)",)
+
+    @callable
+    async def fill(self, megabytes: int) -> None:
+        self.sql.executemany("INSERT INTO blobs VALUES (zeroblob(1048576))", [()] * megabytes)
+
+    @callable
+    async def bump(self) -> int:
+        self.set_state({"n": self.state["n"] + 1})
+        return int(self.state["n"])
+
+
+async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before_the_turn_ends(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The online backup copies an actor inside one of its turns, in a thread. When that turn times
+    out mid-copy, the copy is stopped between two steps and waited for: the rollback and the next
+    turn never use the connection while the thread still has it. ``POST /admin/backup`` answers 504
+    naming the actor, the actor goes on serving, and its file is intact."""
+    import httpx
+
+    from tests.support import serve_in_process
+    from transport import create_app
+
+    async with ActorKit([Bulk], data_dir) as kit:
+        await kit.call("bulk", "big", "fill", 40)
+    released: list[bool] = []  # one entry per copy, appended when its thread lets go of the file
+    copy = admin._copy
+
+    def spy(*args: Any) -> str:
+        try:
+            return copy(*args)
+        finally:
+            released.append(True)
+
+    monkeypatch.setattr(admin, "_copy", spy)
+    app = create_app([Bulk], config=RuntimeConfig(data_dir=data_dir, turn_timeout=0.002))
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/agents/bulk/big/rpc/bump", json=[])  # active: the timeout is all the copy's
+        assert r.json() == {"ok": True, "result": 1}
+        r = await http.post("/admin/backup", json={"name": "cut"})
+        assert r.status_code == 504, r.text
+        assert r.json()["error"]["message"].startswith(
+            "backup incomplete at bulk/'big': turn exceeded 0.002 s"
+        )
+        seen_by_next_turn = await app.registry.run(
+            "bulk", "big", lambda actor: asyncio.sleep(0, list(released))
+        )
+        assert seen_by_next_turn == [True]
+        r = await http.post("/agents/bulk/big/rpc/bump", json=[])
+        assert r.json() == {"ok": True, "result": 2}
+    partial = data_dir.parent / "backups" / "cut"
+    assert not (partial / "manifest.json").exists()
+    copied = partial / actor_path(data_dir, "bulk", "big").relative_to(data_dir)
+    assert copied.stat().st_size < 40 * 1024 * 1024  # stopped early, not copied whole meanwhile
+    conn = sqlite3.connect(actor_path(data_dir, "bulk", "big"))
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 40
+    finally:
+        conn.close()
 
 
 async def test_tenant_actors_are_reachable_from_the_cli(

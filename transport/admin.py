@@ -16,10 +16,12 @@ the offline tools say so and touch nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from actors.errors import RpcError
 from storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:
@@ -196,11 +199,24 @@ def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[
     return record
 
 
-def _copy(src: sqlite3.Connection, target: Path) -> str:
+#: Pages copied per backup step: between steps, a stop asked for by the turn's timeout is seen.
+_BACKUP_STEP = 1024
+
+
+class BackupStopped(Exception):
+    """The copy was stopped between two steps (the turn it ran in timed out or was cancelled)."""
+
+
+def _copy(src: sqlite3.Connection, target: Path, stop: threading.Event | None = None) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     dst = sqlite3.connect(target)
+
+    def progress(_status: int, _remaining: int, _total: int) -> None:
+        if stop is not None and stop.is_set():
+            raise BackupStopped(f"backup of {target.name} stopped")
+
     try:
-        src.backup(dst)
+        src.backup(dst, pages=_BACKUP_STEP, progress=progress)
         result: str = dst.execute("PRAGMA integrity_check").fetchone()[0]
         return result
     finally:
@@ -248,9 +264,31 @@ def backup_offline(data: Path, out: Path) -> dict[str, Any]:
     return _manifest(out, entries, started)
 
 
+async def _copy_in_turn(conn: sqlite3.Connection, target: Path) -> str:
+    """:func:`_copy` in a thread, from inside a turn. **The turn does not end while the thread holds
+    the connection**: when the turn is cancelled (its timeout, a shutdown), the copy is told to stop
+    after its current step and waited for, and only then is the cancellation let through — the
+    rollback that follows, or the file's close, never touches the connection under the thread."""
+    stop = threading.Event()
+    done = asyncio.get_running_loop().run_in_executor(None, _copy, conn, target, stop)
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        stop.set()
+        while not done.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({done})
+        if not done.cancelled():
+            done.exception()  # retrieved: BackupStopped, or whatever the copy met meanwhile
+        raise
+
+
 async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
     """Copy the data directory of a running server: each actor is copied inside one of its turns (a
-    consistent snapshot, between two commits), dormant ones are woken for it and sleep again later."""
+    consistent snapshot, between two commits), dormant ones are woken for it and sleep again later.
+
+    An actor whose copy fails (its turn's timeout, say) ends the backup with an :class:`RpcError`
+    naming the actor; what was copied stays in ``out``, without a ``manifest.json``."""
     started = time.time()
     data = registry.config.data_dir
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=False)
@@ -266,8 +304,13 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
             # on the loop (the early commit of a batch behind a suspended turn) touches the
             # connection while the thread has it
             actor._host.checkpoint()
-            return await asyncio.to_thread(_copy, actor._host.file.conn, target)
+            return await _copy_in_turn(actor._host.file.conn, target)
 
-        check = await registry.run(entry.kind, entry.name, copy)
+        try:
+            check = await registry.run(entry.kind, entry.name, copy)
+        except RpcError as exc:  # e.g. the turn's timeout: the backup is incomplete, and says where
+            raise RpcError(
+                exc.code, f"backup incomplete at {entry.kind}/{entry.name!r}: {exc.message}"
+            ) from exc
         entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
     return await asyncio.to_thread(_manifest, out, entries, started)

@@ -209,6 +209,8 @@ async def admin_backup(request: Request) -> Response:
         manifest = await backup_online(app.registry, out)
     except FileExistsError:
         return _error("invalid_arguments", f"backup {name!r} exists: a backup goes into a new directory")
+    except RpcError as exc:
+        return _error(exc.code, f"{exc.message} (the partial copy in {out} has no manifest.json)")
     return JSONResponse({"ok": True, "result": {**manifest, "path": str(out)}})
 
 
