@@ -17,6 +17,8 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import random
 import sqlite3
@@ -140,6 +142,8 @@ class Registry:
         self.activations = 0
         self._checkpoints: ThreadPoolExecutor | None = None
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
+        #: Files of deactivated actors being released in a worker thread (see :meth:`release_file`).
+        self._releasing: dict[Key, tuple[concurrent.futures.Future[None], Callable[[], None]]] = {}
         self._flush_handle: asyncio.Handle | None = None
         #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
         #: name; each is stopped (``await service.stop()``) before the actors drain.
@@ -191,6 +195,7 @@ class Registry:
             if self.directory is not None:
                 self.directory.touch(h.kind, h.name, self.clock.now())
         self.hosts.clear()
+        await self.released()  # every file is closed on return
         if self._checkpoints is not None:  # every actor has stopped: none is running
             self._checkpoints.shutdown(wait=True)
             self._checkpoints = None
@@ -271,6 +276,13 @@ class Registry:
         host = self.hosts.get((kind, name))
         if host is not None and not host.stopping:
             return host
+        releasing = self._releasing.pop((kind, name), None)
+        if releasing is not None:  # deactivated a moment ago: its lock goes with the release
+            done, release = releasing
+            if done.cancel():  # not started (the threads are busy): release it here instead
+                _release_here(release)
+            else:  # under way in its thread: wait for it (one close at most)
+                _released(done)
         cls = self.kind_of(kind)
         path = actor_path(self.config.data_dir, kind, name)
         if len(self.hosts) >= self.config.max_active:
@@ -306,6 +318,41 @@ class Registry:
         self.directory.touch(kind, name, self.clock.now())
         self.activations += 1
         return host
+
+    def release_file(
+        self, key: Key, file: ActorFile, last_state: tuple[str, int, float] | None = None
+    ) -> None:
+        """Close a deactivated actor's file in a checkpoint thread, after writing its state snapshot
+        row (``last_state``, see :meth:`ActorFile.begin_close`): SQLite's close checkpoints and
+        fsyncs, and must not stall every other actor. **The actor is never opened again before its
+        release has finished**: :meth:`get` waits for a release under way (one close at most, and
+        only for an actor reactivated within it) or runs a release still queued itself; :meth:`stop`
+        waits for all of them."""
+        release = file.begin_close(last_state)
+        if release is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+            done = self.checkpoints().submit(release)
+        except RuntimeError:  # no loop, or no thread to run it (shutting down): here, then
+            _release_here(release)
+            return
+        self._releasing[key] = (done, release)
+        done.add_done_callback(lambda _: loop.call_soon_threadsafe(self._released, key, done))
+
+    async def released(self) -> None:
+        """Wait until the file of every actor deactivated so far is closed (its lock released)."""
+        releasing, self._releasing = self._releasing, {}
+        for done, _ in releasing.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(done)
+            _released(done)
+
+    def _released(self, key: Key, done: concurrent.futures.Future[None]) -> None:
+        releasing = self._releasing.get(key)
+        if releasing is not None and releasing[0] is done:
+            del self._releasing[key]
+            _released(done)
 
     def checkpoints(self) -> ThreadPoolExecutor:
         """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
@@ -436,6 +483,21 @@ class Registry:
     @property
     def connection_count(self) -> int:
         return sum(len(h.connections) for h in self.hosts.values())
+
+
+def _release_here(release: Callable[[], None]) -> None:
+    try:
+        release()
+    except Exception:
+        log.exception("closing an actor file failed")
+
+
+def _released(done: concurrent.futures.Future[None]) -> None:
+    """Wait for a file's release (blocking only if it is still running); log its failure."""
+    try:
+        done.result()
+    except Exception:
+        log.exception("closing an actor file failed")
 
 
 def _last_active(host: ActorHost) -> float:

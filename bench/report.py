@@ -221,7 +221,9 @@ def _activation(res: Res) -> list[str]:
         "ready": "Roost: … until its `on_start` turn has committed",
         "snapshot": "Roost: `await Registry.snapshot()` (exists check, activation, on_start, read turn)",
         "raw_close": "raw `close()`",
-        "close": "Roost deactivation (`Registry.sweep()`: close the file, flush the directory)",
+        "close": (
+            "Roost deactivation (`Registry.sweep()` + `released()`: save, flush the directory, close file)"
+        ),
     }
     out = [
         HEADINGS[7],

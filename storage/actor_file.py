@@ -28,11 +28,12 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -288,11 +289,30 @@ class ActorFile:
     # -- closing ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Commit what is pending and close, releasing the lock. Idempotent."""
+        release = self.begin_close()
+        if release is not None:
+            release()
+
+    def begin_close(self, last_state: tuple[str, int, float] | None = None) -> Callable[[], None] | None:
+        """Mark the file closed (:attr:`closed`: nothing may use it any more) and return what
+        releases it: the snapshot row brought up to ``last_state`` (state JSON, seq, time) if given,
+        the commit of anything pending, and SQLite's close, which checkpoints the WAL into the
+        database, fsyncs and removes the WAL — most of a close's cost. The caller may run it in a
+        worker thread; the file's lock is held until it has run. ``None`` if already closed."""
         with self._lock:
             if self._closed:
-                return
+                return None
             self._closed = True
+        return functools.partial(self._release, last_state)
+
+    def _release(self, last_state: tuple[str, int, float] | None = None) -> None:
+        with self._lock:
             try:
+                if last_state is not None:
+                    try:  # only a shortcut for activation, which also reads the newest state frame
+                        self.save_state(*last_state)
+                    except sqlite3.Error as exc:
+                        log.warning("state snapshot of %s not saved at close: %s", self.path.name, exc)
                 if self.in_transaction:
                     self.conn.execute("COMMIT")
             finally:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import sqlite3
+import threading
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 import pytest
 
 from actors import Actor, ActorNotFound, ActorUnavailable, Connection, Principal, Reject, RpcError, callable
@@ -22,7 +26,7 @@ from actors.errors import CallTimeout, NotInTurn, Overloaded
 from actors.examples import Counter
 from actors.testing import ActorKit, KitConnection, RecordingSink
 from scheduler import FakeClock
-from storage import actor_path
+from storage import ActorFile, actor_path
 
 Frame = dict[str, Any]
 
@@ -945,6 +949,7 @@ async def test_idle_actor_is_deactivated_and_released_then_reactivated_with_its_
         assert file.closed
         await asyncio.wait([task])
         del task
+        await kit.registry.released()  # the file's close runs in a thread: let it finish
         gc.collect()
         assert ref() is None
 
@@ -969,6 +974,67 @@ async def test_actor_with_an_open_connection_is_never_deactivated(tmp_path: Path
         assert not file.closed
         assert await c.call("increment") == 2
         assert len(Napper.instances["nap-2"]) == 1
+
+
+async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_before_its_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's close (a WAL checkpoint and fsyncs) runs in a worker thread, so an idle sweep does
+    not stall every other actor. An actor called again before its file is released opens only after
+    the release: one still queued (the threads are busy) is run right there, one under way is waited
+    for. ``stop`` returns only once every file is released."""
+    kit, clock = make_kit(tmp_path, Napper, idle_timeout=10)
+    key = ("napper", "nap-3")
+    async with kit:
+        assert await kit.call("napper", "nap-3", "increment") == 1
+        await kit.settle()
+        path = kit.registry.hosts[key].file.path
+
+        # 1. queued: every checkpoint thread is busy, so the release has not started
+        gate = threading.Event()
+        busy = [kit.registry.checkpoints().submit(gate.wait, 10) for _ in range(4)]
+        try:
+            clock.advance(11)
+            assert kit.registry.sweep() == 1
+            assert key in kit.registry._releasing
+            assert await kit.call("napper", "nap-3", "increment") == 2  # without it: ActorLocked
+        finally:
+            gate.set()
+        assert all(f.result() for f in busy)
+
+        # 2. under way: the release runs in its thread and takes a while
+        started, finish = threading.Event(), threading.Event()
+        release = ActorFile._release
+
+        def slow_release(file: ActorFile, *args: Any) -> None:
+            started.set()
+            finish.wait(10)
+            release(file, *args)
+
+        monkeypatch.setattr(ActorFile, "_release", slow_release)
+        clock.advance(11)
+        await kit.settle()
+        assert kit.registry.sweep() == 1
+        assert await asyncio.to_thread(started.wait, 10)
+        timer = threading.Timer(0.2, finish.set)  # lets the release finish while get() waits for it
+        timer.start()
+        try:
+            assert await kit.call("napper", "nap-3", "increment") == 3  # without it: ActorLocked
+        finally:
+            finish.set()
+            timer.cancel()
+        monkeypatch.undo()
+        clock.advance(11)
+        await kit.settle()
+        assert kit.registry.sweep() == 1
+    assert not os.path.exists(f"{path}-wal")  # noqa: ASYNC240 (stop waited for the release)
+    conn = sqlite3.connect(path, timeout=0)
+    try:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("BEGIN IMMEDIATE")  # the lock is free
+        assert orjson.loads(conn.execute("SELECT state FROM roost_state").fetchone()[0]) == {"count": 3}
+    finally:
+        conn.close()
 
 
 # -- 13. single-flight activation ---------------------------------------------------------------------

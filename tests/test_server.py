@@ -113,6 +113,10 @@ async def test_dormancy_closes_the_file_and_the_next_call_wakes_it(data_dir: Pat
         clock.advance(11.0)
         await until(lambda: key not in app.registry.hosts)
         assert host.file.closed
+        for _ in range(5000):  # released in a thread, off the loop: bounded wait for it
+            if str(path) not in open_files():
+                break
+            await asyncio.sleep(0.001)
         assert str(path) not in open_files()
         assert str(path) + "-wal" not in open_files()
         async with httpx.AsyncClient() as http:
