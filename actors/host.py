@@ -587,10 +587,12 @@ class ActorHost:
             self.task.cancel()
 
     def _check_timeout(self, exc: BaseException) -> BaseException:
+        """The turn's own timeout becomes a ``TimeoutError``; a cancel from elsewhere that landed
+        with it (a shutdown's) stays a ``CancelledError``, as ``asyncio.timeout`` does it."""
         if isinstance(exc, asyncio.CancelledError) and self._expired == self._turn_id:
             self._expired = 0
-            self.task.uncancel()
-            return TimeoutError(f"turn exceeded {self.turn_timeout} s")
+            if self.task.uncancel() == 0:
+                return TimeoutError(f"turn exceeded {self.turn_timeout} s")
         return exc
 
     def _commit_turn(self) -> None:

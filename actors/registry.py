@@ -141,6 +141,7 @@ class Registry:
         self.sweeps = 0
         self.activations = 0
         self._checkpoints: ThreadPoolExecutor | None = None
+        self._releases: ThreadPoolExecutor | None = None
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         #: Files of deactivated actors being released in a worker thread (see :meth:`release_file`).
         self._releasing: dict[Key, tuple[concurrent.futures.Future[None], Callable[[], None]]] = {}
@@ -181,27 +182,41 @@ class Registry:
             except Exception:
                 log.exception("service failed to stop")
         self.services.clear()
-        hosts = list(self.hosts.values())
-        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
-        if stops:
-            _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
-            for task in late:  # a turn that will not end: cancel it (rolled back), close the file
-                log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
-                task.cancel()
-            await asyncio.gather(*stops, return_exceptions=True)
-            for h in hosts:
-                h.file.close()
-        for h in hosts:
-            if self.directory is not None:
-                self.directory.touch(h.kind, h.name, self.clock.now())
+        stopped: set[ActorHost] = set()
+        for _ in range(10):  # a draining turn may call a dormant actor: it is stopped in the next round
+            hosts = [h for h in self.hosts.values() if h not in stopped]
+            if not hosts:
+                break
+            stopped.update(hosts)
+            await self._stop_hosts(hosts)
+        left = [h for h in self.hosts.values() if h not in stopped]
+        if left:  # still waking each other after ten rounds: left to the process's exit
+            log.warning("%d actors kept activating during shutdown; not stopped", len(left))
         self.hosts.clear()
         await self.released()  # every file is closed on return
+        for key, (done, _) in list(self._releasing.items()):  # finished: log failures now
+            self._released(key, done)
+        if self._releases is not None:
+            self._releases.shutdown(wait=True)
+            self._releases = None
         if self._checkpoints is not None:  # every actor has stopped: none is running
             self._checkpoints.shutdown(wait=True)
             self._checkpoints = None
         if self.directory is not None:
             self.directory.close()
             self.directory = None
+
+    async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
+        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
+        _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
+        for task in late:  # a turn that will not end: cancel it (rolled back), close the file
+            log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
+            task.cancel()
+        await asyncio.gather(*stops, return_exceptions=True)
+        for h in hosts:
+            h.file.close()
+            if self.directory is not None:
+                self.directory.touch(h.kind, h.name, self.clock.now())
 
     async def _sweep_forever(self, interval: float) -> None:
         while True:
@@ -322,37 +337,55 @@ class Registry:
     def release_file(
         self, key: Key, file: ActorFile, last_state: tuple[str, int, float] | None = None
     ) -> None:
-        """Close a deactivated actor's file in a checkpoint thread, after writing its state snapshot
+        """Close a deactivated actor's file in a release thread, after writing its state snapshot
         row (``last_state``, see :meth:`ActorFile.begin_close`): SQLite's close checkpoints and
         fsyncs, and must not stall every other actor. **The actor is never opened again before its
         release has finished**: :meth:`get` waits for a release under way (one close at most, and
         only for an actor reactivated within it) or runs a release still queued itself; :meth:`stop`
-        waits for all of them."""
+        waits for all of them.
+
+        Releases have threads of their own (a sweep of many actors must not delay live actors'
+        checkpoints), and their backlog is bounded: each pending release still holds a connection
+        (two descriptors, ~190 KB), so past ``max(16, max_active // 10)`` of them the file is closed
+        here, on the loop, as before."""
         release = file.begin_close(last_state)
         if release is None:
             return
+        if len(self._releasing) >= max(16, self.config.max_active // 10):
+            _release_here(release)
+            return
         try:
             loop = asyncio.get_running_loop()
-            done = self.checkpoints().submit(release)
+            done = self.releases().submit(release)
         except RuntimeError:  # no loop, or no thread to run it (shutting down): here, then
             _release_here(release)
             return
         self._releasing[key] = (done, release)
-        done.add_done_callback(lambda _: loop.call_soon_threadsafe(self._released, key, done))
+
+        def finished(_: concurrent.futures.Future[None]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(self._released, key, done)
+
+        done.add_done_callback(finished)
 
     async def released(self) -> None:
-        """Wait until the file of every actor deactivated so far is closed (its lock released)."""
-        releasing, self._releasing = self._releasing, {}
-        for done, _ in releasing.values():
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(done)
-            _released(done)
+        """Wait until the file of every actor deactivated so far is closed (its lock released).
+        Entries stay in place meanwhile, so that an activation of one of them still waits for it."""
+        pending = [asyncio.wrap_future(done) for done, _ in self._releasing.values()]
+        if pending:
+            await asyncio.wait(pending)
 
     def _released(self, key: Key, done: concurrent.futures.Future[None]) -> None:
         releasing = self._releasing.get(key)
         if releasing is not None and releasing[0] is done:
             del self._releasing[key]
             _released(done)
+
+    def releases(self) -> ThreadPoolExecutor:
+        """The four threads that close deactivated actors' files (:meth:`release_file`)."""
+        if self._releases is None:
+            self._releases = ThreadPoolExecutor(max_workers=4, thread_name_prefix="roost-release")
+        return self._releases
 
     def checkpoints(self) -> ThreadPoolExecutor:
         """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work

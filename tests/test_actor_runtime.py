@@ -8,6 +8,7 @@ Each test talks to its own actor name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import sqlite3
@@ -918,6 +919,52 @@ async def test_an_in_process_caller_is_told_the_turn_timed_out_not_that_its_own_
             await kit.call("sleepy", "timeout-2", "hang")
 
 
+class Stubborn(Actor):
+    """A turn whose clean-up after a cancel must finish (as the online backup waits for its copying
+    thread), and a second input queued behind it."""
+
+    kind = "stubborn"
+    initial_state = {"n": 0}
+    cleaning: ClassVar[asyncio.Event]
+    cleaned: ClassVar[asyncio.Event]
+    started_next: ClassVar[bool] = False
+
+    @callable
+    async def hold(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cleaning.set()
+            while not self.cleaned.is_set():  # the clean-up is not interrupted by further cancels
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.cleaned.wait()
+            raise
+
+    @callable
+    async def next(self) -> None:
+        Stubborn.started_next = True
+
+
+async def test_a_cancel_that_lands_with_the_turn_timeout_is_not_lost(tmp_path: Path) -> None:
+    """The turn's timeout cancels it; while its clean-up runs, a shutdown cancels the actor's task
+    too. The second cancel is not taken for the timeout's and dropped: it ends the task, and the
+    input queued behind never runs."""
+    Stubborn.cleaning, Stubborn.cleaned, Stubborn.started_next = asyncio.Event(), asyncio.Event(), False
+    kit, _ = make_kit(tmp_path, Stubborn, turn_timeout=0.05)
+    async with kit:
+        c = kit.connect("stubborn", "s1")
+        c.send_call("hold")
+        c.send_call("next")
+        await asyncio.wait_for(Stubborn.cleaning.wait(), 5)  # the timeout fired: clean-up under way
+        host = kit.registry.hosts[("stubborn", "s1")]
+        host.task.cancel()  # a shutdown's cancel, landing during the clean-up
+        Stubborn.cleaned.set()
+        done, _ = await asyncio.wait([host.task], timeout=5)
+        assert done, "the actor's task went on after the second cancel"
+        assert host.task.cancelled()
+        assert not Stubborn.started_next
+
+
 # -- 12. dormancy -------------------------------------------------------------------------------------
 async def test_idle_actor_is_deactivated_and_released_then_reactivated_with_its_state(
     tmp_path: Path,
@@ -990,9 +1037,9 @@ async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_befo
         await kit.settle()
         path = kit.registry.hosts[key].file.path
 
-        # 1. queued: every checkpoint thread is busy, so the release has not started
+        # 1. queued: every release thread is busy, so the release has not started
         gate = threading.Event()
-        busy = [kit.registry.checkpoints().submit(gate.wait, 10) for _ in range(4)]
+        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
         try:
             clock.advance(11)
             assert kit.registry.sweep() == 1
@@ -1033,6 +1080,101 @@ async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_befo
         conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         conn.execute("BEGIN IMMEDIATE")  # the lock is free
         assert orjson.loads(conn.execute("SELECT state FROM roost_state").fetchone()[0]) == {"count": 3}
+    finally:
+        conn.close()
+
+
+async def test_an_actor_called_while_someone_awaits_released_still_waits_for_its_release(
+    tmp_path: Path,
+) -> None:
+    """``Registry.released()`` leaves the pending releases where ``get`` finds them."""
+    kit, clock = make_kit(tmp_path, Napper, idle_timeout=10)
+    async with kit:
+        assert await kit.call("napper", "w1", "increment") == 1
+        await kit.settle()
+        gate = threading.Event()
+        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
+        try:
+            clock.advance(11)
+            assert kit.registry.sweep() == 1
+            waiting = asyncio.create_task(kit.registry.released())
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            assert await kit.call("napper", "w1", "increment") == 2  # before: ActorLocked
+        finally:
+            gate.set()
+        assert all(f.result() for f in busy)
+        await waiting
+
+
+async def test_the_backlog_of_files_being_released_is_bounded(tmp_path: Path) -> None:
+    """Each file waiting for its release still holds a connection: when the release threads fall
+    behind, past ``max(16, max_active // 10)`` pending releases a file is closed on the loop."""
+    kit, clock = make_kit(tmp_path, Napper, idle_timeout=10, max_active=50)
+    async with kit:
+        for i in range(40):
+            assert await kit.call("napper", f"b{i}", "increment") == 1
+        await kit.settle()
+        gate = threading.Event()
+        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
+        try:
+            clock.advance(11)
+            assert kit.registry.sweep() == 40
+            assert len(kit.registry._releasing) == 16  # 24 were closed here, on the loop
+        finally:
+            gate.set()
+        assert all(f.result() for f in busy)
+        await kit.registry.released()
+        for i in range(40):
+            assert await kit.call("napper", f"b{i}", "get") == 1
+
+
+class Relay(Actor):
+    """A turn that waits, then calls an actor that is dormant by then."""
+
+    kind = "relay"
+    initial_state = {"n": 0}
+    go: ClassVar[asyncio.Event]
+
+    @callable
+    async def relay(self, target: str) -> int:
+        await self.go.wait()
+        result: int = await self.actor("napper", target).call("increment")
+        return result
+
+
+async def test_stop_also_stops_an_actor_that_a_draining_turn_activates(tmp_path: Path) -> None:
+    """``Registry.stop`` drains every live actor; a turn finishing during that drain may wake a
+    dormant one. That one is stopped too: when ``stop`` returns, every file is closed."""
+    Relay.go = asyncio.Event()
+    kit, _ = make_kit(tmp_path, Relay, Napper)
+    async with kit:
+        c = kit.connect("relay", "r1")
+        call_id = c.send_call("relay", "woken")
+        relay = kit.registry.hosts[("relay", "r1")]
+        stopping = asyncio.create_task(kit.registry.stop())
+        for _ in range(10_000):  # until the drain has begun
+            if relay._stop_requested:
+                break
+            await asyncio.sleep(0)
+        assert relay._stop_requested
+        assert ("napper", "woken") not in kit.registry.hosts
+        Relay.go.set()
+        await stopping
+        woken = Napper.instances["woken"][-1]()  # held: closing its file is stop's job, not the GC's
+        assert woken is not None
+        assert woken._host.file.closed
+        assert woken._host.task.done()
+        reply = next(f for f in c.frames if f.get("type") == "rpc_result" and f["id"] == call_id)
+        assert reply["ok"]
+        assert reply["result"] == 1
+    # (the kit's own stop on exit finds nothing left to do)
+    path = actor_path(tmp_path / "data", "napper", "woken")
+    assert not os.path.exists(f"{path}-wal")  # noqa: ASYNC240 (closed: its WAL removed)
+    conn = sqlite3.connect(path, timeout=0)
+    try:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("BEGIN IMMEDIATE")  # the lock is free
     finally:
         conn.close()
 

@@ -307,7 +307,9 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
             return await _copy_in_turn(actor._host.file.conn, target)
 
         try:
-            check = await registry.run(entry.kind, entry.name, copy)
+            # waits longer than the turn may run: a timeout is the turn's, after the copy stopped
+            limit = registry.config.turn_timeout + registry.config.call_timeout
+            check = await registry.run(entry.kind, entry.name, copy, timeout=limit)
         except RpcError as exc:  # e.g. the turn's timeout: the backup is incomplete, and says where
             raise RpcError(
                 exc.code, f"backup incomplete at {entry.kind}/{entry.name!r}: {exc.message}"
