@@ -217,6 +217,10 @@ class Watcher:
             self.stats.snapshots += 1
             if welcome.reason == "cursor_ahead":
                 self.stats.violations.append(f"{self.name}: the server forgot seq {self.last} (cursor_ahead)")
+            elif self.last is not None and self.last >= welcome.oldest - 1:  # it could have replayed
+                self.stats.violations.append(
+                    f"{self.name}: cursor {self.last} called expired; the log starts at {welcome.oldest}"
+                )
             self.last = welcome.cursor
         elif welcome.resume == "fresh" or self.last is None:
             self.last = welcome.cursor
@@ -243,6 +247,12 @@ async def watcher(
     )
     async with client:
         await stop.wait()
+        # a client that stopped (the server broke the resume rules: ProtocolViolation, or a terminal
+        # close) checked nothing after that; a frame sent twice breaks "no duplicates"
+        if client.closed_reason is not None:
+            stats.violations.append(f"{w.name}: the client stopped: {client.closed_reason!r}")
+        if client.duplicates:
+            stats.violations.append(f"{w.name}: {client.duplicates} frames received twice")
 
 
 async def agent_user(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random) -> None:

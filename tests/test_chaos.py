@@ -17,7 +17,7 @@ from storage import actor_path
 from tests.chaos import Stats, Watcher, check_acks, check_agent_log, check_wakes, report, soak
 
 
-def welcome(cursor: int, resume: str, reason: str | None = None) -> Welcome:
+def welcome(cursor: int, resume: str, reason: str | None = None, oldest: int = 1) -> Welcome:
     frame: dict[str, Any] = {
         "type": "welcome",
         "protocol": 1,
@@ -26,7 +26,7 @@ def welcome(cursor: int, resume: str, reason: str | None = None) -> Welcome:
         "state": None,
         "cursor": cursor,
         "resume": resume,
-        "oldest": 1,
+        "oldest": oldest,
     }
     if reason:
         frame["reason"] = reason
@@ -35,7 +35,7 @@ def welcome(cursor: int, resume: str, reason: str | None = None) -> Welcome:
 
 def test_the_watcher_sees_gaps_and_forgotten_seqs() -> None:
     stats = Stats()
-    w = Watcher("w", stats)
+    w = Watcher("w", stats, start=0)
     w.on_welcome(welcome(0, "replay"))
     for seq in (1, 2, 3):
         w.on_frame(None, seq)
@@ -45,9 +45,14 @@ def test_the_watcher_sees_gaps_and_forgotten_seqs() -> None:
     assert stats.violations == ["w: seq 5 after 3"]
     w.on_welcome(welcome(2, "snapshot", "cursor_ahead"))  # the server lost what we saw
     assert "cursor_ahead" in stats.violations[-1]
-    w.on_welcome(welcome(100, "snapshot", "cursor_expired"))  # allowed: documented
+    # the watcher is at 2 and the log starts at 1: the server could have replayed, nothing expired
+    w.on_welcome(welcome(100, "snapshot", "cursor_expired"))
+    assert "called expired" in stats.violations[-1]
+    assert len(stats.violations) == 3
     w.on_frame(None, 101)
-    assert len(stats.violations) == 2
+    w.on_welcome(welcome(200, "snapshot", "cursor_expired", oldest=150))  # 101 is gone: allowed
+    w.on_frame(None, 201)
+    assert len(stats.violations) == 3
 
 
 def test_the_watcher_replays_from_its_own_cursor_not_the_actors_newest_seq() -> None:
