@@ -211,12 +211,13 @@ class Bulk(Actor):
 
 
 async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before_the_turn_ends(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The online backup copies an actor inside one of its turns, in a thread. When that turn times
     out mid-copy, the copy is stopped between two steps and waited for: the rollback and the next
     turn never use the connection while the thread still has it. ``POST /admin/backup`` answers 504
-    naming the actor, the actor goes on serving, and its file is intact."""
+    naming the actor (``roost backup --server`` says so and exits 1), the actor goes on serving, and
+    its file is intact."""
     import httpx
 
     from tests.support import serve_in_process
@@ -243,10 +244,15 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
         assert r.json()["error"]["message"].startswith(
             "backup incomplete at bulk/'big': turn exceeded 0.002 s"
         )
+        code = await asyncio.to_thread(
+            main, ["backup", "--data", str(data_dir), "--out", "cut-cli", "--server", f"http://{addr}"]
+        )
+        assert code == 1
+        assert "roost: backup failed (HTTP 504): backup incomplete at bulk/'big'" in capsys.readouterr().err
         seen_by_next_turn = await app.registry.run(
             "bulk", "big", lambda actor: asyncio.sleep(0, list(released))
         )
-        assert seen_by_next_turn == [True]
+        assert seen_by_next_turn == [True, True]  # both copies (HTTP, CLI) had let go
         r = await http.post("/agents/bulk/big/rpc/bump", json=[])
         assert r.json() == {"ok": True, "result": 2}
     partial = data_dir.parent / "backups" / "cut"

@@ -300,9 +300,14 @@ def _backup_online(args: argparse.Namespace) -> int:
     r = httpx.post(
         f"{args.server.rstrip('/')}/admin/backup", json={"name": args.out}, headers=headers, timeout=3600
     )
-    body = r.json()
+    try:
+        body = r.json()
+    except ValueError:  # not our JSON (a proxy's page, say)
+        body = {"ok": False, "error": {"message": r.text[:200]}}
     if not body.get("ok"):
-        print(f"roost: backup refused: {body.get('error')}", file=sys.stderr)
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        print(f"roost: backup failed (HTTP {r.status_code}): {message}", file=sys.stderr)
         return 1
     manifest = body["result"]
     print(
