@@ -1053,10 +1053,17 @@ class ActorHost:
         else:
             out[1].deliver_close(*out[2])
 
+    def _unsaved_state(self) -> tuple[str, int, float] | None:
+        """``(state JSON, seq, now)`` for the snapshot row if it is behind the current state."""
+        if self.saved_state_seq == self.state_seq:
+            return None
+        return self.state_json, self.state_seq, self.clock.now()
+
     def _save_state(self) -> None:
         """Bring the snapshot row up to the current state (in the open transaction, if any)."""
-        if self.saved_state_seq != self.state_seq:
-            self.file.save_state(self.state_json, self.state_seq, self.clock.now())
+        unsaved = self._unsaved_state()
+        if unsaved is not None:
+            self.file.save_state(*unsaved)
             self.saved_state_seq = self.state_seq
 
     def _next_seq(self) -> int:
@@ -1079,11 +1086,8 @@ class ActorHost:
         if not self.idle or self.stopping:
             return False
         self.stopping = True
-        last = None
-        if self.saved_state_seq != self.state_seq:  # the snapshot row is written with the release
-            last = (self.state_json, self.state_seq, self.clock.now())
-        try:
-            self.registry.release_file(self.key, self.file, last)
+        try:  # the snapshot row, if behind, is written with the release
+            self.registry.release_file(self.key, self.file, self._unsaved_state())
         finally:
             self.task.cancel()
         return True

@@ -140,8 +140,7 @@ class Registry:
         self._dispatch_task: asyncio.Task[None] | None = None
         self.sweeps = 0
         self.activations = 0
-        self._checkpoints: ThreadPoolExecutor | None = None
-        self._releases: ThreadPoolExecutor | None = None
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # "checkpoint", "release": four threads each
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         #: Files of deactivated actors being released in a worker thread (see :meth:`release_file`).
         self._releasing: dict[Key, tuple[concurrent.futures.Future[None], Callable[[], None]]] = {}
@@ -196,12 +195,9 @@ class Registry:
         await self.released()  # every file is closed on return
         for key, (done, _) in list(self._releasing.items()):  # finished: log failures now
             self._released(key, done)
-        if self._releases is not None:
-            self._releases.shutdown(wait=True)
-            self._releases = None
-        if self._checkpoints is not None:  # every actor has stopped: none is running
-            self._checkpoints.shutdown(wait=True)
-            self._checkpoints = None
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():  # every actor has stopped: nothing of theirs is running
+            pool.shutdown(wait=True)
         if self.directory is not None:
             self.directory.close()
             self.directory = None
@@ -383,16 +379,18 @@ class Registry:
 
     def releases(self) -> ThreadPoolExecutor:
         """The four threads that close deactivated actors' files (:meth:`release_file`)."""
-        if self._releases is None:
-            self._releases = ThreadPoolExecutor(max_workers=4, thread_name_prefix="roost-release")
-        return self._releases
+        return self._pool("release")
 
     def checkpoints(self) -> ThreadPoolExecutor:
         """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
         never keeps an actor waiting for its checkpoint to start."""
-        if self._checkpoints is None:
-            self._checkpoints = ThreadPoolExecutor(max_workers=4, thread_name_prefix="roost-checkpoint")
-        return self._checkpoints
+        return self._pool("checkpoint")
+
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"roost-{name}")
+        return pool
 
     def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:
         """Commit ``host``'s batch at the end of this loop iteration. One callback serves every actor

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -1023,6 +1023,18 @@ async def test_actor_with_an_open_connection_is_never_deactivated(tmp_path: Path
         assert len(Napper.instances["nap-2"]) == 1
 
 
+@contextlib.contextmanager
+def release_threads_busy(kit: ActorKit) -> Iterator[None]:
+    """Every release thread waits until the block ends: releases handed over meanwhile stay queued."""
+    gate = threading.Event()
+    busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
+    try:
+        yield
+    finally:
+        gate.set()
+    assert all(f.result() for f in busy)
+
+
 async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_before_its_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1038,16 +1050,11 @@ async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_befo
         path = kit.registry.hosts[key].file.path
 
         # 1. queued: every release thread is busy, so the release has not started
-        gate = threading.Event()
-        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
-        try:
+        with release_threads_busy(kit):
             clock.advance(11)
             assert kit.registry.sweep() == 1
             assert key in kit.registry._releasing
             assert await kit.call("napper", "nap-3", "increment") == 2  # without it: ActorLocked
-        finally:
-            gate.set()
-        assert all(f.result() for f in busy)
 
         # 2. under way: the release runs in its thread and takes a while
         started, finish = threading.Event(), threading.Event()
@@ -1092,18 +1099,13 @@ async def test_an_actor_called_while_someone_awaits_released_still_waits_for_its
     async with kit:
         assert await kit.call("napper", "w1", "increment") == 1
         await kit.settle()
-        gate = threading.Event()
-        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
-        try:
+        with release_threads_busy(kit):
             clock.advance(11)
             assert kit.registry.sweep() == 1
             waiting = asyncio.create_task(kit.registry.released())
             await asyncio.sleep(0)
             assert not waiting.done()
             assert await kit.call("napper", "w1", "increment") == 2  # before: ActorLocked
-        finally:
-            gate.set()
-        assert all(f.result() for f in busy)
         await waiting
 
 
@@ -1115,15 +1117,10 @@ async def test_the_backlog_of_files_being_released_is_bounded(tmp_path: Path) ->
         for i in range(40):
             assert await kit.call("napper", f"b{i}", "increment") == 1
         await kit.settle()
-        gate = threading.Event()
-        busy = [kit.registry.releases().submit(gate.wait, 10) for _ in range(4)]
-        try:
+        with release_threads_busy(kit):
             clock.advance(11)
             assert kit.registry.sweep() == 40
             assert len(kit.registry._releasing) == 16  # 24 were closed here, on the loop
-        finally:
-            gate.set()
-        assert all(f.result() for f in busy)
         await kit.registry.released()
         for i in range(40):
             assert await kit.call("napper", f"b{i}", "get") == 1
