@@ -20,10 +20,10 @@ $(STAMP): $(BASE)
 	touch $(STAMP)
 
 demo: $(BASE)
-	$(BIN)/python -m demo_client.agent_demo
+	$(BIN)/python -m roost.examples.agent_demo
 
 demo-crash: $(BASE)
-	$(BIN)/python -m demo_client.demo
+	$(BIN)/python -m roost.examples.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

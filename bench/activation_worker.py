@@ -31,11 +31,11 @@ from typing import Any
 
 import uvloop
 
-from actors import Registry, RuntimeConfig
-from actors.examples import KINDS
 from bench.dataset import KIND, name_of
 from bench.stats import pct
-from storage import actor_path
+from roost.actors import Registry, RuntimeConfig
+from roost.examples.kinds import KINDS
+from roost.storage import actor_path
 
 _WAIT_ROUNDS = 10_000
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import orjson
 
-from actors.examples import Counter
 from bench.procs import log
-from storage import ActorFile, Directory, actor_digest, actor_path
-from storage.migrations import FRAMEWORK_MIGRATIONS
+from roost.examples.kinds import Counter
+from roost.storage import ActorFile, Directory, actor_digest, actor_path
+from roost.storage.migrations import FRAMEWORK_MIGRATIONS
 
 __all__ = ["KIND", "Dataset", "ensure_dataset", "name_of"]
 

@@ -2,7 +2,7 @@
 
 Data sets (rebuilt every run, reps work on byte copies):
 
-- one real ``counter`` file made by the runtime (an in-process :class:`~actors.registry.Registry`
+- one real ``counter`` file made by the runtime (an in-process :class:`~roost.actors.registry.Registry`
   calling ``increment_later`` ``per_actor`` times), closed; its bytes are copied to the path
   :func:`storage.actor_path` gives every other name, and each copy's schedule rows get their own ids,
   trace id, trigger, ``next_fire`` and ``created_at`` and its ``roost_meta`` its own name (one
@@ -42,12 +42,12 @@ from typing import Any
 
 import orjson
 
-from actors.examples import KINDS
-from actors.registry import Registry, RuntimeConfig
 from bench.procs import Server, free_port, http_json, log, proc_cpu_s
 from bench.settings import Settings
 from bench.stats import pct
-from storage import Directory, actor_digest, actor_path
+from roost.actors.registry import Registry, RuntimeConfig
+from roost.examples.kinds import KINDS
+from roost.storage import Directory, actor_digest, actor_path
 
 __all__ = ["run"]
 
@@ -226,7 +226,7 @@ def _check_files(root: Path, expect: list[int]) -> dict[str, Any]:
 def _spawn(s: Settings, root: Path, tag: str) -> tuple[Server, float, float]:
     """Spawn ``roost serve`` on ``root``; ``(server, spawn wall time, seconds to the first /healthz)``."""
     port = free_port()
-    argv = [sys.executable, "-m", "transport.cli", "serve", "--data", str(root), "--port", str(port)]
+    argv = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", str(root), "--port", str(port)]
     t_wall, t0 = time.time(), time.perf_counter()
     srv = Server(
         f"roost-{tag}", [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"wk-{tag}.log"

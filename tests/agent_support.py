@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from actors.agent import AgentConfig, NeedInput, ToolContext, tool
-from actors.agent.agent import Agent
-from actors.agent.docs_agent import DocsAgent
-from actors.testing import ActorKit, KitConnection
-from scheduler import FakeClock
-from storage import actor_path
+from roost.agent import AgentConfig, NeedInput, ToolContext, tool
+from roost.agent.agent import Agent
+from roost.examples.docs_agent import DocsAgent
+from roost.scheduler import FakeClock
+from roost.storage import actor_path
+from roost.testing import ActorKit, KitConnection
 
 __all__ = [
     "FAST",

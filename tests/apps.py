@@ -16,11 +16,11 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from actors.actor import Actor
-from actors.decorators import callable, wakeup
-from actors.examples import Counter
-from actors.registry import RuntimeConfig
-from transport import create_app
+from roost.actors.actor import Actor
+from roost.actors.decorators import callable, wakeup
+from roost.actors.registry import RuntimeConfig
+from roost.examples.kinds import Counter
+from roost.transport import create_app
 
 __all__ = ["Batch", "SlowWake", "app"]
 

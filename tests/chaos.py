@@ -43,11 +43,11 @@ from typing import Any
 import httpx
 import orjson
 
-from demo_client import Client
-from demo_client.demo import free_port
-from demo_client.errors import ClientError
-from demo_client.frames import Welcome
-from storage import actor_path
+from roost.client import Client
+from roost.client.errors import ClientError
+from roost.client.frames import Welcome
+from roost.examples.demo import free_port
+from roost.storage import actor_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = """
@@ -87,7 +87,7 @@ class Server:
         self.log = open(root / "server.log", "ab")
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "transport.cli", "serve", "--data", str(self.data)]
+        cmd = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", str(self.data)]
         cmd += ["--port", str(self.port), "--config", str(self.root / "roost.toml"), "--log-level", "warning"]
         cmd += ["--rate-limit", "0", "--principal-rate-limit", "0", "--idle-timeout", "2"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=self.log, start_new_session=True)

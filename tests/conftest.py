@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-# as `roost serve` does (see transport.cli.MAX_HANDSHAKE_LINE), before websockets is imported
+# as `roost serve` does (see roost.transport.cli.MAX_HANDSHAKE_LINE), before websockets is imported
 os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")
 
 from collections.abc import AsyncIterator
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.examples import KINDS
+from roost.examples.kinds import KINDS
+from roost.transport import RoostApp, create_app
+from roost.transport.limits import Limits
 from tests.support import serve_in_process
-from transport import RoostApp, create_app
-from transport.limits import Limits
 
 
 @pytest.fixture

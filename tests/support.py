@@ -19,7 +19,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from transport import RoostApp
+from roost.transport import RoostApp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ async def serve_in_process(app: RoostApp | ASGIApp) -> AsyncIterator[str]:
         app,
         host="127.0.0.1",
         port=0,
-        ws="transport.uvicorn_ws:RoostWebSocketProtocol",
+        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         lifespan="on",
         log_level="warning",
@@ -67,7 +67,7 @@ class ServerProcess:
         self.log: list[str] = []  # the server's log lines (stderr), as they come
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "transport.cli", "serve"]
+        cmd = [sys.executable, "-m", "roost.transport.cli", "serve"]
         if self.app:
             cmd.append(self.app)
         cmd += ["--data", str(self.data_dir), "--port", "0", "--log-level", "info", *self.args]

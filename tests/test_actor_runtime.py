@@ -1,4 +1,5 @@
-"""The actor runtime's guarantees (``actors.host``, ``actors.registry``), in process with ``ActorKit``.
+"""The actor runtime's guarantees (``roost.actors.host``, ``roost.actors.registry``), in process with
+``ActorKit``.
 
 Real SQLite files under ``tmp_path``, a ``FakeClock`` for idle time, no sleeps: every wait is on a
 condition (``wait_for``, ``settle``, an ``asyncio.Event``) or on the fake clock plus ``registry.sweep()``.
@@ -21,13 +22,22 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
-from actors import Actor, ActorNotFound, ActorUnavailable, Connection, Principal, Reject, RpcError, callable
-from actors.connection import MAX_CONNECTION_STATE_BYTES
-from actors.errors import CallTimeout, NotInTurn, Overloaded
-from actors.examples import Counter
-from actors.testing import ActorKit, KitConnection, RecordingSink
-from scheduler import FakeClock
-from storage import ActorFile, actor_path
+from roost.actors import (
+    Actor,
+    ActorNotFound,
+    ActorUnavailable,
+    Connection,
+    Principal,
+    Reject,
+    RpcError,
+    callable,
+)
+from roost.actors.connection import MAX_CONNECTION_STATE_BYTES
+from roost.actors.errors import CallTimeout, NotInTurn, Overloaded
+from roost.examples.kinds import Counter
+from roost.scheduler import FakeClock
+from roost.storage import ActorFile, actor_path
+from roost.testing import ActorKit, KitConnection, RecordingSink
 
 Frame = dict[str, Any]
 

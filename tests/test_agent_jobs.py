@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.actor import Actor
-from actors.agent.agent import Agent
-from actors.agent.background import JobRunner
-from actors.agent.orchestrator import Orchestrator
-from actors.testing import ActorKit
+from roost.actors.actor import Actor
+from roost.agent.agent import Agent
+from roost.agent.background import JobRunner
+from roost.agent.orchestrator import Orchestrator
+from roost.testing import ActorKit
+from roost.transport.cli import main
 from tests.agent_support import FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
-from transport.cli import main
 
 
 def orchestrator_of(actor: Actor) -> Orchestrator:

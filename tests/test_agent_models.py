@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from actors.agent import AgentConfig, ModelError, ModelRequest, OpenAICompatibleModel
-from actors.agent.agent import Agent
-from actors.agent.docs_agent import DocsAgent
-from actors.agent.models import Model
-from actors.testing import ActorKit
+from roost.agent import AgentConfig, ModelError, ModelRequest, OpenAICompatibleModel
+from roost.agent.agent import Agent
+from roost.agent.models import Model
+from roost.examples.docs_agent import DocsAgent
+from roost.testing import ActorKit
 from tests.agent_support import drive, event_types, events
 from tests.support import serve_in_process
 

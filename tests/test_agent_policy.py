@@ -10,13 +10,13 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from actors.agent import AgentConfig, ModelRequest, ModelStep, NeedInput, ToolCall, ToolContext, tool
-from actors.agent.agent import Agent
-from actors.agent.models import Model
-from actors.connection import Principal
-from actors.errors import RpcError
-from actors.testing import ActorKit
-from storage import actor_path
+from roost.actors.connection import Principal
+from roost.actors.errors import RpcError
+from roost.agent import AgentConfig, ModelRequest, ModelStep, NeedInput, ToolCall, ToolContext, tool
+from roost.agent.agent import Agent
+from roost.agent.models import Model
+from roost.storage import actor_path
+from roost.testing import ActorKit
 from tests.agent_support import FAST, Payloads, drive, event_types, events
 
 TOKEN_A = "tok-AAAAAAAAAAAAAAAAAAAA"

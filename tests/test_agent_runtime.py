@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from actors.agent.docs_agent import report_path
-from actors.errors import RpcError
-from actors.testing import ActorKit
+from roost.actors.errors import RpcError
+from roost.examples.docs_agent import report_path
+from roost.testing import ActorKit
 from tests.agent_support import (
     Docs,
     Flaky,

@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from actors.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
-from actors.agent.catalog import InvalidToolCall
-from actors.agent.errors import PolicyRefused
-from actors.agent.payloads import (
+from roost.actors.connection import Principal
+from roost.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
+from roost.agent.catalog import InvalidToolCall
+from roost.agent.errors import PolicyRefused
+from roost.agent.payloads import (
     MAX_DEPTH,
     REDACTED,
     PayloadError,
@@ -24,8 +25,7 @@ from actors.agent.payloads import (
     redact_text,
     resolve,
 )
-from actors.agent.policy import precheck, proposed_scope, scope_covers
-from actors.connection import Principal
+from roost.agent.policy import precheck, proposed_scope, scope_covers
 
 
 @pytest.mark.parametrize(

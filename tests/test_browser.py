@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from actors.agent import AgentConfig
-from actors.agent.docs_agent import DocsAgent
-from actors.testing import ActorKit
-from demo_client.demo import free_port
+from roost.agent import AgentConfig
+from roost.examples.demo import free_port
+from roost.examples.docs_agent import DocsAgent
+from roost.testing import ActorKit
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from demo_client.frames import Welcome
-from storage import actor_path
+from roost.client.frames import Welcome
+from roost.storage import actor_path
 from tests.chaos import Stats, Watcher, check_acks, check_agent_log, check_wakes, report, soak
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of demo_client's pure parts: no server, no network, no sleeps."""
+"""Unit tests of roost.client's pure parts: no server, no network, no sleeps."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import InvalidURI
 
-from demo_client import (
+from roost.client import (
     TERMINAL_CLOSE_CODES,
     Backoff,
     CallStream,
@@ -33,12 +33,12 @@ from demo_client import (
     is_terminal,
     parse_subscribe,
 )
-from demo_client.__main__ import main
-from demo_client.calls import Chunk, PendingCall, Registry
-from demo_client.dispatch import ERRORS_KEPT, Dispatcher
-from demo_client.errors import close_code_for_http_status
-from demo_client.frames import JSON, Frame, decode_frame, encode_frame
-from demo_client.urls import format_subscribe
+from roost.client.__main__ import main
+from roost.client.calls import Chunk, PendingCall, Registry
+from roost.client.dispatch import ERRORS_KEPT, Dispatcher
+from roost.client.errors import close_code_for_http_status
+from roost.client.frames import JSON, Frame, decode_frame, encode_frame
+from roost.client.urls import format_subscribe
 
 # -- helpers ---------------------------------------------------------------------------------
 

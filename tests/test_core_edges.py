@@ -2,7 +2,7 @@
 
 Ordering around the welcome, route confusion, per-connection and mailbox bounds, failure paths (commit,
 activation, reentrancy), the ``self.sql`` guard, close codes the client relies on, authentication, slow
-consumers, graceful shutdown and the ``demo_client`` command line. Waiting is on frames, events and
+consumers, graceful shutdown and the ``roost.client`` command line. Waiting is on frames, events and
 conditions; where time must pass, a short timeout enforced by asyncio bounds it.
 """
 
@@ -33,14 +33,14 @@ from websockets.asyncio.client import ClientConnection
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as connect_sync
 
-from actors import Actor, Connection, Principal, Reject, RpcError, callable
-from actors.errors import Overloaded
-from actors.examples import KINDS, Counter
-from actors.testing import ActorKit
-from demo_client import Client, TerminalClose, actor_url
-from storage import actor_path
+from roost.actors import Actor, Connection, Principal, Reject, RpcError, callable
+from roost.actors.errors import Overloaded
+from roost.client import Client, TerminalClose, actor_url
+from roost.examples.kinds import KINDS, Counter
+from roost.storage import actor_path
+from roost.testing import ActorKit
+from roost.transport import RoostApp, create_app
 from tests.support import ROOT, ServerProcess, serve_in_process, server_process
-from transport import RoostApp, create_app
 
 Frame = dict[str, Any]
 Key = tuple[str, str]
@@ -924,10 +924,10 @@ def test_sigterm_closes_clients_with_a_transient_code_and_keeps_acknowledged_cal
         assert r.json()["state"] == {"count": 7}
 
 
-# -- 16. the demo_client command line ------------------------------------------------------------------------
+# -- 16. the roost.client command line --------------------------------------------------------------
 def run_demo_client(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "demo_client", *args],
+        [sys.executable, "-m", "roost.client", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,14 +13,14 @@ import orjson
 import pytest
 import websockets
 
-from actors import Actor, callable
-from actors.examples import KINDS
-from actors.registry import RuntimeConfig
-from actors.testing import ActorKit
-from storage import Directory, actor_path
+from roost.actors import Actor, callable
+from roost.actors.registry import RuntimeConfig
+from roost.examples.kinds import KINDS
+from roost.storage import Directory, actor_path
+from roost.testing import ActorKit
+from roost.transport import admin
+from roost.transport.cli import main
 from tests.support import ServerProcess
-from transport import admin
-from transport.cli import main
 
 
 async def make_actors(data_dir: Path) -> None:
@@ -220,8 +220,8 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
     its file is intact."""
     import httpx
 
+    from roost.transport import create_app
     from tests.support import serve_in_process
-    from transport import create_app
 
     async with ActorKit([Bulk], data_dir) as kit:
         await kit.call("bulk", "big", "fill", 40)
@@ -281,10 +281,10 @@ async def test_tenant_actors_are_reachable_from_the_cli(
 async def test_admin_backup_is_for_admins_from_the_right_place(data_dir: Path, tmp_path: Path) -> None:
     import httpx
 
+    from roost.transport import create_app
+    from roost.transport.security import token_authenticate
+    from roost.transport.tokens import TokenSigner
     from tests.support import serve_in_process
-    from transport import create_app
-    from transport.security import token_authenticate
-    from transport.tokens import TokenSigner
 
     signer = TokenSigner("b" * 40)
     expected = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "backups", "b1")  # noqa: ASYNC240

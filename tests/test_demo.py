@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from demo_client.resume import ResumeState
+from roost.client.resume import ResumeState
 from tests.support import ROOT
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_make_demo_flow_exits_0_with_a_reconnect_no_duplicate_no_gap(tmp_path: Path) -> None:
     data = tmp_path / "demo-data"
     proc = subprocess.run(
-        [sys.executable, "-m", "demo_client.agent_demo", "--data", str(data), "--delay", "0.3"],
+        [sys.executable, "-m", "roost.examples.agent_demo", "--data", str(data), "--delay", "0.3"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -56,7 +56,7 @@ def test_make_demo_flow_exits_0_with_a_reconnect_no_duplicate_no_gap(tmp_path: P
 
 def test_the_client_counts_frames_it_received_twice() -> None:
     resume = ResumeState()
-    from demo_client.frames import Welcome
+    from roost.client.frames import Welcome
 
     resume.on_welcome(
         Welcome.parse(

@@ -1,14 +1,16 @@
 """The fast paths keep the guarantees users rely on.
 
-- **Direct frame path** (``transport.uvicorn_ws.RoostWebSocketProtocol``, ``transport.endpoint``): frames
+- **Direct frame path** (``roost.transport.uvicorn_ws.RoostWebSocketProtocol``,
+  ``roost.transport.endpoint``): frames
   handed to the endpoint from ``data_received`` are answered in the order they were sent, whether they
   were sent pipelined, before the welcome or before the 101; an asynchronous ``authorize`` hook holds
   later frames behind the frame it judges.
-- **Inline turns** (``ActorHost.run_now``, ``actors.inline``): a turn run at once in the reader's task
+- **Inline turns** (``ActorHost.run_now``, ``roost.actors.inline``): a turn run at once in the reader's task
   runs *as* the actor's task, a turn that suspends is continued by that task, ``turn_timeout`` still
   cuts it short and rolls it back, and turns run inline still share commits (group commit) with every
   acknowledged write durable.
-- **Checkpoints off the loop** (``storage.actor_file``): the WAL stays bounded without SQLite's automatic
+- **Checkpoints off the loop** (``roost.storage.actor_file``): the WAL stays bounded without SQLite's
+  automatic
   checkpoint, checkpoints run in a worker thread while the actor takes no turn, and new files use 1 KiB
   pages while old files keep theirs.
 
@@ -38,16 +40,16 @@ import websockets
 from starlette.requests import HTTPConnection
 from websockets.asyncio.client import ClientConnection
 
-from actors import ANONYMOUS, Actor, Principal, callable
-from actors.examples import KINDS, Counter
-from actors.inline import Resume, step_as
-from actors.registry import RuntimeConfig
-from storage import ActorFile, actor_path
-from storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
+from roost.actors import ANONYMOUS, Actor, Principal, callable
+from roost.actors.inline import Resume, step_as
+from roost.actors.registry import RuntimeConfig
+from roost.examples.kinds import KINDS, Counter
+from roost.storage import ActorFile, actor_path
+from roost.storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
+from roost.transport import RoostApp, create_app
+from roost.transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess, serve_in_process
-from transport import RoostApp, create_app
-from transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
 
 Frame = dict[str, Any]
 
@@ -803,7 +805,7 @@ def test_frames_written_directly_are_byte_for_byte_what_websockets_would_send(si
     from websockets.protocol import State
     from websockets.server import ServerProtocol
 
-    from transport.uvicorn_ws import RoostWebSocketProtocol
+    from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 
     class Transport:
         def __init__(self) -> None:
@@ -914,7 +916,7 @@ async def test_a_failed_commit_of_an_inline_turn_releases_nothing_over_the_webso
 async def test_agent_kinds_get_4k_pages(data_dir: Path) -> None:
     """Agents write rows of kilobytes (runs, plans, payloads): their files keep SQLite's 4 KiB pages,
     while small-state kinds get 1 KiB (``Actor.page_size``)."""
-    from actors.examples import DocsAgent
+    from roost.examples.kinds import DocsAgent
 
     assert DocsAgent.page_size == 4096
     assert Counter.page_size == PAGE_SIZE == 1024

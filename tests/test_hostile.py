@@ -18,11 +18,11 @@ import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.examples import KINDS
+from roost.examples.kinds import KINDS
+from roost.transport import create_app
+from roost.transport.limits import Limits
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import serve_in_process
-from transport import create_app
-from transport.limits import Limits
 
 
 async def recv(ws: Any) -> dict[str, Any]:

@@ -15,13 +15,13 @@ import orjson
 import pytest
 import websockets
 
-from actors.examples import KINDS
-from scheduler import FakeClock
+from roost.examples.kinds import KINDS
+from roost.scheduler import FakeClock
+from roost.transport import create_app
+from roost.transport.limits import Limits
+from roost.transport.security import token_authenticate
+from roost.transport.tokens import TokenSigner
 from tests.support import ServerProcess, serve_in_process
-from transport import create_app
-from transport.limits import Limits
-from transport.security import token_authenticate
-from transport.tokens import TokenSigner
 
 signer = TokenSigner("k" * 40)
 
@@ -231,7 +231,7 @@ async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) 
 
     async def slow_authenticate(conn: Any) -> Any:
         await gate.wait()
-        from actors import ANONYMOUS
+        from roost.actors import ANONYMOUS
 
         return ANONYMOUS
 
@@ -263,8 +263,8 @@ async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) 
 
 
 def test_anonymous_addresses_are_grouped_and_ipv6_by_its_64() -> None:
-    from actors import ANONYMOUS, Principal
-    from transport.access import _who
+    from roost.actors import ANONYMOUS, Principal
+    from roost.transport.access import _who
 
     assert _who(ANONYMOUS, "203.0.113.7") == ("ip", "203.0.113.7")
     assert _who(ANONYMOUS, "2001:db8:1:2::5") == _who(ANONYMOUS, "2001:db8:1:2:ffff::9")  # one /64

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.connection import Subscriptions
-from transport.close_codes import CloseCode, is_terminal
-from transport.protocol import (
+from roost.actors.connection import Subscriptions
+from roost.transport.close_codes import CloseCode, is_terminal
+from roost.transport.protocol import (
     ClientFrame,
     MessageFrame,
     PingFrame,
@@ -438,7 +438,7 @@ def test_documented_reconnect_codes_are_not_terminal(code: int) -> None:
 @pytest.mark.parametrize("code", [1003, 1007, 1008])
 def test_close_codes_not_in_the_documented_table_are_transient(code: int) -> None:
     # docs/protocol.md: "Any close not listed (1006 abnormal closure, network errors) is transient";
-    # demo_client.errors.is_terminal follows that and reconnects after these codes.
+    # roost.client.errors.is_terminal follows that and reconnects after these codes.
     assert not is_terminal(code)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from demo_client import Client, ConnectionLost, TerminalClose, actor_url
+from roost.client import Client, ConnectionLost, TerminalClose, actor_url
 
 
 async def test_gap_free_resume_under_random_drops(server: str) -> None:

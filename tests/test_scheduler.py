@@ -1,4 +1,4 @@
-"""Durable wake-ups (``scheduler.triggers``, ``scheduler.dispatcher``, ``actors.wakeups``).
+"""Durable wake-ups (``roost.scheduler.triggers``, ``roost.scheduler.dispatcher``, ``roost.actors.wakeups``).
 
 Real SQLite files under ``tmp_path``; time moves only by ``FakeClock.advance``. After an advance the
 dispatcher and the actors react while the test yields to the loop until they are done (``settle``), or
@@ -19,12 +19,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import BaseModel
 
-from actors import Actor, RpcError, callable
-from actors.decorators import wakeup
-from actors.examples import Counter
-from actors.schedules import Misfire, RetryPolicy
-from actors.testing import ActorKit
-from scheduler import FakeClock, TriggerError, interval_trigger, make_trigger, next_fire
+from roost.actors import Actor, RpcError, callable
+from roost.actors.decorators import wakeup
+from roost.actors.schedules import Misfire, RetryPolicy
+from roost.examples.kinds import Counter
+from roost.scheduler import FakeClock, TriggerError, interval_trigger, make_trigger, next_fire
+from roost.testing import ActorKit
 
 Frame = dict[str, Any]
 

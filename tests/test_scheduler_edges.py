@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from actors import Actor, callable, wakeup
-from actors.testing import ActorKit
-from scheduler import Dispatcher, FakeClock, make_trigger, next_fire
-from storage import Directory
+from roost.actors import Actor, callable, wakeup
+from roost.scheduler import Dispatcher, FakeClock, make_trigger, next_fire
+from roost.storage import Directory
+from roost.testing import ActorKit
 
 
 class Ticker(Actor):

@@ -12,13 +12,13 @@ import orjson
 import pytest
 import websockets
 
-from actors import Actor, callable
-from actors.examples import Counter
+from roost.actors import Actor, callable
+from roost.examples.kinds import Counter
+from roost.transport import create_app
+from roost.transport.limits import Limits
+from roost.transport.security import claims_authorize, token_authenticate
+from roost.transport.tokens import TokenError, TokenSigner
 from tests.support import serve_in_process
-from transport import create_app
-from transport.limits import Limits
-from transport.security import claims_authorize, token_authenticate
-from transport.tokens import TokenError, TokenSigner
 
 SECRET = "s" * 40
 signer = TokenSigner(SECRET)

@@ -16,11 +16,11 @@ import websockets
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from actors import Actor, callable
-from actors.examples import KINDS, Counter
-from scheduler import FakeClock
+from roost.actors import Actor, callable
+from roost.examples.kinds import KINDS, Counter
+from roost.scheduler import FakeClock
+from roost.transport import create_app
 from tests.support import serve_in_process
-from transport import create_app
 
 
 async def recv(ws: Any) -> dict[str, Any]:

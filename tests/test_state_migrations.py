@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from actors import Actor, callable
-from actors.errors import RpcError
-from actors.testing import ActorKit
+from roost.actors import Actor, callable
+from roost.actors.errors import RpcError
+from roost.testing import ActorKit
 
 
 class NoteV1(Actor):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from storage import (
+from roost.storage import (
     MAX_NAME_CHARS,
     ActorFile,
     ActorLocked,
@@ -30,7 +30,7 @@ from storage import (
     validate_kind,
     validate_name,
 )
-from storage.migrations import FRAMEWORK_MIGRATIONS
+from roost.storage.migrations import FRAMEWORK_MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -257,7 +257,7 @@ def test_second_open_in_the_same_process_is_locked_until_close(data_dir: Path) -
 _CHILD = """
 import sys
 from pathlib import Path
-from storage import ActorFile
+from roost.storage import ActorFile
 try:
     ActorFile.open(Path(sys.argv[1]), "counter", "x").close()
 except Exception as exc:
@@ -300,7 +300,7 @@ def test_actor_file_is_locked_across_processes(data_dir: Path, existing: bool) -
 _HOLDER = """
 import sys
 from pathlib import Path
-from storage import ActorFile
+from roost.storage import ActorFile
 file = ActorFile.open(Path(sys.argv[1]), "counter", "x")
 file.begin_turn()
 file.write_state('{"count":41}', 1, 1.0)

@@ -1,0 +1,50 @@
+"""Actors: named, stateful, durable, one turn at a time. Knows nothing of Starlette.
+
+See :mod:`roost.actors.actor` for the API a user writes against, :mod:`roost.actors.host` for turns
+and the output gate, :mod:`roost.actors.registry` for activation and dormancy,
+:mod:`roost.actors.errors` for the error hierarchy.
+"""
+
+from roost.actors.actor import Actor
+from roost.actors.connection import ANONYMOUS, Connection, Principal, Sink, Subscriptions
+from roost.actors.decorators import callable, wakeup
+from roost.actors.errors import (
+    ActorError,
+    ActorNotFound,
+    ActorUnavailable,
+    CallTimeout,
+    InvalidActorAddress,
+    Reject,
+    RoostError,
+    RpcError,
+    UnknownKind,
+)
+from roost.actors.registry import ActorRef, Registry, RuntimeConfig
+from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
+
+__all__ = [
+    "ANONYMOUS",
+    "Actor",
+    "ActorError",
+    "ActorNotFound",
+    "ActorRef",
+    "ActorUnavailable",
+    "CallTimeout",
+    "Connection",
+    "DeadLetter",
+    "InvalidActorAddress",
+    "Misfire",
+    "Principal",
+    "Registry",
+    "Reject",
+    "RetryPolicy",
+    "RoostError",
+    "RpcError",
+    "RuntimeConfig",
+    "Schedule",
+    "Sink",
+    "Subscriptions",
+    "UnknownKind",
+    "callable",
+    "wakeup",
+]

@@ -1,0 +1,136 @@
+"""Every error Roost raises on purpose, in one hierarchy::
+
+    RoostError                                     (roost.storage.errors)
+    ├── InvalidActorAddress (ValueError)           bad kind or name           close 4400 / HTTP 400
+    ├── StorageError                               (roost.storage.errors)
+    │   ├── ActorLocked                            live in another process    close 1013 / HTTP 503
+    │   └── MigrationError                         a migration step failed
+    └── ActorError                                 raised by the actor runtime
+        ├── UnknownKind (LookupError)              no kind of that name       close 4404 / HTTP 404
+        ├── ActorNotFound (LookupError)            never created (HTTP GET)   HTTP 404
+        ├── RpcError                               a call failed; ``code`` goes on the wire
+        │   ├── MethodNotFound (LookupError)       code method_not_found
+        │   ├── InvalidArguments (TypeError)       code invalid_arguments
+        │   ├── HandlerError                       code handler_error (the method raised)
+        │   ├── CallTimeout (TimeoutError)         code timeout
+        │   ├── ReentrantCall                      code reentrant_call
+        │   ├── Overloaded                         code overloaded            close 1013 / HTTP 503
+        │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
+        ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
+        ├── StateError (ValueError)                state not valid or not JSON
+        └── NotInTurn (RuntimeError)               actor API used outside a turn
+
+An actor raises ``RpcError(code, message)`` to send its own error code to the caller.
+"""
+
+from __future__ import annotations
+
+from roost.storage.errors import (
+    ActorLocked,
+    InvalidActorAddress,
+    MigrationError,
+    RoostError,
+    StorageError,
+)
+
+__all__ = [
+    "ActorError",
+    "ActorLocked",
+    "ActorNotFound",
+    "ActorUnavailable",
+    "CallTimeout",
+    "HandlerError",
+    "InvalidActorAddress",
+    "InvalidArguments",
+    "MethodNotFound",
+    "MigrationError",
+    "NotInTurn",
+    "Overloaded",
+    "ReentrantCall",
+    "Reject",
+    "RoostError",
+    "RpcError",
+    "StateError",
+    "StorageError",
+    "UnknownKind",
+]
+
+
+class ActorError(RoostError):
+    """Base of errors raised by the actor runtime."""
+
+
+class UnknownKind(ActorError, LookupError):
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"unknown actor kind {kind!r}")
+        self.kind = kind
+
+
+class ActorNotFound(ActorError, LookupError):
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"actor {kind}/{name!r} does not exist")
+        self.kind = kind
+        self.name = name
+
+
+class RpcError(ActorError):
+    """A call failed. ``code`` and ``message`` are sent to the caller as they are."""
+
+    code: str = "rpc_error"
+
+    def __init__(self, code: str | None = None, message: str = "") -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message or self.code)
+        self.message = message or self.code
+
+
+class MethodNotFound(RpcError, LookupError):
+    code = "method_not_found"
+
+
+class InvalidArguments(RpcError, TypeError):
+    code = "invalid_arguments"
+
+
+class HandlerError(RpcError):
+    code = "handler_error"
+
+
+class CallTimeout(RpcError, TimeoutError):
+    code = "timeout"
+
+
+class ReentrantCall(RpcError):
+    code = "reentrant_call"
+
+
+class Overloaded(RpcError):
+    code = "overloaded"
+
+
+class ActorUnavailable(RpcError):
+    code = "actor_unavailable"
+
+
+class Reject(ActorError):
+    """Raised by ``on_connect`` to refuse a connection with a close ``code`` (4400–4499).
+
+    The range is the one clients treat as final (docs/protocol.md): a refused connection is not
+    retried. To ask a client to come back later, close it with 1013 instead.
+    """
+
+    def __init__(self, reason: str = "rejected", code: int = 4403) -> None:
+        if not 4400 <= code <= 4499:
+            raise ValueError("Reject codes are terminal application close codes, 4400-4499")
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class StateError(ActorError, ValueError):
+    """A new state was refused by ``validate_state`` or cannot be encoded as JSON."""
+
+
+class NotInTurn(ActorError, RuntimeError):
+    """An API that writes or sends was used outside a turn (outside the actor's mailbox)."""

@@ -1,0 +1,539 @@
+"""The registry: which actors are live in this process, activating and deactivating them.
+
+Guarantees:
+
+- **Single activation (guarantee 1).** In one process, activation is *single-flight*: looking up a live
+  actor, opening its file and inserting it into the table happen with no ``await`` in between, so any
+  number of concurrent first calls to one name get the same :class:`~roost.actors.host.ActorHost`. Across
+  processes on one data directory, the actor file's exclusive lock refuses a second activation
+  (``ActorLocked``, answered with ``actor_unavailable`` / close 1013).
+- **Dormancy.** An actor with no connections and nothing to do for ``idle_timeout`` seconds is
+  deactivated: its file is closed and nothing of it stays in memory. The next input reactivates it from
+  its file with its state intact.
+- **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
+  least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from roost.actors.connection import Principal
+from roost.actors.decorators import CallableInfo, callables_of
+from roost.actors.errors import (
+    ActorLocked,
+    ActorNotFound,
+    ActorUnavailable,
+    CallTimeout,
+    MethodNotFound,
+    MigrationError,
+    Overloaded,
+    ReentrantCall,
+    UnknownKind,
+)
+from roost.actors.host import ActorHost, Call, Input, Key, Task, Wake
+from roost.scheduler import Clock, Dispatcher, SystemClock
+from roost.storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
+from roost.storage import validate_name as _validate_name
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from roost.actors.actor import Actor
+
+__all__ = ["ActorRef", "Registry", "RuntimeConfig", "Service"]
+
+log = logging.getLogger("roost.registry")
+
+
+class Service(Protocol):
+    """Something that lives as long as a registry and stops before its actors drain."""
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(slots=True)
+class RuntimeConfig:
+    """Knobs of the actor runtime. See ``docs/design.md`` for how the defaults were chosen."""
+
+    data_dir: Path = Path("data")
+    idle_timeout: float = 60.0
+    max_active: int = 2000
+    turn_timeout: float = 30.0
+    call_timeout: float = 30.0
+    log_retention: int = 2048
+    max_batch: int = 256
+    max_inbox: int = 10_000
+    stop_timeout: float = 10.0
+    scheduler: bool = True  # run the wake-up dispatcher in this process
+    poll_interval: float = 1.0  # how often the dispatcher looks for alarms set by other processes
+    wakeup_lease: float = 10.0  # a claimed wake-up of a crashed process comes due again after this
+    durability: Durability = "normal"
+    sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
+
+
+class ActorRef:
+    """A handle on an actor by name. Cheap; activates the actor on use."""
+
+    __slots__ = ("_chain", "_principal", "_registry", "kind", "name")
+
+    def __init__(
+        self,
+        registry: Registry,
+        kind: str,
+        name: str,
+        chain: tuple[Key, ...],
+        principal: Principal | None = None,
+    ) -> None:
+        self._registry = registry
+        self.kind = kind
+        self.name = name
+        self._chain = chain
+        self._principal = principal  # who caused the calling turn: a read-only caller stays one
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a ``@callable`` of that actor; the result arrives after its commit."""
+        result, _ = await self._registry.call(
+            self.kind, self.name, method, list(args), kwargs, chain=self._chain, principal=self._principal
+        )
+        return result
+
+
+class Registry:
+    """Live actors of one process over one data directory. Owns their tasks and files."""
+
+    def __init__(
+        self,
+        kinds: Iterable[type[Actor]],
+        config: RuntimeConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.kinds: dict[str, type[Actor]] = {}
+        self._callables: dict[str, dict[str, CallableInfo]] = {}
+        for cls in kinds:
+            kind = validate_kind(cls.kind or cls.__name__.lower())
+            if kind in self.kinds:
+                raise ValueError(f"two actor classes for kind {kind!r}")
+            cls.kind = kind
+            self.kinds[kind] = cls
+            self._callables[kind] = callables_of(cls)
+        self.hosts: dict[Key, ActorHost] = {}
+        self.directory: Directory | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.rng = random.Random()  # retry jitter; tests may seed or replace it
+        self._sweeper: asyncio.Task[None] | None = None
+        self._checkpointer: asyncio.Task[None] | None = None
+        self._dispatch_task: asyncio.Task[None] | None = None
+        self.sweeps = 0
+        self.activations = 0
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # "checkpoint", "release": four threads each
+        self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
+        #: Files of deactivated actors being released in a worker thread (see :meth:`release_file`).
+        self._releasing: dict[Key, tuple[concurrent.futures.Future[None], Callable[[], None]]] = {}
+        self._flush_handle: asyncio.Handle | None = None
+        #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
+        #: name; each is stopped (``await service.stop()``) before the actors drain.
+        self.services: dict[str, Service] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the directory database and start the idle sweeper."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.directory = Directory(self.config.data_dir)
+        interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
+        self._checkpointer = loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint")
+        if self.config.scheduler:
+            self.dispatcher = Dispatcher(
+                self.directory,
+                self.wake,
+                self.clock,
+                poll_interval=self.config.poll_interval,
+                lease=self.config.wakeup_lease,
+            )
+            self._dispatch_task = loop.create_task(self.dispatcher.run(), name="roost:dispatcher")
+
+    async def stop(self) -> None:
+        """Drain and close every live actor, then the directory. Close connections first."""
+        for task in (self._dispatch_task, self._sweeper, self._checkpointer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._sweeper = self._dispatch_task = self._checkpointer = None
+        for service in list(self.services.values()):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("service failed to stop")
+        self.services.clear()
+        stopped: set[ActorHost] = set()
+        for _ in range(10):  # a draining turn may call a dormant actor: it is stopped in the next round
+            hosts = [h for h in self.hosts.values() if h not in stopped]
+            if not hosts:
+                break
+            stopped.update(hosts)
+            await self._stop_hosts(hosts)
+        left = [h for h in self.hosts.values() if h not in stopped]
+        if left:  # still waking each other after ten rounds: left to the process's exit
+            log.warning("%d actors kept activating during shutdown; not stopped", len(left))
+        self.hosts.clear()
+        await self.released()  # every file is closed on return
+        for key, (done, _) in list(self._releasing.items()):  # finished: log failures now
+            self._released(key, done)
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():  # every actor has stopped: nothing of theirs is running
+            pool.shutdown(wait=True)
+        if self.directory is not None:
+            self.directory.close()
+            self.directory = None
+
+    async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
+        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
+        _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
+        for task in late:  # a turn that will not end: cancel it (rolled back), close the file
+            log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
+            task.cancel()
+        await asyncio.gather(*stops, return_exceptions=True)
+        for h in hosts:
+            h.file.close()
+            if self.directory is not None:
+                self.directory.touch(h.kind, h.name, self.clock.now())
+
+    async def _sweep_forever(self, interval: float) -> None:
+        while True:
+            await self.clock.sleep(interval)
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("idle sweep failed")
+
+    async def _checkpoint_forever(self, interval: float) -> None:
+        """The directory's WAL checkpoint (and its fsync) runs in a thread, off the event loop."""
+        while True:
+            await self.clock.sleep(interval)
+            if self.directory is not None:
+                try:
+                    await asyncio.to_thread(self.directory.checkpoint)
+                except Exception:
+                    log.exception("directory checkpoint failed")
+
+    def sweep(self) -> int:
+        """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
+        self.sweeps += 1
+        mono, wall = self.clock.monotonic(), self.clock.now()
+        deadline = mono - self.config.idle_timeout
+        n = 0
+        for host in list(self.hosts.values()):
+            if host.last_active <= deadline and self._deactivate(host):
+                n += 1
+            elif self.directory is not None:
+                self.directory.touch(host.kind, host.name, wall - (mono - host.last_active))
+        if self.directory is not None:
+            self.directory.flush()
+        return n
+
+    def _deactivate(self, host: ActorHost) -> bool:
+        if not host.deactivate():
+            return False
+        self.hosts.pop(host.key, None)
+        if self.directory is not None:
+            self.directory.touch(host.kind, host.name, self.clock.now())
+        return True
+
+    def _forget(self, host: ActorHost) -> None:
+        """Called by a host that stopped after a failure."""
+        if self.hosts.get(host.key) is host:
+            del self.hosts[host.key]
+
+    # -- activation -------------------------------------------------------------------------------------
+    def kind_of(self, kind: str) -> type[Actor]:
+        cls = self.kinds.get(kind)
+        if cls is None:
+            raise UnknownKind(kind)
+        return cls
+
+    def callable_info(self, kind: str, method: str) -> CallableInfo | None:
+        return self._callables.get(kind, {}).get(method)
+
+    def validate(self, kind: str, name: str) -> None:
+        """Raise ``UnknownKind`` or ``InvalidActorAddress`` before anything is touched."""
+        self.kind_of(kind)
+        _validate_name(name)
+
+    def exists(self, kind: str, name: str) -> bool:
+        """Whether the actor was ever created (live, or dormant with a file)."""
+        self.validate(kind, name)
+        if (kind, name) in self.hosts:
+            return True
+        return actor_path(self.config.data_dir, kind, name).exists()
+
+    def get(self, kind: str, name: str) -> ActorHost:
+        """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await."""
+        host = self.hosts.get((kind, name))
+        if host is not None and not host.stopping:
+            return host
+        releasing = self._releasing.pop((kind, name), None)
+        if releasing is not None:  # deactivated a moment ago: its lock goes with the release
+            done, release = releasing
+            if done.cancel():  # not started (the threads are busy): release it here instead
+                _release_here(release)
+            else:  # under way in its thread: wait for it (one close at most)
+                _released(done)
+        cls = self.kind_of(kind)
+        path = actor_path(self.config.data_dir, kind, name)
+        if len(self.hosts) >= self.config.max_active:
+            self._make_room()
+        assert self.directory is not None, "Registry.start() was not called"
+        if not path.exists():
+            # registered before the file exists: the directory never misses an actor
+            self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+        try:
+            file = ActorFile.open(
+                path,
+                kind,
+                name,
+                kind_migrations=cls.migrations,
+                components=cls.components,
+                durability=self.config.durability,
+                initial_state=_initial_json(cls),
+                state_version=cls.state_version,
+                page_size=cls.page_size,
+            )
+        except ActorLocked as exc:
+            raise ActorUnavailable(message=str(exc)) from exc
+        except (MigrationError, sqlite3.Error, OSError) as exc:
+            log.exception("actor %s/%r failed to open", kind, name)
+            raise ActorUnavailable(message=f"actor failed to start: {exc}") from exc
+        try:
+            host = ActorHost(self, cls, kind, name, file, self._callables[kind])
+        except Exception as exc:  # the kind's __init__ or a corrupt state row
+            file.close()
+            log.exception("actor %s/%r failed to start", kind, name)
+            raise ActorUnavailable(message=f"actor failed to start: {type(exc).__name__}: {exc}") from exc
+        self.hosts[(kind, name)] = host
+        self.directory.touch(kind, name, self.clock.now())
+        self.activations += 1
+        return host
+
+    def release_file(
+        self, key: Key, file: ActorFile, last_state: tuple[str, int, float] | None = None
+    ) -> None:
+        """Close a deactivated actor's file in a release thread, after writing its state snapshot
+        row (``last_state``, see :meth:`ActorFile.begin_close`): SQLite's close checkpoints and
+        fsyncs, and must not stall every other actor. **The actor is never opened again before its
+        release has finished**: :meth:`get` waits for a release under way (one close at most, and
+        only for an actor reactivated within it) or runs a release still queued itself; :meth:`stop`
+        waits for all of them.
+
+        Releases have threads of their own (a sweep of many actors must not delay live actors'
+        checkpoints), and their backlog is bounded: each pending release still holds a connection
+        (two descriptors, ~190 KB), so past ``max(16, max_active // 10)`` of them the file is closed
+        here, on the loop, as before."""
+        release = file.begin_close(last_state)
+        if release is None:
+            return
+        if len(self._releasing) >= max(16, self.config.max_active // 10):
+            _release_here(release)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+            done = self.releases().submit(release)
+        except RuntimeError:  # no loop, or no thread to run it (shutting down): here, then
+            _release_here(release)
+            return
+        self._releasing[key] = (done, release)
+
+        def finished(_: concurrent.futures.Future[None]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(self._released, key, done)
+
+        done.add_done_callback(finished)
+
+    async def released(self) -> None:
+        """Wait until the file of every actor deactivated so far is closed (its lock released).
+        Entries stay in place meanwhile, so that an activation of one of them still waits for it."""
+        pending = [asyncio.wrap_future(done) for done, _ in self._releasing.values()]
+        if pending:
+            await asyncio.wait(pending)
+
+    def _released(self, key: Key, done: concurrent.futures.Future[None]) -> None:
+        releasing = self._releasing.get(key)
+        if releasing is not None and releasing[0] is done:
+            del self._releasing[key]
+            _released(done)
+
+    def releases(self) -> ThreadPoolExecutor:
+        """The four threads that close deactivated actors' files (:meth:`release_file`)."""
+        return self._pool("release")
+
+    def checkpoints(self) -> ThreadPoolExecutor:
+        """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
+        never keeps an actor waiting for its checkpoint to start."""
+        return self._pool("checkpoint")
+
+    def _pool(self, name: str) -> ThreadPoolExecutor:
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"roost-{name}")
+        return pool
+
+    def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit ``host``'s batch at the end of this loop iteration. One callback serves every actor
+        that ran a turn inline in the iteration (see ``ActorHost.run_now``)."""
+        self._to_flush.append(host)
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_handle = None
+        hosts, self._to_flush = self._to_flush, []
+        for host in hosts:
+            try:
+                host.flush_soon()
+            except Exception:  # one actor's failure is its own (it stops); the others commit
+                log.exception("flush of %s/%r failed", host.kind, host.name)
+
+    def _make_room(self) -> None:
+        """Deactivate the least recently active idle actors: a tenth of the bound at once, so that the
+        sort is paid once per many activations, not on every one."""
+        idle = [h for h in self.hosts.values() if h.idle and not h.stopping]
+        if not idle:
+            raise Overloaded(message=f"{len(self.hosts)} actors live, all busy")
+        idle.sort(key=_last_active)
+        for host in idle[: max(1, self.config.max_active // 10)]:
+            self._deactivate(host)
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def ref(
+        self, kind: str, name: str, *, chain: tuple[Key, ...] = (), principal: Principal | None = None
+    ) -> ActorRef:
+        return ActorRef(self, kind, name, chain, principal)
+
+    def submit(self, kind: str, name: str, item: Input) -> ActorHost:
+        """Activate if needed and queue ``item``; the same host takes it (no await in between)."""
+        host = self.get(kind, name)
+        host.submit(item)
+        return host
+
+    async def call(
+        self,
+        kind: str,
+        name: str,
+        method: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        *,
+        chain: tuple[Key, ...] = (),
+        timeout: float | None = None,
+        principal: Principal | None = None,
+    ) -> tuple[Any, list[Any]]:
+        """Call a method in process; returns ``(result, chunks)`` once the callee has committed."""
+        if (kind, name) in chain:
+            raise ReentrantCall(
+                message=f"{kind}/{name!r} is already in this call chain; it would wait on itself"
+            )
+        if self.callable_info(self.kind_of(kind).kind, method) is None:
+            # refused before activation: a call to a missing method creates nothing
+            raise MethodNotFound(message=f"no callable method {method!r}")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        chunks: list[Any] = []
+        self.submit(
+            kind,
+            name,
+            Call(method, args, kwargs, reply=fut, chunks=chunks, chain=chain, principal=principal),
+        )
+        return await self._wait(fut, timeout), chunks
+
+    async def run(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[[Actor], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit(kind, name, Task(fn, fut))
+        return await self._wait(fut, timeout)
+
+    async def wake(self, kind: str, name: str) -> int:
+        """Run the due wake-ups of an actor (activating it if dormant); how many fire turns ran."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit(kind, name, Wake(fut))
+        fired: int = await self._wait(fut, self.config.turn_timeout * 4)
+        return fired
+
+    def alarm_set(self, at: float) -> None:
+        """A live actor wrote its alarm: the dispatcher may need to wake earlier."""
+        if self.dispatcher is not None:
+            self.dispatcher.notify(at)
+
+    async def snapshot(self, kind: str, name: str) -> tuple[Any, int]:
+        """The committed ``(state, seq)`` of an existing actor. ``ActorNotFound`` creates nothing."""
+        if not self.exists(kind, name):
+            raise ActorNotFound(kind, name)
+
+        async def read(actor: Actor) -> tuple[Any, int]:
+            return actor.state, actor.seq
+
+        result: tuple[Any, int] = await self.run(kind, name, read)
+        return result
+
+    async def _wait(self, fut: asyncio.Future[Any], timeout: float | None) -> Any:
+        limit = self.config.call_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.shield(fut)
+        except CallTimeout:
+            raise  # the actor's own answer ("turn exceeded …"), not our wait running out
+        except TimeoutError:
+            raise CallTimeout(message=f"no answer within {limit} s") from None
+        finally:
+            if not fut.done():
+                # the answer may still come after we gave up (timeout, or the waiting turn was
+                # cancelled): retrieve it then, so that it is not reported as lost
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    # -- introspection ------------------------------------------------------------------------------
+    @property
+    def connection_count(self) -> int:
+        return sum(len(h.connections) for h in self.hosts.values())
+
+
+def _release_here(release: Callable[[], None]) -> None:
+    try:
+        release()
+    except Exception:
+        log.exception("closing an actor file failed")
+
+
+def _released(done: concurrent.futures.Future[None]) -> None:
+    """Wait for a file's release (blocking only if it is still running); log its failure."""
+    try:
+        done.result()
+    except Exception:
+        log.exception("closing an actor file failed")
+
+
+def _last_active(host: ActorHost) -> float:
+    return host.last_active
+
+
+def _initial_json(cls: type[Actor]) -> str:
+    return orjson.dumps(cls.initial_state).decode()

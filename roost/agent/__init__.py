@@ -1,0 +1,42 @@
+"""The durable agent runtime: turns, plans, events, approvals, sessions, projects, background jobs.
+
+See ``docs/design.md`` (*Agent runtime*) for the data flow and state machines, :mod:`roost.agent.agent`
+for the class users subclass, :mod:`roost.agent.catalog` for tools.
+"""
+
+from roost.agent.agent import Agent
+from roost.agent.catalog import Catalog, NeedInput, Tool, ToolCancelled, ToolContext, tool
+from roost.agent.config import AgentConfig, load_config
+from roost.agent.models import (
+    DeterministicPlanner,
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelStep,
+    OpenAICompatibleModel,
+    ToolCall,
+)
+from roost.agent.orchestrator import Verdict
+from roost.agent.payloads import BlobStore, sanitize
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "BlobStore",
+    "Catalog",
+    "DeterministicPlanner",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelStep",
+    "NeedInput",
+    "OpenAICompatibleModel",
+    "Tool",
+    "ToolCall",
+    "ToolCancelled",
+    "ToolContext",
+    "Verdict",
+    "load_config",
+    "sanitize",
+    "tool",
+]

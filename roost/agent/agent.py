@@ -1,0 +1,172 @@
+"""``Agent``: an actor with a durable agent runtime. Subclass it, give it tools, and serve it.
+
+::
+
+    from roost.agent import Agent, tool, ToolContext
+    from pydantic import BaseModel
+
+    class Greet(BaseModel):
+        who: str = "world"
+
+    @tool(keywords=("greet", "hello"))
+    async def greet(ctx: ToolContext, args: Greet) -> str:
+        \"\"\"Say hello.\"\"\"
+        return f"hello, {args.who}"
+
+    class Greeter(Agent):
+        kind = "greeter"
+        tools = (greet,)
+
+Callables (over the WebSocket or in process): ``turn(text, session_id=None, background=False)``,
+``approve(approval_id, decision, scope=None, ttl_s=None)``, ``cancel(turn_id)``, ``get_turn(turn_id)``,
+``session(session_id)``, ``get_run(run_id)``, ``continue_run(run_id)``, ``provide_input(run_id, payload)``,
+``project()``.
+Events are frames of the actor's log: ``{"type":"event","seq":…,"event":{"event_type":…,…}}``.
+
+Override :meth:`verify` to check that a run really did what it was asked (the default passes when
+every step completed), :meth:`make_model` to choose the model, ``profile`` to describe the agent in
+session cards, ``stop_condition`` to say what verification checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from roost.actors.actor import Actor
+from roost.actors.decorators import callable, wakeup
+from roost.agent.background import runner_for
+from roost.agent.catalog import Catalog, Tool
+from roost.agent.config import AgentConfig, load_config
+from roost.agent.models import DeterministicPlanner, Model, OpenAICompatibleModel
+from roost.agent.orchestrator import Orchestrator, Verdict
+from roost.agent.payloads import BlobStore
+from roost.agent.store import AGENT_MIGRATIONS, Row
+from roost.agent.telemetry import Telemetry
+from roost.storage import Migration
+
+__all__ = ["Agent"]
+
+
+class Agent(Actor):
+    """Base class of agent kinds. See the module doc."""
+
+    components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (("agent", AGENT_MIGRATIONS),)
+    page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
+    #: The tools of this kind (see :func:`roost.agent.tool`).
+    tools: ClassVar[Sequence[Tool]] = ()
+    #: Settings; ``None`` reads ``roost.toml`` (see :mod:`roost.agent.config`) once per kind.
+    config: ClassVar[AgentConfig | None] = None
+    #: What verification checks, recorded on every run.
+    stop_condition: ClassVar[str] = "every plan step completed"
+    #: Shown in session cards.
+    profile: ClassVar[dict[str, Any]] = {}
+
+    _catalog: ClassVar[Catalog | None] = None
+    _model: Model | None
+
+    def __init__(self) -> None:
+        cfg = self.settings()
+        data_dir = self._host.registry.config.data_dir
+        self.blobs = BlobStore(data_dir / "blobs")
+        self.telemetry = Telemetry(self._host, self.blobs, cfg.blob_threshold, cfg.payload_limit)
+        self._orchestrator = Orchestrator(self, self.telemetry)
+        self._model = None
+        runner_for(self._host.registry).ensure_started(cfg.heartbeat_interval)
+
+    # -- configuration -------------------------------------------------------------------------------
+    @classmethod
+    def settings(cls) -> AgentConfig:
+        if cls.config is None:
+            cls.config = load_config()
+        assert cls.config is not None
+        return cls.config
+
+    @classmethod
+    def catalog(cls) -> Catalog:
+        if cls.__dict__.get("_catalog") is None:
+            cls._catalog = Catalog(cls.tools)
+        assert cls._catalog is not None
+        return cls._catalog
+
+    def model(self) -> Model:
+        if self._model is None:
+            self._model = self.make_model()
+        return self._model
+
+    def make_model(self) -> Model:
+        """The model of this agent: the deterministic planner, or the HTTP model (``model = "openai"``)."""
+        cfg = self.settings()
+        if cfg.model == "openai":
+            return OpenAICompatibleModel.from_env(timeout=cfg.model_timeout)
+        return DeterministicPlanner(self.catalog())
+
+    async def verify(self, run: Row, items: list[Row]) -> Verdict:
+        """Check the run's stop condition. Default: every step completed (the runtime's own gate)."""
+        done = [i for i in items if i["status"] == "completed"]
+        if len(done) == len(items):
+            return Verdict("pass", "runtime", [f"item:{i['item_id']}" for i in done], "every step completed")
+        return Verdict("fail", "runtime", [], f"{len(items) - len(done)} step(s) did not complete")
+
+    # -- the protocol ---------------------------------------------------------------------------------
+    @callable
+    async def turn(
+        self, text: str, session_id: str | None = None, background: bool = False
+    ) -> dict[str, Any]:
+        """Start a turn. The reply carries ``turn_id`` and ``run_id``, the run's ``status`` and, when
+        the run finished within this call (every step inline), its ``output``."""
+        return await self._orchestrator.start_turn(text, session_id, background)
+
+    @callable
+    async def approve(
+        self, approval_id: str, decision: str, scope: dict[str, Any] | None = None, ttl_s: float | None = None
+    ) -> dict[str, Any]:
+        """Grant or deny a pending approval; a grant covers ``scope`` (default: the step's exact
+        arguments) in this session and project until ``ttl_s`` seconds from now."""
+        return await self._orchestrator.approve(approval_id, decision, scope, ttl_s)
+
+    @callable
+    async def cancel(self, turn_id: str) -> dict[str, Any]:
+        """Stop a turn: its job is cancelled, its run is ``canceled`` (``continue_run`` can resume it)."""
+        return await self._orchestrator.cancel(turn_id)
+
+    @callable(readonly=True)
+    async def get_turn(self, turn_id: str) -> dict[str, Any]:
+        return self._orchestrator.get_turn(turn_id)
+
+    @callable(readonly=True)
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        return self._orchestrator.get_run(run_id)
+
+    @callable(readonly=True)
+    async def session(self, session_id: str) -> dict[str, Any]:
+        """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
+        return self._orchestrator.session(session_id)
+
+    @callable(readonly=True)
+    async def project(self) -> dict[str, Any]:
+        """The project: settings, files of verified runs, the heavy operation and the queue behind it."""
+        return self._orchestrator.project()
+
+    @callable
+    async def continue_run(self, run_id: str) -> dict[str, Any]:
+        """Resume a cancelled (or retryable failed) run after its last completed step."""
+        return await self._orchestrator.continue_run(run_id)
+
+    @callable
+    async def provide_input(self, run_id: str, payload: Any) -> dict[str, Any]:
+        """Answer a run paused ``waiting_for_input``."""
+        return await self._orchestrator.provide_input(run_id, payload)
+
+    # -- wake-ups of the runtime --------------------------------------------------------------------
+    @wakeup
+    async def agent_lease(self, payload: dict[str, Any]) -> None:
+        await self._orchestrator.lease_check(str(payload["job_id"]), int(payload["attempt"]))
+
+    @wakeup
+    async def agent_retry(self, payload: dict[str, Any]) -> None:
+        await self._orchestrator.retry(str(payload["job_id"]), int(payload["attempt"]))
+
+    @wakeup
+    async def agent_advance(self, payload: dict[str, Any]) -> None:
+        await self._orchestrator.advance(str(payload["run_id"]))

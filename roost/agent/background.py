@@ -1,0 +1,253 @@
+"""Background jobs: long work outside the agent's mailbox, with a lease, heartbeats and retries.
+
+One :class:`JobRunner` per process (per registry) runs the jobs this process claimed. Its worker id is
+written, with the process's pid, host and load, to the directory's ``workers`` table every heartbeat
+(``WorkerHeartbeat``).
+
+The job's records live in the agent's file and change only in the agent's turns (see
+:mod:`roost.agent.orchestrator`); the runner only executes:
+
+1. ``job_begin`` (a turn) checks that this worker holds the lease of this attempt and hands back what
+   to run. A worker whose attempt is no longer current gets nothing and stops.
+2. The tool (or model step) runs as a task of its own. ``ctx.progress`` is a turn that records
+   progress, emits ``tool_progress`` and renews the lease; a heartbeat task renews the lease every
+   ``heartbeat_interval`` even if the tool reports nothing.
+3. ``job_finish`` (a turn) records the outcome, fenced by ``(job_id, attempt)``.
+
+Guarantees (tests in ``tests/test_agent_jobs.py``):
+
+- **At most one lease per job**: every write of a worker is fenced by its attempt; a claim with
+  ``attempt + 1`` (after a lease expired) makes the older worker's writes no-ops, and the runner cancels
+  an older task of the same job that it still runs.
+- **Cancellation within one heartbeat interval**: a job cancelled by ``cancel(turn_id)`` is stopped at
+  once when it runs in this process, and at its next heartbeat or progress report otherwise.
+- **A stopping server does not record failures**: shutdown cancels the workers without writing; their
+  leases expire and the jobs are retried by the next process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from roost.agent.catalog import NeedInput, ToolCancelled, ToolContext
+from roost.agent.models import ModelError
+from roost.agent.payloads import error_line
+from roost.storage import WorkerEntry
+
+if TYPE_CHECKING:
+    from roost.actors.actor import Actor
+    from roost.actors.registry import Registry
+
+__all__ = ["JobRunner", "JobSpec", "Outcome", "runner_for"]
+
+log = logging.getLogger("roost.agent.jobs")
+SERVICE = "agent.jobs"
+
+
+@dataclass(slots=True)
+class JobSpec:
+    """What ``job_begin`` hands to the worker: the context and the coroutine function to run."""
+
+    job_id: str
+    attempt: int
+    ctx: ToolContext
+    execute: Callable[[ToolContext], Awaitable[Any]]
+    heartbeat_interval: float
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: str  # ok | failed | cancelled | input (the tool raised NeedInput; error holds the prompt)
+    result: Any = None
+    error: str | None = None
+    retryable: bool = False
+
+
+def runner_for(registry: Registry) -> JobRunner:
+    """This process's runner for ``registry`` (created on first use, stopped with the registry)."""
+    runner = registry.services.get(SERVICE)
+    if runner is None:
+        runner = JobRunner(registry)
+        registry.services[SERVICE] = runner
+    assert isinstance(runner, JobRunner)
+    return runner
+
+
+class JobRunner:
+    def __init__(self, registry: Registry, heartbeat_interval: float = 1.0) -> None:
+        self.registry = registry
+        self.worker_id = f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.started_at = registry.clock.now()
+        self.heartbeat_interval = heartbeat_interval
+        self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
+        self._cancelled: set[tuple[str, int]] = set()
+        self._presence: asyncio.Task[None] | None = None
+        self.finished = 0
+
+    # -- presence (WorkerHeartbeat) -------------------------------------------------------------------
+    def ensure_started(self, heartbeat_interval: float | None = None) -> None:
+        if heartbeat_interval is not None:
+            self.heartbeat_interval = heartbeat_interval
+        if self._presence is None:
+            self.beat()
+            self._presence = asyncio.get_running_loop().create_task(self._presence_forever())
+
+    def beat(self) -> None:
+        directory = self.registry.directory
+        if directory is None:
+            return
+        try:
+            directory.worker_heartbeat(
+                WorkerEntry(
+                    self.worker_id,
+                    os.getpid(),
+                    socket.gethostname(),
+                    self.started_at,
+                    self.registry.clock.now(),
+                    len(self.tasks),
+                )
+            )
+        except Exception:  # a busy directory must not stop the worker; the next beat tries again
+            log.warning("worker heartbeat not written", exc_info=True)
+
+    async def _presence_forever(self) -> None:
+        while True:
+            await self.registry.clock.sleep(self.heartbeat_interval)
+            self.beat()
+
+    async def stop(self) -> None:
+        """Cancel every worker without recording anything (their leases expire; jobs are retried)."""
+        tasks = [t for _, t in self.tasks.values()]
+        if self._presence is not None:
+            tasks.append(self._presence)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+
+    # -- jobs -------------------------------------------------------------------------------------------
+    def spawn(self, kind: str, name: str, job_id: str, attempt: int) -> None:
+        """Start the worker of ``(job_id, attempt)``; an older attempt's task is cancelled first."""
+        old = self.tasks.get(job_id)
+        if old is not None and old[0] < attempt:
+            old[1].cancel()
+        task = asyncio.get_running_loop().create_task(self._work(kind, name, job_id, attempt))
+        self.tasks[job_id] = (attempt, task)
+        task.add_done_callback(lambda t: self._forget(job_id, attempt))
+
+    def cancel(self, job_id: str) -> bool:
+        """Stop a job running here at once (its record was already marked cancelled)."""
+        entry = self.tasks.get(job_id)
+        if entry is None:
+            return False
+        self._cancelled.add((job_id, entry[0]))
+        entry[1].cancel()
+        return True
+
+    def _forget(self, job_id: str, attempt: int) -> None:
+        entry = self.tasks.get(job_id)
+        if entry is not None and entry[0] == attempt:
+            del self.tasks[job_id]
+        self._cancelled.discard((job_id, attempt))
+
+    async def _turn(self, kind: str, name: str, fn: Callable[[Actor], Awaitable[Any]]) -> Any:
+        return await self.registry.run(kind, name, fn)
+
+    async def _work(self, kind: str, name: str, job_id: str, attempt: int) -> None:
+        wid = self.worker_id
+
+        async def begin(actor: Actor) -> JobSpec | None:
+            spec: JobSpec | None = actor._orchestrator.job_begin(job_id, attempt, wid)  # type: ignore[attr-defined]
+            return spec
+
+        try:
+            spec: JobSpec | None = await self._turn(kind, name, begin)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job %s: could not begin; its lease will expire", job_id)
+            return
+        if spec is None:
+            return
+        lost = asyncio.Event()
+
+        async def progress(done: int, total: int, message: str, checkpoint: Any) -> None:
+            async def record(actor: Actor) -> bool:
+                ok: bool = await actor._orchestrator.job_progress(  # type: ignore[attr-defined]
+                    job_id, attempt, wid, done, total, message, checkpoint
+                )
+                return ok
+
+            if not await self._turn(kind, name, record):
+                lost.set()
+                raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+
+        spec.ctx._progress = progress
+        spec.ctx._sleep = self.registry.clock.sleep
+        tool: asyncio.Future[Any] = asyncio.ensure_future(spec.execute(spec.ctx))
+        beat = asyncio.get_running_loop().create_task(self._heartbeat(kind, name, spec, tool, lost))
+        try:
+            try:
+                result = await asyncio.shield(tool)
+                outcome = Outcome("ok", result=result)
+            except ToolCancelled as exc:
+                outcome = Outcome("cancelled", error=str(exc))
+            except NeedInput as exc:
+                outcome = Outcome("input", error=exc.prompt)
+            except ModelError as exc:
+                outcome = Outcome("failed", error=str(exc), retryable=exc.retryable)
+            except asyncio.CancelledError:
+                if (job_id, attempt) not in self._cancelled and not lost.is_set():
+                    tool.cancel()
+                    raise  # shutdown (or a newer attempt took over): record nothing
+                tool.cancel()
+                return  # cancelled by cancel(): the record already says so
+            except Exception as exc:
+                log.warning("job %s attempt %s failed", job_id, attempt, exc_info=True)
+                outcome = Outcome("failed", error=error_line(exc)[:500], retryable=True)
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+        if lost.is_set() and outcome.status != "ok":
+            return  # the record already says why (cancelled, or another attempt owns it)
+
+        async def finish(actor: Actor) -> None:
+            await actor._orchestrator.job_finish(job_id, attempt, wid, outcome)  # type: ignore[attr-defined]
+
+        try:
+            await self._turn(kind, name, finish)
+            self.finished += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job %s: outcome not recorded; its lease will expire and it is retried", job_id)
+
+    async def _heartbeat(
+        self, kind: str, name: str, spec: JobSpec, tool: asyncio.Future[Any], lost: asyncio.Event
+    ) -> None:
+        wid = self.worker_id
+
+        async def renew(actor: Actor) -> bool:
+            ok: bool = actor._orchestrator.job_heartbeat(spec.job_id, spec.attempt, wid)  # type: ignore[attr-defined]
+            return ok
+
+        while not tool.done():
+            await self.registry.clock.sleep(spec.heartbeat_interval)
+            try:
+                ok = await self._turn(kind, name, renew)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("job %s: heartbeat not recorded", spec.job_id, exc_info=True)
+                continue
+            if not ok:  # cancelled, or a newer attempt holds the lease: stop the tool now
+                lost.set()
+                tool.cancel()
+                return

@@ -1,0 +1,220 @@
+"""Models: one step of reasoning, behind a small protocol.
+
+A model step sees a :class:`ModelRequest` (the request, memory, the catalog, the steps done so far) and
+returns a :class:`ModelStep`: tool calls to make, a question for the user (``ask``), or the final text.
+Requests and steps are plain JSON so that a step can run as a background job and be recorded.
+
+- :class:`DeterministicPlanner` is the embedded default: no network, no keys. It builds the whole plan
+  from the catalog on the first step (tools whose keywords appear in the request, with the tools they
+  require, in catalog order) and writes a summary of the results on the next one.
+- :class:`OpenAICompatibleModel` calls any chat-completions endpoint with tool calls (httpx). A timeout,
+  a 5xx or a 429 raise :class:`ModelError` with ``retryable=True``; other failures are not retryable.
+  The runtime turns either into a failed step, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import httpx
+import orjson
+from pydantic import BaseModel, Field
+
+from roost.agent.catalog import Catalog
+
+__all__ = [
+    "DeterministicPlanner",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelStep",
+    "OpenAICompatibleModel",
+    "ToolCall",
+]
+
+
+class ToolCall(BaseModel):
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepRecord(BaseModel):
+    item_id: str
+    tool: str
+    args: dict[str, Any]
+    status: str
+    result: Any = None
+
+
+class ModelRequest(BaseModel):
+    text: str
+    inputs: list[Any] = Field(default_factory=list)
+    summary: str = ""
+    recent_turns: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    steps: list[StepRecord] = Field(default_factory=list)
+    hop: int = 0
+
+
+class ModelStep(BaseModel):
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    text: str | None = None
+    ask: str | None = None
+
+
+class ModelError(Exception):
+    """A model step that failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class Model(Protocol):
+    #: True when a step is instant and needs no I/O: it runs inside the turn. Otherwise it is a job.
+    inline: bool
+
+    async def step(self, request: ModelRequest) -> ModelStep: ...
+
+
+class DeterministicPlanner:
+    """Plans from the catalog by keywords; asks when nothing matches. No network."""
+
+    inline = True
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if request.steps:
+            return ModelStep(text=self._summary(request))
+        original = " ".join([request.text, *(_as_text(i) for i in request.inputs)])
+        text = original.lower()
+        wanted: set[str] = set()
+        for t in self.catalog:
+            if any(k in text for k in t.keywords):
+                self._with_requirements(t.name, wanted)
+        if not wanted:
+            if request.inputs:
+                return ModelStep(text="I have no tool for that request.")
+            offer = "; ".join(f"{t.name}: {t.description.splitlines()[0]}" for t in self.catalog)
+            return ModelStep(ask=f"What should I do? I can {offer}")
+        calls = []
+        for t in self.catalog:
+            if t.name in wanted:
+                calls.append(ToolCall(name=t.name, args=t.plan_args(original) if t.plan_args else {}))
+        return ModelStep(tool_calls=calls)
+
+    def _with_requirements(self, name: str, into: set[str]) -> None:
+        if name in into:
+            return
+        into.add(name)
+        for dep in self.catalog.get(name).requires:
+            self._with_requirements(dep, into)
+
+    @staticmethod
+    def _summary(request: ModelRequest) -> str:
+        parts = []
+        for s in request.steps:
+            if s.status != "completed":
+                outcome = s.status
+            elif isinstance(s.result, dict) and isinstance(s.result.get("summary"), str):
+                outcome = s.result["summary"]
+            else:
+                outcome = _short(s.result)
+            parts.append(f"{s.tool}: {outcome}")
+        return "Done. " + "; ".join(parts) + "."
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(str(v) for v in value.values())
+    return str(value)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = orjson.dumps(value).decode() if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class OpenAICompatibleModel:
+    """Any chat-completions endpoint with tool calls (OpenAI, vLLM, llama.cpp, Ollama …)."""
+
+    inline = False
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str = "gpt-4o-mini",
+        timeout: float = 30.0,
+        system: str = "You are an agent. Use the tools to do what the user asks, then answer briefly.",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.timeout = timeout
+        self.system = system
+
+    @classmethod
+    def from_env(cls, *, timeout: float = 30.0) -> OpenAICompatibleModel:
+        """``ROOST_MODEL_BASE_URL`` (or ``OPENAI_BASE_URL``), ``ROOST_MODEL_API_KEY`` (or
+        ``OPENAI_API_KEY``) and ``ROOST_MODEL`` (the model's name)."""
+        base = os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+        if not base:
+            raise ModelError("set ROOST_MODEL_BASE_URL to use the HTTP model", retryable=False)
+        return cls(
+            base,
+            api_key=os.environ.get("ROOST_MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+            model=os.environ.get("ROOST_MODEL", "gpt-4o-mini"),
+            timeout=timeout,
+        )
+
+    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+        system = self.system
+        if request.summary:
+            system += f"\nEarlier in this session: {request.summary}"
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        msgs.append({"role": "user", "content": request.text})
+        for extra in request.inputs:
+            msgs.append({"role": "user", "content": _as_text(extra)})
+        for s in request.steps:
+            call = {"name": s.tool, "arguments": orjson.dumps(s.args).decode()}
+            msgs.append(
+                {"role": "assistant", "tool_calls": [{"id": s.item_id, "type": "function", "function": call}]}
+            )
+            msgs.append(
+                {"role": "tool", "tool_call_id": s.item_id, "content": orjson.dumps(s.result).decode()}
+            )
+        return msgs
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        body = {"model": self.model, "messages": self.messages(request)}
+        if request.tools:
+            body["tools"] = request.tools
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=headers)
+        except httpx.TimeoutException:
+            raise ModelError(f"model timed out after {self.timeout} s", retryable=True) from None
+        except httpx.TransportError as exc:
+            raise ModelError(f"model unreachable: {type(exc).__name__}", retryable=True) from None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise ModelError(f"model answered HTTP {resp.status_code}", retryable=True)
+        if resp.status_code >= 400:
+            raise ModelError(f"model refused the request: HTTP {resp.status_code}", retryable=False)
+        try:
+            message = resp.json()["choices"][0]["message"]
+            calls = [
+                ToolCall(
+                    name=c["function"]["name"],
+                    args=orjson.loads(c["function"].get("arguments") or "{}"),
+                )
+                for c in message.get("tool_calls") or ()
+            ]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ModelError(f"malformed model answer: {type(exc).__name__}", retryable=False) from None
+        return ModelStep(tool_calls=calls, text=None if calls else (message.get("content") or ""))

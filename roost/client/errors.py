@@ -1,0 +1,122 @@
+"""Exceptions raised by the Roost client, and the one table of close codes that stop it.
+
+Hierarchy::
+
+    ClientError
+    ├── RpcError           the server answered a call with ``ok: false``
+    ├── CallTimeout        no reply within the call's timeout (also a ``TimeoutError``)
+    ├── ConnectionLost     the connection dropped before the reply: outcome unknown
+    ├── TerminalClose      the server closed with a code that means "stop" (see ``CloseCode``)
+    ├── ClientClosed       the client was closed by its owner
+    └── ProtocolViolation  the server sent something protocol.md does not allow
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class CloseCode(IntEnum):
+    """WebSocket close codes with a meaning in protocol.md (section *Close codes*)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    PROTOCOL_ERROR = 1002
+    ABNORMAL_CLOSURE = 1006
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013
+    BAD_ADDRESS = 4400
+    UNAUTHENTICATED = 4401
+    FORBIDDEN = 4403
+    UNKNOWN_KIND = 4404
+
+
+#: Close codes after which the client stops instead of reconnecting. Every other code (1001, 1006,
+#: 1011, 1013, network errors, ...) is transient. The whole 4400-4499 range is terminal, not only
+#: the codes listed in protocol.md, because it mirrors HTTP 4xx: "the request itself is wrong".
+TERMINAL_CLOSE_CODES: frozenset[int] = frozenset(
+    {CloseCode.NORMAL, CloseCode.MESSAGE_TOO_BIG, *range(4400, 4500)}
+)
+
+
+def is_terminal(code: int | None) -> bool:
+    """Whether a close code received from the server means "stop, do not reconnect"."""
+    return code is not None and code in TERMINAL_CLOSE_CODES
+
+
+def close_code_for_http_status(status: int) -> int | None:
+    """The terminal close code equivalent to an HTTP status refusing the WebSocket upgrade.
+
+    A server may refuse the handshake with an HTTP response instead of accepting and closing
+    (Starlette does this when a WebSocket is closed before ``accept``). protocol.md's 44xx codes
+    mirror HTTP 4xx, so ``404`` maps to ``4404`` and so on. 408 and 429 are retryable and map to
+    ``None``, like every 5xx status: the client then reconnects with backoff.
+    """
+    if 400 <= status <= 499 and status not in (408, 429):
+        return 4000 + status
+    return None
+
+
+class ClientError(Exception):
+    """Base class of every exception raised by ``roost.client``.
+
+    Instances can be copied (``copy.copy``) and pickled: the client raises a fresh copy of a
+    shared error (e.g. the ``TerminalClose`` that stopped it) in each waiting task.
+    """
+
+
+class RpcError(ClientError):
+    """The server answered a call with ``{"ok": false, "error": {"code", "message"}}``.
+
+    The call reached the actor and failed: its writes were rolled back (``handler_error``) or it
+    never ran (``method_not_found``, ``invalid_arguments``, ``overloaded``...).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    def __reduce__(self) -> tuple[type[RpcError], tuple[str, str]]:
+        return (type(self), (self.code, self.message))
+
+
+class CallTimeout(ClientError, TimeoutError):
+    """No reply arrived within the call's timeout. The outcome of the call is unknown."""
+
+
+class ConnectionLost(ClientError):
+    """The connection dropped before the reply arrived.
+
+    The request may or may not have reached the actor, and may or may not have been executed and
+    committed: the outcome is unknown. Retry only idempotent calls, or check the actor's state.
+    """
+
+
+class TerminalClose(ClientError):
+    """The server closed the connection with a terminal code: the client has stopped.
+
+    Raised by pending calls (their outcome is unknown), by every later call and by
+    ``wait_connected``. ``code`` is the WebSocket close code, or ``4000 + status`` when the
+    server refused the handshake with an HTTP 4xx status (see ``close_code_for_http_status``).
+    """
+
+    def __init__(self, code: int, reason: str = "") -> None:
+        super().__init__(f"connection closed by the server with code {code}: {reason or '-'}")
+        self.code = code
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[TerminalClose], tuple[int, str]]:
+        return (type(self), (self.code, self.reason))
+
+
+class ClientClosed(ClientError):
+    """The client was closed (``Client.close`` or leaving ``async with``)."""
+
+    def __init__(self, message: str = "the client is closed") -> None:
+        super().__init__(message)
+
+
+class ProtocolViolation(ClientError):
+    """The server sent a frame that protocol.md does not allow (the connection is then dropped)."""

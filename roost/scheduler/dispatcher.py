@@ -1,0 +1,158 @@
+"""The dispatcher: one task per process that wakes actors when their alarm in the directory is due.
+
+It knows nothing of actors or sockets: it reads and claims alarms in the directory database and calls
+the ``wake(kind, name)`` it is given (the registry's, which activates a dormant actor and runs its due
+wake-ups as turns).
+
+Guarantees:
+
+- **Start-up cost does not grow with the number of schedules**: each round reads the earliest alarm
+  from the directory's partial index, and claims due actors in alarm order.
+- **Several processes on one data directory never fire a wake-up twice**: a claim moves the actor's
+  alarm to the end of a short lease, renewed while the wake-up runs (so no other dispatcher takes it
+  meanwhile, and a crashed claimer's work comes due again within one lease); the fire itself runs in
+  the one process holding the actor's file lock, and its completion is recorded with its effects.
+- **No busy loop, no missed alarm**: it sleeps until the earliest alarm, at most ``poll_interval``
+  (alarms written by other processes), and is woken early by :meth:`notify` when a live actor in this
+  process sets an earlier one. Time comes from an injectable clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from roost.scheduler.clock import Clock
+from roost.storage import Directory
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("roost.dispatcher")
+
+Wake = Callable[[str, str], Awaitable[object]]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        directory: Directory,
+        wake: Wake,
+        clock: Clock,
+        *,
+        owner: str | None = None,
+        lease: float = 10.0,
+        poll_interval: float = 1.0,
+        concurrency: int = 64,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.directory = directory
+        self.wake = wake
+        self.clock = clock
+        self.owner = owner or f"d-{uuid.uuid4().hex[:12]}"
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.concurrency = concurrency
+        self.retry_delay = retry_delay
+        self.wakes = 0
+        self.failures = 0
+        self._kick = asyncio.Event()
+        self._sleep_until = float("inf")
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._claims: dict[tuple[str, str], float] = {}  # claimed and being woken: lease end
+        self._renewed = 0.0
+
+    def notify(self, at: float) -> None:
+        """An alarm at ``at`` was just written in this process: wake up early if it is sooner."""
+        if at < self._sleep_until:
+            self._kick.set()
+
+    async def run(self) -> None:
+        """Forever: claim due actors, wake them (at most ``concurrency`` at once), sleep."""
+        try:
+            while True:
+                room = self.concurrency - len(self._inflight)
+                now = self.clock.now()
+                try:
+                    claimed = (
+                        self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
+                    )
+                except Exception:  # e.g. the directory locked by another process past its timeout
+                    self.failures += 1
+                    log.exception("could not claim due wake-ups; trying again in %s s", self.poll_interval)
+                    await self.clock.sleep(self.poll_interval)
+                    continue
+                for kind, name, alarm in claimed:
+                    self._claims[(kind, name)] = now + self.lease
+                    task = asyncio.get_running_loop().create_task(self._deliver(kind, name, alarm))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._inflight.discard)
+                self._renew(now)
+                if claimed:
+                    await asyncio.sleep(0)  # let them start; then claim more if there is room
+                    continue
+                await self._sleep(now)
+        finally:
+            for task in list(self._inflight):
+                task.cancel()
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    def _renew(self, now: float) -> None:
+        """Extend the leases of wake-ups still running, a third of a lease before they would end."""
+        if not self._claims or now - self._renewed < self.lease / 3:
+            return
+        self._renewed = now
+        keys = list(self._claims)
+        try:
+            self.directory.renew_claims(self.owner, keys, now + self.lease)
+        except Exception:
+            log.exception("could not renew wake-up claims")
+            return
+        for key in keys:
+            self._claims[key] = now + self.lease
+
+    async def _sleep(self, now: float) -> None:
+        try:
+            nxt = self.directory.next_alarm()
+        except Exception:
+            log.exception("could not read the next alarm")
+            nxt = None
+        delay = self.poll_interval if nxt is None else max(0.0, min(self.poll_interval, nxt - now))
+        if self._claims:
+            delay = min(delay, self.lease / 3)
+        if self._inflight and len(self._inflight) >= self.concurrency:
+            delay = min(delay, self.poll_interval)
+        self._sleep_until = now + delay
+        self._kick.clear()
+        sleeper = asyncio.ensure_future(self.clock.sleep(delay))
+        kicked = asyncio.ensure_future(self._kick.wait())
+        waiters: set[asyncio.Future[Any]] = {sleeper, kicked}
+        if self._inflight and len(self._inflight) >= self.concurrency:
+            waiters |= set(self._inflight)  # a slot frees up
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._sleep_until = float("inf")
+            sleeper.cancel()
+            kicked.cancel()
+            await asyncio.gather(sleeper, kicked, return_exceptions=True)
+
+    async def _deliver(self, kind: str, name: str, alarm: float) -> None:
+        try:
+            await self.wake(kind, name)
+            self.wakes += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # e.g. live in another process, overloaded, unknown kind: give it back, a little later,
+            # to whichever dispatcher can serve it
+            self.failures += 1
+            log.info("wake-up of %s/%r deferred: %s", kind, name, exc)
+            try:
+                self.directory.defer_claim(kind, name, self.owner, self.clock.now() + self.retry_delay)
+            except Exception:
+                log.exception("could not defer the alarm of %s/%r", kind, name)
+        finally:
+            self._claims.pop((kind, name), None)

@@ -1,0 +1,302 @@
+"""The directory database: which actors exist, so that listing and inspecting never open every file.
+
+``<data>/directory.sqlite`` holds one row per actor: kind, name, the digest that names its file, when it
+was created, when it was last active, and its next alarm (filled by the scheduler). It is shared by every
+process on the data directory (ordinary WAL locking, short busy timeout).
+
+Write discipline, to stay off the hot path:
+
+- :meth:`register` is written and committed at once, *before* a new actor's file is created, so a crash
+  can never leave a file the directory does not know.
+- :meth:`touch` (last activity) only queues; :meth:`flush` writes every queued touch in one transaction.
+  The registry flushes on deactivation and periodically, so a crash loses at most one period of
+  ``last_active_at`` precision and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from roost.storage.migrations import Migration, apply_migrations
+
+__all__ = ["ActorEntry", "Directory", "WorkerEntry"]
+
+_MIGRATIONS: tuple[Migration, ...] = (
+    """
+    CREATE TABLE actors (
+        kind           TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        digest         TEXT NOT NULL,
+        created_at     REAL NOT NULL,
+        last_active_at REAL NOT NULL,
+        next_alarm_at  REAL,
+        PRIMARY KEY (kind, name)
+    ) WITHOUT ROWID;
+    CREATE INDEX actors_next_alarm ON actors (next_alarm_at) WHERE next_alarm_at IS NOT NULL;
+    """,
+    # v2: which dispatcher claimed an actor's due alarm (the claim postpones the alarm by a lease).
+    "ALTER TABLE actors ADD COLUMN alarm_owner TEXT",
+    # v3: presence and load of each worker process (the agent runtime's background jobs).
+    """
+    CREATE TABLE workers (
+        worker_id    TEXT PRIMARY KEY,
+        pid          INTEGER NOT NULL,
+        hostname     TEXT    NOT NULL,
+        started_at   REAL    NOT NULL,
+        heartbeat_at REAL    NOT NULL,
+        running_jobs INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorEntry:
+    kind: str
+    name: str
+    digest: str
+    created_at: float
+    last_active_at: float
+    next_alarm_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEntry:
+    worker_id: str
+    pid: int
+    hostname: str
+    started_at: float
+    heartbeat_at: float
+    running_jobs: int
+
+
+class Directory:
+    """The directory database of one data directory. One instance per process."""
+
+    def __init__(self, data_dir: Path, *, busy_timeout: float = 5.0) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / "directory.sqlite"
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        # no checkpoint (and its fsync) inline on the event loop: :meth:`checkpoint` does it, from a
+        # thread, on a connection of its own
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            apply_migrations(self._conn, "directory", _MIGRATIONS)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            self._conn.close()
+            raise
+        self._touched: dict[tuple[str, str], float] = {}
+        self._closed = False
+
+    def register(self, kind: str, name: str, digest: str, now: float) -> None:
+        """Record a new actor (idempotent), committed before returning."""
+        self._conn.execute(
+            "INSERT INTO actors (kind, name, digest, created_at, last_active_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, name) DO NOTHING",
+            (kind, name, digest, now, now),
+        )
+
+    def touch(self, kind: str, name: str, now: float) -> None:
+        """Queue a last-activity update; written by the next :meth:`flush`."""
+        self._touched[(kind, name)] = now
+
+    def flush(self) -> int:
+        """Write every queued touch in one transaction; return how many."""
+        if not self._touched:
+            return 0
+        rows = [(t, k, n) for (k, n), t in self._touched.items()]
+        self._touched.clear()
+        with self._transaction():
+            self._conn.executemany(
+                "UPDATE actors SET last_active_at = max(last_active_at, ?) WHERE kind = ? AND name = ?",
+                rows,
+            )
+        return len(rows)
+
+    # -- alarms (the scheduler) -----------------------------------------------------------------------
+    def lower_alarm(self, kind: str, name: str, at: float) -> None:
+        """Make the actor's alarm no later than ``at`` (committed at once). Written *before* the actor
+        commits a new earlier wake-up, so the directory is never later than the truth."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ? WHERE kind = ? AND name = ? "
+            "AND (next_alarm_at IS NULL OR next_alarm_at > ?)",
+            (at, kind, name, at),
+        )
+
+    def set_alarm(self, kind: str, name: str, at: float | None) -> None:
+        """Set the actor's alarm to its true earliest wake-up (or none) and drop any claim on it.
+        Written *after* the actor committed the change."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ?, alarm_owner = NULL WHERE kind = ? AND name = ?",
+            (at, kind, name),
+        )
+
+    def defer_claim(self, kind: str, name: str, owner: str, at: float) -> None:
+        """Give back a claim this dispatcher could not serve, due again at ``at``."""
+        self._write(
+            "UPDATE actors SET next_alarm_at = ?, alarm_owner = NULL "
+            "WHERE kind = ? AND name = ? AND alarm_owner = ?",
+            (at, kind, name, owner),
+        )
+
+    def renew_claims(self, owner: str, keys: list[tuple[str, str]], until: float) -> None:
+        """Extend this dispatcher's claims on actors it is still waking."""
+        if not keys:
+            return
+        with self._transaction():
+            self._conn.executemany(
+                "UPDATE actors SET next_alarm_at = ? WHERE kind = ? AND name = ? AND alarm_owner = ?",
+                [(until, kind, name, owner) for kind, name in keys],
+            )
+
+    def count_alarms(self) -> int:
+        row = self._conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()
+        return int(row[0])
+
+    def next_alarm(self) -> float | None:
+        """The earliest alarm of any actor (one lookup in a partial index, whatever the count)."""
+        row = self._conn.execute(
+            "SELECT min(next_alarm_at) FROM actors WHERE next_alarm_at IS NOT NULL"
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def claim_due(
+        self, now: float, owner: str, lease_until: float, limit: int
+    ) -> list[tuple[str, str, float]]:
+        """Claim up to ``limit`` actors whose alarm is due: their alarm moves to ``lease_until``, so that
+        no other dispatcher takes them while this one works, and a crashed claimer's alarms come due
+        again when the lease ends. Returns ``(kind, name, alarm)`` of each claimed actor."""
+        rows = self._conn.execute(
+            "SELECT kind, name, next_alarm_at FROM actors WHERE next_alarm_at IS NOT NULL "
+            "AND next_alarm_at <= ? ORDER BY next_alarm_at LIMIT ?",
+            (now, limit),
+        ).fetchall()
+        if not rows:
+            return []
+        claimed = []
+        with self._transaction():
+            for kind, name, alarm in rows:
+                cur = self._conn.execute(
+                    "UPDATE actors SET next_alarm_at = ?, alarm_owner = ? "
+                    "WHERE kind = ? AND name = ? AND next_alarm_at = ?",
+                    (lease_until, owner, kind, name, alarm),
+                )
+                if cur.rowcount:  # else another dispatcher (or the actor itself) got there first
+                    claimed.append((str(kind), str(name), float(alarm)))
+        return claimed
+
+    def alarms(self, limit: int = 1000) -> list[ActorEntry]:
+        """Actors with a pending alarm, earliest first."""
+        cur = self._conn.execute(
+            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+            "WHERE next_alarm_at IS NOT NULL ORDER BY next_alarm_at LIMIT ?",
+            (limit,),
+        )
+        return [ActorEntry(*row) for row in cur]
+
+    def worker_heartbeat(self, worker: WorkerEntry) -> None:
+        """Record that a worker process is alive, with its load."""
+        self._write(
+            "INSERT INTO workers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (worker_id) DO UPDATE SET "
+            "heartbeat_at = excluded.heartbeat_at, running_jobs = excluded.running_jobs",
+            (
+                worker.worker_id,
+                worker.pid,
+                worker.hostname,
+                worker.started_at,
+                worker.heartbeat_at,
+                worker.running_jobs,
+            ),
+        )
+
+    def workers(self) -> list[WorkerEntry]:
+        """Every worker that ever reported, the most recently seen first."""
+        cur = self._conn.execute("SELECT * FROM workers ORDER BY heartbeat_at DESC")
+        return [WorkerEntry(*row) for row in cur]
+
+    def _write(self, sql: str, params: tuple[object, ...]) -> None:
+        with self._transaction():
+            self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction on the directory: committed, or rolled back if the block raises."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def get(self, kind: str, name: str) -> ActorEntry | None:
+        row = self._conn.execute(
+            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+            "WHERE kind = ? AND name = ?",
+            (kind, name),
+        ).fetchone()
+        return ActorEntry(*row) if row else None
+
+    def list(self, kind: str | None = None, *, limit: int = 1000, offset: int = 0) -> list[ActorEntry]:
+        """Actors ordered by (kind, name), optionally of one kind."""
+        if kind is None:
+            cur = self._conn.execute(
+                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+                "ORDER BY kind, name LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+        else:
+            cur = self._conn.execute(
+                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
+                "WHERE kind = ? ORDER BY name LIMIT ? OFFSET ?",
+                (kind, limit, offset),
+            )
+        return [ActorEntry(*row) for row in cur]
+
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database (PASSIVE: never waits for writers). Safe from any thread:
+        it opens a connection of its own."""
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=1.0)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
+    def forget(self, kind: str, name: str) -> bool:
+        """Remove an actor's row (its file was deleted); False if there was none."""
+        with self._transaction():
+            cur = self._conn.execute("DELETE FROM actors WHERE kind = ? AND name = ?", (kind, name))
+        self._touched.pop((kind, name), None)
+        return cur.rowcount > 0
+
+    def backup(self, target: Path) -> None:
+        """A consistent copy of the directory database at ``target`` (SQLite's online backup)."""
+        dst = sqlite3.connect(target)
+        try:
+            self._conn.backup(dst)
+        finally:
+            dst.close()
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM actors").fetchone()[0])
+
+    def close(self) -> None:
+        """Flush queued touches and close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._conn.close()

@@ -1,0 +1,172 @@
+"""A testing kit shipped with the package: actors in process, no sockets, real SQLite files.
+
+::
+
+    async with ActorKit([Counter], tmp_path, clock=FakeClock()) as kit:
+        c = kit.connect("counter", "t1")
+        assert await c.call("increment", 2) == 2
+        await c.wait_for(lambda f: f["type"] == "state" and f["seq"] == 1)
+        kit.clock.advance(61); kit.registry.sweep()   # idle deactivation without waiting
+
+Frames arrive exactly as the WebSocket endpoint would send them (decoded to dicts), through the same
+output gate. Waiting is on conditions, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from roost.actors.actor import Actor
+from roost.actors.connection import ANONYMOUS, Connection, Principal, Subscriptions
+from roost.actors.errors import RpcError
+from roost.actors.host import Call, Connect, Disconnect, Message
+from roost.actors.registry import Registry, RuntimeConfig
+from roost.scheduler import Clock, FakeClock
+
+__all__ = ["ActorKit", "KitConnection", "RecordingSink"]
+
+Frame = dict[str, Any]
+
+
+class RecordingSink:
+    """A :class:`~roost.actors.connection.Sink` that records decoded frames and wakes waiters."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.closed: tuple[int, str] | None = None
+        self._changed = asyncio.Event()
+
+    def send_text(self, text: str) -> None:
+        if self.closed is None:
+            self.frames.append(orjson.loads(text))
+            self._changed.set()
+
+    def close(self, code: int, reason: str) -> None:
+        if self.closed is None:
+            self.closed = (code, reason)
+            self._changed.set()
+
+    async def wait_for(self, predicate: Callable[[Frame], bool], timeout: float = 5.0) -> Frame:
+        """The first recorded frame matching ``predicate``, waiting for it if needed."""
+        async with asyncio.timeout(timeout):
+            seen = 0
+            while True:
+                for frame in self.frames[seen:]:
+                    if predicate(frame):
+                        return frame
+                seen = len(self.frames)
+                if self.closed is not None:
+                    raise ConnectionError(f"closed {self.closed} while waiting")
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def wait_closed(self, timeout: float = 5.0) -> tuple[int, str]:
+        async with asyncio.timeout(timeout):
+            while self.closed is None:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.closed
+
+    def of_type(self, kind: str) -> list[Frame]:
+        return [f for f in self.frames if f.get("type") == kind]
+
+
+class KitConnection:
+    """A connection to one actor, driven by the test."""
+
+    def __init__(self, kit: ActorKit, kind: str, name: str, conn: Connection, sink: RecordingSink):
+        self.kit = kit
+        self.kind = kind
+        self.name = name
+        self.conn = conn
+        self.sink = sink
+        self._ids = itertools.count(1)
+
+    @property
+    def frames(self) -> list[Frame]:
+        return self.sink.frames
+
+    async def wait_for(self, predicate: Callable[[Frame], bool], timeout: float = 5.0) -> Frame:
+        return await self.sink.wait_for(predicate, timeout)
+
+    def send_call(self, method: str, *args: Any, **kwargs: Any) -> str:
+        """Queue a call without waiting; returns its id."""
+        call_id = f"c{next(self._ids)}"
+        host = self.kit.registry.get(self.kind, self.name)
+        host.submit(Call(method, list(args), kwargs, conn=self.conn, id=call_id))
+        return call_id
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call and wait for the ``rpc_result``; raises ``RpcError`` for ``ok: false``."""
+        call_id = self.send_call(method, *args, **kwargs)
+        frame = await self.wait_for(lambda f: f.get("type") == "rpc_result" and f["id"] == call_id)
+        if not frame["ok"]:
+            raise RpcError(frame["error"]["code"], frame["error"]["message"])
+        return frame["result"]
+
+    def message(self, data: Any) -> None:
+        self.kit.registry.get(self.kind, self.name).submit(Message(self.conn, data))
+
+    def disconnect(self, code: int = 1000) -> None:
+        self.kit.registry.get(self.kind, self.name).submit(Disconnect(self.conn, code))
+
+
+class ActorKit:
+    """A registry over ``data_dir`` with a fake clock by default; an async context manager."""
+
+    def __init__(
+        self,
+        kinds: Iterable[type[Actor]],
+        data_dir: Path,
+        *,
+        clock: Clock | None = None,
+        **config: Any,
+    ) -> None:
+        self.clock = clock or FakeClock()
+        self.registry = Registry(kinds, RuntimeConfig(data_dir=data_dir, **config), clock=self.clock)
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> ActorKit:
+        await self.registry.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.registry.stop()
+
+    def connect(
+        self,
+        kind: str,
+        name: str,
+        *,
+        cursor: int | None = None,
+        subscribe: str | None = None,
+        principal: Principal = ANONYMOUS,
+    ) -> KitConnection:
+        sink = RecordingSink()
+        conn = Connection(
+            f"k{next(self._ids)}",
+            sink,
+            principal=principal,
+            subscriptions=Subscriptions.parse(subscribe),
+        )
+        self.registry.submit(kind, name, Connect(conn, cursor))
+        return KitConnection(self, kind, name, conn, sink)
+
+    async def call(self, kind: str, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """An in-process call (as from another actor or HTTP)."""
+        result, _ = await self.registry.call(kind, name, method, list(args), kwargs)
+        return result
+
+    async def settle(self, max_rounds: int = 10_000) -> None:
+        """Let every live actor drain its mailbox and release its outputs."""
+        for _ in range(max_rounds):
+            if all(h.quiescent or h.stopping for h in self.registry.hosts.values()):
+                return
+            await asyncio.sleep(0)
+        raise TimeoutError("actors did not settle")

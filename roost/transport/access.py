@@ -1,0 +1,236 @@
+"""The access gate shared by the WebSocket endpoint and the HTTP routes.
+
+Order of checks for a new connection or request (each refusal is logged without credentials):
+
+1. the client's actor name (no NUL: it separates tenants from names) → 4400 / 400;
+2. ``Origin`` against the allow-list (browsers only) → 4403 / 403 ``origin_refused``;
+3. ``authenticate`` → 4401 / 401 ``unauthenticated``;
+4. the name is scoped to the principal's tenant (:func:`~roost.transport.security.scoped_name`);
+5. ``authorize(principal, kind, name, action)`` with ``"connect"``, ``"read"`` or ``"call:<method>"``
+   → 4403 / 403 ``forbidden``;
+6. WebSocket only: connections per actor and per principal → 1013 ``too_many_connections``.
+
+Then per frame (:class:`FrameGate`): token buckets per connection and per principal
+(``rate_limited``), read-only principals (only ``@callable(readonly=True)`` methods; no messages;
+``forbidden``), and ``authorize`` with ``"call:<method>"`` / ``"message"`` (``forbidden``).
+Anonymous principals have their own per-address bucket and connection count (IPv6 by /64; behind a
+reverse proxy, uvicorn's proxy headers give the client's address), off by default.
+"""
+
+from __future__ import annotations
+
+import inspect
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from roost.actors.connection import ANONYMOUS, Principal
+from roost.actors.registry import Registry
+from roost.transport.auth import Authenticate, run_authenticate
+from roost.transport.limits import Counter, Limits, TokenBucket
+from roost.transport.security import Authorize, check_client_name, origin_allowed, scoped_name
+
+__all__ = ["Access", "Admitted", "FrameGate", "Refused"]
+
+log = logging.getLogger("roost.access")
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    principal: Principal
+    name: str  # the actor's name within the principal's tenant (what the registry addresses)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    code: str  # bad_address | origin_refused | unauthenticated | forbidden | too_many_connections
+    message: str
+
+
+def _anonymous(principal: Principal) -> bool:
+    return principal is ANONYMOUS or (principal.id == ANONYMOUS.id and principal.tenant is None)
+
+
+def _address(client: str | None) -> object | None:
+    """Anonymous clients are told apart by address; IPv6 by its /64 (one host's usual share)."""
+    if not client:
+        return None
+    try:
+        ip = ipaddress.ip_address(client)
+    except ValueError:
+        return ("addr", client)
+    if ip.version == 6:
+        return ("ip6", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
+    return ("ip", client)
+
+
+def _who(principal: Principal, client: str | None = None) -> object | None:
+    """The key per-principal limits count under: the principal, or for anonymous clients their
+    address (None when it is unknown)."""
+    if _anonymous(principal):
+        return _address(client)
+    return (principal.tenant, principal.id)
+
+
+class Access:
+    def __init__(
+        self,
+        registry: Registry,
+        authenticate: Authenticate,
+        authorize: Authorize | None,
+        origins: Iterable[str] | None,
+        limits: Limits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.authenticate = authenticate
+        self.authorize = authorize
+        self.origins = frozenset(origins) if origins is not None else None
+        self.limits = limits
+        self.clock = clock
+        self.per_actor = Counter(limits.conns_per_actor)
+        self.per_principal = Counter(limits.conns_per_principal)
+        self.per_address = Counter(limits.conns_per_address)
+        self._principal_buckets: dict[object, TokenBucket] = {}
+
+    async def admit(self, conn: HTTPConnection, kind: str, name: str, action: str) -> Admitted | Refused:
+        where = f"{kind}/{name!r}"
+        client = conn.client.host if conn.client else "?"
+        try:
+            check_client_name(name)
+        except ValueError as exc:
+            return Refused("bad_address", str(exc))
+        if not origin_allowed(conn, self.origins):
+            log.warning(
+                "refused %s from %s: origin %r not allowed", where, client, conn.headers.get("origin")
+            )
+            return Refused("origin_refused", "origin not allowed")
+        principal = await run_authenticate(self.authenticate, conn)
+        if principal is None:
+            return Refused("unauthenticated", "not authenticated")
+        if not await self.allowed(principal, kind, name, action):
+            log.warning(
+                "refused %s %s for %r (tenant %r) from %s",
+                action,
+                where,
+                principal.id,
+                principal.tenant,
+                client,
+            )
+            return Refused("forbidden", f"{action} on {kind}/{name} is not allowed")
+        return Admitted(principal, scoped_name(principal, name))
+
+    async def allowed(self, principal: Principal, kind: str, name: str, action: str) -> bool:
+        if self.authorize is None:
+            return True
+        verdict = self.authorize(principal, kind, name, action)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return bool(verdict)
+
+    # -- connection counts ----------------------------------------------------------------------------
+    def open(self, principal: Principal, kind: str, name: str, client: str | None = None) -> bool:
+        """Take a connection slot of the actor and of the principal (for anonymous clients: of their
+        address); False if either is full."""
+        if not self.per_actor.acquire((kind, name)):
+            return False
+        who = _who(principal, client)
+        counter = self.per_address if _anonymous(principal) else self.per_principal
+        if who is not None and not counter.acquire(who):
+            self.per_actor.release((kind, name))
+            return False
+        return True
+
+    def close(self, principal: Principal, kind: str, name: str, client: str | None = None) -> None:
+        self.per_actor.release((kind, name))
+        who = _who(principal, client)
+        if who is not None:
+            (self.per_address if _anonymous(principal) else self.per_principal).release(who)
+
+    # -- rates ----------------------------------------------------------------------------------------
+    def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:
+        """The rate shared by a principal's connections and requests (anonymous: by address)."""
+        who = _who(principal, client)
+        limits = self.limits
+        rate, burst = (
+            (limits.anonymous_rate, limits.anonymous_burst)
+            if _anonymous(principal)
+            else (limits.principal_rate, limits.principal_burst)
+        )
+        if who is None or rate is None:
+            return None
+        bucket = self._principal_buckets.get(who)
+        if bucket is None:
+            if len(self._principal_buckets) > 100_000:  # bounded: forget the oldest
+                del self._principal_buckets[next(iter(self._principal_buckets))]
+            bucket = TokenBucket(rate, burst, self.clock)
+            self._principal_buckets[who] = bucket
+        return bucket
+
+    def frame_gate(self, principal: Principal, kind: str, name: str, client: str | None = None) -> FrameGate:
+        limits = self.limits
+        conn_bucket = (
+            TokenBucket(limits.conn_rate, limits.conn_burst, self.clock)
+            if limits.conn_rate is not None
+            else None
+        )
+        return FrameGate(self, principal, kind, name, conn_bucket, self.principal_bucket(principal, client))
+
+
+class FrameGate:
+    """Per-connection checks of calls and messages (see the module doc)."""
+
+    __slots__ = ("access", "conn_bucket", "kind", "name", "principal", "principal_bucket", "read_only")
+
+    def __init__(
+        self,
+        access: Access,
+        principal: Principal,
+        kind: str,
+        name: str,
+        conn_bucket: TokenBucket | None,
+        principal_bucket: TokenBucket | None,
+    ) -> None:
+        self.access = access
+        self.principal = principal
+        self.kind = kind
+        self.name = name  # as the client named it (authorize sees names within the tenant)
+        self.conn_bucket = conn_bucket
+        self.principal_bucket = principal_bucket
+        self.read_only = bool(principal.claims.get("read_only"))
+
+    def rate(self) -> Refused | None:
+        if self.conn_bucket is not None and not self.conn_bucket.take():
+            return Refused("rate_limited", "too many frames per second on this connection")
+        if self.principal_bucket is not None and not self.principal_bucket.take():
+            return Refused("rate_limited", "too many frames per second for this principal")
+        return None
+
+    def call(self, method: str) -> Refused | Awaitable[Refused | None] | None:
+        """May this connection call ``method``? (Unknown methods pass: the actor answers them.)"""
+        if self.read_only:
+            info = self.access.registry.callable_info(self.kind, method)
+            if info is not None and not info.readonly:
+                return Refused("forbidden", f"read-only: {method} is not a read-only method")
+        return self._authorize(f"call:{method}")
+
+    def message(self) -> Refused | Awaitable[Refused | None] | None:
+        if self.read_only:
+            return Refused("forbidden", "read-only connections cannot send messages")
+        return self._authorize("message")
+
+    def _authorize(self, action: str) -> Refused | Awaitable[Refused | None] | None:
+        hook = self.access.authorize
+        if hook is None:
+            return None
+        verdict = hook(self.principal, self.kind, self.name, action)
+        if inspect.isawaitable(verdict):
+            return self._later(verdict, action)
+        return None if verdict else Refused("forbidden", f"{action} is not allowed")
+
+    async def _later(self, verdict: Awaitable[bool], action: str) -> Refused | None:
+        return None if await verdict else Refused("forbidden", f"{action} is not allowed")

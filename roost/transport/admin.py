@@ -1,0 +1,318 @@
+"""Data you can see and take away: inspect, export, delete (with an audit record), backup.
+
+Offline (the CLI on a data directory no server holds) and online (``POST /admin/backup`` on a running
+server, for a backup consistent while serving). An actor file that a running server holds is locked:
+the offline tools say so and touch nothing.
+
+- :func:`inspect_actor` / :func:`inspect_directory`: what is there, read-only.
+- :func:`export_actor`: JSON of meta, state, every table, the logged events and the schedules. Kept
+  agent secrets are exported as their digests only.
+- :func:`delete_actor`: under the actor's exclusive lock, removes its files and its directory row, then
+  appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it.
+- :func:`backup_offline` / :func:`backup_online`: SQLite's online backup of every file into a new
+  directory, with a ``manifest.json`` (counts, ``integrity_check`` of every copy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from roost.actors.errors import RpcError
+from roost.storage import ActorFile, ActorLocked, Directory, actor_path
+
+if TYPE_CHECKING:
+    from roost.actors.actor import Actor
+    from roost.actors.registry import Registry
+
+__all__ = [
+    "backup_offline",
+    "backup_online",
+    "delete_actor",
+    "export_actor",
+    "inspect_actor",
+    "inspect_directory",
+]
+
+AUDIT_LOG = "audit.log"
+_REDACTED_TABLES = {"roost_agent_secrets": "value"}
+
+
+@contextmanager
+def _locked(path: Path, kind: str, name: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+    """The actor's file, opened by us alone (the server's lock refuses us if it holds the actor)."""
+    if not path.exists():
+        raise FileNotFoundError(f"no actor {kind}/{name!r} (no file at {path})")
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # takes the lock now
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ActorLocked(kind, name) from exc
+            raise
+        yield conn
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+
+
+def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
+    path = actor_path(data, kind, name)
+    with _locked(path, kind, name) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM roost_meta").fetchall())
+        versions = dict(
+            conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
+        )
+        head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
+        state = _current_state(conn, path)
+        counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
+        active = conn.execute("SELECT count(*) FROM roost_schedules WHERE status = 'active'").fetchone()[0]
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    return {
+        "kind": kind,
+        "name": name,
+        "path": str(path),
+        "bytes": path.stat().st_size,
+        "meta": meta,
+        "schema_versions": versions,
+        "seq": head[0],
+        "logged_frames": head[1],
+        "state": state,
+        "active_schedules": active,
+        "rows": counts,
+        "integrity_check": integrity,
+    }
+
+
+def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
+    """The state as the actor would load it (:meth:`storage.ActorFile.current_state`)."""
+    return orjson.loads(ActorFile(conn, path, created=False).current_state()[0])
+
+
+def inspect_directory(data: Path) -> dict[str, Any]:
+    directory = Directory(data)
+    try:
+        kinds: dict[str, int] = {}
+        for entry in _all(directory):
+            kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+        return {
+            "data": str(data),
+            "actors": directory.count(),
+            "by_kind": kinds,
+            "pending_wakeups": directory.count_alarms(),
+            "workers": len(directory.workers()),
+            "bytes": sum(p.stat().st_size for p in data.rglob("*") if p.is_file()),
+        }
+    finally:
+        directory.close()
+
+
+def _all(directory: Directory) -> Iterator[Any]:
+    offset = 0
+    while True:
+        page = directory.list(limit=1000, offset=offset)
+        if not page:
+            return
+        yield from page
+        offset += len(page)
+
+
+def export_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
+    path = actor_path(data, kind, name)
+    with _locked(path, kind, name) as conn:
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for table in _tables(conn):
+            cur = conn.execute(f'SELECT * FROM "{table}"')
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            hidden = _REDACTED_TABLES.get(table)
+            if hidden is not None:
+                rows = [{**r, hidden: "[not exported]"} for r in rows]
+            tables[table] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+        events = [orjson.loads(r[0]) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
+        schedules = tables.get("roost_schedules", [])
+        state = _current_state(conn, path)
+    return {
+        "kind": kind,
+        "name": name,
+        "exported_at": time.time(),
+        "state": state,
+        "log": events,
+        "schedules": schedules,
+        "tables": tables,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    return value.hex() if isinstance(value, bytes) else value
+
+
+def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[str, Any]:
+    """Delete an actor for good: files and directory row, under its lock; then the audit record."""
+    path = actor_path(data, kind, name)
+    with _locked(path, kind, name, write=True) as conn:
+        head = conn.execute("SELECT coalesce(max(seq), 0) FROM roost_log").fetchone()[0]
+        state = orjson.dumps(_current_state(conn, path), option=orjson.OPT_SORT_KEYS)
+        size = path.stat().st_size
+        for suffix in ("", "-wal", "-shm", "-journal"):  # unlinked while we still hold the lock
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    directory = Directory(data)
+    try:
+        directory.forget(kind, name)
+    finally:
+        directory.close()
+    record = {
+        "at": time.time(),
+        "action": "delete",
+        "kind": kind,
+        "name": name,
+        "file": path.name,
+        "bytes": size,
+        "last_seq": head,
+        "state_sha256": hashlib.sha256(state).hexdigest(),
+        "by": getpass.getuser(),
+        "reason": reason,
+    }
+    with open(data / AUDIT_LOG, "ab") as log:
+        log.write(orjson.dumps(record) + b"\n")
+        log.flush()
+        os.fsync(log.fileno())
+    return record
+
+
+#: Pages copied per backup step: between steps, a stop asked for by the turn's timeout is seen.
+_BACKUP_STEP = 1024
+
+
+class BackupStopped(Exception):
+    """The copy was stopped between two steps (the turn it ran in timed out or was cancelled)."""
+
+
+def _copy(src: sqlite3.Connection, target: Path, stop: threading.Event | None = None) -> str:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    dst = sqlite3.connect(target)
+
+    def progress(_status: int, _remaining: int, _total: int) -> None:
+        if stop is not None and stop.is_set():
+            raise BackupStopped(f"backup of {target.name} stopped")
+
+    try:
+        src.backup(dst, pages=_BACKUP_STEP, progress=progress)
+        result: str = dst.execute("PRAGMA integrity_check").fetchone()[0]
+        return result
+    finally:
+        dst.close()
+
+
+def _relative(data: Path, kind: str, name: str) -> Path:
+    return actor_path(data, kind, name).relative_to(data)
+
+
+def _manifest(out: Path, entries: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    bad = [e for e in entries if e["integrity_check"] != "ok"]
+    manifest = {
+        "started_at": started,
+        "finished_at": time.time(),
+        "actors": len([e for e in entries if e.get("kind")]),
+        "files": entries,
+        "integrity_failures": len(bad),
+    }
+    (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    return manifest
+
+
+def backup_offline(data: Path, out: Path) -> dict[str, Any]:
+    """Copy a data directory no server holds (a held actor raises ``ActorLocked``: use the server)."""
+    started = time.time()
+    out.mkdir(parents=True, exist_ok=False)
+    entries: list[dict[str, Any]] = []
+    directory = Directory(data)
+    try:
+        directory.backup(out / "directory.sqlite")
+        actors = list(_all(directory))
+    finally:
+        directory.close()
+    entries.append({"file": "directory.sqlite", "integrity_check": "ok"})
+    for entry in actors:
+        path = actor_path(data, entry.kind, entry.name)
+        if not path.exists():
+            continue
+        with _locked(path, entry.kind, entry.name) as conn:
+            conn.execute("ROLLBACK")  # the backup API reads on its own
+            check = _copy(conn, out / _relative(data, entry.kind, entry.name))
+            conn.execute("BEGIN")
+        entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
+    return _manifest(out, entries, started)
+
+
+async def _copy_in_turn(conn: sqlite3.Connection, target: Path) -> str:
+    """:func:`_copy` in a thread, from inside a turn. **The turn does not end while the thread holds
+    the connection**: when the turn is cancelled (its timeout, a shutdown), the copy is told to stop
+    after its current step and waited for, and only then is the cancellation let through — the
+    rollback that follows, or the file's close, never touches the connection under the thread."""
+    stop = threading.Event()
+    done = asyncio.get_running_loop().run_in_executor(None, _copy, conn, target, stop)
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        stop.set()
+        while not done.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({done})
+        if not done.cancelled():
+            done.exception()  # retrieved: BackupStopped, or whatever the copy met meanwhile
+        raise
+
+
+async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
+    """Copy the data directory of a running server: each actor is copied inside one of its turns (a
+    consistent snapshot, between two commits), dormant ones are woken for it and sleep again later.
+
+    An actor whose copy fails (its turn's timeout, say) ends the backup with an :class:`RpcError`
+    naming the actor; what was copied stays in ``out``, without a ``manifest.json``."""
+    started = time.time()
+    data = registry.config.data_dir
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=False)
+    assert registry.directory is not None
+    registry.directory.flush()
+    registry.directory.backup(out / "directory.sqlite")
+    entries: list[dict[str, Any]] = [{"file": "directory.sqlite", "integrity_check": "ok"}]
+    for entry in list(_all(registry.directory)):
+        target = out / _relative(data, entry.kind, entry.name)
+
+        async def copy(actor: Actor, target: Path = target) -> str:
+            # inside the actor's turn, off the loop. Its batch is committed first, so that nothing
+            # on the loop (the early commit of a batch behind a suspended turn) touches the
+            # connection while the thread has it
+            actor._host.checkpoint()
+            return await _copy_in_turn(actor._host.file.conn, target)
+
+        try:
+            # waits longer than the turn may run: a timeout is the turn's, after the copy stopped
+            limit = registry.config.turn_timeout + registry.config.call_timeout
+            check = await registry.run(entry.kind, entry.name, copy, timeout=limit)
+        except RpcError as exc:  # e.g. the turn's timeout: the backup is incomplete, and says where
+            raise RpcError(
+                exc.code, f"backup incomplete at {entry.kind}/{entry.name!r}: {exc.message}"
+            ) from exc
+        entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
+    return await asyncio.to_thread(_manifest, out, entries, started)

@@ -1,0 +1,198 @@
+"""The Starlette app factory: ``create_app(kinds, ...)`` → an ASGI app serving actors.
+
+Routes: ``WS /agents/{kind}/{name}``, ``GET /agents/{kind}/{name}``,
+``POST /agents/{kind}/{name}/rpc/{method}``, ``GET /healthz``.
+
+The app can be served by ``roost serve module:app`` or mounted inside any ASGI application (FastAPI
+included). Its runtime starts with the app's lifespan, or — when mounted in an app that does not forward
+lifespan events to sub-apps — on the first request. Shutdown closes every WebSocket with 1001 and then
+drains and closes every live actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import Route, WebSocketRoute
+
+from roost.actors import Actor, Registry, RuntimeConfig
+from roost.scheduler import Clock
+from roost.transport.access import Access
+from roost.transport.auth import Authenticate, allow_all
+from roost.transport.close_codes import CloseCode
+from roost.transport.endpoint import SocketSink, WebSocketEndpoint
+from roost.transport.http import admin_backup, get_actor, healthz, post_rpc
+from roost.transport.limits import Limits
+from roost.transport.security import Authorize
+from roost.transport.web import web_routes
+
+__all__ = ["RoostApp", "create_app"]
+
+log = logging.getLogger("roost")
+
+
+class RoostApp(Starlette):
+    """A Starlette app with a Roost runtime. ``app.registry`` holds the live actors."""
+
+    registry: Registry
+    authenticate: Authenticate
+    access: Access
+    max_frame_bytes: int
+    max_in_flight: int
+    send_queue: int
+    sinks: set[SocketSink]
+    _started: bool
+    _start_lock: asyncio.Lock
+
+    def configure(self, **changes: Any) -> None:
+        """Change runtime settings (``data_dir``, ``idle_timeout``, …) before the app starts."""
+        if self._started:
+            raise RuntimeError("configure() after the app started")
+        for key, value in changes.items():
+            if key == "data_dir":
+                value = Path(value)
+            if not hasattr(self.registry.config, key):
+                raise TypeError(f"unknown setting {key!r}")
+            setattr(self.registry.config, key, value)
+
+    def secure(
+        self,
+        *,
+        authenticate: Authenticate | None = None,
+        authorize: Authorize | None = None,
+        origins: Iterable[str] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        """Change the access settings (``docs/security.md``) before the app starts; ``None`` keeps one."""
+        if self._started:
+            raise RuntimeError("secure() after the app started")
+        old = self.access
+        if authenticate is not None:
+            self.authenticate = authenticate
+        self.access = Access(
+            self.registry,
+            self.authenticate,
+            authorize if authorize is not None else old.authorize,
+            origins if origins is not None else old.origins,
+            limits if limits is not None else old.limits,
+            self.registry.clock.monotonic,
+        )
+
+    async def ensure_started(self) -> None:
+        """Start the runtime if the lifespan did not (mounted sub-app). Idempotent."""
+        if self._started:
+            return
+        async with self._start_lock:
+            if not self._started:
+                await self._startup()
+
+    async def _startup(self) -> None:
+        await self.registry.start()
+        self._started = True
+        if self.authenticate is allow_all:
+            log.warning(
+                "authentication: none configured; every client is allowed as 'anonymous'. "
+                "Pass authenticate= to create_app() to restrict access."
+            )
+        log.info(
+            "roost: %d kind(s) [%s], data in %s",
+            len(self.registry.kinds),
+            ", ".join(sorted(self.registry.kinds)),
+            self.registry.config.data_dir.resolve(),
+        )
+
+    async def aclose(self) -> None:
+        """Shut the runtime down (for a mounted app whose parent does not forward lifespan)."""
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        if not self._started:
+            return
+        for sink in list(self.sinks):
+            sink.close(CloseCode.GOING_AWAY, "server shutting down")
+        writers = [s.task for s in self.sinks if s.task is not None]
+        if writers:
+            await asyncio.wait(writers, timeout=2.0)
+        await self.registry.stop()
+        self._started = False
+
+
+def create_app(
+    kinds: Iterable[type[Actor]],
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    config: RuntimeConfig | None = None,
+    authenticate: Authenticate = allow_all,
+    authorize: Authorize | None = None,
+    origins: Iterable[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+    max_frame_bytes: int = 1 << 20,
+    send_queue: int = 1024,
+    max_in_flight: int = 256,
+    web_dir: str | os.PathLike[str] | None = None,
+    debug: bool = False,
+) -> RoostApp:
+    """Build the ASGI app serving ``kinds``.
+
+    ``data_dir`` defaults to ``$ROOST_DATA`` or ``./data``. ``max_frame_bytes`` bounds one client
+    frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client (more: close
+    1013; kept below the default log retention so that such a client can resume by replay);
+    ``max_in_flight`` bounds the calls and messages one connection has queued at the actor (more
+    are answered ``overloaded``). ``web_dir``: a directory with an ``index.html`` (and its scripts and
+    styles) served at ``/`` and ``/web/{file}`` — ``roost serve`` uses it for the demo page.
+
+    Access (``docs/security.md``): ``authenticate`` (e.g. :func:`roost.transport.security.token_authenticate`)
+    names the principal; ``authorize(principal, kind, name, action)`` is asked on connect, every call
+    and message, and every HTTP request (e.g. :func:`roost.transport.security.claims_authorize`);
+    ``origins`` is the allow-list of browser origins (``None``: any); ``limits`` bounds rates and
+    connections (:class:`roost.transport.limits.Limits`, safe defaults).
+    """
+    cfg = config or RuntimeConfig()
+    if data_dir is not None:
+        cfg.data_dir = Path(data_dir)
+    elif config is None:
+        cfg.data_dir = Path(os.environ.get("ROOST_DATA", "data"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        assert isinstance(app, RoostApp)
+        await app.ensure_started()
+        try:
+            yield
+        finally:
+            await app.aclose()
+
+    app = RoostApp(debug=debug, lifespan=lifespan)
+    app.registry = Registry(kinds, cfg, clock=clock)
+    app.authenticate = authenticate
+    app.access = Access(
+        app.registry, authenticate, authorize, origins, limits or Limits(), app.registry.clock.monotonic
+    )
+    app.max_frame_bytes = max_frame_bytes
+    app.send_queue = send_queue
+    app.max_in_flight = max_in_flight
+    app.sinks = set()
+    app._started = False
+    app._start_lock = asyncio.Lock()
+    app.state.roost = app
+    ws = WebSocketEndpoint(app)
+    app.router.routes.extend(
+        [
+            WebSocketRoute("/agents/{kind}/{name:path}", ws),
+            Route("/agents/{kind}/{name:path}/rpc/{method}", post_rpc, methods=["POST"]),
+            Route("/agents/{kind}/{name:path}", get_actor, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/admin/backup", admin_backup, methods=["POST"]),
+        ]
+    )
+    if web_dir is not None:
+        app.router.routes.extend(web_routes(Path(web_dir)))
+    return app

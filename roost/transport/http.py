@@ -1,0 +1,236 @@
+"""HTTP endpoints: an actor's state snapshot, calls with JSON arguments, and the health check.
+
+Every answer is JSON encoded with orjson. Errors use the same codes as the WebSocket protocol, with the
+HTTP status given in ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from roost.actors import Principal
+from roost.actors.errors import (
+    ActorNotFound,
+    InvalidActorAddress,
+    RpcError,
+    UnknownKind,
+)
+from roost.transport.access import Refused
+from roost.transport.admin import backup_online
+from roost.transport.auth import allow_all, run_authenticate
+from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
+from roost.transport.security import hide_token, origin_allowed
+
+if TYPE_CHECKING:
+    from roost.transport.app import RoostApp
+
+__all__ = ["JSONResponse", "get_actor", "healthz", "post_rpc"]
+
+_STATUS = {
+    "bad_frame": 400,
+    "bad_address": 400,
+    "unknown_type": 400,
+    "invalid_arguments": 400,
+    "unknown_kind": 404,
+    "not_found": 404,
+    "method_not_found": 404,
+    "reentrant_call": 409,
+    "handler_error": 500,
+    "overloaded": 503,
+    "actor_unavailable": 503,
+    "timeout": 504,
+    "too_large": 413,
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "origin_refused": 403,
+    "rate_limited": 429,
+}
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def _error(code: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"ok": False, "error": {"code": code, "message": message}},
+        status_code=_STATUS.get(code, 400),
+    )
+
+
+async def _guard(
+    app: RoostApp, request: Request, trailing: int, action: str
+) -> tuple[str, str, str, Principal] | JSONResponse:
+    """The checks of :mod:`roost.transport.access`: ``(kind, name as asked, name in the principal's tenant,
+    principal)``, or the refusal."""
+    await app.ensure_started()
+    hide_token(request.scope)
+    try:
+        kind, name = actor_address(request.scope, trailing)
+        app.registry.validate(kind, name)
+    except ProtocolError as exc:
+        return _error(exc.code, exc.message)
+    except InvalidActorAddress as exc:
+        return _error("bad_address", str(exc))
+    except UnknownKind as exc:
+        return _error("unknown_kind", str(exc))
+    verdict = await app.access.admit(request, kind, name, action)
+    if isinstance(verdict, Refused):
+        return _error(verdict.code, verdict.message)
+    try:
+        app.registry.validate(kind, verdict.name)
+    except InvalidActorAddress as exc:
+        return _error("bad_address", str(exc))
+    bucket = app.access.principal_bucket(verdict.principal, request.client.host if request.client else None)
+    if bucket is not None and not bucket.take():
+        return _error("rate_limited", "too many requests for this principal")
+    return kind, name, verdict.name, verdict.principal
+
+
+async def get_actor(request: Request) -> Response:
+    """``GET /agents/{kind}/{name}``: the committed state. Creates nothing (404 if never created)."""
+    app: RoostApp = request.app.state.roost
+    addr = await _guard(app, request, 0, "read")
+    if isinstance(addr, Response):
+        return addr
+    kind, name, scoped, _ = addr
+    try:
+        state, seq = await app.registry.snapshot(kind, scoped)
+    except ActorNotFound as exc:
+        return _error("not_found", str(exc))
+    except RpcError as exc:
+        return _error(exc.code, exc.message)
+    return JSONResponse({"actor": {"kind": kind, "name": name}, "state": state, "cursor": seq})
+
+
+async def post_rpc(request: Request) -> Response:
+    """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs)."""
+    app: RoostApp = request.app.state.roost
+    method = request.path_params["method"]
+    addr = await _guard(app, request, 2, f"call:{method}")
+    if isinstance(addr, Response):
+        return addr
+    kind, _, name, principal = addr
+    if principal.claims.get("read_only"):
+        info = app.registry.callable_info(kind, method)
+        if info is not None and not info.readonly:
+            return _error("forbidden", f"read-only: {method} is not a read-only method")
+        if not app.registry.exists(kind, name):
+            return _error("forbidden", "read-only principals cannot create actors")
+    body = await _read_body(request, app.max_frame_bytes)
+    if body is None:
+        return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    if body.strip():
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return _error("bad_frame", f"body is not JSON: {exc}")
+        if isinstance(parsed, list):
+            args = parsed
+        elif isinstance(parsed, dict):
+            kwargs = parsed
+        else:
+            return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
+    try:
+        result, chunks = await app.registry.call(kind, name, method, args, kwargs, principal=principal)
+    except RpcError as exc:
+        return _error(exc.code, exc.message)
+    content: dict[str, Any] = {"ok": True, "result": result}
+    info = app.registry.callable_info(kind, method)
+    if info is not None and info.streaming:
+        content["chunks"] = chunks
+    return JSONResponse(content)
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed ``limit`` (never read in full)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def admin_backup(request: Request) -> Response:
+    """``POST /admin/backup`` ``{"name": "2026-11-29"}``: a backup consistent while serving
+    (:func:`roost.transport.admin.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
+    ``$ROOST_BACKUP_DIR``, by default ``backups`` beside the data directory.
+
+    Who: a principal with the ``admin`` claim and no tenant (a tenant's admin does not own the other
+    tenants' data), allowed by ``authorize(principal, "admin", "backup", "admin:backup")``, from an
+    allowed origin. Without authentication configured: clients on the loopback interface that are not
+    browsers (no ``Origin``), i.e. the operator's own ``roost backup --server``."""
+    app: RoostApp = request.app.state.roost
+    await app.ensure_started()
+    hide_token(request.scope)
+    if not origin_allowed(request, app.access.origins):
+        return _error("origin_refused", "origin not allowed")
+    principal = await run_authenticate(app.authenticate, request)
+    if principal is None:
+        return _error("unauthenticated", "not authenticated")
+    if app.authenticate is allow_all:
+        local = request.client is not None and request.client.host in ("127.0.0.1", "::1")
+        if not local or "origin" in request.headers:
+            return _error("forbidden", "admin only: without authentication, from this host's command line")
+    elif not principal.claims.get("admin") or principal.tenant is not None:
+        return _error("forbidden", "admin only (an admin token without a tenant)")
+    if not await app.access.allowed(principal, "admin", "backup", "admin:backup"):
+        return _error("forbidden", "admin:backup is not allowed")
+    body = await _read_body(request, 4096)
+    try:
+        name = orjson.loads(body or b"{}")["name"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        name = None
+    if not isinstance(name, str) or not _BACKUP_NAME.fullmatch(name):
+        return _error(
+            "bad_frame",
+            'expected {"name": "<letters, digits, . _ ->"}: a new directory under the backup root',
+        )
+    out = backup_root(app) / name
+    try:
+        manifest = await backup_online(app.registry, out)
+    except FileExistsError:
+        return _error("invalid_arguments", f"backup {name!r} exists: a backup goes into a new directory")
+    except RpcError as exc:
+        return _error(exc.code, f"{exc.message} (the partial copy in {out} has no manifest.json)")
+    return JSONResponse({"ok": True, "result": {**manifest, "path": str(out)}})
+
+
+_BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
+
+
+def backup_root(app: RoostApp) -> Path:
+    configured = os.environ.get("ROOST_BACKUP_DIR")
+    return Path(configured) if configured else app.registry.config.data_dir.resolve().parent / "backups"
+
+
+async def healthz(request: Request) -> Response:
+    """``GET /healthz``: liveness and a few counters."""
+    app: RoostApp = request.app.state.roost
+    registry = app.registry
+    return JSONResponse(
+        {
+            "ok": True,
+            "protocol": PROTOCOL_VERSION,
+            "active_actors": len(registry.hosts),
+            "connections": len(app.sinks),
+        }
+    )

@@ -1,0 +1,187 @@
+"""Who may reach which actor, from where: token authentication, authorization, origins, tenants.
+
+- :func:`token_authenticate` is an ``authenticate`` hook for :mod:`roost.transport.tokens`: the token comes
+  from ``Authorization: Bearer <token>``, from the ``Sec-WebSocket-Protocol`` header (a browser offers
+  ``["roost", "roost.token.<token>"]``; the server answers ``roost``), or from ``?token=<token>``.
+  Expired, forged or malformed tokens are refused; the log names the reason, never the token.
+- ``authorize(principal, kind, name, action) -> bool`` is checked on connect (``"connect"``), on every
+  call (``"call:<method>"``), every message (``"message"``) and every HTTP request (``"read"`` for GET,
+  ``"call:<method>"`` for POST). :func:`claims_authorize`, the default with tokens, allows the kinds
+  and name patterns of the token's claims.
+- Read-only principals (``claims["read_only"]``) may connect and read, and call only methods marked
+  ``@callable(readonly=True)``; anything else is ``forbidden``.
+- :func:`origin_allowed`: with an allow-list, a browser connection (one that sends ``Origin``) from
+  any other origin is refused.
+- :func:`scoped_name`: a principal with a tenant reaches ``tenant NUL name``, so the same name in two
+  tenants is two actors; a client can never write a NUL itself (:func:`check_client_name`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from starlette.requests import HTTPConnection
+
+from roost.actors.connection import Principal
+from roost.transport.tokens import TokenError, TokenSigner
+
+__all__ = [
+    "SUBPROTOCOL",
+    "Authorize",
+    "RedactTokens",
+    "check_client_name",
+    "claims_authorize",
+    "hide_token",
+    "offered_subprotocols",
+    "origin_allowed",
+    "redact_logs",
+    "run_authorize",
+    "scoped_name",
+    "token_authenticate",
+]
+
+log = logging.getLogger("roost.security")
+
+#: The subprotocol a browser offers with its token, and that the server selects.
+SUBPROTOCOL = "roost"
+_TOKEN_PROTOCOL = "roost.token."
+
+Authorize = Callable[[Principal, str, str, str], Awaitable[bool] | bool]
+
+
+def offered_subprotocols(conn: HTTPConnection) -> list[str]:
+    header = conn.headers.get("sec-websocket-protocol", "")
+    return [p.strip() for p in header.split(",") if p.strip()]
+
+
+def hide_token(scope: MutableMapping[str, Any]) -> None:
+    """Move a ``token`` query parameter out of the URL (into ``scope["roost.token"]``), so that no
+    log line that prints the URL — uvicorn's included — can carry it."""
+    raw: bytes = scope.get("query_string", b"")
+    if b"token" not in raw:
+        return
+    kept, token = [], None
+    for part in raw.split(b"&"):
+        key, _, value = part.partition(b"=")
+        if unquote(key.decode("latin-1")) == "token":
+            token = token or unquote(value.decode("latin-1"))
+        else:
+            kept.append(part)
+    scope["query_string"] = b"&".join(kept)
+    if token is not None:
+        scope["roost.token"] = token
+
+
+class RedactTokens(logging.Filter):
+    """A handler filter that blanks tokens (``roost1.…`` and ``token=…``) in every record the
+    handler writes, tracebacks included. Install it on handlers (:func:`redact_logs`): a filter on a
+    logger does not see what its children log."""
+
+    _PATTERN = re.compile(r"(roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+|(?<=token=)[^&\s\"']+)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "roost1." in text or "token=" in text:
+            record.msg = self._PATTERN.sub("[redacted]", text)
+            record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._PATTERN.sub("[redacted]", record.exc_text)
+        return True
+
+
+def redact_logs(*loggers: str) -> None:
+    """Put :class:`RedactTokens` on every handler of the root logger and of ``loggers``."""
+    redact = RedactTokens()
+    for name in ("", *loggers):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, RedactTokens) for f in handler.filters):
+                handler.addFilter(redact)
+
+
+def _token_of(conn: HTTPConnection) -> tuple[str | None, str]:
+    hidden = conn.scope.get("roost.token")
+    if isinstance(hidden, str):
+        return hidden, "query"
+    auth = conn.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip(), "authorization header"
+    for proto in offered_subprotocols(conn):
+        if proto.startswith(_TOKEN_PROTOCOL):
+            return proto[len(_TOKEN_PROTOCOL) :], "subprotocol"
+    query = parse_qs(conn.scope.get("query_string", b"").decode("latin-1"))
+    if query.get("token"):
+        return query["token"][0], "query"
+    return None, "none"
+
+
+def token_authenticate(
+    signer: TokenSigner, *, clock: Callable[[], float] | None = None
+) -> Callable[[HTTPConnection], Principal | None]:
+    """An ``authenticate`` hook accepting the tokens of ``signer`` (see the module doc)."""
+
+    def authenticate(conn: HTTPConnection) -> Principal | None:
+        token, source = _token_of(conn)
+        client = conn.client.host if conn.client else "?"
+        if token is None:
+            log.warning("refused %s from %s: no token", conn.url.path, client)
+            return None
+        try:
+            return signer.verify(token, now=clock() if clock else None)
+        except TokenError as exc:  # the token itself is never logged
+            log.warning("refused %s from %s: %s (token from %s)", conn.url.path, client, exc, source)
+            return None
+
+    return authenticate
+
+
+def claims_authorize(principal: Principal, kind: str, name: str, action: str) -> bool:
+    """Allow what the principal's claims allow: its ``kinds`` and its ``names`` patterns (absent: all)."""
+    kinds = principal.claims.get("kinds")
+    if kinds is not None and kind not in kinds:
+        return False
+    names = principal.claims.get("names")
+    return names is None or any(fnmatch.fnmatchcase(name, pattern) for pattern in names)
+
+
+async def run_authorize(
+    hook: Authorize | None, principal: Principal, kind: str, name: str, action: str
+) -> bool:
+    if hook is None:
+        return True
+    result = hook(principal, kind, name, action)
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result)
+
+
+def origin_allowed(conn: HTTPConnection, origins: Iterable[str] | None) -> bool:
+    """True without an allow-list, for clients that send no ``Origin`` (not browsers), and for the
+    listed origins (``scheme://host[:port]``, compared exactly, or ``"*"``)."""
+    if origins is None:
+        return True
+    origin = conn.headers.get("origin")
+    if origin is None:
+        return True
+    allowed = set(origins)
+    return "*" in allowed or origin in allowed
+
+
+def check_client_name(name: str) -> None:
+    """Names from clients may not hold NUL: it separates a tenant from a name."""
+    if "\x00" in name:
+        raise ValueError("actor names may not contain NUL")
+
+
+def scoped_name(principal: Principal | None, name: str) -> str:
+    """The actor a principal reaches by ``name``: inside its tenant, if it has one."""
+    if principal is None or principal.tenant is None:
+        return name
+    return f"{principal.tenant}\x00{name}"
