@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from roost.actors.connection import Connection, Principal
+from roost.actors.extension import TurnContext
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from roost.actors.sql import Sql
 from roost.scheduler.triggers import interval_trigger, make_trigger
@@ -70,12 +71,15 @@ class Actor:
 
     _host: ActorHost
     sql: Sql
+    #: The extension API for runtimes layered on actors (:mod:`roost.actors.extension`).
+    extension: TurnContext
 
     @classmethod
     def _create(cls, host: ActorHost) -> Actor:
         self = cls.__new__(cls)
         self._host = host
         self.sql = Sql(host)
+        self.extension = TurnContext(host)
         self.__init__()  # type: ignore[misc]
         return self
 

@@ -601,6 +601,11 @@ class ActorHost:
         self._end_turn()
 
     @property
+    def turn_now(self) -> float:
+        """The clock's reading at the start of the current turn."""
+        return self._now
+
+    @property
     def trace_id(self) -> str:
         """An id for the current turn, made when first asked for (records carry it)."""
         if self._trace_id is None:

@@ -25,7 +25,7 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -42,6 +42,7 @@ from roost.actors.errors import (
     ReentrantCall,
     UnknownKind,
 )
+from roost.actors.extension import Process, Service
 from roost.actors.host import ActorHost, Call, Input, Key, Task, Wake
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
@@ -55,12 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["ActorRef", "Registry", "RuntimeConfig", "Service"]
 
 log = logging.getLogger("roost.registry")
-
-
-class Service(Protocol):
-    """Something that lives as long as a registry and stops before its actors drain."""
-
-    async def stop(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -148,6 +143,8 @@ class Registry:
         #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
         #: name; each is stopped (``await service.stop()``) before the actors drain.
         self.services: dict[str, Service] = {}
+        #: The extension API's per-process side (:class:`~roost.actors.extension.Process`).
+        self.process = Process(self)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
