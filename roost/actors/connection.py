@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from roost.protocol import frames
+
 if TYPE_CHECKING:
     from roost.actors.host import ActorHost
 
@@ -111,7 +113,7 @@ class Connection:
 
     def send(self, data: Any) -> None:
         """Send ``{"type":"message","data":data}`` to this connection alone (gated inside a turn)."""
-        text = '{"type":"message","data":' + orjson.dumps(data).decode() + "}"
+        text = frames.message(data)
         self.send_frame(text)
 
     def send_frame(self, text: str) -> None:

@@ -54,6 +54,8 @@ from roost.actors.errors import (
 from roost.actors.inline import AVAILABLE as _INLINE
 from roost.actors.inline import Resume, Suspended, step_as
 from roost.actors.schedules import ScheduleStore
+from roost.protocol import frames
+from roost.protocol.resume import decide_resume
 from roost.storage import ActorFile
 
 if TYPE_CHECKING:
@@ -63,7 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["ActorHost", "Call", "Connect", "Deliver", "Disconnect", "Message", "Task", "Wake"]
 
 log = logging.getLogger("roost.actor")
-PROTOCOL_VERSION = 1
 Key = tuple[str, str]
 
 
@@ -179,14 +180,7 @@ def _json(value: Any) -> str:
 
 
 def _error_frame_for_call(call_id: str, err: RpcError) -> str:
-    return _json(
-        {
-            "type": "rpc_result",
-            "id": call_id,
-            "ok": False,
-            "error": {"code": err.code, "message": err.message},
-        }
-    )
+    return frames.rpc_error(call_id, err.code, err.message)
 
 
 class ActorHost:
@@ -782,7 +776,7 @@ class ActorHost:
         try:
             result = await self._invoke(item)
             if conn is not None:
-                frame = _json({"type": "rpc_result", "id": item.id, "ok": True, "result": result})
+                frame = frames.rpc_ok(item.id, result)
                 self._turn_out.append((0, conn, frame))
             elif item.reply is not None:
                 self._turn_out.append((2, item.reply, orjson.loads(orjson.dumps(result))))
@@ -820,7 +814,7 @@ class ActorHost:
             return res
         async for chunk in res:
             if item.conn is not None:
-                frame = _json({"type": "rpc_chunk", "id": item.id, "chunk": chunk})
+                frame = frames.rpc_chunk(item.id, chunk)
                 self._turn_out.append((0, item.conn, frame))
             elif item.chunks is not None:
                 item.chunks.append(orjson.loads(orjson.dumps(chunk)))
@@ -839,8 +833,7 @@ class ActorHost:
             self._abort_turn()
             self._report(exc, conn)
             err = self._as_rpc_error(exc)
-            frame = _json({"type": "error", "code": err.code, "message": err.message})
-            self._pending.append((0, conn, frame))
+            self._pending.append((0, conn, frames.error(err.code, err.message)))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
@@ -878,28 +871,16 @@ class ActorHost:
 
     def _welcome(self, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
         """The welcome frame and the frames to replay after it, per the resume rules."""
-        welcome: dict[str, Any] = {
-            "type": "welcome",
-            "protocol": PROTOCOL_VERSION,
-            "connection_id": conn.id,
-            "actor": {"kind": self.kind, "name": self.name.rpartition("\x00")[2]},  # as the client named it
-            "state": orjson.Fragment(self.state_json),
-            "cursor": self.seq,
-            "oldest": self.oldest,
-        }
+        resume = decide_resume(cursor, self.seq, self.oldest)
         replay: list[str] = []
-        if cursor is None:
-            welcome["resume"] = "fresh"
-        elif cursor > self.seq:
-            welcome["resume"], welcome["reason"] = "snapshot", "cursor_ahead"
-        elif cursor < self.oldest - 1:
-            welcome["resume"], welcome["reason"] = "snapshot", "cursor_expired"
-        else:
-            welcome["resume"] = "replay"
-            if cursor < self.seq:
-                subs = conn.subscriptions
-                replay = [f for _, k, f in self.file.replay(cursor) if subs.wants(k)]
-        return _json(welcome), replay
+        if resume.replay_after is not None:
+            subs = conn.subscriptions
+            replay = [f for _, k, f in self.file.replay(resume.replay_after) if subs.wants(k)]
+        name = self.name.rpartition("\x00")[2]  # as the client named it
+        welcome = frames.welcome(
+            conn.id, self.kind, name, self.state_json, self.seq, self.oldest, resume.mode, resume.reason
+        )
+        return welcome, replay
 
     async def _disconnect(self, item: Disconnect) -> None:
         conn = item.conn
@@ -994,7 +975,7 @@ class ActorHost:
         except TypeError as exc:
             raise StateError(f"state is not JSON: {exc}") from exc
         seq = self._next_seq()
-        frame = _json({"type": "state", "seq": seq, "state": orjson.Fragment(text)})
+        frame = frames.state(seq, text)
         self.file.append_log(seq, "state", frame, self._now)  # the frame is the state's only write
         self.state_seq = seq
         self.state_json = text
@@ -1016,13 +997,13 @@ class ActorHost:
         except TypeError as exc:
             raise StateError(f"event is not JSON: {exc}") from exc
         seq = self._next_seq()
-        frame = _json({"type": "event", "seq": seq, "event": orjson.Fragment(text)})
+        frame = frames.event(seq, text)
         self.file.append_log(seq, "event", frame, self._now)
         self._fanout("event", frame, (), None)
         return seq
 
     def broadcast(self, data: Any, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:
-        frame = _json({"type": "message", "data": data})
+        frame = frames.message(data)
         return self._fanout("message", frame, exclude, tags)
 
     def _fanout(self, kind: str, frame: str, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:

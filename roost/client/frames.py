@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from roost.protocol.frames import PROTOCOL_VERSION as _SERVER_PROTOCOL_VERSION
+
 from .errors import ProtocolViolation
 
 #: Any JSON value (the payloads of state, events, messages, call arguments and results).
@@ -20,8 +22,8 @@ JSON = Any
 #: One decoded frame.
 Frame = dict[str, JSON]
 
-#: The protocol version this client speaks (``welcome.protocol``).
-PROTOCOL_VERSION = 1
+#: The protocol version this client speaks (``welcome.protocol``): the server's own, from one place.
+PROTOCOL_VERSION = _SERVER_PROTOCOL_VERSION
 
 
 class ResumeMode(StrEnum):

@@ -27,6 +27,7 @@ from starlette.requests import HTTPConnection
 from roost.actors import Connection, Principal, Subscriptions
 from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
 from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
+from roost.protocol import frames
 from roost.transport.access import FrameGate, Refused
 from roost.transport.close_codes import CloseCode
 from roost.transport.protocol import (
@@ -36,7 +37,6 @@ from roost.transport.protocol import (
     ProtocolError,
     RpcFrame,
     actor_address,
-    encode,
     error_frame,
     parse_client_frame,
     parse_connect_query,
@@ -184,9 +184,7 @@ class SocketSink:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
-def _call_error(call_id: str, code: str, message: str) -> str:
-    error = {"code": code, "message": message}
-    return encode({"type": "rpc_result", "id": call_id, "ok": False, "error": error})
+_call_error = frames.rpc_error
 
 
 class WebSocketEndpoint:
@@ -417,7 +415,7 @@ class WebSocketEndpoint:
                 _answer(host, sink, conn, error_frame("overloaded", why), max_in_flight)
                 return None
             conn.in_flight += 1
-            host.submit(Deliver(conn, encode({"type": "pong", "id": frame.id})))
+            host.submit(Deliver(conn, frames.pong(frame.id)))
             return None
         subs = conn.subscriptions
         if frame.state is not None:

@@ -20,6 +20,9 @@ from urllib.parse import parse_qs, unquote_to_bytes
 import orjson
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
+from roost.protocol import frames
+from roost.protocol.frames import PROTOCOL_VERSION
+
 __all__ = [
     "PROTOCOL_VERSION",
     "ClientFrame",
@@ -36,8 +39,6 @@ __all__ = [
     "parse_client_frame",
     "parse_connect_query",
 ]
-
-PROTOCOL_VERSION = 1
 
 
 class ProtocolError(Exception):
@@ -138,13 +139,8 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
     return frame
 
 
-def encode(frame: dict[str, Any]) -> str:
-    """Encode a server frame as the text of one WebSocket frame."""
-    return orjson.dumps(frame).decode()
-
-
-def error_frame(code: str, message: str) -> str:
-    return encode({"type": "error", "code": code, "message": message})
+encode = frames.encode
+error_frame = frames.error
 
 
 def _segment(raw: bytes, what: str) -> str:
