@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roost.actors.connection import Subscriptions
-from roost.transport.close_codes import CloseCode, is_terminal
+from roost.protocol.codes import CloseCode, is_terminal
 from roost.transport.protocol import (
     ClientFrame,
     MessageFrame,

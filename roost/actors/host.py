@@ -54,7 +54,7 @@ from roost.actors.errors import (
 from roost.actors.inline import AVAILABLE as _INLINE
 from roost.actors.inline import Resume, Suspended, step_as
 from roost.actors.schedules import ScheduleStore
-from roost.protocol import frames
+from roost.protocol import CloseCode, frames
 from roost.protocol.resume import decide_resume
 from roost.storage import ActorFile
 
@@ -523,9 +523,9 @@ class ActorHost:
             elif isinstance(item, Call) and item.conn is not None:
                 item.conn.deliver(_error_frame_for_call(item.id, err))
             elif isinstance(item, Connect):  # never welcomed: tell it to come back later
-                item.conn.deliver_close(1013, "actor unavailable")
+                item.conn.deliver_close(CloseCode.TRY_AGAIN_LATER, "actor unavailable")
         for conn in list(self.connections.values()):
-            conn.deliver_close(1011, "actor stopped")
+            conn.deliver_close(CloseCode.INTERNAL_ERROR, "actor stopped")
         self.connections.clear()
         try:
             if self.file.in_transaction:  # also after a failed COMMIT: it leaves the flag set
@@ -853,7 +853,7 @@ class ActorHost:
                 self._pending.append((1, conn, (exc.code, exc.reason)))
             else:
                 self._report(exc, conn)
-                self._pending.append((1, conn, (1011, "on_connect failed")))
+                self._pending.append((1, conn, (CloseCode.INTERNAL_ERROR, "on_connect failed")))
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return

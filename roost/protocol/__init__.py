@@ -6,7 +6,16 @@ Both the actor runtime (whose log stores encoded frames) and the transport use t
 is the written protocol.
 """
 
+from roost.protocol.codes import TERMINAL_CLOSE_CODES, CloseCode, is_terminal
 from roost.protocol.frames import PROTOCOL_VERSION
 from roost.protocol.resume import Resume, ResumeMode, decide_resume
 
-__all__ = ["PROTOCOL_VERSION", "Resume", "ResumeMode", "decide_resume"]
+__all__ = [
+    "PROTOCOL_VERSION",
+    "TERMINAL_CLOSE_CODES",
+    "CloseCode",
+    "Resume",
+    "ResumeMode",
+    "decide_resume",
+    "is_terminal",
+]

@@ -23,10 +23,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
 from roost.actors import Actor, Registry, RuntimeConfig
+from roost.protocol.codes import CloseCode
 from roost.scheduler import Clock
 from roost.transport.access import Access
 from roost.transport.auth import Authenticate, allow_all
-from roost.transport.close_codes import CloseCode
 from roost.transport.endpoint import SocketSink, WebSocketEndpoint
 from roost.transport.http import admin_backup, get_actor, healthz, post_rpc
 from roost.transport.limits import Limits

@@ -28,8 +28,8 @@ from roost.actors import Connection, Principal, Subscriptions
 from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
 from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
 from roost.protocol import frames
+from roost.protocol.codes import CloseCode
 from roost.transport.access import FrameGate, Refused
-from roost.transport.close_codes import CloseCode
 from roost.transport.protocol import (
     ClientFrame,
     MessageFrame,
