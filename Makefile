@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean
+.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean python-3.12 python-3.13
 
 BASE   := $(VENV)/.base
 
@@ -25,9 +25,11 @@ demo: $(BASE)
 demo-crash: $(BASE)
 	$(BIN)/python -m roost.examples.demo
 
+# ruff, then the layer contracts of pyproject.toml ([tool.importlinter]): a breach or a cycle fails.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -46,6 +48,18 @@ screenshot: $(STAMP) chromium
 
 test: lint typecheck unit
 
+# The suite on the other supported Pythons (3.12, 3.13), each in its own venv: everything but the
+# browser test and the long process tests (marker `slow`), which `make test` runs on the default Python.
+PYENV_ROOT ?= $(HOME)/.pyenv
+python-%:
+	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python$* 2>/dev/null | tail -1); \
+	test -n "$$py" || py=$$(command -v python$*); \
+	test -n "$$py" || { echo "no Python $* (pyenv or PATH)"; exit 1; }; \
+	test -x .venv-$*/bin/python || $$py -m venv .venv-$*; \
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip; \
+	.venv-$*/bin/python -m pip install --quiet -e '.[dev]'; \
+	PYTHONASYNCIODEBUG=1 .venv-$*/bin/python -m pytest -q -m "not slow" --ignore tests/test_browser.py
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
@@ -54,4 +68,4 @@ soak: $(STAMP)
 	$(BIN)/python -m tests.chaos --seconds 600
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .venv-3.* .mypy_cache .ruff_cache .pytest_cache *.egg-info
