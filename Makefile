@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean python-3.12 python-3.13
+.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean
 
 BASE   := $(VENV)/.base
 
@@ -51,7 +51,7 @@ test: lint typecheck unit
 # The suite on the other supported Pythons (3.12, 3.13), each in its own venv: everything but the
 # browser test and the long process tests (marker `slow`), which `make test` runs on the default Python.
 PYENV_ROOT ?= $(HOME)/.pyenv
-python-%:
+python-%: FORCE
 	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python$* 2>/dev/null | tail -1); \
 	test -n "$$py" || py=$$(command -v python$*); \
 	test -n "$$py" || { echo "no Python $* (pyenv or PATH)"; exit 1; }; \
@@ -69,3 +69,5 @@ soak: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .venv-3.* .mypy_cache .ruff_cache .pytest_cache *.egg-info
+
+FORCE:
