@@ -67,7 +67,8 @@ USER_APP = """
         @callable
         async def write(self, text: str) -> str:
             # the user's own modules, not Roost's
-            self.set_state({"text": text + storage.SUFFIX + scheduler.SUFFIX + actors.SUFFIX + transport.SUFFIX})
+            mine = storage.SUFFIX + scheduler.SUFFIX + actors.SUFFIX + transport.SUFFIX
+            self.set_state({"text": text + mine})
             return self.state["text"]
 
 

@@ -62,9 +62,12 @@ def offered_subprotocols(conn: HTTPConnection) -> list[str]:
 
 def hide_token(scope: MutableMapping[str, Any]) -> None:
     """Move a ``token`` query parameter out of the URL (into ``scope["roost.token"]``), so that no
-    log line that prints the URL — uvicorn's included — can carry it."""
+    log line that prints the URL — uvicorn's included — can carry it.
+
+    The parameter is found by its percent-decoded name (``tok%65n`` is ``token``), exactly as the
+    query parser that reads it decodes it, so a token the server accepts is always one it removed."""
     raw: bytes = scope.get("query_string", b"")
-    if b"token" not in raw:
+    if b"token" not in raw and b"%" not in raw:
         return
     kept, token = [], None
     for part in raw.split(b"&"):
@@ -87,14 +90,29 @@ class RedactTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        if "roost1." in text or "token=" in text:
-            record.msg = self._PATTERN.sub("[redacted]", text)
+        redacted = self.redact(text)
+        if redacted is not text:
+            record.msg = redacted
             record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self._PATTERN.sub("[redacted]", record.exc_text)
+            record.exc_text = self.redact(record.exc_text)
         return True
+
+    @classmethod
+    def redact(cls, text: str) -> str:
+        """``text`` with every token blanked, the same object if it holds none. The search runs on
+        the percent-decoded text too (``roost1%2E…`` is a token): where that finds one, the decoded
+        text is what is logged, redacted."""
+        out = cls._PATTERN.sub("[redacted]", text) if ("roost1." in text or "token=" in text) else text
+        if "%" in out:
+            decoded = unquote(out)
+            if "roost1." in decoded or "token=" in decoded:
+                blanked = cls._PATTERN.sub("[redacted]", decoded)
+                if blanked != decoded:
+                    return blanked
+        return out
 
 
 def redact_logs(*loggers: str) -> None:

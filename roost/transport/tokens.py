@@ -91,13 +91,16 @@ class TokenSigner:
         return f"{body}.{self._sign(self._keys[0], body)}"
 
     def verify(self, token: str, *, now: float | None = None) -> Principal:
-        """The principal a token stands for; raises :class:`TokenError` (expired, forged, malformed)."""
+        """The principal a token stands for. Raises :class:`TokenError` (expired, forged, malformed) and
+        nothing else, whatever the string holds (a non-ASCII signature included)."""
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             raise TokenError("malformed token")
         parts = token.split(".")
         if len(parts) != 3 or parts[0] != PREFIX:
             raise TokenError("malformed token")
         body = f"{parts[0]}.{parts[1]}"
+        if not (body.isascii() and parts[2].isascii()):  # compare_digest refuses non-ASCII str
+            raise TokenError("malformed token")
         if not any(hmac.compare_digest(self._sign(k, body), parts[2]) for k in self._keys):
             raise TokenError("bad signature")
         try:
