@@ -1,7 +1,7 @@
 """The echo ceilings, each run as its own process: ``python -m bench.echo_servers KIND --port P``.
 
 - ``starlette``: a Starlette app with one WebSocket route echoing text frames, served by uvicorn with
-  exactly the settings of ``roost serve`` (see ``transport/cli.py``): uvloop, httptools,
+  exactly the settings of ``roost serve`` (see ``roost/cli/``): uvloop, httptools,
   ``ws=websockets-sansio``, per-message deflate off, 1 MiB frame limit, lifespan on, no access log,
   ``WEBSOCKETS_MAX_LINE_LENGTH`` raised. It is "our stack doing no work".
 - ``raw``: the ``websockets`` library's own asyncio server on uvloop (compression off), the library
@@ -15,7 +15,7 @@ import os
 
 os.environ.setdefault(
     "WEBSOCKETS_MAX_LINE_LENGTH", "32768"
-)  # as roost.transport.cli, before websockets loads
+)  # as roost.cli, before websockets loads
 
 import uvloop
 from starlette.applications import Starlette

@@ -410,7 +410,7 @@ def _header(results: Res) -> list[str]:
         "(`sched_setaffinity`, restored afterwards): unpinned, the scheduler sometimes puts both on one CPU "
         "(direct hand-off, ~2.5× faster round trips) and sometimes not, which made c=1 bimodal (echo p50 "
         "26 vs 65 µs in the same run). Separate CPUs is the realistic case. Other points are unpinned.",
-        "- `roost serve` as shipped (`python -m roost.transport.cli serve --data DIR --port P --log-level "
+        "- `roost serve` as shipped (`python -m roost.cli serve --data DIR --port P --log-level "
         "warning`: uvloop, httptools, websockets-sansio, per-message deflate off), with the rate and "
         "connection limits off (`--rate-limit 0 --principal-rate-limit 0 --max-conns-per-actor 0`: "
         "a policy for internet clients that would cap the load measured here). The Starlette echo uses "

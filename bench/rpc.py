@@ -37,7 +37,7 @@ def roost_server(s: Settings, name: str, data: str) -> Server:
     per connection by default) and would cap the load this suite measures; everything else is as
     shipped (the per-frame checks still run)."""
     port = free_port()
-    argv = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", data, "--port", str(port)]
+    argv = [sys.executable, "-m", "roost.cli", "serve", "--data", data, "--port", str(port)]
     argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
     return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log")
 

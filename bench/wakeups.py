@@ -226,7 +226,7 @@ def _check_files(root: Path, expect: list[int]) -> dict[str, Any]:
 def _spawn(s: Settings, root: Path, tag: str) -> tuple[Server, float, float]:
     """Spawn ``roost serve`` on ``root``; ``(server, spawn wall time, seconds to the first /healthz)``."""
     port = free_port()
-    argv = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", str(root), "--port", str(port)]
+    argv = [sys.executable, "-m", "roost.cli", "serve", "--data", str(root), "--port", str(port)]
     t_wall, t0 = time.time(), time.perf_counter()
     srv = Server(
         f"roost-{tag}", [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"wk-{tag}.log"

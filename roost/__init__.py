@@ -15,38 +15,82 @@ extension API), :mod:`roost.transport` (the Starlette app, the WebSocket endpoin
 :mod:`roost.examples` (the kinds a bare ``roost serve`` hosts, and the demos).
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from roost.actors import (
-    ANONYMOUS,
-    Actor,
-    ActorError,
-    ActorNotFound,
-    ActorRef,
-    ActorUnavailable,
-    CallTimeout,
-    Connection,
-    DeadLetter,
-    InvalidActorAddress,
-    Misfire,
-    Principal,
-    Registry,
-    Reject,
-    RetryPolicy,
-    RoostError,
-    RpcError,
-    RuntimeConfig,
-    Schedule,
-    UnknownKind,
-    callable,
-    wakeup,
-)
-from roost.transport import Authenticate, CloseCode, RoostApp, allow_all, create_app
+if TYPE_CHECKING:  # the names below, loaded on first use (see __getattr__)
+    from roost.actors import (
+        ANONYMOUS,
+        Actor,
+        ActorError,
+        ActorNotFound,
+        ActorRef,
+        ActorUnavailable,
+        CallTimeout,
+        Connection,
+        DeadLetter,
+        InvalidActorAddress,
+        Misfire,
+        Principal,
+        Registry,
+        Reject,
+        RetryPolicy,
+        RoostError,
+        RpcError,
+        RuntimeConfig,
+        Schedule,
+        UnknownKind,
+        callable,
+        wakeup,
+    )
+    from roost.transport import Authenticate, CloseCode, RoostApp, allow_all, create_app
 
 try:
     __version__ = version("roost")
 except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
     __version__ = "0+unknown"
+
+#: Where each public name lives. They load on first use, so that ``import roost.storage`` (or the
+#: ``roost`` command, which must configure websockets before it is imported) does not import the
+#: whole server.
+_HOMES = {
+    name: "roost.actors"
+    for name in (
+        "ANONYMOUS",
+        "Actor",
+        "ActorError",
+        "ActorNotFound",
+        "ActorRef",
+        "ActorUnavailable",
+        "CallTimeout",
+        "Connection",
+        "DeadLetter",
+        "InvalidActorAddress",
+        "Misfire",
+        "Principal",
+        "Registry",
+        "Reject",
+        "RetryPolicy",
+        "RoostError",
+        "RpcError",
+        "RuntimeConfig",
+        "Schedule",
+        "UnknownKind",
+        "callable",
+        "wakeup",
+    )
+} | {name: "roost.transport" for name in ("Authenticate", "CloseCode", "RoostApp", "allow_all", "create_app")}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'roost' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ANONYMOUS",

@@ -87,7 +87,7 @@ class Server:
         self.log = open(root / "server.log", "ab")
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", str(self.data)]
+        cmd = [sys.executable, "-m", "roost.cli", "serve", "--data", str(self.data)]
         cmd += ["--port", str(self.port), "--config", str(self.root / "roost.toml"), "--log-level", "warning"]
         cmd += ["--rate-limit", "0", "--principal-rate-limit", "0", "--idle-timeout", "2"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=self.log, start_new_session=True)

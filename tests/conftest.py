@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-# as `roost serve` does (see roost.transport.cli.MAX_HANDSHAKE_LINE), before websockets is imported
+# as `roost serve` does (see roost.cli.MAX_HANDSHAKE_LINE), before websockets is imported
 os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")
 
 from collections.abc import AsyncIterator

@@ -67,7 +67,7 @@ class ServerProcess:
         self.log: list[str] = []  # the server's log lines (stderr), as they come
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "roost.transport.cli", "serve"]
+        cmd = [sys.executable, "-m", "roost.cli", "serve"]
         if self.app:
             cmd.append(self.app)
         cmd += ["--data", str(self.data_dir), "--port", "0", "--log-level", "info", *self.args]

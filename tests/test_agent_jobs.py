@@ -12,7 +12,7 @@ from roost.agent.agent import Agent
 from roost.agent.background import JobRunner
 from roost.agent.orchestrator import Orchestrator
 from roost.testing import ActorKit
-from roost.transport.cli import main
+from roost.cli import main
 from tests.agent_support import FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
 
 

@@ -19,7 +19,7 @@ from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
 from roost.testing import ActorKit
 from roost.transport import admin
-from roost.transport.cli import main
+from roost.cli import main
 from tests.support import ServerProcess
 
 

@@ -63,7 +63,7 @@ async def roost(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "roost.transport.cli",
+        "roost.cli",
         *args,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,

@@ -55,7 +55,7 @@ class Server:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "roost.transport.cli", "serve"),
+                *(sys.executable, "-m", "roost.cli", "serve"),
                 *("--data", str(self.data), "--port", str(self.port), "--log-level", "warning"),
                 *self.extra,
             ],

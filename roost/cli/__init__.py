@@ -1,0 +1,81 @@
+"""The ``roost`` command: serve actors, look into a data directory, back it up, issue tokens.
+
+``roost serve [MODULE:APP]`` serves an app made by ``create_app`` (default: the example kinds);
+``roost ls``, ``schedules`` and ``workers`` read the directory database; ``roost inspect``,
+``export``, ``delete`` and ``backup`` are the data tools; ``roost token`` issues a signed token.
+Run ``roost COMMAND --help`` for each command's options and their defaults.
+
+Guarantee: a command never ends in a traceback. It prints one line (``roost: …``) on stderr and exits
+1 when it ran and failed, 2 on a usage error (:mod:`roost.cli.errors`); ``roost --debug`` adds the
+traceback of an unexpected error (``tests/test_cli.py`` runs every command with bad input).
+"""
+
+from __future__ import annotations
+
+import os
+
+from roost.cli.limits import MAX_HANDSHAKE_LINE
+
+# before websockets is imported (by anything below): it reads the limit once, at import
+os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", MAX_HANDSHAKE_LINE)
+
+import argparse
+import sys
+import traceback
+
+from roost.cli import data, listing, serve, tokens
+from roost.cli.errors import EXIT_FAILURE, EXIT_USAGE, CommandFailed, UsageError
+
+__all__ = ["main"]
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown on every option; the description kept as written."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from roost import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="roost",
+        description=(__doc__ or "").split("\n\nGuarantee")[0],
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"roost {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    original = sub.add_parser
+
+    def add_parser(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs.setdefault("formatter_class", _Formatter)
+        if "help" in kwargs:
+            kwargs.setdefault("description", kwargs["help"])
+        return original(name, **kwargs)  # type: ignore[arg-type]
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+    serve.add_parser(sub)
+    data.add_parsers(sub)
+    tokens.add_parser(sub)
+    listing.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``roost`` command; returns its exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except UsageError as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CommandFailed as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, or something the command did not foresee: still one line
+        if args.debug:
+            traceback.print_exc()
+        print(f"roost: {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    return code

@@ -1,0 +1,89 @@
+"""``roost ls``, ``roost schedules``, ``roost workers``: what the directory database says, without
+opening any actor's file."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from roost.cli.errors import CommandFailed
+from roost.storage import Directory
+
+__all__ = ["add_parsers", "timestamp"]
+
+
+@contextlib.contextmanager
+def _directory(data_dir: str) -> Iterator[Directory]:
+    """The data directory's directory database; :class:`CommandFailed` when there is none."""
+    data = Path(data_dir)
+    if not (data / "directory.sqlite").exists():
+        raise CommandFailed(f"no data directory at {data}")
+    directory = Directory(data)
+    try:
+        yield directory
+    finally:
+        directory.close()
+
+
+def timestamp(t: float) -> str:
+    """A UTC time as the listings print it."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ls(args: argparse.Namespace) -> int:
+    with _directory(args.data) as directory:
+        entries = directory.list(args.kind, limit=args.limit)
+        print(f"{'KIND':<12} {'NAME':<32} {'CREATED':<20} {'LAST ACTIVE':<20} NEXT ALARM")
+        for e in entries:
+            alarm = timestamp(e.next_alarm_at) if e.next_alarm_at is not None else "-"
+            print(
+                f"{e.kind:<12} {e.name!r:<32} {timestamp(e.created_at):<20} "
+                f"{timestamp(e.last_active_at):<20} {alarm}"
+            )
+        print(f"{len(entries)} of {directory.count()} actor(s)")
+    return 0
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    """Pending wake-ups across all actors, from the directory database (one alarm per actor)."""
+    with _directory(args.data) as directory:
+        entries = directory.alarms(limit=args.limit)
+        print(f"{'NEXT ALARM (UTC)':<24} {'KIND':<12} NAME")
+        for e in entries:
+            assert e.next_alarm_at is not None
+            when = datetime.fromtimestamp(e.next_alarm_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            print(f"{when:<24} {e.kind:<12} {e.name!r}")
+        print(f"{len(entries)} of {directory.count_alarms()} actor(s) with pending wake-ups")
+    return 0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """Worker processes of the agent runtime, as they last reported (WorkerHeartbeat)."""
+    with _directory(args.data) as directory:
+        rows = directory.workers()
+        print(f"{'WORKER':<24} {'PID':>8} {'HOST':<20} {'STARTED':<20} {'LAST HEARTBEAT':<20} JOBS")
+        for w in rows:
+            print(
+                f"{w.worker_id:<24} {w.pid:>8} {w.hostname[:20]:<20} {timestamp(w.started_at):<20} "
+                f"{timestamp(w.heartbeat_at):<20} {w.running_jobs}"
+            )
+        print(f"{len(rows)} worker(s)")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ls = sub.add_parser("ls", help="list actors from the directory database")
+    ls.add_argument("--data", default="data", help="data directory")
+    ls.add_argument("--kind", help="only this kind (default: all)")
+    ls.add_argument("--limit", type=int, default=100, help="at most this many")
+    ls.set_defaults(func=_ls)
+    sch = sub.add_parser("schedules", help="list pending wake-ups from the directory database")
+    sch.add_argument("--data", default="data", help="data directory")
+    sch.add_argument("--limit", type=int, default=100, help="at most this many")
+    sch.set_defaults(func=_schedules)
+    wk = sub.add_parser("workers", help="list agent worker processes and their last heartbeat")
+    wk.add_argument("--data", default="data", help="data directory")
+    wk.set_defaults(func=_workers)

@@ -1,0 +1,182 @@
+"""``roost serve``: an app made by ``create_app`` on uvicorn, configured as measured in ``bench/``.
+
+uvloop, httptools, the sans-I/O websockets implementation, per-message deflate off; access settings
+from the command line and ``$ROOST_SECRET`` (``docs/security.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from roost.cli.errors import UsageError
+from roost.cli.limits import MAX_HANDSHAKE_LINE
+from roost.cli.tokens import signer_from_env
+
+if TYPE_CHECKING:
+    from roost.transport.app import RoostApp
+
+__all__ = ["MAX_HANDSHAKE_LINE", "add_parser", "load_app"]
+
+
+def load_app(spec: str | None) -> object:
+    """Import ``module:attribute``; ``None`` gives the example app. Raises :class:`UsageError`."""
+    if spec is None:
+        import roost.client
+        from roost.examples.kinds import KINDS
+        from roost.transport.app import create_app
+
+        return create_app(KINDS, web_dir=Path(roost.client.__file__).parent / "web")
+    module_name, _, attr = spec.partition(":")
+    if not attr or not module_name:
+        raise UsageError(f"expected MODULE:APP, got {spec!r}")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"{module_name} has no attribute {attr!r}") from None
+
+
+def _secure(app: RoostApp, args: argparse.Namespace) -> None:
+    """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
+    from roost.transport.auth import allow_all
+    from roost.transport.limits import Limits
+    from roost.transport.security import claims_authorize, token_authenticate
+
+    limits = Limits(
+        conn_rate=args.rate_limit or None,
+        conn_burst=2 * args.rate_limit,
+        principal_rate=args.principal_rate_limit or None,
+        principal_burst=2 * args.principal_rate_limit,
+        conns_per_actor=args.max_conns_per_actor or None,
+        conns_per_principal=args.max_conns_per_principal or None,
+        anonymous_rate=args.anonymous_rate_limit or None,
+        anonymous_burst=2 * args.anonymous_rate_limit,
+        conns_per_address=args.max_conns_per_address or None,
+    )
+    signer = signer_from_env()
+    if signer is not None and app.authenticate is allow_all:  # an app with its own hooks keeps them
+        app.secure(authenticate=token_authenticate(signer), authorize=claims_authorize)
+    app.secure(origins=args.origin or None, limits=limits)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from roost.transport.app import RoostApp
+
+    if args.config is not None:  # read by the agent runtime (roost.agent.config) when kinds start
+        os.environ["ROOST_CONFIG"] = args.config
+    app = load_app(args.app)
+    if isinstance(app, RoostApp):
+        changes: dict[str, object] = {}
+        if args.data is not None:
+            changes["data_dir"] = Path(args.data)
+        if args.idle_timeout is not None:
+            changes["idle_timeout"] = args.idle_timeout
+        if args.retention is not None:
+            changes["log_retention"] = args.retention
+        if args.durability is not None:
+            changes["durability"] = args.durability
+        app.configure(**changes)
+        _secure(app, args)
+        max_size = app.max_frame_bytes
+    elif args.data is not None:
+        raise UsageError("--data needs an app made by roost.create_app")
+    else:
+        max_size = 1 << 20
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="roost.transport.uvicorn_http:RoostHttpToolsProtocol",
+        ws_ping_interval=args.ping_interval or None,
+        ws_ping_timeout=args.ping_interval or None,
+        forwarded_allow_ips=args.forwarded_allow_ips,
+        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
+        ws_per_message_deflate=False,
+        ws_max_size=max_size,
+        lifespan="on",
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    from roost.transport import uvicorn_http
+    from roost.transport.security import redact_logs
+
+    uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
+    # belt and braces: no token reaches a log line, whoever writes it (uvicorn set up its handlers
+    # when its Config was made, just above)
+    redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")
+    server = uvicorn.Server(config)
+    # Messages make short-lived acyclic objects that reference counting frees; the cyclic collector
+    # only adds pauses. Move what start-up allocated out of its sight and let it run less often.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    server.run()
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="serve actors over WebSockets and HTTP")
+    serve.add_argument("app", nargs="?", help="MODULE:APP (default: the example kinds)")
+    serve.add_argument("--data", help="data directory (default: $ROOST_DATA or ./data)")
+    serve.add_argument("--config", help="roost.toml with the [agent] settings (default: ./roost.toml if any)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
+    serve.add_argument("--idle-timeout", type=float, help="seconds before an idle actor sleeps")
+    serve.add_argument("--retention", type=int, help="logged frames kept per actor for resume")
+    serve.add_argument(
+        "--durability",
+        choices=["normal", "full"],
+        help="normal survives a process crash; full also a power loss (an fsync per commit); "
+        "default: the app's (normal)",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level"
+    )
+    serve.add_argument("--origin", action="append", help="allowed browser origin (repeat; default: any)")
+    serve.add_argument("--rate-limit", type=float, default=1000.0, help="frames/s per connection (0: off)")
+    serve.add_argument(
+        "--principal-rate-limit", type=float, default=5000.0, help="frames/s per principal (0: off)"
+    )
+    serve.add_argument("--max-conns-per-actor", type=int, default=10_000, help="(0: no limit)")
+    serve.add_argument("--max-conns-per-principal", type=int, default=1000, help="(0: no limit)")
+    serve.add_argument(
+        "--anonymous-rate-limit",
+        type=float,
+        default=0.0,
+        help="frames/s per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--max-conns-per-address",
+        type=int,
+        default=0,
+        help="connections per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        default="127.0.0.1",
+        help="proxies whose X-Forwarded-For gives the client's address (comma list, or *)",
+    )
+    serve.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds to send the headers")
+    serve.add_argument(
+        "--ping-interval",
+        type=float,
+        default=20.0,
+        help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
+    )
+    serve.set_defaults(func=_serve)

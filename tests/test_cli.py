@@ -1,0 +1,98 @@
+"""The ``roost`` command never ends in a traceback (``roost.cli``).
+
+Guarantee: every subcommand given bad input prints one ``roost: …`` line (or argparse's usage and its
+error) on stderr and exits 2 for a usage error, 1 for a failure; ``--version`` and ``--help`` work, and
+every option's help shows its default.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roost import __version__
+from roost.storage import Directory
+
+USAGE, FAILURE = 2, 1
+
+
+def roost(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("ROOST_SECRET", "ROOST_TOKEN")}
+    return subprocess.run(
+        [sys.executable, "-m", "roost.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    Directory(tmp_path / "data").close()  # a data directory with nothing in it
+    return tmp_path / "data"
+
+
+def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, str]]:
+    """(arguments, environment, exit code, a piece of the message)."""
+    short = {"ROOST_SECRET": "short"}
+    missing = str(tmp / "nowhere")
+    return [
+        ([], {}, USAGE, "required"),
+        (["nosuch"], {}, USAGE, "invalid choice"),
+        (["inspect", "chat", "--data", str(data)], {}, USAGE, "KIND and NAME together"),
+        (["inspect", "--data", missing], {}, FAILURE, "no data directory"),
+        (["export", "counter", "--data", str(data)], {}, USAGE, "name"),
+        (["export", "counter", "x" * 300, "--data", str(data)], {}, USAGE, "name"),
+        (["export", "counter", "never", "--data", str(data)], {}, FAILURE, "never"),
+        (["delete", "counter", "x", "--data", str(data)], {}, USAGE, "--yes"),
+        (["token", "alice"], short, USAGE, "ROOST_SECRET"),
+        (["token", "alice"], {}, USAGE, "ROOST_SECRET"),
+        (["token", "alice", "--ttl", "soon"], {}, USAGE, "invalid float"),
+        (["serve", "--data", str(data), "--port", "0"], short, USAGE, "ROOST_SECRET"),
+        (["serve", "nosuchmodule:app", "--port", "0"], {}, USAGE, "cannot import"),
+        (["serve", "nocolon", "--port", "0"], {}, USAGE, "MODULE:APP"),
+        (["serve", "--port", "abc"], {}, USAGE, "invalid int"),
+        (["backup", "--out", str(tmp / "b"), "--server", "http://127.0.0.1:1"], {}, FAILURE, "no answer"),
+        (["backup", "--data", missing, "--out", str(tmp / "c")], {}, FAILURE, "no data directory"),
+        (["ls", "--data", missing], {}, FAILURE, "no data directory"),
+        (["ls", "--limit", "many"], {}, USAGE, "invalid int"),
+        (["schedules", "--data", missing], {}, FAILURE, "no data directory"),
+        (["workers", "--data", missing], {}, FAILURE, "no data directory"),
+    ]
+
+
+def test_every_subcommand_given_bad_input_says_one_line_and_exits_1_or_2(data: Path, tmp_path: Path) -> None:
+    for args, env, code, words in _cases(data, tmp_path):
+        out = roost(*args, env=env, cwd=tmp_path)
+        where = f"roost {' '.join(args)!r}: {out.stderr!r}"
+        assert "Traceback" not in out.stderr, where
+        assert out.returncode == code, where
+        assert words in out.stderr, where
+        ours = [line for line in out.stderr.splitlines() if line.startswith("roost: ")]
+        usage = [line for line in out.stderr.splitlines() if line.startswith("usage: ")]
+        assert len(ours) == 1 or usage, where  # one line of ours, or argparse's usage and error
+
+
+def test_version_help_and_defaults() -> None:
+    out = roost("--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"roost {__version__}"
+    top = roost("--help")
+    assert top.returncode == 0
+    assert "The ``roost`` command." not in top.stdout
+    assert "serve actors" in top.stdout
+    for command in ("serve", "inspect", "export", "delete", "backup", "token", "ls", "schedules", "workers"):
+        helped = roost(command, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert "(default:" in helped.stdout, command
+    serve = roost("serve", "--help").stdout
+    assert "--port PORT" in serve
+    assert "(default: 8000)" in serve
