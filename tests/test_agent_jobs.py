@@ -1,4 +1,5 @@
-"""Background jobs: leases, heartbeats, retries, fencing, worker presence (actors/agent/background.py)."""
+"""Background jobs: leases, heartbeats, retries, fencing, worker presence (roost/agent/jobs.py for the
+records, roost/agent/background.py for the worker)."""
 
 from __future__ import annotations
 

@@ -9,12 +9,13 @@ The job's records live in the agent's file and change only in the agent's turns 
 :mod:`roost.agent.jobs`); the runner only executes, each step a turn of the agent
 (:meth:`~roost.actors.extension.Process.run`):
 
-1. ``job_begin`` (a turn) checks that this worker holds the lease of this attempt and hands back what
-   to run. A worker whose attempt is no longer current gets nothing and stops.
+1. ``begin`` (a turn, :meth:`roost.agent.jobs.JobLifecycle.begin`) checks that this worker holds
+   the lease of this attempt and hands back what to run. A worker whose attempt is no longer current
+   gets nothing and stops.
 2. The tool (or model step) runs as a task of its own. ``ctx.progress`` is a turn that records
    progress, emits ``tool_progress`` and renews the lease; a heartbeat task renews the lease every
    ``heartbeat_interval`` even if the tool reports nothing.
-3. ``job_finish`` (a turn) records the outcome, fenced by ``(job_id, attempt)``.
+3. ``finish`` (a turn) records the outcome, fenced by ``(job_id, attempt)``.
 
 Guarantees (tests in ``tests/test_agent_jobs.py``):
 
@@ -59,7 +60,7 @@ SERVICE = "agent.jobs"
 
 @dataclass(slots=True)
 class JobSpec:
-    """What ``job_begin`` hands to the worker: the context and the coroutine function to run."""
+    """What ``begin`` hands to the worker: the context and the coroutine function to run."""
 
     job_id: str
     attempt: int

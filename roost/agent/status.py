@@ -4,7 +4,8 @@ A member *is* its string (``RunStatus.CANCELLED == "cancelled"``), so rows, repl
 plain strings and clients compare them as before. The fields and their values are listed in
 ``docs/protocol.md`` (*Agent statuses*).
 
-Guarantees (tests in ``tests/test_agent_units.py``):
+Guarantees (tests in ``tests/test_agent_units.py`` and, for a file written before, in
+``tests/test_agent_runtime.py``):
 
 - **One spelling**: the runtime writes only ``cancelled``. Before, runs and jobs were written
   ``canceled``; a file written then is rewritten by the agent's schema migration 4, and parsing a
