@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault(
-    "WEBSOCKETS_MAX_LINE_LENGTH", "32768"
-)  # as roost.cli, before websockets loads
+os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")  # as roost.cli, before websockets loads
 
 import uvloop
 from starlette.applications import Starlette

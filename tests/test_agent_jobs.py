@@ -1,39 +1,50 @@
-"""Background jobs: leases, heartbeats, retries, fencing, worker presence (actors/agent/background.py)."""
+"""Background jobs: leases, heartbeats, retries, fencing, worker presence (roost/agent/jobs.py for the
+records, roost/agent/background.py for the worker)."""
 
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
 
-from roost.actors.actor import Actor
+from roost.actors import Actor, RetryPolicy
+from roost.agent import AgentConfig
 from roost.agent.agent import Agent
-from roost.agent.background import JobRunner
+from roost.agent.background import JobRunner, job_runner
 from roost.agent.orchestrator import Orchestrator
-from roost.testing import ActorKit
 from roost.cli import main
-from tests.agent_support import FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
+from roost.testing import ActorKit
+from tests.agent_support import FAST, FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
 
 
 def orchestrator_of(actor: Actor) -> Orchestrator:
     assert isinstance(actor, Agent)
-    return actor._orchestrator
+    return actor.orchestrator
 
 
 REQUEST = "analyze the documents and make a report"
 
 
+def seeded_delays(seed: int, policy: RetryPolicy, attempts: int) -> list[float]:
+    """The retry delays a job runner whose ``rng`` was seeded with ``seed`` draws, in order."""
+    rng = random.Random(seed)
+    return [policy.delay(attempt, rng) for attempt in range(1, attempts + 1)]
+
+
 async def test_a_failed_attempt_is_retried_with_backoff_then_completes(data_dir: Path) -> None:
     FLAKY_CALLS.clear()
     async with ActorKit([Flaky], data_dir) as kit:
+        job_runner(kit.registry.process).rng.seed(7)
         c = kit.connect("flaky", "f")
         reply = await c.call("turn", "flaky please")
         await drive(kit, lambda: "turn_completed" in event_types(c))
         failed = [e for e in events(c) if e["event_type"] == "tool_failed"]
         assert len(failed) == 1
         assert failed[0]["payload"]["will_retry"] is True
-        assert failed[0]["payload"]["retry_in_s"] == 0.5
+        (delay,) = seeded_delays(7, RetryPolicy(3, base=0.5, cap=60.0), 1)
+        assert 0.0 <= failed[0]["payload"]["retry_in_s"] == delay <= 0.5  # full jitter, capped
         assert "attempt 1 failed" in failed[0]["payload"]["error"]
         assert FLAKY_CALLS == [1, 2]
         run = await c.call("get_run", reply["run_id"])
@@ -47,13 +58,17 @@ async def test_a_job_that_keeps_failing_fails_the_run_with_its_reason(data_dir: 
     marked retryable (the error was a transient one), and ``continue_run`` takes the run up again."""
     FLAKY_CALLS.clear()
     async with ActorKit([Flaky], data_dir) as kit:
+        job_runner(kit.registry.process).rng.seed(11)
         c = kit.connect("flaky", "f")
         reply = await c.call("turn", "flaky, fail 9 times")
         await drive(kit, lambda: "turn_failed" in event_types(c))
         assert FLAKY_CALLS == [1, 2, 3]
         failed = [e["payload"] for e in events(c) if e["event_type"] == "tool_failed"]
         assert [f["will_retry"] for f in failed] == [True, True, False]
-        assert [f.get("retry_in_s") for f in failed[:2]] == [0.5, 1.0]  # exponential backoff
+        delays = [f.get("retry_in_s") for f in failed[:2]]
+        assert delays == seeded_delays(11, RetryPolicy(3, base=0.5, cap=60.0), 2)
+        assert 0.0 <= delays[0] <= 0.5
+        assert 0.0 <= delays[1] <= 1.0
         assert "attempt 3 of 3" in failed[-1]["error"]
         run = await c.call("get_run", reply["run_id"])
         assert run["status"] == "failed"
@@ -63,6 +78,32 @@ async def test_a_job_that_keeps_failing_fails_the_run_with_its_reason(data_dir: 
         assert turn["items"][0]["status"] == "failed"
         again = await c.call("continue_run", reply["run_id"])
         assert again["status"] == "in_progress"
+
+
+class PatientFlaky(Flaky):
+    kind = "patient_flaky"
+    config = AgentConfig(**{**FAST.model_dump(), "job_max_attempts": 6, "job_backoff_cap": 2.0})
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+async def test_job_retries_share_the_full_jitter_retry_policy_of_wake_ups(data_dir: Path, seed: int) -> None:
+    """Job retries back off as wake-ups do (:class:`roost.actors.RetryPolicy`, full jitter): attempt
+    ``n`` waits ``uniform(0, min(job_backoff_cap, job_backoff * 2**(n-1)))``, drawn from the job
+    runner's ``rng`` — seeded here, so the delays are known exactly and differ from seed to seed."""
+    FLAKY_CALLS.clear()
+    async with ActorKit([PatientFlaky], data_dir) as kit:
+        job_runner(kit.registry.process).rng.seed(seed)
+        c = kit.connect("patient_flaky", "f")
+        await c.call("turn", "flaky, fail 5 times")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        assert FLAKY_CALLS == [1, 2, 3, 4, 5, 6]
+        delays = [e["payload"]["retry_in_s"] for e in events(c) if e["event_type"] == "tool_failed"]
+        policy = RetryPolicy(6, base=0.5, cap=2.0)
+        assert delays == seeded_delays(seed, policy, 5)
+        caps = [0.5, 1.0, 2.0, 2.0, 2.0]
+        assert all(0.0 <= d <= cap for d, cap in zip(delays, caps, strict=True))  # bounded, capped
+        assert delays != caps  # jittered: not the bare exponential
+    assert seeded_delays(3, policy, 5) != seeded_delays(4, policy, 5)
 
 
 async def test_lease_expiry_after_the_worker_died_retries_with_the_next_attempt(data_dir: Path) -> None:
@@ -104,20 +145,20 @@ async def test_a_worker_that_lost_its_lease_cannot_write(data_dir: Path) -> None
 
         async def take_over(actor: Actor) -> None:  # what the lease wake-up does after expiry
             orch = orchestrator_of(actor)
-            row = orch.store.get("jobs", job["job_id"])
+            row = orch.jobs.store.get("jobs", job["job_id"])
             assert row is not None
-            await orch.execution.claim(row)
+            await orch.jobs.claim(row)
 
         await kit.registry.run("docs", "acme", take_over)
 
         async def stale_progress(actor: Actor) -> bool:
             orch = orchestrator_of(actor)
-            return await orch.job_progress(job["job_id"], 1, runner.worker_id, 5, 6, "late")
+            return await orch.jobs.progress(job["job_id"], 1, runner.worker_id, 5, 6, "late")
 
         assert await kit.registry.run("docs", "acme", stale_progress) is False
 
         async def stale_heartbeat(actor: Actor) -> bool:
-            return orchestrator_of(actor).job_heartbeat(job["job_id"], 1, runner.worker_id)
+            return orchestrator_of(actor).jobs.heartbeat(job["job_id"], 1, runner.worker_id)
 
         assert await kit.registry.run("docs", "acme", stale_heartbeat) is False
         await drive(kit, lambda: "approval_requested" in event_types(c))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,9 @@ import orjson
 import pytest
 
 from roost.actors.errors import RpcError
+from roost.agent.background import job_runner
 from roost.examples.docs_agent import report_path
+from roost.storage import actor_path
 from roost.testing import ActorKit
 from tests.agent_support import (
     Docs,
@@ -153,9 +156,9 @@ async def test_cancel_stops_the_job_within_one_heartbeat(data_dir: Path) -> None
         reply = await c.call("turn", REQUEST)
         await drive(kit, lambda: event_types(c).count("tool_progress") >= 3)
         out = await c.call("cancel", reply["turn_id"])
-        assert out["status"] == "canceled"
-        runner = kit.registry.services["agent.jobs"]
-        await drive(kit, lambda: not runner.tasks, step=0.0)  # type: ignore[attr-defined]
+        assert out["status"] == "cancelled"
+        runner = job_runner(kit.registry.process)
+        await drive(kit, lambda: not runner.tasks, step=0.0)
         before = len(c.frames)
         advance(kit, 10)
         await drive(kit, lambda: True)
@@ -164,7 +167,30 @@ async def test_cancel_stops_the_job_within_one_heartbeat(data_dir: Path) -> None
         turn = await c.call("get_turn", reply["turn_id"])
         assert turn["status"] == "cancelled"
         run = await c.call("get_run", reply["run_id"])
-        assert run["jobs"][0]["status"] == "canceled"
+        assert run["jobs"][0]["status"] == "cancelled"
+
+
+async def test_a_run_cancelled_under_the_old_spelling_reads_cancelled_and_continues(data_dir: Path) -> None:
+    """Runs and jobs were once written ``canceled``: the agent's schema migration 4 rewrites such a
+    file to the one spelling, ``cancelled``, and ``continue_run`` takes the run up as before."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 1)
+        await c.call("cancel", reply["turn_id"])
+    conn = sqlite3.connect(actor_path(data_dir, "docs", "acme"))
+    with conn:  # the file as the runtime wrote it before migration 4
+        conn.execute("UPDATE roost_agent_runs SET status = 'canceled' WHERE status = 'cancelled'")
+        conn.execute("UPDATE roost_agent_jobs SET status = 'canceled' WHERE status = 'cancelled'")
+        conn.execute("DELETE FROM roost_migrations WHERE component = 'agent' AND version = 4")
+    conn.close()
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "cancelled"
+        assert run["jobs"][0]["status"] == "cancelled"
+        again = await c.call("continue_run", reply["run_id"])
+        assert again["status"] == "in_progress"
 
 
 async def test_cancel_reaches_a_worker_it_cannot_cancel_directly_at_its_next_heartbeat(

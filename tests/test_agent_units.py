@@ -26,6 +26,7 @@ from roost.agent.payloads import (
     resolve,
 )
 from roost.agent.policy import precheck, proposed_scope, scope_covers
+from roost.agent.status import FINISHED, ApprovalStatus, JobStatus, RunStatus, TurnStatus
 
 
 @pytest.mark.parametrize(
@@ -231,3 +232,55 @@ def test_tools_are_typed() -> None:
         tool(approval_mode="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="two tools"):
         Catalog([count, count])
+
+
+@pytest.mark.parametrize("status", [RunStatus, TurnStatus, JobStatus, ApprovalStatus])
+def test_one_spelling_cancelled_and_the_old_one_is_read_as_it(status: Any) -> None:
+    """Every status field spells it ``cancelled``; parsing the old ``canceled`` answers the same member."""
+    assert status.CANCELLED == "cancelled"
+    assert status("canceled") is status.CANCELLED
+    assert status("cancelled") is status.CANCELLED
+    assert "canceled" not in {m.value for m in status}
+    with pytest.raises(ValueError, match="is not a valid"):
+        status("cancel")
+
+
+def test_a_status_is_its_string_on_the_wire() -> None:
+    """A member is its string: rows, replies and events carry the same text as before."""
+    assert orjson.dumps({"s": RunStatus.IN_PROGRESS}) == b'{"s":"in_progress"}'
+    assert f"{RunStatus.CANCELLED}" == "cancelled"
+    assert RunStatus.CANCELLED in FINISHED
+    assert "completed" in FINISHED
+    assert "in_progress" not in FINISHED
+
+
+def test_the_agent_runtime_stands_on_the_extension_api_only() -> None:
+    """``roost.agent`` imports of the actor layer only its public API (``roost.actors``, its errors)
+    and the extension API, touches no private attribute of another object (``actor._host``...), and
+    never imports ``roost.examples``."""
+    import ast
+
+    import roost.agent
+
+    allowed = {"roost.actors", "roost.actors.extension", "roost.actors.errors"}
+    root = Path(roost.agent.__file__).parent
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                assert not name.startswith("roost.examples"), f"{path.name} imports {name}"
+                if name.startswith("roost.actors"):
+                    assert name in allowed, f"{path.name} imports {name}"
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                owner = node.value
+                own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+                assert own, f"{path.name}:{node.lineno} reaches into {ast.unparse(node)}"

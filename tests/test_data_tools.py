@@ -15,11 +15,11 @@ import websockets
 
 from roost.actors import Actor, callable
 from roost.actors.registry import RuntimeConfig
+from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
 from roost.testing import ActorKit
 from roost.transport import admin
-from roost.cli import main
 from tests.support import ServerProcess
 
 

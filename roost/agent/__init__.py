@@ -16,26 +16,42 @@ from roost.agent.models import (
     OpenAICompatibleModel,
     ToolCall,
 )
-from roost.agent.orchestrator import Verdict
 from roost.agent.payloads import BlobStore, sanitize
+from roost.agent.status import (
+    ApprovalStatus,
+    ItemStatus,
+    JobStatus,
+    RunStatus,
+    TurnStatus,
+    VerificationResult,
+    Waiting,
+)
+from roost.agent.verification import Verdict
 
 __all__ = [
     "Agent",
     "AgentConfig",
+    "ApprovalStatus",
     "BlobStore",
     "Catalog",
     "DeterministicPlanner",
+    "ItemStatus",
+    "JobStatus",
     "Model",
     "ModelError",
     "ModelRequest",
     "ModelStep",
     "NeedInput",
     "OpenAICompatibleModel",
+    "RunStatus",
     "Tool",
     "ToolCall",
     "ToolCancelled",
     "ToolContext",
+    "TurnStatus",
     "Verdict",
+    "VerificationResult",
+    "Waiting",
     "load_config",
     "sanitize",
     "tool",

@@ -33,16 +33,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from roost.actors.actor import Actor
-from roost.actors.decorators import callable, wakeup
-from roost.agent.background import runner_for
+from roost.actors import Actor, callable, wakeup
+from roost.agent.background import job_runner
 from roost.agent.catalog import Catalog, Tool
 from roost.agent.config import AgentConfig, load_config
 from roost.agent.models import DeterministicPlanner, Model, OpenAICompatibleModel
-from roost.agent.orchestrator import Orchestrator, Verdict
+from roost.agent.orchestrator import Orchestrator
 from roost.agent.payloads import BlobStore
+from roost.agent.records import Records
+from roost.agent.status import ItemStatus
 from roost.agent.store import AGENT_MIGRATIONS, Row
 from roost.agent.telemetry import Telemetry
+from roost.agent.verification import Verdict
 from roost.storage import Migration
 
 __all__ = ["Agent"]
@@ -64,15 +66,23 @@ class Agent(Actor):
 
     _catalog: ClassVar[Catalog | None] = None
     _model: Model | None
+    #: This agent's runtime (its runs, steps, approvals, jobs...): what the callables below and the
+    #: background worker's turns use.
+    orchestrator: Orchestrator
+    #: Where heavy values go (``<data_dir>/blobs``), shared by every agent of the process.
+    blobs: BlobStore
+    #: The agent's timeline (events in the actor's log).
+    telemetry: Telemetry
 
     def __init__(self) -> None:
         cfg = self.settings()
-        data_dir = self._host.registry.config.data_dir
-        self.blobs = BlobStore(data_dir / "blobs")
-        self.telemetry = Telemetry(self._host, self.blobs, cfg.blob_threshold, cfg.payload_limit)
-        self._orchestrator = Orchestrator(self, self.telemetry)
+        ext = self.extension
+        self.blobs = BlobStore(ext.process.data_dir / "blobs")
+        records = Records(ext, self.blobs, cfg.blob_threshold, cfg.payload_limit)
+        self.telemetry = Telemetry(ext, records)
+        self.orchestrator = Orchestrator(self, records, self.telemetry)
         self._model = None
-        runner_for(self._host.registry).ensure_started(cfg.heartbeat_interval)
+        job_runner(ext.process).ensure_started(cfg.heartbeat_interval)
 
     # -- configuration -------------------------------------------------------------------------------
     @classmethod
@@ -103,7 +113,7 @@ class Agent(Actor):
 
     async def verify(self, run: Row, items: list[Row]) -> Verdict:
         """Check the run's stop condition. Default: every step completed (the runtime's own gate)."""
-        done = [i for i in items if i["status"] == "completed"]
+        done = [i for i in items if i["status"] == ItemStatus.COMPLETED]
         if len(done) == len(items):
             return Verdict("pass", "runtime", [f"item:{i['item_id']}" for i in done], "every step completed")
         return Verdict("fail", "runtime", [], f"{len(items) - len(done)} step(s) did not complete")
@@ -115,7 +125,7 @@ class Agent(Actor):
     ) -> dict[str, Any]:
         """Start a turn. The reply carries ``turn_id`` and ``run_id``, the run's ``status`` and, when
         the run finished within this call (every step inline), its ``output``."""
-        return await self._orchestrator.start_turn(text, session_id, background)
+        return await self.orchestrator.runs.start(text, session_id, background)
 
     @callable
     async def approve(
@@ -123,50 +133,50 @@ class Agent(Actor):
     ) -> dict[str, Any]:
         """Grant or deny a pending approval; a grant covers ``scope`` (default: the step's exact
         arguments) in this session and project until ``ttl_s`` seconds from now."""
-        return await self._orchestrator.approve(approval_id, decision, scope, ttl_s)
+        return await self.orchestrator.approvals.decide(approval_id, decision, scope, ttl_s)
 
     @callable
     async def cancel(self, turn_id: str) -> dict[str, Any]:
-        """Stop a turn: its job is cancelled, its run is ``canceled`` (``continue_run`` can resume it)."""
-        return await self._orchestrator.cancel(turn_id)
+        """Stop a turn: its job is cancelled, its run is ``cancelled`` (``continue_run`` can resume it)."""
+        return await self.orchestrator.runs.cancel(turn_id)
 
     @callable(readonly=True)
     async def get_turn(self, turn_id: str) -> dict[str, Any]:
-        return self._orchestrator.get_turn(turn_id)
+        return self.orchestrator.reads.turn(turn_id)
 
     @callable(readonly=True)
     async def get_run(self, run_id: str) -> dict[str, Any]:
-        return self._orchestrator.get_run(run_id)
+        return self.orchestrator.reads.run_card(run_id)
 
     @callable(readonly=True)
     async def session(self, session_id: str) -> dict[str, Any]:
         """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
-        return self._orchestrator.session(session_id)
+        return self.orchestrator.reads.session(session_id)
 
     @callable(readonly=True)
     async def project(self) -> dict[str, Any]:
         """The project: settings, files of verified runs, the heavy operation and the queue behind it."""
-        return self._orchestrator.project()
+        return self.orchestrator.reads.project()
 
     @callable
     async def continue_run(self, run_id: str) -> dict[str, Any]:
         """Resume a cancelled (or retryable failed) run after its last completed step."""
-        return await self._orchestrator.continue_run(run_id)
+        return await self.orchestrator.runs.continue_run(run_id)
 
     @callable
     async def provide_input(self, run_id: str, payload: Any) -> dict[str, Any]:
         """Answer a run paused ``waiting_for_input``."""
-        return await self._orchestrator.provide_input(run_id, payload)
+        return await self.orchestrator.runs.provide_input(run_id, payload)
 
     # -- wake-ups of the runtime --------------------------------------------------------------------
     @wakeup
     async def agent_lease(self, payload: dict[str, Any]) -> None:
-        await self._orchestrator.lease_check(str(payload["job_id"]), int(payload["attempt"]))
+        await self.orchestrator.jobs.lease_check(str(payload["job_id"]), int(payload["attempt"]))
 
     @wakeup
     async def agent_retry(self, payload: dict[str, Any]) -> None:
-        await self._orchestrator.retry(str(payload["job_id"]), int(payload["attempt"]))
+        await self.orchestrator.jobs.retry(str(payload["job_id"]), int(payload["attempt"]))
 
     @wakeup
     async def agent_advance(self, payload: dict[str, Any]) -> None:
-        await self._orchestrator.advance(str(payload["run_id"]))
+        await self.orchestrator.steps.advance(str(payload["run_id"]))

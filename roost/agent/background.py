@@ -1,18 +1,21 @@
 """Background jobs: long work outside the agent's mailbox, with a lease, heartbeats and retries.
 
-One :class:`JobRunner` per process (per registry) runs the jobs this process claimed. Its worker id is
-written, with the process's pid, host and load, to the directory's ``workers`` table every heartbeat
-(``WorkerHeartbeat``).
+One :class:`JobRunner` per process runs the jobs this process claimed: it is the process's service
+``agent.jobs`` (:meth:`roost.actors.extension.Process.service`, stopped with the registry), found with
+:func:`job_runner`. Its worker id is written, with the process's pid, host and load, to the directory's
+``workers`` table every heartbeat (``WorkerHeartbeat``).
 
-The job's records live in the agent's file and change only in the agent's turns (see
-:mod:`roost.agent.orchestrator`); the runner only executes:
+The job's records live in the agent's file and change only in the agent's turns (the job lifecycle,
+:mod:`roost.agent.jobs`); the runner only executes, each step a turn of the agent
+(:meth:`~roost.actors.extension.Process.run`):
 
-1. ``job_begin`` (a turn) checks that this worker holds the lease of this attempt and hands back what
-   to run. A worker whose attempt is no longer current gets nothing and stops.
+1. ``begin`` (a turn, :meth:`roost.agent.jobs.JobLifecycle.begin`) checks that this worker holds
+   the lease of this attempt and hands back what to run. A worker whose attempt is no longer current
+   gets nothing and stops.
 2. The tool (or model step) runs as a task of its own. ``ctx.progress`` is a turn that records
    progress, emits ``tool_progress`` and renews the lease; a heartbeat task renews the lease every
    ``heartbeat_interval`` even if the tool reports nothing.
-3. ``job_finish`` (a turn) records the outcome, fenced by ``(job_id, attempt)``.
+3. ``finish`` (a turn) records the outcome, fenced by ``(job_id, attempt)``.
 
 Guarantees (tests in ``tests/test_agent_jobs.py``):
 
@@ -30,11 +33,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from roost.agent.catalog import NeedInput, ToolCancelled, ToolContext
 from roost.agent.models import ModelError
@@ -42,10 +47,12 @@ from roost.agent.payloads import error_line
 from roost.storage import WorkerEntry
 
 if TYPE_CHECKING:
-    from roost.actors.actor import Actor
-    from roost.actors.registry import Registry
+    from roost.actors import Actor
+    from roost.actors.extension import Process
+    from roost.agent.jobs import JobLifecycle
+    from roost.agent.orchestrator import Orchestrator
 
-__all__ = ["JobRunner", "JobSpec", "Outcome", "runner_for"]
+__all__ = ["SERVICE", "JobRunner", "JobSpec", "Outcome", "OutcomeStatus", "job_runner"]
 
 log = logging.getLogger("roost.agent.jobs")
 SERVICE = "agent.jobs"
@@ -53,7 +60,7 @@ SERVICE = "agent.jobs"
 
 @dataclass(slots=True)
 class JobSpec:
-    """What ``job_begin`` hands to the worker: the context and the coroutine function to run."""
+    """What ``begin`` hands to the worker: the context and the coroutine function to run."""
 
     job_id: str
     attempt: int
@@ -62,30 +69,49 @@ class JobSpec:
     heartbeat_interval: float
 
 
+class OutcomeStatus(StrEnum):
+    """How an attempt ended, as the worker saw it."""
+
+    OK = "ok"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INPUT = "input"  # the tool raised NeedInput; ``error`` holds the prompt
+
+
 @dataclass(slots=True)
 class Outcome:
-    status: str  # ok | failed | cancelled | input (the tool raised NeedInput; error holds the prompt)
+    status: OutcomeStatus
     result: Any = None
     error: str | None = None
     retryable: bool = False
 
 
-def runner_for(registry: Registry) -> JobRunner:
-    """This process's runner for ``registry`` (created on first use, stopped with the registry)."""
-    runner = registry.services.get(SERVICE)
-    if runner is None:
-        runner = JobRunner(registry)
-        registry.services[SERVICE] = runner
-    assert isinstance(runner, JobRunner)
-    return runner
+@runtime_checkable
+class JobHost(Protocol):
+    """An actor whose jobs this runner runs (an :class:`roost.agent.Agent`)."""
+
+    orchestrator: Orchestrator
+
+
+def _jobs(actor: Actor) -> JobLifecycle:
+    if not isinstance(actor, JobHost):
+        raise TypeError(f"{type(actor).__name__} is not an agent: it has no jobs")
+    return actor.orchestrator.jobs
+
+
+def job_runner(process: Process) -> JobRunner:
+    """This process's runner (created on first use, stopped with the registry)."""
+    return process.service(SERVICE, JobRunner)
 
 
 class JobRunner:
-    def __init__(self, registry: Registry, heartbeat_interval: float = 1.0) -> None:
-        self.registry = registry
+    def __init__(self, process: Process, heartbeat_interval: float = 1.0) -> None:
+        self.process = process
         self.worker_id = f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.started_at = registry.clock.now()
+        self.started_at = process.clock.now()
         self.heartbeat_interval = heartbeat_interval
+        #: Draws the jitter of job retries (:meth:`roost.actors.RetryPolicy.delay`); tests may seed it.
+        self.rng = random.Random()
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._cancelled: set[tuple[str, int]] = set()
         self._presence: asyncio.Task[None] | None = None
@@ -100,7 +126,7 @@ class JobRunner:
             self._presence = asyncio.get_running_loop().create_task(self._presence_forever())
 
     def beat(self) -> None:
-        directory = self.registry.directory
+        directory = self.process.directory
         if directory is None:
             return
         try:
@@ -110,7 +136,7 @@ class JobRunner:
                     os.getpid(),
                     socket.gethostname(),
                     self.started_at,
-                    self.registry.clock.now(),
+                    self.process.clock.now(),
                     len(self.tasks),
                 )
             )
@@ -119,7 +145,7 @@ class JobRunner:
 
     async def _presence_forever(self) -> None:
         while True:
-            await self.registry.clock.sleep(self.heartbeat_interval)
+            await self.process.clock.sleep(self.heartbeat_interval)
             self.beat()
 
     async def stop(self) -> None:
@@ -158,14 +184,13 @@ class JobRunner:
         self._cancelled.discard((job_id, attempt))
 
     async def _turn(self, kind: str, name: str, fn: Callable[[Actor], Awaitable[Any]]) -> Any:
-        return await self.registry.run(kind, name, fn)
+        return await self.process.run(kind, name, fn)
 
     async def _work(self, kind: str, name: str, job_id: str, attempt: int) -> None:
         wid = self.worker_id
 
         async def begin(actor: Actor) -> JobSpec | None:
-            spec: JobSpec | None = actor._orchestrator.job_begin(job_id, attempt, wid)  # type: ignore[attr-defined]
-            return spec
+            return _jobs(actor).begin(job_id, attempt, wid)
 
         try:
             spec: JobSpec | None = await self._turn(kind, name, begin)
@@ -180,29 +205,25 @@ class JobRunner:
 
         async def progress(done: int, total: int, message: str, checkpoint: Any) -> None:
             async def record(actor: Actor) -> bool:
-                ok: bool = await actor._orchestrator.job_progress(  # type: ignore[attr-defined]
-                    job_id, attempt, wid, done, total, message, checkpoint
-                )
-                return ok
+                return await _jobs(actor).progress(job_id, attempt, wid, done, total, message, checkpoint)
 
             if not await self._turn(kind, name, record):
                 lost.set()
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
 
-        spec.ctx._progress = progress
-        spec.ctx._sleep = self.registry.clock.sleep
+        spec.ctx.bind(progress, self.process.clock.sleep)
         tool: asyncio.Future[Any] = asyncio.ensure_future(spec.execute(spec.ctx))
         beat = asyncio.get_running_loop().create_task(self._heartbeat(kind, name, spec, tool, lost))
         try:
             try:
                 result = await asyncio.shield(tool)
-                outcome = Outcome("ok", result=result)
+                outcome = Outcome(OutcomeStatus.OK, result=result)
             except ToolCancelled as exc:
-                outcome = Outcome("cancelled", error=str(exc))
+                outcome = Outcome(OutcomeStatus.CANCELLED, error=str(exc))
             except NeedInput as exc:
-                outcome = Outcome("input", error=exc.prompt)
+                outcome = Outcome(OutcomeStatus.INPUT, error=exc.prompt)
             except ModelError as exc:
-                outcome = Outcome("failed", error=str(exc), retryable=exc.retryable)
+                outcome = Outcome(OutcomeStatus.FAILED, error=str(exc), retryable=exc.retryable)
             except asyncio.CancelledError:
                 if (job_id, attempt) not in self._cancelled and not lost.is_set():
                     tool.cancel()
@@ -211,15 +232,15 @@ class JobRunner:
                 return  # cancelled by cancel(): the record already says so
             except Exception as exc:
                 log.warning("job %s attempt %s failed", job_id, attempt, exc_info=True)
-                outcome = Outcome("failed", error=error_line(exc)[:500], retryable=True)
+                outcome = Outcome(OutcomeStatus.FAILED, error=error_line(exc)[:500], retryable=True)
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
-        if lost.is_set() and outcome.status != "ok":
+        if lost.is_set() and outcome.status != OutcomeStatus.OK:
             return  # the record already says why (cancelled, or another attempt owns it)
 
         async def finish(actor: Actor) -> None:
-            await actor._orchestrator.job_finish(job_id, attempt, wid, outcome)  # type: ignore[attr-defined]
+            await _jobs(actor).finish(job_id, attempt, wid, outcome)
 
         try:
             await self._turn(kind, name, finish)
@@ -235,11 +256,10 @@ class JobRunner:
         wid = self.worker_id
 
         async def renew(actor: Actor) -> bool:
-            ok: bool = actor._orchestrator.job_heartbeat(spec.job_id, spec.attempt, wid)  # type: ignore[attr-defined]
-            return ok
+            return _jobs(actor).heartbeat(spec.job_id, spec.attempt, wid)
 
         while not tool.done():
-            await self.registry.clock.sleep(spec.heartbeat_interval)
+            await self.process.clock.sleep(spec.heartbeat_interval)
             try:
                 ok = await self._turn(kind, name, renew)
             except asyncio.CancelledError:

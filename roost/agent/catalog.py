@@ -93,6 +93,15 @@ class ToolContext:
     _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
 
+    def bind(
+        self,
+        progress: Callable[[int, int, str, Any], Awaitable[None]],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        """Called by the job runner: ``progress`` and ``sleep`` of a background job's worker."""
+        self._progress = progress
+        self._sleep = sleep
+
     async def progress(self, done: int, total: int, message: str = "", *, checkpoint: Any = None) -> None:
         """Report progress (a ``tool_progress`` event) and renew the job's lease. ``checkpoint``
         (JSON) is kept with the job: a later attempt finds it in ``ctx.checkpoint`` and can go on

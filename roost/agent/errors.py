@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roost.actors.errors import RpcError
+from roost.actors import RpcError
 
 __all__ = ["AgentNotFound", "InvalidTransition", "PolicyRefused", "ScopeRefused"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.actors.connection import Principal
+from roost.actors import Principal
 from roost.agent.payloads import display
 from roost.agent.store import Row, Store
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from roost.actors.connection import Principal
+from roost.actors import Principal
 from roost.agent.catalog import ApprovalMode
 from roost.agent.errors import PolicyRefused
 from roost.agent.store import Row, Store

@@ -174,6 +174,11 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     );
     CREATE UNIQUE INDEX roost_agent_runs_ordinal ON roost_agent_runs (ordinal);
     """,
+    # v4: one spelling of a status (roost.agent.status): runs and jobs were written "canceled"
+    """
+    UPDATE roost_agent_runs SET status = 'cancelled' WHERE status = 'canceled';
+    UPDATE roost_agent_jobs SET status = 'cancelled' WHERE status = 'canceled';
+    """,
 )
 
 #: Columns stored as JSON text, per table suffix.

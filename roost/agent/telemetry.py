@@ -2,7 +2,7 @@
 
 Every event is one frame ``{"type":"event","seq":…,"event":{…}}`` whose ``event`` holds
 ``event_id, event_type, turn_id, item_id, run_id, session_id, status, payload, trace_id, created_at``.
-Payloads pass the payload policy (:mod:`roost.agent.payloads`) before they are written. A client
+Payloads pass the payload policy (:meth:`roost.agent.records.Records.clean`) before they are written. A client
 resumes the timeline by cursor like any other frame of the log.
 """
 
@@ -12,22 +12,10 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from roost.agent.payloads import (
-    REDACTED,
-    BlobStore,
-    Vault,
-    display,
-    redact_text,
-    resolve,
-    sanitize,
-    secret_parts,
-)
-from roost.agent.store import Store
+from roost.actors.extension import TurnContext
+from roost.agent.records import Records
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
     from roost.agent.store import Row
 
 __all__ = ["EVENT_TYPES", "Telemetry"]
@@ -62,91 +50,16 @@ EVENT_TYPES = frozenset(
 
 
 class Telemetry:
-    def __init__(self, host: ActorHost, blobs: BlobStore, threshold: int, limit: int) -> None:
-        self._host = host
-        self.blobs = blobs
-        self.threshold = threshold
-        self.limit = limit
+    """The timeline of one agent: every event passes :meth:`Records.clean` and is emitted through the
+    extension API, so it is logged in the turn and sent after its commit."""
+
+    __slots__ = ("_ctx", "_records", "counts")
+
+    def __init__(self, ctx: TurnContext, records: Records) -> None:
+        self._ctx = ctx
+        self._records = records
+        #: Events sent by this activation, per type (for logs and tests).
         self.counts: dict[str, int] = {}
-        #: Per run, the secrets it was given or handed to its tools: never shown again wherever they
-        #: turn up in that run's records (a tool's result or error that echoes its token). Per run,
-        #: so that one principal's request can never probe another's secrets.
-        self._known: dict[str, list[str]] = {}
-        #: The run the orchestrator is working on (set by it); scrubbing uses that run's secrets.
-        self.run_id: str | None = None
-
-    # -- the payload policy's entry points (see roost.agent.payloads) -------------------------------
-    def store(self) -> Store:
-        """The current turn's rows, with free text cleaned on the way in."""
-        return Store(self._host.turn_connection(), self.clean_text)
-
-    def clean(self, value: Any) -> Any:
-        """What may be shown: secrets redacted, heavy strings to blobs (events, results, cards)."""
-        return sanitize(value, self.blobs, self.threshold, limit=self.limit, scrub=self.scrub)
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the secrets of the current run."""
-        for secret in self._known.get(self.run_id or "", ()):
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
-
-    def _learn(self, value: Any) -> None:
-        if self.run_id is None:
-            return
-        known = self._known.pop(self.run_id, [])
-        for part in secret_parts(value):
-            if part not in known:
-                known.append(part)
-        # longest first, so that a secret is scrubbed whole before any part of it
-        self._known[self.run_id] = sorted(known, key=len, reverse=True)[:64]
-        while len(self._known) > 256:
-            del self._known[next(iter(self._known))]
-
-    def salt(self) -> str:
-        """The agent's random salt for secret digests (made once, kept in its file)."""
-        return self.store().salt(self._host._now)
-
-    def keep(self, value: Any) -> Any:
-        """What a step needs later, kept intact but out of sight (arguments, inputs, checkpoints)."""
-        store = self.store()
-        now = self._host._now
-
-        def put(digest: str, text: str) -> None:
-            store.put_secret(digest, text, now)
-            self._learn(orjson.loads(text))
-
-        vault = Vault(put, self.salt())
-        return sanitize(value, self.blobs, self.threshold, vault=vault, limit=self.limit)
-
-    def digest(self, value: Any) -> dict[str, str]:
-        """The kept form of a secret value, without keeping it (to compare scopes with arguments)."""
-        return {"$secret": Vault(lambda d, t: None, self.salt()).digest(value)}
-
-    @staticmethod
-    def shown(kept: Any) -> Any:
-        """A kept value as events, cards and models may see it."""
-        return display(kept)
-
-    def original(self, kept: Any) -> Any:
-        """A kept value as the tool gets it back."""
-        store = self.store()
-
-        def secret(digest: str) -> Any:
-            value = store.get_secret(digest)
-            self._learn(value)
-            return value
-
-        return resolve(kept, secret, self.blobs)
-
-    def clean_text(self, text: str) -> str:
-        """Free text (an error, an output): credentials redacted; beyond the threshold, the full
-        text goes to the blob store and the column keeps its start and the reference."""
-        text = redact_text(self.scrub(text))
-        if len(text) > self.threshold:
-            ref = self.blobs.put(text.encode())
-            return text[: self.threshold // 4] + f" … [full text: {ref}]"
-        return text
 
     def event(
         self,
@@ -167,11 +80,11 @@ class Telemetry:
             "run_id": run["run_id"],
             "session_id": run["session_id"],
             "status": status,
-            "payload": self.clean(payload or {}),
+            "payload": self._records.clean(payload or {}),
             "trace_id": run["trace_id"],
-            "created_at": self._host._now,
+            "created_at": self._ctx.now,
         }
-        seq = self._host.emit(record)
+        seq = self._ctx.emit(record)
         self.counts[event_type] = self.counts.get(event_type, 0) + 1
         log.debug("%s run=%s item=%s trace=%s", event_type, run["run_id"], item_id, run["trace_id"])
         return seq

@@ -24,9 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from roost.agent.agent import Agent
-from roost.agent.catalog import ToolContext, tool
-from roost.agent.orchestrator import Verdict
+from roost.agent import Agent, ToolContext, Verdict, tool
 from roost.agent.store import Row
 
 __all__ = ["SAMPLE_DOCS", "DocsAgent", "analyze_documents", "collect_documents", "generate_report"]
@@ -151,7 +149,7 @@ class DocsAgent(Agent):
         if "generate_report" not in results:
             return await super().verify(run, items)
         report = results["generate_report"]
-        data_dir = self._host.registry.config.data_dir
+        data_dir = self.extension.process.data_dir
         path = data_dir / report["path"]
         if not path.is_file():
             return Verdict("fail", "docs.report_gate", [], f"report {report['path']} does not exist")

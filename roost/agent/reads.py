@@ -1,0 +1,116 @@
+"""Reads: the callables that change nothing (``get_turn``, ``get_run``, ``session``, ``project``).
+
+Each one checks that the caller may read what it asks for (the session's principal), and shows
+arguments and errors in their shown form (secrets as digests, errors shortened).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.actors.errors import InvalidArguments
+from roost.agent import memory
+from roost.agent.context import Part
+from roost.agent.errors import AgentNotFound
+from roost.agent.records import Records
+
+__all__ = ["Reads"]
+
+shown = Records.shown
+
+TURN_KEYS = (
+    "turn_id",
+    "run_id",
+    "session_id",
+    "status",
+    "needs_confirmation",
+    "output_text",
+    "trace_id",
+    "created_at",
+)
+RUN_KEYS = (
+    "run_id",
+    "turn_id",
+    "session_id",
+    "tenant",
+    "principal",
+    "status",
+    "waiting",
+    "mode",
+    "trace_id",
+    "hops",
+    "question",
+    "stop_condition",
+    "verification_result",
+    "verifier",
+    "evidence_refs",
+    "output",
+    "retryable",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
+
+
+class Reads(Part):
+    def turn(self, turn_id: Any) -> dict[str, Any]:
+        store = self.store
+        turn = store.get("turns", turn_id) if isinstance(turn_id, str) else None
+        if turn is None:
+            raise AgentNotFound(message=f"no turn {turn_id!r}")
+        self.guard(self.run(turn["run_id"])["principal"], write=False)
+        items = store.select("items", "turn_id = ?", (turn_id,), order="step_index")
+        return {
+            **{k: turn[k] for k in TURN_KEYS},
+            "input_text": memory.short(turn["input_text"], 1000),
+            "error": memory.short(turn["error"]),
+            "items": [
+                {
+                    "item_id": i["item_id"],
+                    "step_index": i["step_index"],
+                    "tool_name": i["tool_name"],
+                    "args": shown(i["args"]),
+                    "approval_mode": i["approval_mode"],
+                    "status": i["status"],
+                    "result": i["result"],
+                    "error": memory.short(i["error"]),
+                    "runs": i["runs"],
+                }
+                for i in items
+            ],
+        }
+
+    def run_card(self, run_id: Any) -> dict[str, Any]:
+        run = self.run(run_id)
+        self.guard(run["principal"], write=False)
+        jobs = self.store.select("jobs", "run_id = ?", (run_id,), order="created_at")
+        return {
+            **{k: run[k] for k in RUN_KEYS},
+            "error": memory.short(run["error"], 500),
+            "jobs": [
+                {
+                    "job_id": j["job_id"],
+                    "item_id": j["item_id"],
+                    "kind": j["job_kind"],
+                    "tool": j["tool_name"],
+                    "status": j["status"],
+                    "attempt": j["attempt"],
+                    "max_attempts": j["max_attempts"],
+                    "progress": j["progress"],
+                    "lease_expires_at": j["lease_expires_at"],
+                    "error": memory.short(j["error"]),
+                }
+                for j in jobs
+            ],
+        }
+
+    def session(self, session_id: Any) -> dict[str, Any]:
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
+            raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
+        row = self.store.get("sessions", session_id)
+        if row is not None:  # a session nobody opened is an empty card
+            self.guard(row["principal"], write=False)
+        return memory.session_card(self.store, session_id, self.agent.seq, dict(self.agent.profile))
+
+    def project(self) -> dict[str, Any]:
+        return self.orchestrator.project.read()

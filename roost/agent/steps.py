@@ -1,0 +1,296 @@
+"""Steps: the state machine that takes a run from one step to the next (docs/design.md, *Agent runtime*).
+
+A run alternates model steps (which plan items) and items (one tool call each). :meth:`Steps.advance`
+takes a run as far as it can go inside the current turn: it stops at a wait (an approval, input, the
+project's heavy slot), at a background job (whose end advances the run again), or at the run's end
+(verification, :mod:`roost.agent.verification`).
+
+Guarantees (tests in ``tests/test_agent_runtime.py``):
+
+- **A completed step is never run again**: its status and result commit with its effects; ``advance``
+  only ever runs items that are not completed.
+- **Paused runs survive anything**: waiting for an approval, input or the project's heavy slot is a
+  row; the call that ends the wait advances the run in its own turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.agent import memory, policy
+from roost.agent.catalog import InvalidToolCall, NeedInput, Tool
+from roost.agent.context import Part
+from roost.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
+from roost.agent.payloads import PayloadError, error_line
+from roost.agent.records import Records
+from roost.agent.status import ACTIVE_JOB, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.agent.store import Row, new_id
+
+__all__ = ["Steps"]
+
+shown = Records.shown
+
+#: A bug guard: plans are bounded by ``max_tool_hops``, so one advance never takes this many steps.
+MAX_STEPS_PER_ADVANCE = 1000
+
+
+class Steps(Part):
+    async def advance(self, run_id: str) -> None:
+        """Take the run as far as it goes inside this turn, then every run its steps released."""
+        await self._advance_one(run_id)
+        await self.drain_released()
+
+    async def drain_released(self) -> None:
+        """Advance the runs the project's heavy slot was handed to during this turn."""
+        released = self.orchestrator.project.released
+        while released:
+            await self._advance_one(released.pop(0))
+
+    async def _advance_one(self, run_id: str) -> None:
+        for _ in range(MAX_STEPS_PER_ADVANCE):
+            run = self.run(run_id)
+            if run["status"] != RunStatus.IN_PROGRESS or run["waiting"]:
+                return
+            store = self.store
+            if store.scalar(
+                "SELECT 1 FROM roost_agent_jobs WHERE run_id = ? AND status IN (?, ?, ?)",
+                (run_id, *ACTIVE_JOB),
+            ):
+                return  # a job owns the next step; its end advances the run
+            items = store.select(
+                "items",
+                "run_id = ? AND status NOT IN (?, ?)",
+                (run_id, ItemStatus.COMPLETED, ItemStatus.SKIPPED),
+                order="step_index",
+            )
+            if items:
+                if not await self._step(run, items[0]):
+                    return
+                continue
+            if run["model_done"]:
+                await self.orchestrator.verification.finish(run)
+                return
+            if not await self._model_step(run):
+                return
+        raise RuntimeError("advance did not settle")  # a bug: plans are bounded by max_tool_hops
+
+    async def _step(self, run: Row, item: Row) -> bool:
+        """Start or run one item; True if the run can go on at once."""
+        if item["status"] != ItemStatus.PENDING:
+            return False
+        orc = self.orchestrator
+        tool = self.agent.catalog().get(item["tool_name"])
+        if policy.needs_approval(tool.approval_mode) and item["grant_id"] is None:
+            if not orc.approvals.reuse_grant(run, item, tool):
+                orc.approvals.request(run, item, tool)
+                return False
+        if tool.heavy and not orc.project.take_heavy(run):
+            return False
+        self.set_turn(run, status=TurnStatus.RUNNING)
+        self.store.update(
+            "items", item["item_id"], status=ItemStatus.RUNNING, runs=item["runs"] + 1, updated_at=self.now
+        )
+        if tool.background:
+            job = await orc.jobs.start(run, item, tool.name, item["args"])
+            self.event(
+                "tool_started",
+                run,
+                item_id=item["item_id"],
+                status="running",
+                payload={
+                    "tool": tool.name,
+                    "args": shown(item["args"]),
+                    "job_id": job["job_id"],
+                    "attempt": 1,
+                },
+            )
+            return False
+        self.event(
+            "tool_started",
+            run,
+            item_id=item["item_id"],
+            status="running",
+            payload={"tool": tool.name, "args": shown(item["args"])},
+        )
+        try:
+            result = await orc.execution.run_inline(run, item, tool)
+        except NeedInput as need:
+            self.ask(run, need.prompt, item)
+            return False
+        except Exception as exc:
+            self.item_failed(run, item, tool, error_line(exc), retryable=False)
+            return False
+        return self.item_completed(run, item, tool, result)
+
+    def item_completed(self, run: Row, item: Row, tool: Tool, result: Any) -> bool:
+        """Record a step's result (after the payload policy); False if it cannot be stored."""
+        try:
+            clean = self.records.clean(result)
+        except (PayloadError, TypeError) as exc:
+            self.item_failed(run, item, tool, f"result not storable: {exc}", retryable=False)
+            return False
+        self.store.update(
+            "items",
+            item["item_id"],
+            status=ItemStatus.COMPLETED,
+            result=clean,
+            error=None,
+            updated_at=self.now,
+        )
+        self.event(
+            "tool_completed",
+            run,
+            item_id=item["item_id"],
+            status="completed",
+            payload={"tool": tool.name, "result": clean},
+        )
+        if tool.heavy:
+            self.orchestrator.project.release_heavy(run["run_id"])
+        return True
+
+    def item_failed(self, run: Row, item: Row, tool: Tool, error: str, *, retryable: bool) -> None:
+        """A step failed for good: the item, then its run."""
+        error = self.err(error, 500) or "failed"
+        self.store.update(
+            "items", item["item_id"], status=ItemStatus.FAILED, error=error, updated_at=self.now
+        )
+        self.event(
+            "tool_failed",
+            run,
+            item_id=item["item_id"],
+            status="failed",
+            payload={"tool": tool.name, "error": error, "retryable": retryable, "will_retry": False},
+        )
+        self.orchestrator.runs.fail(run, f"{tool.name} failed: {error}", retryable=retryable)
+
+    async def _model_step(self, run: Row) -> bool:
+        cfg = self.agent.settings()
+        if run["hops"] >= cfg.max_tool_hops:
+            self.orchestrator.runs.fail(
+                run, f"stopped after max_tool_hops ({cfg.max_tool_hops}) model steps", retryable=False
+            )
+            return False
+        model = self.agent.model()
+        if not model.inline:
+            await self.orchestrator.jobs.start(run, None, "model", {"hop": run["hops"]})
+            return False
+        try:
+            step = await model.step(self.model_request(run, original=True))
+        except ModelError as exc:
+            self.model_failed(run, str(exc), exc.retryable, will_retry=False)
+            return False
+        return self.record_model_step(run, step)
+
+    def model_request(self, run: Row, *, original: bool = False) -> ModelRequest:
+        """What a model step sees. ``original``: the request as typed, credentials included — only
+        for a model that runs here (the local planner), never one behind the network."""
+        agent = self.agent
+        store = self.store
+        turn = store.get("turns", run["turn_id"])
+        text = turn["input_text"] if turn else ""
+        if original and run.get("request") is not None:
+            text = str(self.records.original(run["request"]))
+        session = store.get("sessions", run["session_id"])
+        items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
+        return ModelRequest(
+            text=text,
+            inputs=shown(list(run["inputs"])),
+            summary=session["summary"] if session else "",
+            recent_turns=memory.recent_turns(
+                store, run["session_id"], agent.settings().recent_turns, before=run["turn_id"]
+            ),
+            tools=agent.catalog().specs(),
+            steps=[
+                StepRecord(
+                    item_id=i["item_id"],
+                    tool=i["tool_name"],
+                    args=shown(i["args"]),
+                    status=i["status"],
+                    result=i["result"],
+                )
+                for i in items
+            ],
+            hop=run["hops"],
+        )
+
+    def record_model_step(self, run: Row, step: ModelStep) -> bool:
+        """Record what a model step decided: a question, the run's text, or the next items."""
+        if step.ask:
+            self.ask(run, step.ask, None)
+            return False
+        if not step.tool_calls:
+            self.set_run(run, model_done=1, model_text=step.text or "")
+            return True
+        catalog = self.agent.catalog()
+        runs = self.orchestrator.runs
+        try:
+            checked = [(c.name, catalog.check(c.name, c.args)) for c in step.tool_calls]
+        except InvalidToolCall as exc:
+            runs.fail(run, f"the model asked for an invalid step: {exc}", retryable=True)
+            return False
+        try:
+            kept = [(name, self.records.keep(args)) for name, args in checked]
+        except PayloadError as exc:
+            runs.fail(run, f"the model asked for a step that cannot be stored: {exc}", retryable=False)
+            return False
+        base = self.store.scalar(
+            "SELECT coalesce(max(step_index) + 1, 0) FROM roost_agent_items WHERE run_id = ?",
+            (run["run_id"],),
+        )
+        now = self.now
+        planned = []
+        for offset, (name, args) in enumerate(kept):
+            tool = catalog.get(name)
+            row = {
+                "item_id": new_id("item"),
+                "run_id": run["run_id"],
+                "turn_id": run["turn_id"],
+                "step_index": base + offset,
+                "tool_name": name,
+                "args": args,
+                "approval_mode": tool.approval_mode,
+                "status": ItemStatus.PENDING,
+                "created_at": now,
+                "updated_at": now,
+            }
+            self.store.insert("items", row)
+            planned.append(
+                {
+                    "item_id": row["item_id"],
+                    "step_index": row["step_index"],
+                    "tool": name,
+                    "args": shown(row["args"]),
+                    "approval_mode": tool.approval_mode,
+                    "background": tool.background,
+                }
+            )
+        self.set_run(run, hops=run["hops"] + 1)
+        self.set_turn(run, status=TurnStatus.PLANNED)
+        self.event("plan_ready", run, status="planned", payload={"hop": run["hops"], "items": planned})
+        return True
+
+    def model_failed(self, run: Row, error: str, retryable: bool, *, will_retry: bool, **extra: Any) -> None:
+        """A model step failed; unless it will be retried, its run fails."""
+        self.event(
+            "model_step_failed",
+            run,
+            status="retrying" if will_retry else "failed",
+            payload={"error": self.err(error), "retryable": retryable, "will_retry": will_retry, **extra},
+        )
+        if not will_retry:
+            self.orchestrator.runs.fail(run, f"model step failed: {error}", retryable=retryable)
+
+    def ask(self, run: Row, question: str, item: Row | None) -> None:
+        """Pause the run for input (``provide_input`` resumes it)."""
+        self.orchestrator.project.release_heavy(run["run_id"])  # nobody waits on us while we wait
+        self.set_run(run, waiting=Waiting.INPUT, question=self.err(question, 1000))
+        self.set_turn(run, status=TurnStatus.AWAITING_INPUT)
+        if item is not None:
+            self.store.update("items", item["item_id"], status=ItemStatus.PENDING, updated_at=self.now)
+        self.event(
+            "input_requested",
+            run,
+            item_id=item["item_id"] if item else None,
+            status="waiting_for_input",
+            payload={"question": self.err(question, 1000)},
+        )
