@@ -5,7 +5,8 @@
   :class:`FaultySink` drops or holds them as a bad network would.
 - :class:`WsClient` and :func:`connect` (:mod:`roost.testing.ws`): a WebSocket test client over a real
   socket, with ``recv``/``rpc``/``call``/``wait_for``/``read_until_closed``; :func:`rpc_frame`,
-  :func:`ping_frame` and :func:`encode` build frames to send raw.
+  :func:`ping_frame` and :func:`encode` build frames to send raw; :func:`close_code_sync` reads a
+  blocking connection to its close.
 - :func:`until` (:mod:`roost.testing.waiting`): wait for a condition, bounded; never a sleep.
 - :func:`fires` and :func:`schedule_rows` (:mod:`roost.testing.files`): what an actor's wake-ups did,
   read from its file once no process has it open.
@@ -17,7 +18,7 @@ Every guarantee is in the docstring of the thing that gives it, and tested in
 from roost.testing.files import Fire, ScheduleRow, fires, schedule_rows
 from roost.testing.kit import ActorKit, FaultySink, KitConnection, RecordingSink
 from roost.testing.waiting import until
-from roost.testing.ws import WsClient, connect, encode, ping_frame, rpc_frame
+from roost.testing.ws import WsClient, close_code_sync, connect, encode, ping_frame, rpc_frame
 
 __all__ = [
     "ActorKit",
@@ -27,6 +28,7 @@ __all__ = [
     "RecordingSink",
     "ScheduleRow",
     "WsClient",
+    "close_code_sync",
     "connect",
     "encode",
     "fires",

@@ -25,10 +25,11 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection as SyncClientConnection
 
 from roost.actors.errors import RpcError
 
-__all__ = ["WsClient", "connect", "encode", "ping_frame", "rpc_frame"]
+__all__ = ["WsClient", "close_code_sync", "connect", "encode", "ping_frame", "rpc_frame"]
 
 Frame = dict[str, Any]
 
@@ -160,3 +161,13 @@ async def connect(url: str, **kwargs: Any) -> AsyncIterator[WsClient]:
     """Open a :class:`WsClient` to ``url`` (``kwargs`` go to ``websockets.connect``); closed on exit."""
     async with ws_connect(url, **kwargs) as ws:
         yield WsClient(ws)
+
+
+def close_code_sync(ws: SyncClientConnection, timeout: float = 10.0) -> int | None:
+    """For a blocking ``websockets.sync`` connection: read until the server closes and return the code
+    of its close frame (None: no close frame). Each read waits at most ``timeout`` (``TimeoutError``)."""
+    try:
+        while True:
+            ws.recv(timeout=timeout)
+    except ConnectionClosed as exc:
+        return exc.rcvd.code if exc.rcvd is not None else None
