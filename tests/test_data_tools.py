@@ -11,13 +11,12 @@ from typing import Any
 
 import orjson
 import pytest
-import websockets
 
 from roost.actors import Actor, callable
 from roost.actors.registry import RuntimeConfig
 from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
-from roost.testing import ActorKit
+from roost.testing import ActorKit, connect, until
 from roost.transport import admin
 from roost.transport.cli import main
 from tests.support import ServerProcess
@@ -100,7 +99,7 @@ async def test_tools_refuse_an_actor_a_running_server_holds(
     await make_actors(data_dir)
     server = ServerProcess(data_dir).start()
     try:
-        async with websockets.connect(f"{server.ws}/agents/counter/c1") as ws:  # live now
+        async with connect(f"{server.ws}/agents/counter/c1") as ws:  # live now
             await ws.recv()
             for argv in (
                 ["inspect", "counter", "c1"],
@@ -152,24 +151,15 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
     stop = asyncio.Event()
 
     async def writer(name: str) -> None:
-        async with websockets.connect(f"{server.ws}/agents/counter/{name}") as ws:
+        async with connect(f"{server.ws}/agents/counter/{name}") as ws:
             await ws.recv()
-            i = 0
             while not stop.is_set():
-                i += 1
-                await ws.send(orjson.dumps({"type": "rpc", "id": str(i), "method": "increment"}).decode())
-                while True:
-                    frame: dict[str, Any] = orjson.loads(await ws.recv())
-                    if frame.get("type") == "rpc_result":
-                        acked[name] = frame["result"]
-                        break
+                acked[name] = await ws.call("increment")
 
     try:
         tasks = [asyncio.create_task(writer(n)) for n in names]
-        for _ in range(1000):  # bounded: every writer had some calls acknowledged
-            if min(acked.values()) >= 5:
-                break
-            await asyncio.sleep(0.01)
+        # every writer had some calls acknowledged
+        await until(lambda: min(acked.values()) >= 5, timeout=10, interval=0.01)
         before = dict(acked)
         out = data_dir.parent / "backups" / "live-bak"  # the server's backup root, by default
         code = await asyncio.to_thread(

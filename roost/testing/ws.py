@@ -87,9 +87,10 @@ class WsClient:
         self, method: str, *args: Any, id: str | None = None, timeout: float = 10.0, **kwargs: Any
     ) -> Frame:
         """Call ``method`` and return its ``rpc_result`` frame (``ok`` true or false)."""
+        start = len(self.frames)  # the reply comes after the call: no need to search what came before
         call_id = await self.send_rpc(method, *args, id=id, **kwargs)
-        return await self.wait_for(
-            lambda f: f.get("type") == "rpc_result" and f.get("id") == call_id, timeout
+        return await self._wait_from(
+            start, lambda f: f.get("type") == "rpc_result" and f.get("id") == call_id, timeout
         )
 
     async def call(self, method: str, *args: Any, timeout: float = 10.0, **kwargs: Any) -> Any:
@@ -122,10 +123,13 @@ class WsClient:
 
     async def wait_for(self, predicate: Callable[[Frame], bool], timeout: float = 10.0) -> Frame:
         """The first frame, received so far or later, for which ``predicate`` is true."""
-        for i, frame in enumerate(self.frames):
-            if predicate(frame):
+        return await self._wait_from(0, predicate, timeout)
+
+    async def _wait_from(self, start: int, predicate: Callable[[Frame], bool], timeout: float) -> Frame:
+        for i in range(start, len(self.frames)):
+            if predicate(self.frames[i]):
                 self._next = max(self._next, i + 1)
-                return frame
+                return self.frames[i]
         async with asyncio.timeout(timeout):
             while True:
                 frame = await self._receive()
