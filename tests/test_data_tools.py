@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -17,9 +18,11 @@ from roost.actors.registry import RuntimeConfig
 from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
 from roost.testing import ActorKit, connect, until
-from roost.transport import admin
+from roost.transport import admin, create_app
 from roost.transport.cli import main
-from tests.support import ServerProcess
+from roost.transport.security import token_authenticate
+from roost.transport.tokens import TokenSigner
+from tests.support import ServerProcess, serve_in_process
 
 
 async def make_actors(data_dir: Path) -> None:
@@ -208,11 +211,6 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
     turn never use the connection while the thread still has it. ``POST /admin/backup`` answers 504
     naming the actor (``roost backup --server`` says so and exits 1), the actor goes on serving, and
     its file is intact."""
-    import httpx
-
-    from roost.transport import create_app
-    from tests.support import serve_in_process
-
     async with ActorKit([Bulk], data_dir) as kit:
         await kit.call("bulk", "big", "fill", 40)
     released: list[bool] = []  # one entry per copy, appended when its thread lets go of the file
@@ -269,13 +267,6 @@ async def test_tenant_actors_are_reachable_from_the_cli(
 
 
 async def test_admin_backup_is_for_admins_from_the_right_place(data_dir: Path, tmp_path: Path) -> None:
-    import httpx
-
-    from roost.transport import create_app
-    from roost.transport.security import token_authenticate
-    from roost.transport.tokens import TokenSigner
-    from tests.support import serve_in_process
-
     signer = TokenSigner("b" * 40)
     expected = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "backups", "b1")  # noqa: ASYNC240
     app = create_app(
