@@ -8,6 +8,7 @@ bounds every wait; ``RecordingSink`` and ``FaultySink`` record, drop and hold fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import websockets
+from starlette.applications import Starlette
 
 from roost.actors import RpcError
 from roost.examples.kinds import Counter
@@ -30,6 +32,7 @@ from roost.testing import (
     ping_frame,
     rpc_frame,
     schedule_rows,
+    serve,
     until,
 )
 from roost.transport import create_app
@@ -95,6 +98,18 @@ def test_roost_testing_imports_without_pytest() -> None:
     code = "import sys, roost.testing; assert 'pytest' not in sys.modules, 'pytest was imported'"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+# -- serve ------------------------------------------------------------------------------------------------
+async def test_serve_raises_when_the_app_cannot_start() -> None:
+    @contextlib.asynccontextmanager
+    async def failing(app: Starlette) -> AsyncIterator[None]:
+        raise RuntimeError("cannot start")
+        yield
+
+    with pytest.raises(RuntimeError, match="stopped before it started"):
+        async with serve(Starlette(lifespan=failing)):
+            pytest.fail("the block ran although the server never started")
 
 
 # -- WsClient --------------------------------------------------------------------------------------------
@@ -207,8 +222,9 @@ async def test_fires_and_schedule_rows_show_one_completed_fire_per_due_time(tmp_
         sid = await kit.call("counter", "f1", "increment_later", 10)
         with pytest.raises(sqlite3.OperationalError):
             fires(data, "counter", "f1")  # the actor is open: refused, not read stale
+        assert await kit.fire_due("counter", "f1") == 0, "fired before its time"
         clock.advance(11)
-        await kit.registry.wake("counter", "f1")
+        await kit.fire_due("counter", "f1")  # 1, or 0 if the dispatcher was first
         assert await kit.call("counter", "f1", "schedules") == []
     (fire,) = fires(data, "counter", "f1")
     assert (fire.schedule_id, fire.nominal) == (sid, 1_000_010.0)

@@ -7,6 +7,7 @@
   socket, with ``recv``/``rpc``/``call``/``wait_for``/``read_until_closed``; :func:`rpc_frame`,
   :func:`ping_frame` and :func:`encode` build frames to send raw; :func:`close_code_sync` reads a
   blocking connection to its close.
+- :func:`serve` (:mod:`roost.testing.server`): an app served on a real socket in the test's loop.
 - :func:`until` (:mod:`roost.testing.waiting`): wait for a condition, bounded; never a sleep.
 - :func:`fires` and :func:`schedule_rows` (:mod:`roost.testing.files`): what an actor's wake-ups did,
   read from its file once no process has it open.
@@ -17,6 +18,7 @@ Every guarantee is in the docstring of the thing that gives it, and tested in
 
 from roost.testing.files import Fire, ScheduleRow, fires, schedule_rows
 from roost.testing.kit import ActorKit, FaultySink, KitConnection, RecordingSink
+from roost.testing.server import serve
 from roost.testing.waiting import until
 from roost.testing.ws import WsClient, close_code_sync, connect, encode, ping_frame, rpc_frame
 
@@ -35,5 +37,6 @@ __all__ = [
     "ping_frame",
     "rpc_frame",
     "schedule_rows",
+    "serve",
     "until",
 ]

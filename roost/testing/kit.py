@@ -216,6 +216,11 @@ class ActorKit:
         result, _ = await self.registry.call(kind, name, method, list(args), kwargs)
         return result
 
+    async def fire_due(self, kind: str, name: str) -> int:
+        """Fire the actor's wake-ups that are due on the kit's clock now (activating it if dormant),
+        each in its own turn, without waiting for the dispatcher; how many fire turns ran."""
+        return await self.registry.wake(kind, name)
+
     async def settle(self, max_rounds: int = 10_000) -> None:
         """Let every live actor drain its mailbox and release its outputs."""
         for _ in range(max_rounds):
