@@ -5,7 +5,8 @@ import os
 # as `roost serve` does (see roost.cli.MAX_HANDSHAKE_LINE), before websockets is imported
 os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from roost.examples.kinds import KINDS
 from roost.transport import RoostApp, create_app
 from roost.transport.limits import Limits
+from tests.kinds import Holder
 from tests.support import serve_in_process
 
 
@@ -35,3 +37,14 @@ async def server(app: RoostApp) -> AsyncIterator[str]:
     """The example app served in process; yields ``host:port``."""
     async with serve_in_process(app) as addr:
         yield addr
+
+
+@pytest.fixture
+def holder() -> Iterator[type[Holder]]:
+    """The ``holder`` kind with fresh events: ``hold`` waits for ``release``; set ``start_gate`` to hold
+    ``on_start`` too."""
+    Holder.start_gate = None
+    Holder.release = asyncio.Event()
+    Holder.entered = asyncio.Event()
+    yield Holder
+    Holder.start_gate = Holder.release = Holder.entered = None

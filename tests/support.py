@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -11,45 +10,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
-from starlette.types import ASGIApp
 
+from roost.testing import serve
 from roost.transport import RoostApp
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@contextlib.asynccontextmanager
-async def serve_in_process(app: RoostApp | ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` on an ephemeral port in this event loop; yields ``host:port``."""
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
-        ws_per_message_deflate=False,
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(10):
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
+#: ``async with serve_in_process(app) as addr`` (``host:port``): see :func:`roost.testing.serve`.
+serve_in_process = serve
 
 
 class ServerProcess:
@@ -140,6 +114,15 @@ def server_process(
         yield server
     finally:
         server.kill()
+
+
+def queued_inputs(app: RoostApp, kind: str, name: str) -> int:
+    """Inputs waiting in a live actor's mailbox (0 if it is not live). Before its welcome a connection
+    has no other trace, so this is how a test knows the server has read frames sent before the welcome.
+
+    It reads the host's private mailbox: the runtime has no public count yet."""
+    host = app.registry.hosts.get((kind, name))
+    return 0 if host is None else len(host._inbox)
 
 
 async def get_json(url: str) -> Any:

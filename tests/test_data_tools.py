@@ -9,18 +9,20 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
-import websockets
 
 from roost.actors import Actor, callable
 from roost.actors.registry import RuntimeConfig
 from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
-from roost.testing import ActorKit
-from roost.transport import admin
-from tests.support import ServerProcess
+from roost.testing import ActorKit, connect, until
+from roost.transport import admin, create_app
+from roost.transport.security import token_authenticate
+from roost.transport.tokens import TokenSigner
+from tests.support import ServerProcess, serve_in_process
 
 
 async def make_actors(data_dir: Path) -> None:
@@ -100,7 +102,7 @@ async def test_tools_refuse_an_actor_a_running_server_holds(
     await make_actors(data_dir)
     server = ServerProcess(data_dir).start()
     try:
-        async with websockets.connect(f"{server.ws}/agents/counter/c1") as ws:  # live now
+        async with connect(f"{server.ws}/agents/counter/c1") as ws:  # live now
             await ws.recv()
             for argv in (
                 ["inspect", "counter", "c1"],
@@ -152,24 +154,15 @@ async def test_backup_while_serving_is_consistent(data_dir: Path, tmp_path: Path
     stop = asyncio.Event()
 
     async def writer(name: str) -> None:
-        async with websockets.connect(f"{server.ws}/agents/counter/{name}") as ws:
+        async with connect(f"{server.ws}/agents/counter/{name}") as ws:
             await ws.recv()
-            i = 0
             while not stop.is_set():
-                i += 1
-                await ws.send(orjson.dumps({"type": "rpc", "id": str(i), "method": "increment"}).decode())
-                while True:
-                    frame: dict[str, Any] = orjson.loads(await ws.recv())
-                    if frame.get("type") == "rpc_result":
-                        acked[name] = frame["result"]
-                        break
+                acked[name] = await ws.call("increment")
 
     try:
         tasks = [asyncio.create_task(writer(n)) for n in names]
-        for _ in range(1000):  # bounded: every writer had some calls acknowledged
-            if min(acked.values()) >= 5:
-                break
-            await asyncio.sleep(0.01)
+        # every writer had some calls acknowledged
+        await until(lambda: min(acked.values()) >= 5, timeout=10, interval=0.01)
         before = dict(acked)
         out = data_dir.parent / "backups" / "live-bak"  # the server's backup root, by default
         code = await asyncio.to_thread(
@@ -218,11 +211,6 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
     turn never use the connection while the thread still has it. ``POST /admin/backup`` answers 504
     naming the actor (``roost backup --server`` says so and exits 1), the actor goes on serving, and
     its file is intact."""
-    import httpx
-
-    from roost.transport import create_app
-    from tests.support import serve_in_process
-
     async with ActorKit([Bulk], data_dir) as kit:
         await kit.call("bulk", "big", "fill", 40)
     released: list[bool] = []  # one entry per copy, appended when its thread lets go of the file
@@ -279,13 +267,6 @@ async def test_tenant_actors_are_reachable_from_the_cli(
 
 
 async def test_admin_backup_is_for_admins_from_the_right_place(data_dir: Path, tmp_path: Path) -> None:
-    import httpx
-
-    from roost.transport import create_app
-    from roost.transport.security import token_authenticate
-    from roost.transport.tokens import TokenSigner
-    from tests.support import serve_in_process
-
     signer = TokenSigner("b" * 40)
     expected = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "backups", "b1")  # noqa: ASYNC240
     app = create_app(

@@ -1,7 +1,9 @@
 """Durable wake-ups against real ``roost serve`` processes, killed with SIGKILL (docs/design.md, *Wake-ups*).
 
 Every due time here is a real wall-clock time in a child process: waiting for one is a bounded sleep;
-waiting for a server-side effect is a bounded number of HTTP retries.
+waiting for a server-side effect is a bounded poll of a positive condition (``roost.testing.until``).
+"Fired once" is read from the completion rows (``roost_fires``) in the actor files once the server is
+gone, after the server said every wake-up was finished: never from a sleep that hopes nothing happens.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from roost.testing import fires, schedule_rows, until
 from tests.support import ROOT, ServerProcess, server_process
 
 pytestmark = pytest.mark.slow
@@ -43,16 +45,6 @@ async def state_of(client: httpx.AsyncClient, kind: str, name: str) -> Any:
     return response.json()["state"]
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, attempts: int, delay: float) -> bool:
-    """True as soon as ``check()`` is; False after ``attempts`` tries ``delay`` apart."""
-    async with asyncio.timeout(attempts * (delay + 10)):
-        for _ in range(attempts):
-            if await check():
-                return True
-            await asyncio.sleep(delay)
-    return False
-
-
 async def counts(client: httpx.AsyncClient, kind: str, names: list[str]) -> dict[str, int | None]:
     states = await asyncio.gather(*(state_of(client, kind, n) for n in names))
     return {n: (None if s is None else int(s["count"])) for n, s in zip(names, states, strict=True)}
@@ -73,6 +65,14 @@ async def roost(*args: str) -> tuple[int, str, str]:
         out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def fired_once(data_dir: Path, kind: str, name: str, schedule_id: str) -> bool:
+    """The actor's file (no process has it open) records exactly one completed fire, of ``schedule_id``,
+    and that schedule is done after one run."""
+    fired = [f.schedule_id for f in fires(data_dir, kind, name)]
+    rows = [(r.id, r.status, r.runs) for r in schedule_rows(data_dir, kind, name)]
+    return fired == [schedule_id] and rows == [(schedule_id, "done", 1)]
 
 
 def pending_alarms(data_dir: Path) -> int:
@@ -100,7 +100,7 @@ SCHEDULES_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) +(\S+) +(
 async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Path) -> None:
     """50 counters each schedule ``add(1)`` in 2 s; the server is SIGKILLed before the due time. The CLI
     lists the 50 pending alarms; after the due time a new process on the same data directory fires each
-    exactly once, and nothing fires again afterwards."""
+    exactly once: once the server has no pending alarm left, each actor's file holds one completed fire."""
     names = [f"c{i:02d}" for i in range(50)]
     server = ServerProcess(data_dir).start()
     try:
@@ -129,16 +129,17 @@ async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Pat
             async def all_fired() -> bool:
                 return all(c == 1 for c in (await counts(client, "counter", names)).values())
 
-            assert await eventually(all_fired, attempts=60, delay=0.25), await counts(
-                client, "counter", names
-            )
-            await asyncio.sleep(1.5)  # more than a poll interval: nothing fires a second time
+            await until(all_fired, timeout=15, interval=0.25, message="not every counter fired")
+            # finished: no alarm is left in the directory, so nothing is left to fire a second time
+            await until(lambda: pending_alarms(data_dir) == 0, timeout=15, interval=0.25)
             assert await counts(client, "counter", names) == dict.fromkeys(names, 1)
             pending = await asyncio.gather(*(rpc(client, "counter", n, "schedules", []) for n in names))
             assert pending == [[] for _ in names]
         code, out, _ = await roost("schedules", "--data", str(data_dir))
         assert code == 0
         assert out.splitlines()[-1] == "0 of 0 actor(s) with pending wake-ups"
+    for name, sid in zip(names, ids, strict=True):
+        assert fired_once(data_dir, "counter", name, sid), name
 
 
 # -- 2. kill inside the callback --------------------------------------------------------------------------
@@ -154,11 +155,7 @@ async def test_sigkill_inside_the_callback_redelivers_and_the_effect_happens_onc
         async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
             sid = await rpc(client, "slowwake", "s1", "arm", [0.3, str(marker)])
         # a real callback in a real child process: poll the file system, bounded
-        for _ in range(100):
-            if marker.exists():
-                break
-            await asyncio.sleep(0.1)
-        assert marker.exists(), "the callback never ran"
+        await until(marker.exists, timeout=10, interval=0.1, message="the callback never ran")
         killed_at = time.monotonic()
         server.kill()
     finally:
@@ -176,10 +173,9 @@ async def test_sigkill_inside_the_callback_redelivers_and_the_effect_happens_onc
 
             # a claim moves the alarm to the end of a 10 s lease (RuntimeConfig.wakeup_lease);
             # the restarted process gets it then
-            assert await eventually(fired, attempts=160, delay=0.5), "the wake-up was never delivered again"
+            await until(fired, timeout=80, interval=0.5, message="the wake-up was never delivered again")
             redelivered_after = time.monotonic() - killed_at
             print(f"\nslowwake: re-delivered {redelivered_after:.1f} s after the SIGKILL")
-            await asyncio.sleep(1.0)
             assert await state_of(client, "slowwake", "s1") == {"count": 1}
             assert await rpc(client, "slowwake", "s1", "effects", []) == 1
             (schedule,) = await rpc(client, "slowwake", "s1", "schedules", [])
@@ -187,6 +183,8 @@ async def test_sigkill_inside_the_callback_redelivers_and_the_effect_happens_onc
             assert schedule["status"] == "done"
             assert schedule["runs"] == 1
             assert schedule["last_error"] is None
+            await until(lambda: pending_alarms(data_dir) == 0, timeout=15, interval=0.25)
+    assert fired_once(data_dir, "slowwake", "s1", sid), "the killed attempt and the redelivery both counted"
 
 
 # -- 3. idempotency ----------------------------------------------------------------------------------------
@@ -204,14 +202,16 @@ async def test_same_key_over_http_gives_one_schedule_and_one_increment(data_dir:
                 s = await state_of(client, "counter", "idem")
                 return s is not None and s["count"] >= 1
 
-            assert await eventually(fired, attempts=40, delay=0.25)
-            await asyncio.sleep(1.5)
+            await until(fired, timeout=10, interval=0.25)
+            await until(lambda: pending_alarms(data_dir) == 0, timeout=15, interval=0.25)
             assert await state_of(client, "counter", "idem") == {"count": 1}
             assert await rpc(client, "counter", "idem", "schedules", []) == []
             # the key is spent: the same key again returns the finished schedule, adds nothing
             assert await rpc(client, "counter", "idem", "increment_later", [0.2, 1, "k"]) == first
-            await asyncio.sleep(1.0)
+            assert await rpc(client, "counter", "idem", "schedules", []) == [], "a new wake-up is pending"
+            assert pending_alarms(data_dir) == 0, "a new alarm is set"
             assert await state_of(client, "counter", "idem") == {"count": 1}
+    assert fired_once(data_dir, "counter", "idem", first), "the key gave a second schedule or fire"
 
 
 # -- 4. two processes, one data directory -------------------------------------------------------------------
@@ -236,11 +236,7 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
 
         await sleep_until(due)
         # every fire commits before its actor's alarm is cleared: wait for the directory to be empty
-        for _ in range(120):
-            if pending_alarms(data_dir) == 0:
-                break
-            await asyncio.sleep(0.25)
-        assert pending_alarms(data_dir) == 0
+        await until(lambda: pending_alarms(data_dir) == 0, timeout=30, interval=0.25)
         a.kill()  # nothing of A's is live any more; B can open every actor
         assert a.proc is not None
         assert b.proc is not None
@@ -254,7 +250,7 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
                         states[n] = s
                 return len(states) == actors
 
-            assert await eventually(read_all, attempts=20, delay=0.5)
+            await until(read_all, timeout=10, interval=0.5)
     finally:
         a.kill()
         b.kill()
@@ -266,6 +262,10 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
         for pid, k in s["by_pid"].items():
             by_pid[pid] = by_pid.get(pid, 0) + k
     assert set(by_pid) <= pids
+    for n in names:  # one completed fire per wake-up, whichever process ran it
+        fired = [f.schedule_id for f in fires(data_dir, "batch", n)]
+        assert len(fired) == len(set(fired)) == per_actor, n
+        assert all(r.status == "done" and r.runs == 1 for r in schedule_rows(data_dir, "batch", n)), n
     print(f"\ntwo processes: fired by A={by_pid.get(str(a.proc.pid), 0)} B={by_pid.get(str(b.proc.pid), 0)}")
 
 

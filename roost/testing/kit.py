@@ -1,4 +1,4 @@
-"""A testing kit shipped with the package: actors in process, no sockets, real SQLite files.
+"""Actors in process, no sockets, real SQLite files.
 
 ::
 
@@ -15,8 +15,9 @@ output gate. Waiting is on conditions, never on sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,18 @@ from roost.actors.host import Call, Connect, Disconnect, Message
 from roost.actors.registry import Registry, RuntimeConfig
 from roost.scheduler import Clock, FakeClock
 
-__all__ = ["ActorKit", "KitConnection", "RecordingSink"]
+__all__ = ["ActorKit", "FaultySink", "KitConnection", "RecordingSink"]
 
 Frame = dict[str, Any]
 
 
 class RecordingSink:
-    """A :class:`~roost.actors.connection.Sink` that records decoded frames and wakes waiters."""
+    """A :class:`~roost.actors.connection.Sink` that records decoded frames and wakes waiters.
+
+    Guarantees: ``frames`` holds every frame sent before the close, decoded, in the order sent; nothing
+    is recorded after :meth:`close`, and only the first close is kept; :meth:`wait_for` sees frames
+    recorded before it was called as well as later ones.
+    """
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
@@ -75,6 +81,50 @@ class RecordingSink:
 
     def of_type(self, kind: str) -> list[Frame]:
         return [f for f in self.frames if f.get("type") == kind]
+
+
+class FaultySink(RecordingSink):
+    """A :class:`RecordingSink` that loses or holds frames on purpose, as a bad network would.
+
+    Guarantees: a frame sent inside :meth:`dropping` never reaches ``frames`` (it is counted in
+    ``dropped``); frames sent inside :meth:`holding` are recorded when the block ends, all of them and in
+    the order sent, ahead of any frame sent after it; a close is never dropped or held.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+        self._mode: str | None = None
+        self._held: list[str] = []
+
+    def send_text(self, text: str) -> None:
+        if self._mode == "drop":
+            self.dropped += 1
+        elif self._mode == "hold":
+            self._held.append(text)
+        else:
+            super().send_text(text)
+
+    @contextlib.contextmanager
+    def dropping(self) -> Iterator[None]:
+        """Drop every frame sent while the block runs."""
+        self._mode = "drop"
+        try:
+            yield
+        finally:
+            self._mode = None
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold every frame sent while the block runs; deliver them, in order, when it ends."""
+        self._mode = "hold"
+        try:
+            yield
+        finally:
+            self._mode = None
+            held, self._held = self._held, []
+            for text in held:
+                super().send_text(text)
 
 
 class KitConnection:
@@ -147,8 +197,11 @@ class ActorKit:
         cursor: int | None = None,
         subscribe: str | None = None,
         principal: Principal = ANONYMOUS,
+        sink: RecordingSink | None = None,
     ) -> KitConnection:
-        sink = RecordingSink()
+        """Connect to ``kind/name`` as a WebSocket client would; ``sink`` (a :class:`FaultySink`, say)
+        receives its frames."""
+        sink = sink if sink is not None else RecordingSink()
         conn = Connection(
             f"k{next(self._ids)}",
             sink,
@@ -162,6 +215,11 @@ class ActorKit:
         """An in-process call (as from another actor or HTTP)."""
         result, _ = await self.registry.call(kind, name, method, list(args), kwargs)
         return result
+
+    async def fire_due(self, kind: str, name: str) -> int:
+        """Fire the actor's wake-ups that are due on the kit's clock now (activating it if dormant),
+        each in its own turn, without waiting for the dispatcher; how many fire turns ran."""
+        return await self.registry.wake(kind, name)
 
     async def settle(self, max_rounds: int = 10_000) -> None:
         """Let every live actor drain its mailbox and release its outputs."""

@@ -1,0 +1,110 @@
+"""An address that cannot be served is refused with ``bad_address`` (or 404/414), creates nothing, and
+is never shown to the authentication hook as if it named a different actor.
+
+- A path where the router and the raw path disagree on the actor is refused before authentication.
+- Long handshakes (a 10 KB name, a 40 KB request line) get an answer from a real server.
+- A call to a missing method of a new actor creates no actor, no directory row, no file.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from starlette.requests import HTTPConnection
+from websockets.sync.client import connect as connect_sync
+
+from roost.actors import Principal
+from roost.examples.kinds import KINDS
+from roost.storage import actor_path
+from roost.testing import close_code_sync, connect
+from roost.transport import create_app
+from tests.support import serve_in_process, server_process
+
+CONFUSED_WS = ["/agents/counter/mallory/counter/alice%2Fprivate", "/agents/room/mallory/counter/alice"]
+CONFUSED_HTTP = [
+    ("GET", "/agents/counter/mallory/counter/alice%2Fprivate"),
+    ("GET", "/agents/room/mallory/counter/alice"),
+    ("POST", "/agents/counter/mallory/counter/alice%2Fprivate/rpc/increment"),
+    ("POST", "/agents/counter/mallory/rpc/increment/counter/alice/rpc/increment"),
+]
+
+
+def actor_files(data_dir: Path) -> list[Path]:
+    actors = data_dir / "actors"
+    return sorted(actors.rglob("*.sqlite")) if actors.exists() else []
+
+
+async def test_a_path_that_names_two_actors_is_refused_before_authentication(data_dir: Path) -> None:
+    """The hook approves addresses; a path where the router and the raw path disagree on the actor is
+    refused before the hook is asked, so an approval never serves a different actor."""
+    seen: list[tuple[str, str]] = []
+
+    def authenticate(conn: HTTPConnection) -> Principal:
+        seen.append((conn.path_params["kind"], conn.path_params["name"]))
+        return Principal(id="mallory")
+
+    app = create_app(KINDS, data_dir=data_dir, authenticate=authenticate)
+    async with serve_in_process(app) as addr:
+        for path in CONFUSED_WS:
+            async with connect(f"ws://{addr}{path}") as ws:
+                frame = await ws.recv()
+                assert (frame["type"], frame["code"]) == ("error", "bad_address"), path
+                assert await ws.close_code() == 4400, path
+        async with httpx.AsyncClient(base_url=f"http://{addr}") as http:
+            for method, path in CONFUSED_HTTP:
+                r = await http.request(method, path, content=b"[]" if method == "POST" else None)
+                assert r.status_code == 400, path
+                assert r.json()["error"]["code"] == "bad_address", path
+        assert seen == [], "the hook was asked to approve an address that is refused anyway"
+        assert app.registry.hosts == {}
+        assert actor_files(data_dir) == [], "a refused address created an actor"
+
+        async with connect(f"ws://{addr}/agents/counter/alice%2Fprivate") as ws:
+            welcome = await ws.recv()
+        assert welcome["actor"] == {"kind": "counter", "name": "alice/private"}
+        assert seen == [("counter", "alice/private")], "the hook approved exactly the actor served"
+
+
+@pytest.mark.slow
+def test_long_handshakes_get_an_answer_from_a_real_server(data_dir: Path) -> None:
+    with server_process(data_dir) as server:
+        with connect_sync(f"{server.ws}/agents/counter/{'n' * 10_240}", open_timeout=5) as ws:
+            frame = orjson.loads(ws.recv(timeout=5))
+            assert (frame["type"], frame["code"]) == ("error", "bad_address")
+            assert close_code_sync(ws, 5) == 4400
+
+        host, port = server.addr.rsplit(":", 1)
+        request = (
+            f"GET /agents/counter/{'p' * 40_960} HTTP/1.1\r\nHost: {server.addr}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, int(port)), timeout=3) as sock:
+            sock.sendall(request)
+            answer = b""
+            while b"\r\n" not in answer:
+                chunk = sock.recv(4096)  # a hang raises socket.timeout after 3 s
+                if not chunk:
+                    break
+                answer += chunk
+        assert answer.split(b"\r\n", 1)[0].startswith(b"HTTP/1.1 414"), answer[:200]
+
+        with connect_sync(f"{server.ws}/agents/counter/after-long", open_timeout=5) as ws:
+            assert orjson.loads(ws.recv(timeout=5))["type"] == "welcome"
+
+
+async def test_a_call_to_a_missing_method_of_a_new_actor_creates_nothing(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/agents/counter/never-made/rpc/nope")
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "method_not_found"
+        r = await http.get("/agents/counter/never-made")
+        assert r.status_code == 404
+        assert app.registry.directory is not None
+        assert app.registry.directory.get("counter", "never-made") is None
+    assert not actor_path(data_dir, "counter", "never-made").exists()

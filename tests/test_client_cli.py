@@ -1,0 +1,41 @@
+"""The ``roost.client`` command line (``python -m roost.client URL --call METHOD``): one JSON line per
+result on stdout, exit code 0; a refused connection exits 3 with the close code on stderr and nothing
+on stdout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support import ROOT, server_process
+
+
+def run_demo_client(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "roost.client", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_demo_client_command_line_calls_and_exit_codes(data_dir: Path) -> None:
+    with server_process(data_dir) as server:
+        done = run_demo_client(f"{server.ws}/agents/counter/cli", "--call", "increment", "--count", "3")
+        assert done.returncode == 0, done.stderr
+        assert [orjson.loads(line) for line in done.stdout.splitlines()] == [
+            {"result": 1},
+            {"result": 2},
+            {"result": 3},
+        ]
+        refused = run_demo_client(f"{server.ws}/agents/nokind/x", "--call", "get")
+        assert refused.returncode == 3, refused.stderr
+        assert "4404" in refused.stderr
+        assert refused.stdout == ""
