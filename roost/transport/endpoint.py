@@ -2,7 +2,11 @@
 
 A raw ASGI application (no per-frame wrapper). Per connection there are two tasks: the handler reading
 frames and a :class:`SocketSink` writer draining the outbound queue, so a slow client never blocks the
-actor. All decisions about frames are made by :mod:`roost.transport.protocol`.
+actor. Every decision about a connection and its frames is made by its
+:class:`~roost.transport.protocol.ConnectionProtocol`; the endpoint gathers what admission needs (the
+address, the access gate's verdict, a connection slot), feeds the protocol events (a frame and the
+time from either path, the welcome and closes through the sink, the disconnect) and carries out the
+actions it returns (:class:`_Executor`): inputs to the actor, frames and closes to the sink.
 
 Guarantees:
 
