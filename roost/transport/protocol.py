@@ -18,8 +18,8 @@ Guarantees:
 - :func:`parse_client_frame` never raises anything but :class:`ProtocolError`, whatever the input.
 - :func:`parse_actor_path` returns names exactly as the client percent-encoded them, refuses a name that
   is not one path segment or not UTF-8, and never normalises ``.`` or ``..``.
-- :meth:`ConnectionProtocol.receive_text` never raises for any input, and acts on nothing once the
-  server closed the connection.
+- :meth:`ConnectionProtocol.receive_text` never raises for any input (unless an ``authorize`` hook
+  does), and acts on nothing once the server closed the connection.
 """
 
 from __future__ import annotations
@@ -325,8 +325,8 @@ class ConnectionProtocol:
     wait behind the backlog it refuses). Before the welcome they queue at the actor behind it, counted
     against the in-flight bound; one over the bound closes with 1013.
 
-    Guarantees: :meth:`receive_text` never raises and, per rpc frame, allocates nothing but the frame's
-    ``Call`` (the action itself); while a :class:`Verify` is pending every frame gets :data:`HOLD`, so
+    Guarantees: :meth:`receive_text` never raises (unless an ``authorize`` hook does) and, per rpc
+    frame, allocates nothing beyond parsing but the frame's ``Call`` (the action is the input itself); while a :class:`Verify` is pending every frame gets :data:`HOLD`, so
     frames are acted on in the order they arrived; the connection's in-flight count is raised for every
     input handed to the actor and lowered again by :meth:`refused`.
     """
