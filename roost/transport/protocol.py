@@ -326,9 +326,10 @@ class ConnectionProtocol:
     against the in-flight bound; one over the bound closes with 1013.
 
     Guarantees: :meth:`receive_text` never raises (unless an ``authorize`` hook does) and, per rpc
-    frame, allocates nothing beyond parsing but the frame's ``Call`` (the action is the input itself); while a :class:`Verify` is pending every frame gets :data:`HOLD`, so
-    frames are acted on in the order they arrived; the connection's in-flight count is raised for every
-    input handed to the actor and lowered again by :meth:`refused`.
+    frame, allocates nothing beyond parsing but the frame's ``Call`` (the action is the input itself);
+    while a :class:`Verify` is pending every frame gets :data:`HOLD`, so frames are acted on in the
+    order they arrived; the connection's in-flight count is raised for every input handed to the actor
+    and lowered again by :meth:`refused`.
     """
 
     __slots__ = (
