@@ -203,10 +203,12 @@ class FrameGate:
         self.principal_bucket = principal_bucket
         self.read_only = bool(principal.claims.get("read_only"))
 
-    def rate(self) -> Refused | None:
-        if self.conn_bucket is not None and not self.conn_bucket.take():
+    def rate(self, now: float) -> Refused | None:
+        """Take a token at ``now`` (a reading of the access clock) from the connection's and then the
+        principal's bucket; the refusal when either is empty."""
+        if self.conn_bucket is not None and not self.conn_bucket.take(now):
             return Refused("rate_limited", "too many frames per second on this connection")
-        if self.principal_bucket is not None and not self.principal_bucket.take():
+        if self.principal_bucket is not None and not self.principal_bucket.take(now):
             return Refused("rate_limited", "too many frames per second for this principal")
         return None
 

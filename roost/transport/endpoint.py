@@ -2,7 +2,11 @@
 
 A raw ASGI application (no per-frame wrapper). Per connection there are two tasks: the handler reading
 frames and a :class:`SocketSink` writer draining the outbound queue, so a slow client never blocks the
-actor. All decisions about frames are made by :mod:`roost.transport.protocol`.
+actor. Every decision about a connection and its frames is made by its
+:class:`~roost.transport.protocol.ConnectionProtocol`; the endpoint gathers what admission needs (the
+address, the access gate's verdict, a connection slot), feeds the protocol events (a frame and the
+time from either path, the welcome and closes through the sink, the disconnect) and carries out the
+actions it returns (:class:`_Executor`): inputs to the actor, frames and closes to the sink.
 
 Guarantees:
 
@@ -19,27 +23,27 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
 
 from roost.actors import Connection, Principal, Subscriptions
 from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
-from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
-from roost.protocol import frames
+from roost.actors.host import ActorHost, Call, Deliver, Message
 from roost.protocol.codes import CloseCode
-from roost.transport.access import FrameGate, Refused
+from roost.transport.access import Refused
 from roost.transport.protocol import (
-    ClientFrame,
-    MessageFrame,
-    PingFrame,
+    HOLD,
+    Action,
+    Close,
+    ConnectionProtocol,
     ProtocolError,
-    RpcFrame,
+    Reply,
+    Verify,
     actor_address,
-    error_frame,
-    parse_client_frame,
     parse_connect_query,
+    refusal,
 )
 from roost.transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 from roost.transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
@@ -51,27 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SocketSink", "WebSocketEndpoint"]
 
-#: Close codes of the access gate's refusals of a connection.
-_REFUSAL_CLOSE = {
-    "bad_address": CloseCode.BAD_ADDRESS,
-    "origin_refused": CloseCode.FORBIDDEN,
-    "unauthenticated": CloseCode.UNAUTHENTICATED,
-    "forbidden": CloseCode.FORBIDDEN,
-}
-
 log = logging.getLogger("roost.ws")
 
 #: The reader's queue item for a frame taken by the direct path that waits for an async verdict.
 _HELD = "roost.held"
-
-
-class _Waits:
-    """How many frames of a connection wait for an asynchronous ``authorize`` verdict (0 or 1)."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
 
 
 class SocketSink:
@@ -86,6 +73,7 @@ class SocketSink:
         "closed",
         "direct",
         "max_queue",
+        "protocol",
         "task",
         "welcomed",
     )
@@ -103,6 +91,8 @@ class SocketSink:
         #: The protocol's direct path (``roost.transport.uvicorn_ws``), when the server offers it: a frame
         #: is written at once when the writer has nothing queued and the socket takes it.
         self.direct: RoostWebSocketProtocol | None = None
+        #: The connection's rules, told when the welcome goes out and when the server closes.
+        self.protocol: ConnectionProtocol | None = None
 
     @property
     def closing(self) -> bool:
@@ -118,7 +108,10 @@ class SocketSink:
         the socket drains is not a reason to close."""
         if self._closing is not None or self.closed:
             return
-        self.welcomed = True
+        if not self.welcomed:
+            self.welcomed = True
+            if self.protocol is not None:
+                self.protocol.welcomed()
         direct = self.direct
         if direct is not None and not self._queue:
             wake = self._wake
@@ -127,7 +120,7 @@ class SocketSink:
                 if written:
                     return
                 if written is None:  # the client is gone; the reader sees the disconnect
-                    self.closed = True
+                    self._gone()
                     self._poke()
                     return
         self._queue.append(text)
@@ -141,7 +134,14 @@ class SocketSink:
         """Close after the frames already queued; idempotent (the first close wins)."""
         if self._closing is None and not self.closed:
             self._closing = (code, reason[:120])
+            if self.protocol is not None:
+                self.protocol.closing()
             self._poke()
+
+    def _gone(self) -> None:
+        self.closed = True
+        if self.protocol is not None:
+            self.protocol.closing()
 
     def _poke(self) -> None:
         wake = self._wake
@@ -172,23 +172,21 @@ class SocketSink:
         except Exception:
             log.exception("websocket writer failed")
         finally:
-            self.closed = True
+            self._gone()
             queue.clear()
 
     async def finish(self) -> None:
         """Stop the writer (used when the socket is already gone)."""
-        self.closed = True
+        self._gone()
         self._poke()
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
 
 
-_call_error = frames.rpc_error
-
-
 class WebSocketEndpoint:
-    """ASGI app for ``/agents/{kind}/{name}``."""
+    """ASGI app for ``/agents/{kind}/{name}``: admission, then one :class:`ConnectionProtocol` per
+    connection whose actions it carries out (:meth:`_execute`)."""
 
     def __init__(self, app: RoostApp) -> None:
         self.app = app
@@ -202,10 +200,11 @@ class WebSocketEndpoint:
         hide_token(scope)  # before anything (uvicorn's "[accepted]" line included) can log the URL
         conn = HTTPConnection(scope)
 
-        async def refuse(code: int, error: str, message: str) -> None:
+        async def refuse(code: str, message: str) -> None:
+            close = refusal(code, message)
             await send({"type": "websocket.accept"})
-            await send({"type": "websocket.send", "text": error_frame(error, message)})
-            await send({"type": "websocket.close", "code": code, "reason": message[:120]})
+            await send({"type": "websocket.send", "text": close.frame})
+            await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
 
         try:
             kind, name = actor_address(scope)
@@ -213,28 +212,23 @@ class WebSocketEndpoint:
             subs = Subscriptions.parse(params.subscribe)
             app.registry.validate(kind, name)
         except (ProtocolError, ValueError) as exc:
-            text = exc.message if isinstance(exc, ProtocolError) else str(exc)
-            return await refuse(CloseCode.BAD_ADDRESS, "bad_address", text)
+            return await refuse("bad_address", exc.message if isinstance(exc, ProtocolError) else str(exc))
         except UnknownKind as exc:
-            return await refuse(CloseCode.UNKNOWN_KIND, "unknown_kind", str(exc))
+            return await refuse("unknown_kind", str(exc))
 
         verdict = await app.access.admit(conn, kind, name, "connect")
         if isinstance(verdict, Refused):
-            return await refuse(_REFUSAL_CLOSE[verdict.code], verdict.code, verdict.message)
+            return await refuse(verdict.code, verdict.message)
         principal, public, name = verdict.principal, name, verdict.name
         try:
             app.registry.validate(kind, name)  # the name within the tenant may be too long
         except InvalidActorAddress as exc:
-            return await refuse(CloseCode.BAD_ADDRESS, "bad_address", str(exc))
+            return await refuse("bad_address", str(exc))
         if principal.claims.get("read_only") and not app.registry.exists(kind, name):
-            return await refuse(CloseCode.FORBIDDEN, "forbidden", "read-only principals cannot create actors")
+            return await refuse("forbidden", "read-only principals cannot create actors")
         client = conn.client.host if conn.client else None
         if not app.access.open(principal, kind, name, client):
-            return await refuse(
-                CloseCode.TRY_AGAIN_LATER,
-                "too_many_connections",
-                "too many connections to this actor or principal",
-            )
+            return await refuse("too_many_connections", "too many connections to this actor or principal")
         try:
             await self._connected(receive, send, conn, principal, kind, public, name, params.cursor, subs)
         finally:  # the slot is given back however the connection ends (a failed accept included)
@@ -260,171 +254,45 @@ class WebSocketEndpoint:
         sink = SocketSink(send, app.send_queue)
         connection = Connection(uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=subs)
         gate = app.access.frame_gate(principal, kind, public, conn.client.host if conn.client else None)
+        protocol = ConnectionProtocol(
+            connection, gate, cursor, max_frame_bytes=app.max_frame_bytes, max_in_flight=app.max_in_flight
+        )
+        sink.protocol = protocol
         sink.start()
         app.sinks.add(sink)
         close_code = 1006
-        host = None
+        host: ActorHost | None = None
         try:
             try:
-                host = app.registry.submit(kind, name, Connect(connection, cursor))
+                host = app.registry.submit(kind, name, protocol.accept())
             except (ActorUnavailable, Overloaded) as exc:
-                sink.send_text(error_frame(exc.code, exc.message))
-                sink.close(CloseCode.TRY_AGAIN_LATER, exc.code)
+                _close(sink, protocol.connect_failed(exc.code, exc.message, exc.code))
                 close_code = await self._drain_until_disconnect(receive)
                 return
             except InvalidActorAddress as exc:
-                sink.send_text(error_frame("bad_address", str(exc)))
-                sink.close(CloseCode.BAD_ADDRESS, str(exc))
+                _close(sink, protocol.connect_failed("bad_address", str(exc)))
                 close_code = await self._drain_until_disconnect(receive)
                 return
+            run = _Executor(protocol, host, sink, app.access.clock)
             extension = conn.scope.get("extensions", {}).get(DIRECT)
-            protocol = extension.get("protocol") if isinstance(extension, dict) else None
-            direct = protocol if isinstance(protocol, RoostWebSocketProtocol) else None
-            waits = _Waits()
-            if direct is not None:
+            direct = extension.get("protocol") if isinstance(extension, dict) else None
+            if isinstance(direct, RoostWebSocketProtocol):
                 sink.direct = direct
-                direct.frame_handler = self._direct(direct, sink, connection, host, gate, waits)
+                direct.frame_handler = run.direct_handler(direct)
             try:
-                close_code = await self._serve(receive, sink, connection, host, gate, waits)
+                close_code = await run.serve(receive)
             finally:  # nothing the client sends after its disconnect is acted on
-                if direct is not None:
+                if isinstance(direct, RoostWebSocketProtocol):
                     direct.frame_handler = None
         finally:
             app.sinks.discard(sink)
-            if host is not None and not host.stopping:
+            gone = protocol.disconnected(close_code)
+            if gone is not None and host is not None and not host.stopping:
                 try:
-                    host.submit(Disconnect(connection, close_code))
+                    host.submit(gone)
                 except ActorUnavailable:
                     pass
             await sink.finish()
-
-    async def _serve(
-        self, receive: Receive, sink: SocketSink, conn: Connection, host: Any, gate: FrameGate, waits: _Waits
-    ) -> int:
-        """Read frames until the socket closes (under ``roost serve``: disconnects, and the frames
-        queued behind one that waits for an asynchronous verdict; the rest come by :meth:`_direct`).
-
-        While a frame waits for its verdict, ``waits.count`` keeps the direct path from taking later
-        frames: they queue here, behind it, whichever path the waiting frame came by.
-        """
-        while True:
-            msg = await receive()
-            kind = msg["type"]
-            if kind == "websocket.disconnect":
-                return int(msg.get("code", 1006))
-            if kind == _HELD:  # a frame taken directly waits for its verdict (counted when queued)
-                later = msg["later"]
-            else:
-                later = self._frame(host, sink, conn, msg.get("text"), gate)
-                if later is None:
-                    continue
-                waits.count += 1
-            try:
-                await later
-            except ActorUnavailable as exc:
-                self._unavailable(sink, exc)
-            finally:
-                waits.count -= 1
-
-    def _direct(
-        self,
-        protocol: RoostWebSocketProtocol,
-        sink: SocketSink,
-        conn: Connection,
-        host: Any,
-        gate: FrameGate,
-        waits: _Waits,
-    ) -> Callable[[str | None], bool]:
-        """The frame handler of the direct path: runs in the protocol's ``data_received``, so an idle
-        actor's turn, its commit and the reply happen without a task switch. A frame that must wait for
-        an asynchronous verdict is handed to the reader task, and frames after it are queued behind it
-        (the protocol queues while anything is queued; ``waits`` covers the wait itself)."""
-
-        def on_frame(text: str | None) -> bool:
-            if waits.count:
-                return False
-            later = self._frame(host, sink, conn, text, gate)
-            if later is not None:
-                waits.count += 1
-                protocol.queue.put_nowait({"type": _HELD, "later": later})  # type: ignore[arg-type]
-            return True
-
-        return on_frame
-
-    def _frame(
-        self, host: Any, sink: SocketSink, conn: Connection, text: str | None, gate: FrameGate
-    ) -> Awaitable[None] | None:
-        """One client frame, from either path. Returns an awaitable only when an asynchronous
-        ``authorize`` hook must be waited for before the next frame."""
-        if sink.closing:  # closed by us (1009, 1013 …): nothing more it sends is acted on
-            return None
-        max_bytes = self.app.max_frame_bytes
-        if text is not None and (
-            len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode()) > max_bytes)
-        ):
-            sink.close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
-            return None
-        try:
-            return self._handle(host, sink, conn, text, self.app.max_in_flight, gate)
-        except ActorUnavailable as exc:
-            self._unavailable(sink, exc)
-            return None
-
-    @staticmethod
-    def _unavailable(sink: SocketSink, exc: ActorUnavailable) -> None:
-        sink.send_text(error_frame(exc.code, exc.message))
-        sink.close(CloseCode.TRY_AGAIN_LATER, "actor restarting")
-
-    @staticmethod
-    def _handle(
-        host: Any, sink: SocketSink, conn: Connection, text: str | None, max_in_flight: int, gate: FrameGate
-    ) -> Awaitable[None] | None:
-        """One client frame: parse it, check it against the gate, queue what it asks for at the actor
-        (or run it at once: ``ActorHost.run_now``). Returns an awaitable only when an asynchronous
-        ``authorize`` hook must be waited for."""
-        frame: ClientFrame | None = None
-        bad: tuple[str, str] | None = None
-        if text is None:
-            bad = ("bad_frame", "binary frames are not accepted; send text")
-        else:
-            try:
-                frame = parse_client_frame(text)
-            except ProtocolError as exc:
-                bad = (exc.code, exc.message)
-        limited = gate.rate()  # every frame counts: bad ones, pings and subscriptions too
-        if limited is not None:
-            _refuse(host, sink, conn, frame, limited, max_in_flight)
-            return None
-        if bad is not None or frame is None:
-            _answer(host, sink, conn, error_frame(*(bad or ("bad_frame", "no frame"))), max_in_flight)
-            return None
-        if isinstance(frame, RpcFrame | MessageFrame):
-            # in_flight counts inputs queued or running at the actor for this connection
-            if conn.in_flight >= max_in_flight:
-                why = f"more than {max_in_flight} calls and messages in flight on this connection"
-                _refuse(host, sink, conn, frame, Refused("overloaded", why), max_in_flight)
-                return None
-            check = gate.call(frame.method) if isinstance(frame, RpcFrame) else gate.message()
-            if check is None or isinstance(check, Refused):
-                _submit(host, sink, conn, frame, check, max_in_flight)
-                return None
-            return _submit_later(host, sink, conn, frame, check, max_in_flight)
-        if isinstance(frame, PingFrame):  # a pong keeps its place behind earlier replies: a Deliver
-            if conn.in_flight >= max_in_flight:
-                why = f"more than {max_in_flight} frames in flight"
-                _answer(host, sink, conn, error_frame("overloaded", why), max_in_flight)
-                return None
-            conn.in_flight += 1
-            host.submit(Deliver(conn, frames.pong(frame.id)))
-            return None
-        subs = conn.subscriptions
-        if frame.state is not None:
-            subs.state = frame.state
-        if frame.events is not None:
-            subs.events = frame.events
-        if frame.messages is not None:
-            subs.messages = frame.messages
-        return None
 
     @staticmethod
     async def _drain_until_disconnect(receive: Receive) -> int:
@@ -434,63 +302,93 @@ class WebSocketEndpoint:
                 return int(msg.get("code", 1006))
 
 
-def _answer(host: Any, sink: SocketSink, conn: Connection, frame_text: str, max_in_flight: int) -> None:
-    """An answer of the endpoint's own. Once welcomed, it goes out at once (a refusal must not wait
-    behind the very backlog it refuses; the send queue bounds it); before, it queues behind the
-    welcome, counted against the connection's in-flight bound like a call."""
-    if sink.welcomed:
-        sink.send_text(frame_text)
-    elif conn.in_flight >= max_in_flight:
-        sink.close(CloseCode.TRY_AGAIN_LATER, "too many frames before the welcome")
-    else:
-        conn.in_flight += 1
-        host.submit(Deliver(conn, frame_text))
+def _close(sink: SocketSink, close: Close) -> None:
+    if close.frame is not None:
+        sink.send_text(close.frame)
+    sink.close(close.code, close.reason)
 
 
-def _refuse(
-    host: Any, sink: SocketSink, conn: Connection, frame: ClientFrame | None, why: Refused, max_in_flight: int
-) -> None:
-    """A refused frame's answer: a failed ``rpc_result`` for a call, an ``error`` frame otherwise."""
-    if isinstance(frame, RpcFrame):
-        _answer(host, sink, conn, _call_error(frame.id, why.code, why.message), max_in_flight)
-    else:
-        _answer(host, sink, conn, error_frame(why.code, why.message), max_in_flight)
+class _Executor:
+    """Carries out a connection's actions: frames in from either path, actions out to the actor and
+    the sink. Decides nothing itself (:class:`ConnectionProtocol` does)."""
 
+    __slots__ = ("clock", "host", "protocol", "sink")
 
-def _submit(
-    host: Any,
-    sink: SocketSink,
-    conn: Connection,
-    frame: RpcFrame | MessageFrame,
-    verdict: Refused | None,
-    max_in_flight: int,
-) -> None:
-    """Hand an allowed call or message to its actor (refused ones are answered)."""
-    if verdict is not None:
-        _refuse(host, sink, conn, frame, verdict, max_in_flight)
-        return
-    item: Call | Message
-    if isinstance(frame, RpcFrame):
-        item = Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
-    else:
-        item = Message(conn, frame.data)
-    conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
-    try:
-        host.run_now(item)
-    except Overloaded as exc:  # the actor's mailbox is full: refuse this input, keep going
-        conn.in_flight -= 1
-        _refuse(host, sink, conn, frame, Refused(exc.code, exc.message), max_in_flight)
-    except ActorUnavailable:
-        conn.in_flight -= 1
-        raise
+    def __init__(
+        self, protocol: ConnectionProtocol, host: ActorHost, sink: SocketSink, clock: Callable[[], float]
+    ) -> None:
+        self.protocol = protocol
+        self.host = host
+        self.sink = sink
+        self.clock = clock
 
+    def execute(self, action: Action) -> Verify | None:
+        """Carry out one action; a :class:`Verify` is returned for the caller to wait on
+        (:meth:`verify`)."""
+        while action is not None:
+            kind = type(action)
+            if kind is Call or kind is Message:
+                try:
+                    self.host.run_now(action)  # type: ignore[arg-type]
+                    return None
+                except (Overloaded, ActorUnavailable) as exc:
+                    action = self.protocol.refused(action, exc.code, exc.message)  # type: ignore[arg-type]
+            elif kind is Deliver:
+                try:
+                    self.host.submit(action)  # type: ignore[arg-type]
+                    return None
+                except ActorUnavailable as exc:  # the actor is stopping
+                    action = self.protocol.refused(action, exc.code, exc.message)  # type: ignore[arg-type]
+            elif kind is Reply:
+                self.sink.send_text(action.text)  # type: ignore[union-attr]
+                return None
+            elif kind is Close:
+                _close(self.sink, action)  # type: ignore[arg-type]
+                return None
+            elif kind is Verify:
+                return action  # type: ignore[return-value]
+            else:  # HOLD: only the direct path can be told to hold a frame, and it checks first
+                return None
+        return None
 
-async def _submit_later(
-    host: Any,
-    sink: SocketSink,
-    conn: Connection,
-    frame: RpcFrame | MessageFrame,
-    pending: Awaitable[Refused | None],
-    max_in_flight: int,
-) -> None:
-    _submit(host, sink, conn, frame, await pending, max_in_flight)
+    async def verify(self, pending: Verify) -> None:
+        """Wait for a verdict (frames that arrive meanwhile are held), then act on it."""
+        refused = await pending.pending
+        self.execute(self.protocol.verdict(pending, refused))
+
+    async def serve(self, receive: Receive) -> int:
+        """Read frames until the socket closes (under ``roost serve``: disconnects, and the frames
+        held behind one that waits for an asynchronous verdict; the rest come by :meth:`direct_handler`)."""
+        protocol = self.protocol
+        clock = self.clock
+        while True:
+            msg = await receive()
+            kind = msg["type"]
+            if kind == "websocket.disconnect":
+                return int(msg.get("code", 1006))
+            if kind == _HELD:  # a frame taken directly waits for its verdict
+                await self.verify(msg["pending"])
+                continue
+            pending = self.execute(protocol.receive_text(msg.get("text"), clock()))
+            if pending is not None:
+                await self.verify(pending)
+
+    def direct_handler(self, direct: RoostWebSocketProtocol) -> Callable[[str | None], bool]:
+        """The frame handler of the direct path: runs in the socket protocol's ``data_received``, so an
+        idle actor's turn, its commit and the reply happen without a task switch. A frame that must wait
+        for an asynchronous verdict is handed to the reader task; while it waits, the protocol holds
+        later frames (:data:`HOLD`), which the socket protocol then queues behind it."""
+        protocol = self.protocol
+        clock = self.clock
+        execute = self.execute
+
+        def on_frame(text: str | None) -> bool:
+            action = protocol.receive_text(text, clock())
+            if action is HOLD:
+                return False
+            pending = execute(action)
+            if pending is not None:
+                direct.queue.put_nowait({"type": _HELD, "pending": pending})  # type: ignore[arg-type]
+            return True
+
+        return on_frame

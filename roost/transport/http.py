@@ -1,7 +1,7 @@
 """HTTP endpoints: an actor's state snapshot, calls with JSON arguments, and the health check.
 
 Every answer is JSON encoded with orjson. Errors use the same codes as the WebSocket protocol, with the
-HTTP status given in ``docs/protocol.md``.
+HTTP status of the one failure table (:mod:`roost.protocol.failures`, ``docs/protocol.md`` *Errors*).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from roost.actors.errors import (
     RpcError,
     UnknownKind,
 )
+from roost.protocol.failures import http_status
 from roost.transport.access import Refused
 from roost.transport.admin import backup_online
 from roost.transport.auth import allow_all, run_authenticate
@@ -32,26 +33,6 @@ if TYPE_CHECKING:
     from roost.transport.app import RoostApp
 
 __all__ = ["JSONResponse", "get_actor", "healthz", "post_rpc"]
-
-_STATUS = {
-    "bad_frame": 400,
-    "bad_address": 400,
-    "unknown_type": 400,
-    "invalid_arguments": 400,
-    "unknown_kind": 404,
-    "not_found": 404,
-    "method_not_found": 404,
-    "reentrant_call": 409,
-    "handler_error": 500,
-    "overloaded": 503,
-    "actor_unavailable": 503,
-    "timeout": 504,
-    "too_large": 413,
-    "unauthenticated": 401,
-    "forbidden": 403,
-    "origin_refused": 403,
-    "rate_limited": 429,
-}
 
 
 class JSONResponse(Response):
@@ -64,7 +45,7 @@ class JSONResponse(Response):
 def _error(code: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"ok": False, "error": {"code": code, "message": message}},
-        status_code=_STATUS.get(code, 400),
+        status_code=http_status(code),
     )
 
 
@@ -92,7 +73,7 @@ async def _guard(
     except InvalidActorAddress as exc:
         return _error("bad_address", str(exc))
     bucket = app.access.principal_bucket(verdict.principal, request.client.host if request.client else None)
-    if bucket is not None and not bucket.take():
+    if bucket is not None and not bucket.take(app.access.clock()):
         return _error("rate_limited", "too many requests for this principal")
     return kind, name, verdict.name, verdict.principal
 

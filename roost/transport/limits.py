@@ -4,7 +4,8 @@
   one per principal (shared by all of its connections in this process).
 - :class:`Counter`: how many connections an actor and a principal hold, against a maximum.
 
-Time comes from an injectable monotonic clock (tests move it by hand).
+Time comes from an injectable monotonic clock: a bucket starts full at its first reading, and each
+:meth:`TokenBucket.take` is given the time (so the rules are tested without a clock, or a loop).
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ class TokenBucket:
         self.tokens = self.burst
         self.stamp = self.clock()
 
-    def take(self, n: float = 1.0) -> bool:
-        """Take ``n`` tokens if there are that many; False (and nothing taken) otherwise."""
-        now = self.clock()
+    def take(self, now: float, n: float = 1.0) -> bool:
+        """Take ``n`` tokens at ``now`` (a reading of ``clock``) if there are that many; False (and
+        nothing taken) otherwise. A reading older than the last one adds nothing."""
+        if now < self.stamp:
+            now = self.stamp
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.tokens >= n:

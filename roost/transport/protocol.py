@@ -1,43 +1,69 @@
-"""The sans-I/O wire protocol, version 1: frames in, typed frames out; no asyncio, no sockets.
+"""The sans-I/O wire protocol, version 1: frames in, actions out; no asyncio, no sockets.
 
-Everything here is a pure function of its input and is tested without an event loop. The endpoint in
-:mod:`roost.transport.endpoint` only moves data between the socket and these functions. The protocol itself is
-written down in ``docs/protocol.md``.
+Two parts, both tested without an event loop (``tests/test_protocol.py``,
+``tests/test_connection_protocol.py``):
+
+- the codec: :func:`parse_client_frame`, :func:`parse_actor_path`, :func:`parse_connect_query`, pure
+  functions of their input;
+- the connection's rules: :class:`ConnectionProtocol`, one per WebSocket, a state machine fed events
+  (a frame arrived, the welcome went out, the server closed, the socket is gone) that returns the
+  action to take (:data:`Action`). The endpoint in :mod:`roost.transport.endpoint` owns the socket and
+  executes the actions; it decides nothing about frames.
+
+Server frames are built by :mod:`roost.protocol.frames`, close codes come from the failure table
+(:mod:`roost.protocol.failures`). The protocol itself is written down in ``docs/protocol.md``.
 
 Guarantees:
 
 - :func:`parse_client_frame` never raises anything but :class:`ProtocolError`, whatever the input.
 - :func:`parse_actor_path` returns names exactly as the client percent-encoded them, refuses a name that
   is not one path segment or not UTF-8, and never normalises ``.`` or ``..``.
+- :meth:`ConnectionProtocol.receive_text` never raises for any input (unless an ``authorize`` hook
+  does), and acts on nothing once the server closed the connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from enum import Enum
 from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qs, unquote_to_bytes
 
 import orjson
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
+from roost.actors.connection import Connection
+from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
 from roost.protocol import frames
+from roost.protocol.codes import CloseCode
+from roost.protocol.failures import close_code
 from roost.protocol.frames import PROTOCOL_VERSION
+from roost.transport.access import FrameGate, Refused
 
 __all__ = [
+    "HOLD",
     "PROTOCOL_VERSION",
+    "Action",
     "ClientFrame",
+    "Close",
     "ConnectParams",
+    "ConnectionProtocol",
+    "ConnectionState",
+    "Hold",
     "MessageFrame",
     "PingFrame",
     "ProtocolError",
+    "Reply",
     "RpcFrame",
     "SubscribeFrame",
+    "Verify",
     "actor_address",
     "encode",
     "error_frame",
     "parse_actor_path",
     "parse_client_frame",
     "parse_connect_query",
+    "refusal",
 ]
 
 
@@ -198,3 +224,291 @@ def parse_connect_query(query: bytes | str) -> ConnectParams:
         cursor = int(value)
     subscribe = q["subscribe"][-1] if "subscribe" in q else None
     return ConnectParams(cursor=cursor, subscribe=subscribe)
+
+
+# -- the connection's rules ------------------------------------------------------------------------------
+
+
+class ConnectionState(Enum):
+    """Where a connection is; it only moves forward (``HANDSHAKE`` → … → ``CLOSED``)."""
+
+    #: Admitted by the access gate; the actor has not been asked to take the connection yet.
+    HANDSHAKE = 0
+    #: The actor has the connection; its welcome has not gone out yet.
+    AWAITING_WELCOME = 1
+    #: Welcomed: answers of the transport's own go out at once.
+    OPEN = 2
+    #: The server closed (or is closing) the connection: nothing the client sends is acted on.
+    CLOSING = 3
+    #: The socket is gone.
+    CLOSED = 4
+
+
+class Reply(NamedTuple):
+    """Send this frame now (through the connection's sink, without waiting on the actor)."""
+
+    text: str
+
+
+class Close(NamedTuple):
+    """Send ``frame`` first when there is one (an ``error`` frame telling why), then close."""
+
+    code: int
+    reason: str
+    frame: str | None = None
+
+
+class Verify(NamedTuple):
+    """Wait for an asynchronous ``authorize`` verdict on a call or message, then hand the verdict to
+    :meth:`ConnectionProtocol.verdict`. Until then the protocol holds every later frame (:data:`HOLD`)."""
+
+    pending: Awaitable[Refused | None]
+    frame: RpcFrame | MessageFrame
+
+
+class Hold:
+    """Not now: keep this frame, and every later one, until a pending verdict is in (then hand it to
+    :meth:`ConnectionProtocol.receive_text` again, in order)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HOLD"
+
+
+HOLD = Hold()
+
+#: What the endpoint does for an event. ``Call`` and ``Message``: run at the actor
+#: (``ActorHost.run_now``); ``Deliver``: queue at the actor, behind every earlier input (a pong, or an
+#: answer of the transport's own before the welcome). Each of these three was counted against the
+#: connection's in-flight bound; if the actor refuses it, tell :meth:`ConnectionProtocol.refused`.
+#: ``None``: nothing to do.
+Action = Call | Message | Deliver | Reply | Close | Verify | Hold | None
+
+
+def refusal(code: str, message: str) -> Close:
+    """How the transport refuses a connection before the actor has it (a bad address, an unknown kind,
+    the access gate, too many connections): accept the socket, send one ``error`` frame with the
+    failure's code, then close with the failure's close code (:mod:`roost.protocol.failures`)."""
+    return Close(close_code(code), message[:120], frames.error(code, message))
+
+
+_CLOSING = ConnectionState.CLOSING
+_OPEN = ConnectionState.OPEN
+
+
+class ConnectionProtocol:
+    """The rules of one WebSocket connection, as a state machine without I/O.
+
+    Fed events, it returns :data:`Action` values for the endpoint to carry out:
+
+    - :meth:`accept` → the ``Connect`` input; :meth:`connect_failed` when the actor cannot take it;
+    - :meth:`receive_text` for every data frame (text, or ``None`` for binary), with the time;
+    - :meth:`verdict` once a :class:`Verify` is decided; :meth:`refused` when the actor refuses an input;
+    - :meth:`welcomed` when the first frame (always the welcome) goes out, :meth:`closing` when the
+      server closes, :meth:`disconnected` when the socket is gone (→ the ``Disconnect`` input, if any).
+
+    Per frame, in this order (``docs/protocol.md``, *Connection rules*):
+
+    1. after the server closed the connection, nothing is acted on;
+    2. a frame over ``max_frame_bytes`` (UTF-8) closes with 1009;
+    3. every frame, good or bad, takes a token from the rate limits; without one it is answered
+       ``rate_limited`` (a failed ``rpc_result`` for a call, an ``error`` frame otherwise) and dropped;
+    4. a frame that does not parse is answered with an ``error`` frame (``bad_frame``/``unknown_type``);
+    5. a call, a message or a ping while ``max_in_flight`` inputs of this connection are queued or
+       running at the actor is answered ``overloaded``; a call or message refused by the gate
+       (read-only, ``authorize``) is answered ``forbidden``; otherwise it goes to the actor;
+    6. a ping is answered by a ``pong`` queued at the actor, after every reply to an earlier frame;
+    7. a ``subscribe`` frame changes the connection's subscriptions at once.
+
+    Answers of the transport's own go out at once once the connection is welcomed (a refusal does not
+    wait behind the backlog it refuses). Before the welcome they queue at the actor behind it, counted
+    against the in-flight bound; one over the bound closes with 1013.
+
+    Guarantees: :meth:`receive_text` never raises (unless an ``authorize`` hook does) and, per rpc
+    frame, allocates nothing beyond parsing but the frame's ``Call`` (the action is the input itself);
+    while a :class:`Verify` is pending every frame gets :data:`HOLD`, so frames are acted on in the
+    order they arrived; the connection's in-flight count is raised for every input handed to the actor
+    and lowered again by :meth:`refused`.
+    """
+
+    __slots__ = (
+        "_gate",
+        "_joined",
+        "_max_bytes",
+        "_max_in_flight",
+        "_max_text",
+        "connection",
+        "cursor",
+        "state",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        connection: Connection,
+        gate: FrameGate,
+        cursor: int | None = None,
+        *,
+        max_frame_bytes: int,
+        max_in_flight: int,
+    ) -> None:
+        self.connection = connection
+        self.cursor = cursor
+        self.state = ConnectionState.HANDSHAKE
+        #: A :class:`Verify` is pending: later frames are held.
+        self.waiting = False
+        self._joined = False  # the actor was handed the connection
+        self._gate = gate
+        self._max_bytes = max_frame_bytes
+        self._max_text = max_frame_bytes // 4  # up to this many characters no text can be too big
+        self._max_in_flight = max_in_flight
+
+    # -- the connection's life -------------------------------------------------------------------------
+    def accept(self) -> Connect:
+        """The socket was accepted: the input that asks the actor for the connection (and resumes it
+        from ``cursor``; the actor decides how, :func:`roost.protocol.resume.decide_resume`)."""
+        if self.state is ConnectionState.HANDSHAKE:
+            self.state = ConnectionState.AWAITING_WELCOME
+            self._joined = True
+        return Connect(self.connection, self.cursor)
+
+    def connect_failed(self, code: str, message: str, reason: str | None = None) -> Close:
+        """The actor could not take the connection (``overloaded``, ``actor_unavailable``,
+        ``bad_address``): an ``error`` frame, then the failure's close code (``reason``: the close
+        reason, by default the message)."""
+        self._joined = False
+        return self._close(close_code(code), reason or message[:120], frames.error(code, message))
+
+    def welcomed(self) -> None:
+        """The first frame of the connection (the welcome) went out."""
+        if self.state is ConnectionState.AWAITING_WELCOME:
+            self.state = _OPEN
+
+    def closing(self) -> None:
+        """The server closes the connection (the actor, a slow consumer, shutdown, or an action)."""
+        if self.state.value < _CLOSING.value:
+            self.state = _CLOSING
+
+    def disconnected(self, code: int) -> Disconnect | None:
+        """The socket is gone (``code`` as the client closed it, 1006 without a close): the input that
+        tells the actor, or None if the actor never had the connection."""
+        self.state = ConnectionState.CLOSED
+        return Disconnect(self.connection, code) if self._joined else None
+
+    # -- frames ----------------------------------------------------------------------------------------
+    def receive_text(self, text: str | None, now: float) -> Action:
+        """One data frame (``None`` for a binary one) received at ``now`` (the clock of the rate
+        limits, in seconds)."""
+        if self.waiting:
+            return HOLD
+        if self.state.value >= 3:  # CLOSING, CLOSED
+            return None
+        if text is not None and len(text) > self._max_text:
+            max_bytes = self._max_bytes
+            if len(text) > max_bytes or len(text.encode()) > max_bytes:
+                return self._close(CloseCode.MESSAGE_TOO_BIG, f"frame larger than {max_bytes} bytes")
+        frame: ClientFrame | None = None
+        bad: ProtocolError | None = None
+        if text is None:
+            bad = _BINARY
+        else:
+            try:
+                frame = parse_client_frame(text)
+            except ProtocolError as exc:
+                bad = exc
+        gate = self._gate
+        limited = gate.rate(now)
+        if limited is not None:
+            return self._refuse(frame, limited.code, limited.message)
+        if frame is None:
+            assert bad is not None
+            return self._answer(frames.error(bad.code, bad.message))
+        conn = self.connection
+        if type(frame) is RpcFrame:
+            if conn.in_flight >= self._max_in_flight:
+                return self._refuse(frame, "overloaded", self._too_many_calls())
+            check = gate.call(frame.method)
+            if check is None:
+                conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
+                return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+        elif isinstance(frame, MessageFrame):
+            if conn.in_flight >= self._max_in_flight:
+                return self._refuse(frame, "overloaded", self._too_many_calls())
+            check = gate.message()
+            if check is None:
+                conn.in_flight += 1
+                return Message(conn, frame.data)
+        elif isinstance(frame, PingFrame):  # a pong keeps its place behind earlier replies: a Deliver
+            if conn.in_flight >= self._max_in_flight:
+                return self._answer(
+                    frames.error("overloaded", f"more than {self._max_in_flight} frames in flight")
+                )
+            conn.in_flight += 1
+            return Deliver(conn, frames.pong(frame.id))
+        else:
+            assert isinstance(frame, SubscribeFrame)
+            subs = conn.subscriptions
+            if frame.state is not None:
+                subs.state = frame.state
+            if frame.events is not None:
+                subs.events = frame.events
+            if frame.messages is not None:
+                subs.messages = frame.messages
+            return None
+        if isinstance(check, Refused):
+            return self._refuse(frame, check.code, check.message)
+        self.waiting = True
+        return Verify(check, frame)
+
+    def verdict(self, pending: Verify, refused: Refused | None) -> Action:
+        """The verdict of a :class:`Verify` is in: the call or message goes to the actor, or is answered
+        with the refusal. Held frames may come again after this."""
+        self.waiting = False
+        if self.state.value >= 3:
+            return None
+        frame = pending.frame
+        if refused is not None:
+            return self._refuse(frame, refused.code, refused.message)
+        conn = self.connection
+        conn.in_flight += 1
+        if isinstance(frame, RpcFrame):
+            return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+        return Message(conn, frame.data)
+
+    def refused(self, item: Call | Message | Deliver, code: str, message: str) -> Action:
+        """The actor refused an input this protocol handed it: ``overloaded`` (its mailbox is full) is
+        answered and the connection goes on; ``actor_unavailable`` (it is stopping) closes with 1013."""
+        self.connection.in_flight -= 1
+        if code == "overloaded":
+            if isinstance(item, Call):
+                return self._answer(frames.rpc_error(item.id, code, message))
+            return self._answer(frames.error(code, message))
+        return self._close(close_code(code), "actor restarting", frames.error(code, message))
+
+    # -- answers ---------------------------------------------------------------------------------------
+    def _too_many_calls(self) -> str:
+        return f"more than {self._max_in_flight} calls and messages in flight on this connection"
+
+    def _refuse(self, frame: ClientFrame | None, code: str, message: str) -> Action:
+        """A refused frame's answer: a failed ``rpc_result`` for a call, an ``error`` frame otherwise."""
+        if isinstance(frame, RpcFrame):
+            return self._answer(frames.rpc_error(frame.id, code, message))
+        return self._answer(frames.error(code, message))
+
+    def _answer(self, text: str) -> Action:
+        """An answer of the transport's own: at once when welcomed, else queued behind the welcome."""
+        if self.state is _OPEN:
+            return Reply(text)
+        conn = self.connection
+        if conn.in_flight >= self._max_in_flight:
+            return self._close(CloseCode.TRY_AGAIN_LATER, "too many frames before the welcome")
+        conn.in_flight += 1
+        return Deliver(conn, text)
+
+    def _close(self, code: int, reason: str, frame: str | None = None) -> Close:
+        self.state = _CLOSING
+        return Close(code, reason, frame)
+
+
+_BINARY = ProtocolError("bad_frame", "binary frames are not accepted; send text")
