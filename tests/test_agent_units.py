@@ -284,3 +284,24 @@ def test_the_agent_runtime_stands_on_the_extension_api_only() -> None:
                 owner = node.value
                 own = isinstance(owner, ast.Name) and owner.id in ("self", "cls")
                 assert own, f"{path.name}:{node.lineno} reaches into {ast.unparse(node)}"
+
+
+def test_a_tool_annotated_with_basemodel_itself_takes_no_arguments_and_other_annotations_are_refused() -> (
+    None
+):
+    from roost.agent.catalog import NoArgs
+
+    @tool()
+    async def ping(ctx: ToolContext, args: BaseModel) -> dict[str, int]:
+        return {}
+
+    assert ping.args_model is NoArgs
+    assert ping.validate({}) == NoArgs()
+    assert "properties" in ping.args_model.model_json_schema()
+    with pytest.raises(InvalidToolCall, match="Extra inputs are not permitted"):
+        ping.validate({"unexpected": 1})
+    with pytest.raises(TypeError, match="annotate args with a pydantic model"):
+
+        @tool()
+        async def bad(ctx: ToolContext, args: dict) -> dict[str, int]:  # type: ignore[type-arg]
+            return {}

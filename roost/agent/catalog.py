@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 __all__ = [
     "APPROVAL_MODES",
@@ -39,6 +39,7 @@ __all__ = [
     "Catalog",
     "InvalidToolCall",
     "NeedInput",
+    "NoArgs",
     "Tool",
     "ToolCancelled",
     "ToolContext",
@@ -47,6 +48,12 @@ __all__ = [
 
 ApprovalMode = Literal["safe_readonly", "confirm_once", "mutating"]
 APPROVAL_MODES: tuple[ApprovalMode, ...] = ("safe_readonly", "confirm_once", "mutating")
+
+
+class NoArgs(BaseModel):
+    """The arguments of a tool that takes none (``args: BaseModel``): anything given is refused."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class InvalidToolCall(ValueError):
@@ -159,7 +166,10 @@ def tool(
     plan_args: Callable[[str], dict[str, Any]] | None = None,
     name: str | None = None,
 ) -> Callable[[ToolFn], Tool]:
-    """Make a :class:`Tool` of ``async def fn(ctx, args: SomeModel)``; the model is read from the hint."""
+    """Make a :class:`Tool` of ``async def fn(ctx, args: SomeModel)``; the model is read from the hint.
+
+    ``args: BaseModel`` (the base class itself) is a tool without arguments (:class:`NoArgs`); any other
+    annotation that is not a pydantic model is refused here, when the tool is defined."""
     if approval_mode not in APPROVAL_MODES:
         raise ValueError(f"approval_mode must be one of {APPROVAL_MODES}")
 
@@ -170,8 +180,13 @@ def tool(
         if len(params) != 2:
             raise TypeError(f"tool {fn.__name__!r} must take (ctx, args)")
         model = get_type_hints(fn).get(params[1])
+        if model is BaseModel:  # ``args: BaseModel`` says "no arguments of its own"
+            model = NoArgs
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise TypeError(f"tool {fn.__name__!r}: annotate args with a pydantic model")
+            raise TypeError(
+                f"tool {fn.__name__!r}: annotate args with a pydantic model (a BaseModel subclass, "
+                f"or BaseModel itself for a tool without arguments), not {model!r}"
+            )
         return Tool(
             name=name or fn.__name__,
             fn=fn,

@@ -1,0 +1,187 @@
+"""Every code block of the README runs as written.
+
+Guarantee: the README's commands and code are the contract with a newcomer, so each block is executed
+here: the clone and ``make demo`` in a fresh clone of this repository, ``roost serve`` with and
+without the annotated ``myapp.py``, the agent (its first turn plans and stops at the approval it
+promises), and the FastAPI mount with its lifespan. The only liberty taken: a server's ``--port 8000``
+becomes ``--port 0`` (any free port), so that the test never collides with something on 8000.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from roost.testing import ActorKit, connect, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BIN = Path(sys.executable).parent
+
+
+def blocks(language: str) -> list[str]:
+    """The README's fenced blocks of ``language`` ("" for the untagged shell blocks), in order."""
+    return [
+        m.group(2)
+        for m in re.finditer(r"^```(\w*)\n(.*?)^```", README, re.M | re.S)
+        if m.group(1) == language
+    ]
+
+
+SHELL = blocks("")
+PYTHON = blocks("python")
+
+
+def test_the_readme_has_the_blocks_this_test_runs() -> None:
+    assert len(SHELL) == 3, SHELL
+    assert len(PYTHON) == 3, [b.splitlines()[0] for b in PYTHON]
+    assert PYTHON[0].startswith("# myapp.py\n")
+
+
+class Served:
+    def __init__(self, command: str, cwd: Path) -> None:
+        argv = shlex.split(command.replace("--port 8000", "--port 0"))
+        assert argv[0] == ".venv/bin/roost"
+        argv = [str(BIN / "roost"), *argv[1:]]
+        if "--port" not in argv:
+            argv += ["--port", "0"]
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        self.addr = ""
+        lines = []
+        deadline = time.monotonic() + 30
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            lines.append(line)
+            found = re.search(r"Uvicorn running on http://([\d.]+:\d+)", line)
+            if found:
+                self.addr = found.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        assert self.addr, "".join(lines)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@pytest.mark.slow
+def test_the_clone_and_make_demo_block_runs_in_a_fresh_clone(tmp_path: Path) -> None:
+    lines = SHELL[0].strip().splitlines()
+    assert lines == ["git clone <this repository> roost && cd roost", "make demo"]
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(tmp_path / "roost")], check=True, timeout=120)
+    out = subprocess.run(
+        ["make", "demo"],
+        cwd=tmp_path / "roost",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "PASS" in out.stdout, out.stdout[-2000:]
+
+
+@pytest.mark.slow
+async def test_roost_serve_with_the_example_kinds_serves_the_page_and_the_counter(tmp_path: Path) -> None:
+    server = Served(SHELL[1].strip(), tmp_path)
+    try:
+        async with httpx.AsyncClient() as http:
+            page = await http.get(f"http://{server.addr}/")
+            assert page.status_code == 200
+            assert "<html" in page.text.lower()
+            r = await http.post(f"http://{server.addr}/agents/counter/c1/rpc/increment", json=[2])
+            assert r.json()["result"] == 2
+    finally:
+        server.stop()
+    assert (tmp_path / "data" / "directory.sqlite").exists()
+
+
+@pytest.mark.slow
+async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(PYTHON[0])
+    server = Served(SHELL[2].strip(), tmp_path)
+    try:
+        url = f"ws://{server.addr}/agents/counter/c1"
+        async with connect(url) as ws:  # a welcome, then the state frame before the reply
+            welcome = await ws.recv()
+            assert welcome["type"] == "welcome"
+            assert welcome["state"] == {"count": 0}
+            assert await ws.call("increment", 2) == 2
+            state = next(f for f in ws.frames if f["type"] == "state")
+            assert state["seq"] == 1
+            assert ws.frames.index(state) < len(ws.frames) - 1  # before the reply
+            assert await ws.call("increment", 1) == 3
+        async with connect(f"{url}?cursor=1") as ws:  # exactly what came after seq 1
+            welcome = await ws.recv()
+            assert welcome["resume"] == "replay"
+            replayed = await ws.recv()
+            assert (replayed["type"], replayed["seq"], replayed["state"]) == ("state", 2, {"count": 3})
+            schedule_id = await ws.call("increment_later", 0.01, "k1")
+            assert isinstance(schedule_id, str)
+            assert await ws.call("increment_later", 0.01, "k1") == schedule_id  # one key, one wake-up
+            frame = await ws.wait_for(lambda f: f.get("type") == "state" and f["state"]["count"] == 4)
+            assert frame["seq"] == 3
+    finally:
+        server.stop()
+
+
+async def test_the_agent_block_plans_runs_and_asks_for_the_grant_it_promises(tmp_path: Path) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(PYTHON[1], "README.md (agent)", "exec"), namespace)
+    async with ActorKit([namespace["Reporter"]], tmp_path / "data") as kit:
+        conn = kit.connect("reporter", "r1")
+        turn = await conn.call("turn", "collect, analyze and make the report")
+        assert turn["status"] == "in_progress"
+        approval = await conn.wait_for(
+            lambda f: f.get("type") == "event" and f["event"]["event_type"] == "approval_requested",
+            timeout=30,
+        )
+    payloads: dict[str, list[Any]] = {}
+    for frame in conn.frames:
+        if frame.get("type") == "event":
+            payloads.setdefault(frame["event"]["event_type"], []).append(frame["event"]["payload"])
+    (plan,) = payloads["plan_ready"]
+    assert [item["tool"] for item in plan["items"]] == ["collect", "analyze", "write_report"]
+    assert [item["background"] for item in plan["items"]] == [False, True, False]
+    # the tools without arguments ran, the background one reported its progress, and the mutating
+    # step waits for a grant with its typed, defaulted arguments
+    assert payloads["tool_completed"] == [
+        {"tool": "collect", "result": {"documents": 3}},
+        {"tool": "analyze", "result": {"findings": 2}},
+    ]
+    assert len(payloads["tool_progress"]) == 10
+    assert approval["event"]["payload"]["tool"] == "write_report"
+    assert approval["event"]["payload"]["args"] == {"title": "Weekly report"}
+
+
+async def test_the_fastapi_block_mounts_roost_and_closes_it_at_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(textwrap.dedent(PYTHON[0]), "README.md (myapp.py)", "exec"), namespace)
+    exec(compile(PYTHON[2], "README.md (FastAPI)", "exec"), namespace)
+    api, roost = namespace["api"], namespace["roost"]
+    async with serve(api) as addr:
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"http://{addr}/roost/agents/counter/c1/rpc/increment", json=[5])
+            assert r.json()["result"] == 5
+        async with connect(f"ws://{addr}/roost/agents/counter/c1") as ws:
+            assert (await ws.recv())["state"] == {"count": 5}
+        assert roost.registry.hosts  # live while serving
+    assert not roost.registry.hosts  # the lifespan closed it: no actor left open
+    assert (tmp_path / "data" / "directory.sqlite").exists()
