@@ -147,7 +147,8 @@ async def test_the_page_is_served_with_a_strict_policy_and_no_external_resource(
 
 FAKE_SOCKET_CHECKS = """
 async () => {
-  const { RoostClient, backoffDelay, isTerminalClose, ConnectionLost } = await import("/web/roost.js");
+  const roost = await import("/web/roost.js");
+  const { RoostClient, backoffDelay, isTerminalClose, ConnectionLost, actorUrl } = roost;
   const sockets = [];
   class FakeSocket {
     constructor(url) { this.url = url; this.sent = []; sockets.push(this); }
@@ -193,6 +194,14 @@ async () => {
   const transient = [1001, 1006, 1011, 1012, 1013, 4000, 4500];
   out.terminal = [1000, 1009, 4400, 4499].concat(transient).map(isTerminalClose);
   out.backoff = [0, 1, 2, 5, 10, 100].map((a) => backoffDelay(a, { base: 0.25, cap: 5 }, () => 0.999999));
+  const at = (protocol, pathname) => ({ protocol, host: "h:1", pathname });
+  out.urls = [
+    actorUrl(at("http:", "/"), "counter", "a b"),
+    actorUrl(at("https:", "/roost/"), "counter", "c1"),
+    actorUrl(at("http:", "/roost/web/index.html"), "counter", "c1"),
+    actorUrl(at("http:", "/anything/page.html"), "counter", "c1", "/roost/"),
+    actorUrl(at("http:", "/anything/page.html"), "counter", "c1", ""),
+  ];
   return out;
 }
 """
@@ -225,3 +234,10 @@ async def test_the_browser_client_dedups_resumes_and_tells_terminal_from_transie
     ceilings = [0.25, 0.5, 1.0, 5.0, 5.0, 5.0]
     assert all(0 <= d <= c for d, c in zip(out["backoff"], ceilings, strict=True))
     assert out["backoff"][0] > 0.24  # full jitter up to the ceiling (with random() near 1)
+    assert out["urls"] == [  # actorUrl honours the mount prefix (given, or the page's own)
+        "ws://h:1/agents/counter/a%20b",
+        "wss://h:1/roost/agents/counter/c1",
+        "ws://h:1/roost/agents/counter/c1",
+        "ws://h:1/roost/agents/counter/c1",
+        "ws://h:1/agents/counter/c1",
+    ]

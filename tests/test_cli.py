@@ -96,3 +96,19 @@ def test_version_help_and_defaults() -> None:
     serve = roost("serve", "--help").stdout
     assert "--port PORT" in serve
     assert "(default: 8000)" in serve
+
+
+async def test_ls_prints_names_as_clients_sent_them(tmp_path: Path) -> None:
+    from roost.examples.kinds import KINDS
+    from roost.testing import ActorKit
+
+    async with ActorKit(KINDS, tmp_path / "data") as kit:
+        for name in ("c1", "two words", "acme\x00c1"):
+            await kit.call("counter", name, "increment")
+    out = roost("ls", "--data", str(tmp_path / "data"))
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[1]: line for line in out.stdout.splitlines()[1:-1]}
+    assert "c1" in rows
+    assert "'c1'" not in out.stdout
+    assert "'two words'" in out.stdout  # a space would make the column ambiguous: quoted
+    assert "c1 (tenant acme)" in out.stdout

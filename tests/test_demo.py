@@ -76,3 +76,34 @@ def test_the_client_counts_frames_it_received_twice() -> None:
     assert resume.on_frame(event) is True
     assert resume.on_frame(event) is False
     assert resume.duplicates == 1
+
+
+def test_make_demo_removes_its_temporary_data_directory_unless_asked_to_keep_it(tmp_path: Path) -> None:
+    """Without ``--data``, the demo's temporary directory is gone at exit; ``--keep`` keeps it and
+    says where."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    for keep in (False, True):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "roost.examples.agent_demo",
+                "--delay",
+                "0.05",
+                *(["--keep"] if keep else []),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200", "TMPDIR": str(temp)},
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        left = sorted(temp.glob("roost-demo-*"))
+        if keep:
+            assert len(left) == 1
+            assert f"data directory kept: {left[0]}" in proc.stdout
+        else:
+            assert left == []

@@ -28,6 +28,14 @@ def _directory(data_dir: str) -> Iterator[Directory]:
         directory.close()
 
 
+def _shown(name: str) -> str:
+    """A name as its client sent it, quoted only when it holds something a terminal would not show
+    plainly (spaces, control characters); a tenant's actor says its tenant after it."""
+    tenant, sep, local = name.rpartition("\x00")
+    shown = local if local.isprintable() and " " not in local and local else repr(local)
+    return f"{shown} (tenant {tenant})" if sep else shown
+
+
 def timestamp(t: float) -> str:
     """A UTC time as the listings print it."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -40,7 +48,7 @@ def _ls(args: argparse.Namespace) -> int:
         for e in entries:
             alarm = timestamp(e.next_alarm_at) if e.next_alarm_at is not None else "-"
             print(
-                f"{e.kind:<12} {e.name!r:<32} {timestamp(e.created_at):<20} "
+                f"{e.kind:<12} {_shown(e.name):<32} {timestamp(e.created_at):<20} "
                 f"{timestamp(e.last_active_at):<20} {alarm}"
             )
         print(f"{len(entries)} of {directory.count()} actor(s)")
@@ -55,7 +63,7 @@ def _schedules(args: argparse.Namespace) -> int:
         for e in entries:
             assert e.next_alarm_at is not None
             when = datetime.fromtimestamp(e.next_alarm_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-            print(f"{when:<24} {e.kind:<12} {e.name!r}")
+            print(f"{when:<24} {e.kind:<12} {_shown(e.name)}")
         print(f"{len(entries)} of {directory.count_alarms()} actor(s) with pending wake-ups")
     return 0
 

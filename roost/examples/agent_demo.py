@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import signal
 import sys
 import tempfile
@@ -276,9 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m roost.examples.agent_demo", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--yes", action="store_true", help="approve without asking")
-    parser.add_argument("--data", type=Path, help="data directory (default: a new temporary one, kept)")
+    parser.add_argument(
+        "--data", type=Path, help="data directory, kept (default: a new temporary one, removed at exit)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data directory; say where")
     parser.add_argument("--delay", type=float, default=0.6, help="seconds per document in the analysis")
     args = parser.parse_args(argv)
+    temporary = args.data is None
     data = args.data or Path(tempfile.mkdtemp(prefix="roost-demo-"))
     data.mkdir(parents=True, exist_ok=True)
     console = Console(highlight=False)
@@ -287,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted; the server was stopped")
         return 130
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(data, ignore_errors=True)
+        elif temporary:
+            console.print(f"data directory kept: {data}")
     console.print("[bold green]PASS[/]" if ok else "[bold red]FAIL[/]")
     return 0 if ok else 1
 

@@ -7,7 +7,7 @@
 //   client.start();
 //   const reply = await client.call("turn", ["analyze the documents and make a report"]);
 //
-// Guarantees (the same as the Python client's, demo_client/client.py):
+// Guarantees (the same as the Python client's, roost/client/client.py):
 // - dedup by seq: a state/event frame is processed only if its seq is above the last processed one;
 // - `state` never goes back: a replayed state older than the welcome's does not replace it;
 // - every reconnect sends cursor=<last processed seq>, so the server replays what was missed;
@@ -26,10 +26,21 @@ export function isTerminalClose(code) {
   return code === 1000 || code === 1009 || (code >= 4400 && code <= 4499);
 }
 
-/** ws(s)://host/agents/{kind}/{name} for the page's own origin. */
-export function actorUrl(loc, kind, name) {
+/**
+ * ws(s)://host{prefix}/agents/{kind}/{name} for the page's own origin. `prefix` is where the Roost app
+ * is mounted ("/roost" for `api.mount("/roost", roost)`; "" at the root); it defaults to the path of
+ * a page that Roost itself serves (its "/" or "/web/…"), so the demo page works under any mount.
+ */
+export function actorUrl(loc, kind, name, prefix = mountOf(loc.pathname)) {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${loc.host}/agents/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`;
+  const mount = String(prefix).replace(/\/+$/, "");
+  return `${scheme}//${loc.host}${mount}/agents/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`;
+}
+
+/** The mount prefix of a page Roost serves: its path up to the last "/", without a trailing "/web". */
+export function mountOf(pathname) {
+  const dir = String(pathname || "/").replace(/[^/]*$/, "").replace(/\/$/, "");
+  return dir.endsWith("/web") ? dir.slice(0, -4) : dir;
 }
 
 export class RpcError extends Error {
