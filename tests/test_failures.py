@@ -112,3 +112,29 @@ def test_a_failure_that_never_closes_has_no_close_code() -> None:
     with pytest.raises(LookupError):
         close_code("rate_limited")
     assert close_code("too_many_connections") is CloseCode.TRY_AGAIN_LATER
+
+
+#: Calls that put a wire error code on the wire or in an HTTP answer, by their first argument.
+_SENDS = re.compile(
+    r"\b(?:ProtocolError|Refused|_error|error_frame|frames\.error|refusal|rpc_error|_call_error)\(\s*\"([a-z_]+)\""
+)
+
+
+def test_every_error_code_the_code_can_send_is_documented() -> None:
+    """Scans the package for error codes written at the places that send them (and every RpcError's
+    ``code``), and finds each in ``docs/protocol.md``'s *Errors* table: a new code cannot ship
+    undocumented (``unknown_kind`` and ``bad_address`` once did)."""
+    root = Path(__file__).resolve().parent.parent / "roost"
+    sent: dict[str, str] = {}
+    for path in root.rglob("*.py"):
+        for code in _SENDS.findall(path.read_text(encoding="utf-8")):
+            sent.setdefault(code, str(path.relative_to(root)))
+    for cls in vars(errors).values():
+        if not (inspect.isclass(cls) and issubclass(cls, errors.RpcError)) or cls is errors.RpcError:
+            continue  # the base class's code is a placeholder: an actor's own RpcError names its own
+        if isinstance(cls.__dict__.get("code"), str):
+            sent.setdefault(cls.__dict__["code"], f"roost.actors.errors.{cls.__name__}")
+    assert {"bad_address", "unknown_kind", "bad_frame", "forbidden"} <= sent.keys()  # the scan finds them
+    documented = documented_failures()
+    missing = {code: where for code, where in sent.items() if code not in documented}
+    assert missing == {}
