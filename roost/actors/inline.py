@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 from collections.abc import Coroutine, Generator
 from typing import Any
 
@@ -23,7 +24,7 @@ try:  # private, but present from 3.7 to 3.13; without them, nothing is run inli
     from asyncio.tasks import _enter_task, _leave_task
 
     #: Whether :func:`step_as` can run here at all (callers fall back to waking the task).
-    AVAILABLE = True
+    AVAILABLE = os.environ.get("ROOST_INLINE_TURNS", "1") != "0"
 except ImportError:  # pragma: no cover - a future Python without them
     AVAILABLE = False
 

@@ -22,6 +22,7 @@ Two things differ from uvicorn's own class:
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 
@@ -35,14 +36,14 @@ __all__ = ["DIRECT", "RoostWebSocketProtocol"]
 #: The ASGI scope extension naming the protocol object that offers the direct frame path.
 DIRECT = "roost.direct"
 
+_HAND_BUILT = os.environ.get("ROOST_FRAME_HEADERS", "1") != "0"
+_DIRECT_ON = os.environ.get("ROOST_DIRECT_FRAMES", "1") != "0"
+
 _HEAD16 = struct.Struct("!BBH")  # FIN + text opcode, length 126, 16-bit length
 _HEAD64 = struct.Struct("!BBQ")  # FIN + text opcode, length 127, 64-bit length
 
 
-class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
-    #: Takes a complete data message (``None`` for binary); returns False to have it queued instead.
-    frame_handler: Callable[[str | None], bool] | None = None
-
+class PublicWebSocketProtocol(WebSocketsSansIOProtocol):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if not self.handshake_initiated and self.conn.handshake_exc is not None:
@@ -51,9 +52,22 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
                 self.transport.write(b"".join(output))
             self.transport.close()
 
+
+def protocol_class() -> str:
+    """The ``ws=`` class path ``roost serve`` gives uvicorn."""
+    name = "RoostWebSocketProtocol" if _DIRECT_ON else "PublicWebSocketProtocol"
+    return f"{__name__}:{name}"
+
+
+class RoostWebSocketProtocol(PublicWebSocketProtocol):
+    #: Takes a complete data message (``None`` for binary); returns False to have it queued instead.
+    frame_handler: Callable[[str | None], bool] | None = None
+
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
-        if not self.close_sent:  # accepted for the app: the scope exists and its task is not yet run
+        if (
+            _DIRECT_ON and not self.close_sent
+        ):  # accepted for the app: the scope exists and its task is not yet run
             self.scope["extensions"][DIRECT] = {"protocol": self}
 
     def send_receive_event_to_app(self) -> None:
@@ -90,7 +104,12 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
             return False
         conn = self.conn
         data = text.encode()
-        if conn.state is State.OPEN and not conn.extensions and not conn.expect_continuation_frame:
+        if (
+            _HAND_BUILT
+            and conn.state is State.OPEN
+            and not conn.extensions
+            and not conn.expect_continuation_frame
+        ):
             size = len(data)
             if size < 126:
                 head = bytes((0x81, size))
