@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import activation, fanout, memory, paths, rpc, sqlite_ceiling, wakeups
+from bench import activation, fanout, memory, rpc, sqlite_ceiling, wakeups
 from bench.dataset import Dataset, ensure_dataset
 from bench.machine import machine_info
 from bench.procs import log
@@ -54,8 +54,6 @@ def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
         return activation.run(s, dataset)
     if name == "wakeups":
         return wakeups.run(s)
-    if name == "paths":
-        return paths.run(s)
     return memory.run(s, dataset)
 
 

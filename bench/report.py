@@ -23,7 +23,6 @@ HEADINGS = (
     "## Cold activation",
     "## Memory",
     "## Wake-ups",
-    "## Paths on other libraries' private internals",
     "## Targets",
 )
 
@@ -366,35 +365,9 @@ def _wakeups(res: Res) -> list[str]:
     return out
 
 
-def _paths(res: Res) -> list[str]:
-    reps, variants = res["reps"], res["variants"]
-    out = [
-        HEADINGS[10],
-        "",
-        "The same durable RPC as above from one `roost serve` per variant, each with some private paths "
-        "switched off by environment (`bench/paths.py`); every repetition drives every server once, in "
-        "rotated order. `÷ all` is paired per repetition: a path is worth `1 − (variant without it ÷ all)`, "
-        "and stays only at ≥ 10 % of durable RPC throughput.",
-        "",
-        "| variant | environment | c=10 ops/s | ÷ all | ÷ Starlette echo | c=1 ops/s | ÷ all | c=1 p50 µs |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, env in variants.items():
-        shown = " ".join(f"`{k}={v}`" for k, v in env.items()) or "(as shipped)"
-        c10, c1 = (pluck(reps, name, "points", c, "ops_s") for c in ("c10", "c1"))
-        out.append(
-            f"| {name} | {shown} | {fmt(c10)} | "
-            f"{_ratio(c10, pluck(reps, 'all', 'points', 'c10', 'ops_s'))} | "
-            f"{_ratio(c10, pluck(reps, 'starlette', 'points', 'c10', 'ops_s'))} | {fmt(c1)} | "
-            f"{_ratio(c1, pluck(reps, 'all', 'points', 'c1', 'ops_s'))} | "
-            f"{fmt(pluck(reps, name, 'points', 'c1', 'p50_us'))} |"
-        )
-    return [*out, ""]
-
-
 def _targets(targets: list[Target]) -> list[str]:
     out = [
-        HEADINGS[11],
+        HEADINGS[10],
         "",
         "Judged on the median over repetitions (min–max in brackets). A single figure on this machine varies "
         "by ±15–35 %; read a margin under ~15 % as noise.",
@@ -470,7 +443,6 @@ def render(results: Res) -> str:
     )
     lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[8], "memory", err)
     lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[9], "wakeups", err)
-    lines += _paths(sec["paths"]) if "paths" in sec else _not_run(HEADINGS[10], "paths", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

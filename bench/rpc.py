@@ -30,7 +30,7 @@ RPC_FRAME = '{"type":"rpc","id":"1","method":"increment","args":[1]}'
 SERVERS = ("raw", "starlette", "roost")
 
 
-def roost_server(s: Settings, name: str, data: str, env: dict[str, str] | None = None) -> Server:
+def roost_server(s: Settings, name: str, data: str) -> Server:
     """``roost serve`` (the real CLI entry point) over ``data`` on a free port.
 
     Rate and connection limits are off: they are a policy for clients on the internet (1,000 frames/s
@@ -39,7 +39,7 @@ def roost_server(s: Settings, name: str, data: str, env: dict[str, str] | None =
     port = free_port()
     argv = [sys.executable, "-m", "roost.transport.cli", "serve", "--data", data, "--port", str(port)]
     argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
-    return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log", env)
+    return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log")
 
 
 def echo_server(s: Settings, kind: str) -> Server:

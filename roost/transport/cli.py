@@ -107,7 +107,6 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", MAX_HANDSHAKE_LINE)
     import uvicorn
 
-    from roost.transport import uvicorn_ws
     from roost.transport.app import RoostApp
 
     if args.config is not None:  # read by the agent runtime (roost.agent.config) when kinds start
@@ -141,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
         ws_ping_interval=args.ping_interval or None,
         ws_ping_timeout=args.ping_interval or None,
         forwarded_allow_ips=args.forwarded_allow_ips,
-        ws=uvicorn_ws.protocol_class(),
+        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
         ws_per_message_deflate=False,
         ws_max_size=max_size,
         lifespan="on",
