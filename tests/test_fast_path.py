@@ -1,13 +1,10 @@
 """The fast paths keep the guarantees users rely on.
 
-- **Direct frame path** (``roost.transport.uvicorn_ws.RoostWebSocketProtocol``,
-  ``roost.transport.endpoint``): frames
-  handed to the endpoint from ``data_received`` are answered in the order they were sent, whether they
-  were sent pipelined, before the welcome or before the 101; an asynchronous ``authorize`` hook holds
-  later frames behind the frame it judges.
-- **Inline turns** (``ActorHost.run_now``, ``roost.actors.inline``): a turn run at once in the reader's task
-  runs *as* the actor's task, a turn that suspends is continued by that task, ``turn_timeout`` still
-  cuts it short and rolls it back, and turns run inline still share commits (group commit) with every
+- **Frame order** (``roost.transport.endpoint``): frames are answered in the order they were sent,
+  whether they were sent pipelined, before the welcome or before the 101; an asynchronous
+  ``authorize`` hook holds later frames behind the frame it judges.
+- **Turns** (``ActorHost.run_now``): a turn runs as the actor's task, including one that suspends,
+  ``turn_timeout`` cuts it short and rolls it back, and turns share commits (group commit) with every
   acknowledged write durable.
 - **Checkpoints off the loop** (``roost.storage.actor_file``): the WAL stays bounded without SQLite's
   automatic
@@ -25,12 +22,10 @@ import base64
 import os
 import sqlite3
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import CodeType
 from typing import Any, ClassVar
 
 import httpx
@@ -41,13 +36,11 @@ from starlette.requests import HTTPConnection
 from websockets.asyncio.client import ClientConnection
 
 from roost.actors import ANONYMOUS, Actor, Principal, callable
-from roost.actors.inline import Resume, step_as
 from roost.actors.registry import RuntimeConfig
 from roost.examples.kinds import KINDS, Counter
 from roost.storage import ActorFile, actor_path
 from roost.storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
-from roost.transport import RoostApp, create_app
-from roost.transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
+from roost.transport import create_app
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess, serve_in_process
 
@@ -89,23 +82,16 @@ async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None
         await asyncio.sleep(0.001)
 
 
-def direct_sinks(app: RoostApp) -> int:
-    """How many open connections of ``app`` are served by the direct frame path."""
-    return sum(isinstance(getattr(sink, "direct", None), RoostWebSocketProtocol) for sink in app.sinks)
-
-
-def on_stack(code: CodeType) -> bool:
-    """Whether a frame running ``code`` is among the callers of the code that asks."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
-STEP_AS = step_as.__code__  # on the stack: the turn is run inline, by a socket's reader
-RESUME = Resume.__await__.__code__  # on the stack: the actor's task continues a suspended inline turn
+def uvicorn_protocol() -> Any:
+    """The uvicorn protocol object of this loop's one open WebSocket connection (the ``self`` of the
+    ``run_asgi`` task it runs the app in), to see what the server has read: the frames it read and
+    queued for ``receive()``."""
+    (proto,) = [
+        task.get_coro().cr_frame.f_locals["self"]  # type: ignore[union-attr]
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").endswith(".run_asgi")
+    ]
+    return proto
 
 
 class RawSocket:
@@ -207,7 +193,7 @@ class SlowStart(Counter):
 
 
 class Stepper(Actor):
-    """Turns that suspend; each records which task ran it and whether it ran inline."""
+    """Turns that suspend; each records which task ran it."""
 
     kind = "stepper"
     initial_state = {"n": 0}
@@ -218,15 +204,9 @@ class Stepper(Actor):
 
     @callable
     async def sleepy(self, seconds: float) -> int:
-        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        task = asyncio.current_task()
         await asyncio.sleep(seconds)
-        self._note(
-            "sleepy",
-            task_before=task,
-            inline_before=inline,
-            task_after=asyncio.current_task(),
-            resumed_after=on_stack(RESUME),
-        )
+        self._note("sleepy", task_before=task, task_after=asyncio.current_task())
         n: int = self.state["n"] + 1
         self.set_state({"n": n})
         return n
@@ -234,9 +214,9 @@ class Stepper(Actor):
     @callable
     async def via(self, other: str, by: int) -> int:
         """Awaits another actor (a real suspension) and folds its answer into this actor's state."""
-        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        task = asyncio.current_task()
         got: int = await self.actor("counter", other).call("increment", by)
-        self._note("via", task_before=task, inline_before=inline, task_after=asyncio.current_task())
+        self._note("via", task_before=task, task_after=asyncio.current_task())
         self.set_state({"n": self.state["n"] + got})
         return got
 
@@ -244,7 +224,7 @@ class Stepper(Actor):
     async def slow(self, seconds: float) -> int:
         """Writes, then waits longer than the turn may last."""
         self.set_state({"n": self.state["n"] + 100})
-        self._note("slow", inline_before=on_stack(STEP_AS), task_before=asyncio.current_task())
+        self._note("slow", task_before=asyncio.current_task())
         await asyncio.sleep(seconds)
         n: int = self.state["n"]
         return n
@@ -262,17 +242,15 @@ class Stepper(Actor):
 
 
 class Tally(Actor):
-    """A counter that counts how many of its turns ran inline."""
+    """A counter that counts its turns."""
 
     kind = "tally"
     initial_state = {"count": 0}
     turns: ClassVar[int] = 0
-    inline: ClassVar[int] = 0
 
     @callable
     def increment(self) -> int:
         type(self).turns += 1
-        type(self).inline += on_stack(STEP_AS)
         count: int = self.state["count"] + 1
         self.set_state({"count": count})
         return count
@@ -282,7 +260,7 @@ class Tally(Actor):
 def fresh_kinds() -> Iterator[None]:
     Ledger.wipes = 0
     Stepper.seen = []
-    Tally.turns = Tally.inline = 0
+    Tally.turns = 0
     SlowStart.gate = None
     yield
     Stepper.seen = []
@@ -325,7 +303,7 @@ def actor_state(data_dir: Path, kind: str, name: str) -> Any:
         file.close()
 
 
-# -- 1. the direct frame path keeps the order of frames ----------------------------------------------
+# -- 1. frames keep their order -------------------------------------------------------------------
 def pipelined_frames() -> tuple[list[str], list[tuple[str, Any]]]:
     """200 frames: counter increments, app-level pings, one bad frame and one unknown type; and for
     each, in order, what answers it: ``("rpc", count)``, ``("pong", id)`` or ``("error", code)``."""
@@ -359,12 +337,10 @@ def answer_of(frame: Frame) -> tuple[str, Any]:
     return ("error", frame["code"])
 
 
-async def pipeline_and_check(url: str, app: RoostApp | None = None) -> None:
+async def pipeline_and_check(url: str) -> None:
     frames, expected = pipelined_frames()
     async with websockets.connect(url) as ws:
         assert (await recv(ws))["type"] == "welcome"
-        if app is not None:
-            assert direct_sinks(app) == 1, "the connection is not on the direct frame path"
         for text in frames:  # all of them, without waiting for any answer
             await ws.send(text)
         got = [answer_of(await recv(ws)) for _ in frames]
@@ -385,7 +361,7 @@ async def pipeline_and_check(url: str, app: RoostApp | None = None) -> None:
 async def test_pipelined_frames_are_answered_in_the_order_sent_in_process(data_dir: Path) -> None:
     app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS)
     async with serve_in_process(app) as addr:
-        await pipeline_and_check(f"ws://{addr}/agents/counter/pipelined?subscribe=none", app)
+        await pipeline_and_check(f"ws://{addr}/agents/counter/pipelined?subscribe=none")
 
 
 async def test_pipelined_frames_are_answered_in_the_order_sent_by_roost_serve(data_dir: Path) -> None:
@@ -402,23 +378,22 @@ async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_o
     data_dir: Path, fresh_kinds: None, when: str
 ) -> None:
     """Frames a client sends as soon as it can are answered after the welcome, in the order sent, and
-    so are the frames it sends later (which go the direct way).
+    so are the frames it sends later.
 
-    - After the 101, while the actor starts (a slow ``on_start``): the handler takes them at once and
-      queues them at the actor behind the connection's welcome.
+    - After the 101, while the actor starts (a slow ``on_start``): they are queued at the actor behind
+      the connection's welcome.
     - After the upgrade request but before the 101, while an asynchronous ``authenticate`` hook waits
-      (RFC 6455 has clients wait for the 101; some do not): the endpoint has not registered its frame
-      handler yet, so they are queued for ASGI ``receive()``, and frames read after the handler is
-      registered must wait behind them.
+      (RFC 6455 has clients wait for the 101; some do not): they wait for ASGI ``receive()``, and
+      frames sent after the 101 wait behind them.
 
     (Frames in the *same* TCP read as the upgrade request are dropped by uvicorn's HTTP protocol,
     before Roost sees them; RFC 6455 forbids sending them, and nothing here relies on them.)
     """
     gate = asyncio.Event()
-    protocols: list[RoostWebSocketProtocol] = []
+    asked: list[HTTPConnection] = []
 
     async def authenticate(conn: HTTPConnection) -> Principal:
-        protocols.append(conn.scope["extensions"][DIRECT]["protocol"])
+        asked.append(conn)
         if when == "before_the_101_while_authenticating":
             await gate.wait()
         return ANONYMOUS
@@ -433,8 +408,7 @@ async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_o
         sock = await RawSocket.connect(addr)
         try:
             sock.write(RawSocket.upgrade("/agents/slowstart/early?subscribe=none"))
-            await wait_until(lambda: bool(protocols))
-            protocol = protocols[0]
+            await wait_until(lambda: bool(asked))
             if when == "after_the_101_before_the_welcome":
                 await sock.accepted()
                 sock.write(RawSocket.frames(*early))
@@ -442,15 +416,12 @@ async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_o
                 await wait_until(lambda: len(host._inbox) == 1 + len(early))  # the connect, then these
             else:
                 sock.write(RawSocket.frames(*early))
-                await wait_until(lambda: protocol.queue.qsize() > 0)  # read and queued for receive()
-                assert protocol.frame_handler is None
             gate.set()
             sock.write(RawSocket.frames(*middle))  # while the server goes on: before the welcome
             if when == "before_the_101_while_authenticating":
                 await sock.accepted()
             welcome = await sock.recv()
             assert welcome["type"] == "welcome"
-            assert protocol.frame_handler is not None, "the direct path was never registered"
             sock.write(RawSocket.frames(*late))
             got = [answer_of(await sock.recv()) for _ in range(len(early + middle + late))]
         finally:
@@ -490,7 +461,6 @@ async def test_async_authorize_keeps_pipelined_calls_in_order_and_a_refused_call
     async with serve_in_process(app) as addr:
         async with websockets.connect(f"ws://{addr}/agents/ledger/l?subscribe=none") as ws:
             assert (await recv(ws))["type"] == "welcome"
-            assert direct_sinks(app) == 1
             for call_id in ids:
                 await ws.send(rpc(call_id, "wipe" if call_id == "wipe" else "add"))
             got = [await recv(ws) for _ in ids]
@@ -509,10 +479,10 @@ async def test_async_authorize_keeps_pipelined_calls_in_order_and_a_refused_call
 @pytest.mark.parametrize(
     ("taken", "later_frame"),
     [
-        ("directly", "ping"),
-        ("directly", "call_with_a_synchronous_verdict"),
-        ("from_the_queue", "ping"),
-        ("from_the_queue", "call_with_a_synchronous_verdict"),
+        ("alone", "ping"),
+        ("alone", "call_with_a_synchronous_verdict"),
+        ("behind_another", "ping"),
+        ("behind_another", "call_with_a_synchronous_verdict"),
     ],
 )
 async def test_a_later_frame_waits_behind_a_call_whose_async_verdict_is_pending(
@@ -521,16 +491,15 @@ async def test_a_later_frame_waits_behind_a_call_whose_async_verdict_is_pending(
     """Call ``B`` waits for its (asynchronous) verdict, which the test holds; frame ``C``, sent now,
     must be answered after ``B``'s reply, and if it is a call, run after ``B``.
 
-    - ``directly``: ``B`` was taken by the direct path, which hands it to the reader ("roost.held").
-    - ``from_the_queue``: ``A`` and ``B`` arrive in one TCP read; ``A`` goes the direct path and waits
-      for its verdict in the reader, so ``B`` is queued behind it; the reader then takes ``B`` from the
-      queue and waits for *its* verdict.
+    - ``alone``: ``B`` is sent on its own.
+    - ``behind_another``: ``A`` and ``B`` arrive in one TCP read; the reader waits for ``A``'s verdict
+      (given at once), then for ``B``'s.
 
     The hook answers ``increment`` at once and ``get`` later (a hook may do either, per action).
     """
     entered = asyncio.Event()
     gate = asyncio.Event()
-    held_get = 1 if taken == "directly" else 2  # which get's verdict the test holds: B's
+    held_get = 1 if taken == "alone" else 2  # which get's verdict the test holds: B's
     gets = 0
 
     def authorize(principal: Principal, kind: str, name: str, action: str) -> Any:
@@ -556,9 +525,8 @@ async def test_a_later_frame_waits_behind_a_call_whose_async_verdict_is_pending(
             sock.write(RawSocket.upgrade("/agents/counter/held?subscribe=none"))
             await sock.accepted()
             assert (await sock.recv())["type"] == "welcome"
-            protocol = next(iter(app.sinks)).direct
-            assert protocol is not None
-            if taken == "directly":
+            protocol = uvicorn_protocol()
+            if taken == "alone":
                 sock.write(RawSocket.frames(rpc("B", "get")))
                 await asyncio.wait_for(entered.wait(), 10)
             else:
@@ -583,8 +551,8 @@ async def test_a_later_frame_waits_behind_a_call_whose_async_verdict_is_pending(
     assert rest[0]["result"] == 0, "B saw the effect of C, a call sent after it"
 
 
-# -- 3. inline turns --------------------------------------------------------------------------------
-async def test_an_inline_turn_that_suspends_runs_as_the_actor_task_and_returns_its_result(
+# -- 3. turns -------------------------------------------------------------------------------------
+async def test_a_turn_that_suspends_runs_as_the_actor_task_and_returns_its_result(
     data_dir: Path, fresh_kinds: None
 ) -> None:
     app = create_app([Stepper, Counter], data_dir=data_dir, limits=NO_RATE_LIMITS)
@@ -594,9 +562,7 @@ async def test_an_inline_turn_that_suspends_runs_as_the_actor_task_and_returns_i
             host = app.registry.hosts[("stepper", "s")]
             assert (await call(ws, "1", "sleepy", 0.01))["result"] == 1
             first = Stepper.seen[0]
-            assert first["inline_before"] is True, "the idle actor's turn was queued, not run inline"
-            assert first["task_before"] is host.task, f"the inline turn ran as {first['task_before']!r}"
-            assert first["resumed_after"] is True, "the suspended turn was not continued by Resume"
+            assert first["task_before"] is host.task, f"the turn ran as {first['task_before']!r}"
             assert first["task_after"] is host.task, f"it was continued by {first['task_after']!r}"
             assert (await call(ws, "2", "via", "c", 5))["result"] == 5
             assert (await call(ws, "3", "via", "c", 2))["result"] == 7
@@ -614,12 +580,10 @@ async def test_an_inline_turn_that_suspends_runs_as_the_actor_task_and_returns_i
     for s in seen:
         assert s["task_before"] is host.task, f"{s['method']} ran as {s['task_before']!r}"
         assert s["task_after"] is host.task, f"{s['method']} was continued by {s['task_after']!r}"
-    # the calls made one at a time found the actor idle: run inline, then continued by its task
-    assert [s["inline_before"] for s in seen[:3]] == [True, True, True], "the idle actor's turn ran queued"
     assert actor_state(data_dir, "stepper", "s") == {"n": 17}
 
 
-async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_the_actor_goes_on(
+async def test_a_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_the_actor_goes_on(
     data_dir: Path, fresh_kinds: None
 ) -> None:
     config = RuntimeConfig(turn_timeout=0.3)
@@ -639,7 +603,6 @@ async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_
             assert app.registry.hosts[("stepper", "t")] is host, "the actor was restarted"
             assert not host.task.done()
     assert Stepper.seen[0]["method"] == "slow"
-    assert Stepper.seen[0]["inline_before"] is True, "the slow turn did not run inline"
     assert (slow["id"], slow["ok"], slow["error"]["code"]) == ("slow", False, "timeout")
     assert 0.25 <= elapsed < 10, elapsed
     assert after == {"type": "rpc_result", "id": "after", "ok": True, "result": 1}, "not rolled back"
@@ -652,7 +615,7 @@ async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_
     assert states == [1, 2], "the timed-out turn's write reached the log"
 
 
-async def test_inline_turns_share_commits_and_every_acknowledged_increment_is_counted(
+async def test_turns_share_commits_and_every_acknowledged_increment_is_counted(
     data_dir: Path, fresh_kinds: None
 ) -> None:
     connections, calls_each = 20, 30
@@ -683,7 +646,7 @@ async def test_inline_turns_share_commits_and_every_acknowledged_increment_is_co
     assert final["result"] == calls + 1
     assert actor_state(data_dir, "tally", "hot") == {"count": calls + 1}
     assert early == [], "a reply arrived before the commit of its write"
-    assert Tally.inline >= calls // 2, f"only {Tally.inline} of {Tally.turns} turns ran inline"
+    assert Tally.turns == calls + 1
     assert stats.commits <= calls // 2, f"{stats.commits} commits for {calls} calls: no group commit"
 
 
@@ -798,39 +761,6 @@ async def test_new_actor_files_use_1k_pages_and_older_files_keep_theirs(data_dir
     assert PAGE_SIZE == 1024
 
 
-@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70001])
-def test_frames_written_directly_are_byte_for_byte_what_websockets_would_send(size: int) -> None:
-    """``write_text`` builds server text frames itself (header + unmasked payload, RFC 6455 §5.2);
-    each length class of the header must match what ``websockets`` builds for the same text."""
-    from websockets.protocol import State
-    from websockets.server import ServerProtocol
-
-    from roost.transport.uvicorn_ws import RoostWebSocketProtocol
-
-    class Transport:
-        def __init__(self) -> None:
-            self.out: list[bytes] = []
-
-        def write(self, data: bytes) -> None:
-            self.out.append(data)
-
-    text = "é" * (size // 2) + "x" * (size % 2)  # multi-byte UTF-8: the length is of the bytes
-    proto = RoostWebSocketProtocol.__new__(RoostWebSocketProtocol)
-    proto.conn = ServerProtocol()
-    proto.conn.state = State.OPEN
-    transport = Transport()
-    proto.transport = transport  # type: ignore[assignment]
-    proto.disconnected = False
-    proto.close_sent = False
-    proto.writable = asyncio.Event()
-    proto.writable.set()
-    assert proto.write_text(text) is True
-    reference = ServerProtocol()
-    reference.state = State.OPEN
-    reference.send_text(text.encode())
-    assert transport.out == [b"".join(reference.data_to_send())]
-
-
 # -- found by review: each of these failed before its fix --------------------------------------------
 def test_commits_that_write_nothing_do_not_put_off_the_next_checkpoint(data_dir: Path) -> None:
     """Read-only turns commit empty transactions: they must not teach ``checkpoint_due`` that a commit
@@ -886,8 +816,8 @@ class Doomed(Counter):
         return n
 
 
-async def test_a_failed_commit_of_an_inline_turn_releases_nothing_over_the_websocket(data_dir: Path) -> None:
-    """The output gate on the direct path: the reply and the state frame of a batch whose commit
+async def test_a_failed_commit_releases_nothing_over_the_websocket(data_dir: Path) -> None:
+    """The output gate: the reply and the state frame of a batch whose commit
     failed never reach the client; it is closed with 1011; the actor reloads the committed state."""
     app = create_app([Doomed], data_dir=data_dir, limits=NO_RATE_LIMITS)
     async with serve_in_process(app) as addr:
@@ -943,7 +873,7 @@ class Quits(Counter):
         raise asyncio.CancelledError
 
 
-async def test_a_cancelled_error_raised_in_an_inline_turn_stops_the_actor_cleanly(data_dir: Path) -> None:
+async def test_a_cancelled_error_raised_in_a_turn_stops_the_actor_cleanly(data_dir: Path) -> None:
     """It must not escape into the protocol's ``data_received`` (the client saw 1006 and the actor's
     task stayed parked forever): the actor stops as after any crash (close 1011), its task ends, and
     the next connection gets it back from disk."""

@@ -1,13 +1,14 @@
-"""Running a parked task's next step at once, from elsewhere, without a task switch.
+"""Inline turns were removed; what is left are the names ``roost.actors.host`` still imports.
 
-An actor's mailbox task spends most of its life parked, waiting for input. :func:`step_as` lets the
-code that *has* the input (``ActorHost.run_now``, called from a socket's ``data_received``) run the turn
-on the parked task's behalf: in that task's context, with :func:`asyncio.current_task` returning that
-task, so that timeouts and cancellations aimed at "the current task" reach the right one.
+An inline turn ran an actor's turn inside a socket's reader on behalf of the parked mailbox task, as
+that task (``asyncio.current_task()`` returning it), which needs asyncio's private
+``asyncio.tasks._enter_task``/``_leave_task``. Measured against the public path it was worth under 10 %
+of durable RPC throughput (``bench/RESULTS.md``, "Paths on other libraries' private internals") and was
+removed: every turn runs in its actor's mailbox task.
 
-Most turns finish without ever suspending (they await no real I/O). When one does suspend,
-:class:`Resume` hands the half-run coroutine to the parked task, which continues it exactly where it
-stopped, as if it had run it from the start.
+:data:`AVAILABLE` is False, so ``ActorHost.run_now`` always queues the input (``submit``) and never
+calls :func:`step_as`; :class:`Suspended` and :class:`Resume` (public coroutine API only) are never
+created. The module goes once the host drops its inline branch.
 """
 
 from __future__ import annotations
@@ -17,15 +18,10 @@ import contextvars
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["Resume", "Suspended", "step_as"]
+__all__ = ["AVAILABLE", "Resume", "Suspended", "step_as"]
 
-try:  # private, but present from 3.7 to 3.13; without them, nothing is run inline
-    from asyncio.tasks import _enter_task, _leave_task
-
-    #: Whether :func:`step_as` can run here at all (callers fall back to waking the task).
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - a future Python without them
-    AVAILABLE = False
+#: Whether turns may run inline: never (see the module docstring).
+AVAILABLE = False
 
 
 class Suspended:
@@ -41,27 +37,9 @@ class Suspended:
 def step_as(
     task: asyncio.Task[Any], context: contextvars.Context, coro: Coroutine[Any, Any, Any]
 ) -> Suspended | None:
-    """Run ``coro`` until it returns or first suspends, as ``task`` would run it: in ``context``,
-    the context ``task`` was created with (``create_task(..., context=context)``).
-
-    ``task`` must be parked (awaiting a future no one else will resolve meanwhile). Returns ``None``
-    when the coroutine finished (its result is discarded; it raises what it raised), or a
-    :class:`Suspended` that the caller must hand to ``task`` (see :class:`Resume`) at once.
-    """
-    loop = task.get_loop()
-    caller = asyncio.current_task(loop)
-    if caller is not None:
-        _leave_task(loop, caller)
-    _enter_task(loop, task)
-    try:
-        yielded = context.run(coro.send, None)
-    except StopIteration:
-        return None
-    finally:
-        _leave_task(loop, task)
-        if caller is not None:
-            _enter_task(loop, caller)
-    return Suspended(coro, yielded)
+    """Removed with inline turns: raises ``RuntimeError`` (callers check :data:`AVAILABLE` first)."""
+    coro.close()
+    raise RuntimeError("inline turns were removed (roost.actors.inline.AVAILABLE is False)")
 
 
 class Resume:

@@ -1,108 +1,64 @@
-"""uvicorn's sans-I/O WebSocket protocol, with a direct frame path for Roost's endpoint.
+"""uvicorn's sans-I/O WebSocket protocol, answering the handshakes it cannot parse.
 
 ``roost serve`` uses this class; to use it under your own uvicorn, pass
-``ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol"``. Under any other ASGI server the endpoint works
-through plain ASGI ``receive``/``send``, only slower.
+``ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol"``. Under uvicorn's own classes, or any other
+ASGI server, the endpoint works the same through plain ASGI ``receive``/``send``; only a refused
+handshake goes unanswered (below).
 
-Two things differ from uvicorn's own class:
+**Handshakes it cannot parse are answered.** When the ``websockets`` parser refuses an upgrade request
+(request line or header over its limit), it prepares an HTTP error response (414 or 431) but uvicorn's
+adapter never writes it, leaving the client hanging with an open socket. This class writes that
+response and closes the connection. It overrides only ``connection_made`` and ``data_received`` (the
+``asyncio.Protocol`` interface uvicorn's class implements) and calls websockets' public
+``ServerProtocol.handshake_exc`` and ``data_to_send()``. Two names are uvicorn's own and undocumented:
+the module this class comes from, and ``conn``, the ``ServerProtocol`` its class drives. That is a
+correctness fix, not a speed-up; the pin in ``pyproject.toml`` (``uvicorn>=0.54,<0.55``) keeps to the
+version it was tested with, and ``tests/test_core_edges.py`` checks the answer on a real server.
 
-- **Handshakes it cannot parse are answered.** When the ``websockets`` parser refuses an upgrade
-  request (request line or header over its limit), it prepares an HTTP error response (414 or 431) but
-  uvicorn's adapter never writes it, leaving the client hanging with an open socket. This class writes
-  that response and closes the connection.
-- **The direct frame path.** An accepted connection's scope carries the ASGI extension
-  ``"roost.direct"`` (this protocol object). The endpoint may then set :attr:`frame_handler`: each
-  complete data message is handed to it from ``data_received`` (text as ``str``, binary as ``None``)
-  instead of being queued for ``receive()`` — no queue, no task switch, no pause and resume of reading
-  per message. The handler returns ``False`` to decline a frame, which then goes the ASGI way. Frames
-  keep their order: while anything is queued for ``receive()``, later frames are queued behind it.
-  :meth:`write_text` writes a frame at once when the socket takes it. Disconnects, closes and
-  everything else still go through ``receive()``.
+**No fast path on private internals.** A direct frame path used to live here (an override of
+uvicorn's ``send_receive_event_to_app`` reading its ``frames``, ``queue``, ``writable`` and
+``close_sent``, and RFC 6455 frame headers built by hand). Measured against the public path it was
+worth under 10 % of durable RPC throughput (``bench/RESULTS.md``, "Paths on other libraries' private
+internals") and was removed. :data:`DIRECT`, :attr:`RoostWebSocketProtocol.frame_handler` and
+:meth:`RoostWebSocketProtocol.write_text` remain only while ``roost.transport.endpoint`` still has its
+side of that path: no scope ever carries :data:`DIRECT`, so the endpoint always takes the ASGI way.
 """
 
 from __future__ import annotations
 
-import struct
+import asyncio
 from collections.abc import Callable
+from typing import cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-from websockets.exceptions import InvalidState
-from websockets.http11 import Request
-from websockets.protocol import State
 
 __all__ = ["DIRECT", "RoostWebSocketProtocol"]
 
-#: The ASGI scope extension naming the protocol object that offers the direct frame path.
+#: The ASGI scope extension of the removed direct frame path. Never set: see the module docstring.
 DIRECT = "roost.direct"
-
-_HEAD16 = struct.Struct("!BBH")  # FIN + text opcode, length 126, 16-bit length
-_HEAD64 = struct.Struct("!BBQ")  # FIN + text opcode, length 127, 64-bit length
 
 
 class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
-    #: Takes a complete data message (``None`` for binary); returns False to have it queued instead.
+    #: Unused (the direct frame path was removed); kept while the endpoint still assigns it.
     frame_handler: Callable[[str | None], bool] | None = None
+    _socket: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._socket = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if not self.handshake_initiated and self.conn.handshake_exc is not None:
-            output = self.conn.data_to_send()
-            if output:
-                self.transport.write(b"".join(output))
-            self.transport.close()
-
-    def handle_connect(self, event: Request) -> None:
-        super().handle_connect(event)
-        if not self.close_sent:  # accepted for the app: the scope exists and its task is not yet run
-            self.scope["extensions"][DIRECT] = {"protocol": self}
-
-    def send_receive_event_to_app(self) -> None:
-        handler = self.frame_handler
-        if handler is None or self.close_sent or not self.queue.empty():
-            super().send_receive_event_to_app()
+        socket, conn = self._socket, self.conn
+        if conn.handshake_exc is None or socket is None or socket.is_closing():
             return
-        if self.curr_msg_data_type == "text":
-            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
-            try:
-                text: str | None = data.decode()
-            except UnicodeDecodeError:
-                super().send_receive_event_to_app()  # uvicorn closes with 1007
-                return
-        else:
-            text = None
-        if handler(text):
-            self.frames = []
-        else:
-            super().send_receive_event_to_app()
+        # refused by the parser before uvicorn saw a request (uvicorn closes the socket after any
+        # response it writes itself): write the response websockets prepared, and close
+        output = conn.data_to_send()
+        if output:
+            socket.write(b"".join(output))
+        socket.close()
 
     def write_text(self, text: str) -> bool | None:
-        """Write a text frame now if the socket takes it: True when written, False when the caller
-        must wait (the transport's buffer is full, or a close is under way), None when the
-        connection is gone.
-
-        The frame is built here when nothing can change its bytes (no extension negotiated, no
-        fragmented message under way, the connection open): a server frame is a two- to ten-byte
-        header and the payload, unmasked (RFC 6455 §5.2). That costs a fifth of building it through
-        ``websockets``' frame objects, on every frame a server sends."""
-        if self.disconnected:
-            return None
-        if self.close_sent or not self.writable.is_set():
-            return False
-        conn = self.conn
-        data = text.encode()
-        if conn.state is State.OPEN and not conn.extensions and not conn.expect_continuation_frame:
-            size = len(data)
-            if size < 126:
-                head = bytes((0x81, size))
-            elif size < 65536:
-                head = _HEAD16.pack(0x81, 126, size)
-            else:
-                head = _HEAD64.pack(0x81, 127, size)
-            self.transport.write(head + data)
-            return True
-        try:
-            conn.send_text(data)
-        except InvalidState:
-            return None
-        self.transport.write(b"".join(conn.data_to_send()))
-        return True
+        """Unused (the direct frame path was removed): always False, "send it the ASGI way"."""
+        return False
