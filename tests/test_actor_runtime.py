@@ -34,6 +34,7 @@ from roost.actors import (
 )
 from roost.actors.connection import MAX_CONNECTION_STATE_BYTES
 from roost.actors.errors import CallTimeout, NotInTurn, Overloaded
+from roost.actors.host import HostState
 from roost.examples.kinds import Counter
 from roost.scheduler import FakeClock
 from roost.storage import ActorFile, actor_path
@@ -903,10 +904,13 @@ async def test_wrong_arguments_give_invalid_arguments(tmp_path: Path) -> None:
 
 # -- 11. turn timeout ---------------------------------------------------------------------------------
 async def test_turn_timeout_cancels_the_turn_rolls_back_and_frees_the_mailbox(tmp_path: Path) -> None:
-    kit, _ = make_kit(tmp_path, Sleepy, turn_timeout=0.2)
+    kit, clock = make_kit(tmp_path, Sleepy, turn_timeout=0.2)
     async with kit:
         c = kit.connect("sleepy", "timeout-1")
-        err = await call_error(c, "hang")
+        answer = asyncio.ensure_future(call_error(c, "hang"))
+        await clock.armed(1)  # the turn is waiting: its deadline is armed on the runtime's clock
+        clock.advance(0.2)  # time moves; nothing sleeps
+        err = await answer
         assert err.code == "timeout"
         assert await c.call("snapshot") == {"state": {"count": 0}, "seq": 0, "marks": 0}
         assert await c.call("increment") == 1
@@ -919,14 +923,20 @@ async def test_an_in_process_caller_is_told_the_turn_timed_out_not_that_its_own_
 ) -> None:
     """``Registry.call``/``run`` pass the actor's own timeout answer through: "turn exceeded", which
     says where the time went, not the caller's "no answer within" (its ``call_timeout`` is far off)."""
-    kit, _ = make_kit(tmp_path, Sleepy, turn_timeout=0.05)
+    kit, clock = make_kit(tmp_path, Sleepy, turn_timeout=0.05)
     async with kit:
+        answer = asyncio.ensure_future(kit.call("sleepy", "timeout-2", "hang"))
+        await clock.armed(2)  # the caller's wait (30 s) and the turn's deadline (0.05 s)
+        clock.advance(0.05)
         with pytest.raises(CallTimeout, match=r"^turn exceeded 0\.05 s$"):
-            await kit.call("sleepy", "timeout-2", "hang")
-    kit, _ = make_kit(tmp_path, Sleepy, turn_timeout=30, call_timeout=0.05, stop_timeout=0.1)
+            await answer
+    kit, clock = make_kit(tmp_path, Sleepy, turn_timeout=30, call_timeout=0.05, stop_timeout=0.1)
     async with kit:
+        answer = asyncio.ensure_future(kit.call("sleepy", "timeout-2", "hang"))
+        await clock.armed(2)  # the caller's wait (0.05 s) and the turn's deadline (30 s)
+        clock.advance(0.05)
         with pytest.raises(CallTimeout, match=r"^no answer within 0\.05 s$"):
-            await kit.call("sleepy", "timeout-2", "hang")
+            await answer
 
 
 class Stubborn(Actor):
@@ -960,11 +970,13 @@ async def test_a_cancel_that_lands_with_the_turn_timeout_is_not_lost(tmp_path: P
     too. The second cancel is not taken for the timeout's and dropped: it ends the task, and the
     input queued behind never runs."""
     Stubborn.cleaning, Stubborn.cleaned, Stubborn.started_next = asyncio.Event(), asyncio.Event(), False
-    kit, _ = make_kit(tmp_path, Stubborn, turn_timeout=0.05)
+    kit, clock = make_kit(tmp_path, Stubborn, turn_timeout=0.05)
     async with kit:
         c = kit.connect("stubborn", "s1")
         c.send_call("hold")
         c.send_call("next")
+        await clock.armed(1)  # the hold turn's deadline
+        clock.advance(0.05)
         await asyncio.wait_for(Stubborn.cleaning.wait(), 5)  # the timeout fired: clean-up under way
         host = kit.registry.hosts[("stubborn", "s1")]
         host.task.cancel()  # a shutdown's cancel, landing during the clean-up
@@ -1161,10 +1173,10 @@ async def test_stop_also_stops_an_actor_that_a_draining_turn_activates(tmp_path:
         relay = kit.registry.hosts[("relay", "r1")]
         stopping = asyncio.create_task(kit.registry.stop())
         for _ in range(10_000):  # until the drain has begun
-            if relay._stop_requested:
+            if relay.lifecycle is HostState.DRAINING:
                 break
             await asyncio.sleep(0)
-        assert relay._stop_requested
+        assert relay.lifecycle is HostState.DRAINING
         assert ("napper", "woken") not in kit.registry.hosts
         Relay.go.set()
         await stopping

@@ -43,7 +43,8 @@ from roost.actors.errors import (
     UnknownKind,
 )
 from roost.actors.extension import Process, Service
-from roost.actors.host import ActorHost, Call, Input, Key, Task, Wake
+from roost.actors.host import ActorHost
+from roost.actors.inputs import Call, Input, Key, Task, Wake
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
@@ -252,7 +253,7 @@ class Registry:
             self.directory.touch(host.kind, host.name, self.clock.now())
         return True
 
-    def _forget(self, host: ActorHost) -> None:
+    def forget(self, host: ActorHost) -> None:
         """Called by a host that stopped after a failure."""
         if self.hosts.get(host.key) is host:
             del self.hosts[host.key]
@@ -495,7 +496,7 @@ class Registry:
     async def _wait(self, fut: asyncio.Future[Any], timeout: float | None) -> Any:
         limit = self.config.call_timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(limit):
+            async with self.clock.timeout(limit):
                 return await asyncio.shield(fut)
         except CallTimeout:
             raise  # the actor's own answer ("turn exceeded …"), not our wait running out
