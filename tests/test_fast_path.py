@@ -439,7 +439,7 @@ async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_o
                 await sock.accepted()
                 sock.write(RawSocket.frames(*early))
                 host = app.registry.hosts[("slowstart", "early")]
-                await wait_until(lambda: len(host._inbox) == 1 + len(early))  # the connect, then these
+                await wait_until(lambda: host.queued == 1 + len(early))  # the connect, then these
             else:
                 sock.write(RawSocket.frames(*early))
                 await wait_until(lambda: protocol.queue.qsize() > 0)  # read and queued for receive()
