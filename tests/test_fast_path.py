@@ -25,12 +25,10 @@ import base64
 import os
 import sqlite3
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import CodeType
 from typing import Any, ClassVar
 
 import httpx
@@ -41,9 +39,10 @@ from starlette.requests import HTTPConnection
 from websockets.asyncio.client import ClientConnection
 
 from roost.actors import ANONYMOUS, Actor, Principal, callable
-from roost.actors.inline import Resume, step_as
+from roost.actors.host import turn_runner
 from roost.actors.registry import RuntimeConfig
 from roost.examples.kinds import KINDS, Counter
+from roost.scheduler import FakeClock
 from roost.storage import ActorFile, actor_path
 from roost.storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
 from roost.transport import RoostApp, create_app
@@ -92,20 +91,6 @@ async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None
 def direct_sinks(app: RoostApp) -> int:
     """How many open connections of ``app`` are served by the direct frame path."""
     return sum(isinstance(getattr(sink, "direct", None), RoostWebSocketProtocol) for sink in app.sinks)
-
-
-def on_stack(code: CodeType) -> bool:
-    """Whether a frame running ``code`` is among the callers of the code that asks."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
-STEP_AS = step_as.__code__  # on the stack: the turn is run inline, by a socket's reader
-RESUME = Resume.__await__.__code__  # on the stack: the actor's task continues a suspended inline turn
 
 
 class RawSocket:
@@ -218,14 +203,14 @@ class Stepper(Actor):
 
     @callable
     async def sleepy(self, seconds: float) -> int:
-        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        task, inline = asyncio.current_task(), turn_runner() == "inline"
         await asyncio.sleep(seconds)
         self._note(
             "sleepy",
             task_before=task,
             inline_before=inline,
             task_after=asyncio.current_task(),
-            resumed_after=on_stack(RESUME),
+            resumed_after=turn_runner() == "resumed",
         )
         n: int = self.state["n"] + 1
         self.set_state({"n": n})
@@ -234,7 +219,7 @@ class Stepper(Actor):
     @callable
     async def via(self, other: str, by: int) -> int:
         """Awaits another actor (a real suspension) and folds its answer into this actor's state."""
-        task, inline = asyncio.current_task(), on_stack(STEP_AS)
+        task, inline = asyncio.current_task(), turn_runner() == "inline"
         got: int = await self.actor("counter", other).call("increment", by)
         self._note("via", task_before=task, inline_before=inline, task_after=asyncio.current_task())
         self.set_state({"n": self.state["n"] + got})
@@ -244,7 +229,7 @@ class Stepper(Actor):
     async def slow(self, seconds: float) -> int:
         """Writes, then waits longer than the turn may last."""
         self.set_state({"n": self.state["n"] + 100})
-        self._note("slow", inline_before=on_stack(STEP_AS), task_before=asyncio.current_task())
+        self._note("slow", inline_before=turn_runner() == "inline", task_before=asyncio.current_task())
         await asyncio.sleep(seconds)
         n: int = self.state["n"]
         return n
@@ -272,7 +257,7 @@ class Tally(Actor):
     @callable
     def increment(self) -> int:
         type(self).turns += 1
-        type(self).inline += on_stack(STEP_AS)
+        type(self).inline += turn_runner() == "inline"
         count: int = self.state["count"] + 1
         self.set_state({"count": count})
         return count
@@ -623,17 +608,21 @@ async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_
     data_dir: Path, fresh_kinds: None
 ) -> None:
     config = RuntimeConfig(turn_timeout=0.3)
-    app = create_app([Stepper], data_dir=data_dir, config=config, limits=NO_RATE_LIMITS)
+    clock = FakeClock()
+    app = create_app([Stepper], data_dir=data_dir, config=config, limits=NO_RATE_LIMITS, clock=clock)
     async with serve_in_process(app) as addr:
         async with websockets.connect(f"ws://{addr}/agents/stepper/t?subscribe=none") as ws:
             assert (await recv(ws))["type"] == "welcome"
             host = app.registry.hosts[("stepper", "t")]
             assert (await call(ws, "1", "add"))["result"] == 1
-            started = time.monotonic()
             await ws.send(rpc("slow", "slow", 60.0))
             await ws.send(rpc("after", "get"))  # queued behind the slow turn
+            await clock.armed(1)  # the slow turn suspended: its deadline is armed on the clock
+            clock.advance(0.29)
+            await asyncio.sleep(0)
+            assert clock.timers == 1, "the turn timed out before turn_timeout"
+            clock.advance(0.01)  # exactly at the deadline
             slow = await recv(ws)
-            elapsed = time.monotonic() - started
             after = await recv(ws)
             assert (await call(ws, "2", "add"))["result"] == 2
             assert app.registry.hosts[("stepper", "t")] is host, "the actor was restarted"
@@ -641,7 +630,6 @@ async def test_an_inline_turn_past_turn_timeout_gets_timeout_is_rolled_back_and_
     assert Stepper.seen[0]["method"] == "slow"
     assert Stepper.seen[0]["inline_before"] is True, "the slow turn did not run inline"
     assert (slow["id"], slow["ok"], slow["error"]["code"]) == ("slow", False, "timeout")
-    assert 0.25 <= elapsed < 10, elapsed
     assert after == {"type": "rpc_result", "id": "after", "ok": True, "result": 1}, "not rolled back"
     assert actor_state(data_dir, "stepper", "t") == {"n": 2}
     file = ActorFile.open(actor_path(data_dir, "stepper", "t"), "stepper", "t")

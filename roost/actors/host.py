@@ -66,10 +66,37 @@ if TYPE_CHECKING:
     from roost.actors.actor import Actor
     from roost.actors.registry import Registry
 
-__all__ = ["ActorHost", "Call", "Connect", "Deliver", "Disconnect", "HostState", "Message", "Task", "Wake"]
+__all__ = [
+    "ActorHost",
+    "Call",
+    "Connect",
+    "Deliver",
+    "Disconnect",
+    "HostState",
+    "Message",
+    "Task",
+    "Wake",
+    "turn_runner",
+]
 
 log = logging.getLogger("roost.actor")
 _UNSET: Any = object()
+#: The host whose mailbox task's context this is (set once per host, in its own context copy).
+_HOST: contextvars.ContextVar[ActorHost] = contextvars.ContextVar("roost_actor_host")
+
+
+def turn_runner() -> str:
+    """Who runs the current turn at this moment (a hook for tests of the inline path):
+
+    ``"inline"`` (``run_now`` stepping it in a socket's reader), ``"resumed"`` (the mailbox task
+    continuing an inline turn that suspended), ``"mailbox"`` (the mailbox task, from the start), or
+    ``""`` outside every actor's turn."""
+    host = _HOST.get(None)
+    if host is None or not host.gate.turn_open:
+        return ""
+    if host.stepping:
+        return "inline"
+    return "resumed" if host.resuming else "mailbox"
 
 
 class HostState(enum.Enum):
@@ -85,7 +112,8 @@ class ActorHost:
     """One live actor. Created and owned by the :class:`~roost.actors.registry.Registry`.
 
     Besides :attr:`lifecycle`, a few transient flags are not lifecycle and stay named fields:
-    ``stepping`` (``run_now`` is running a turn inline), ``checkpointing`` (the WAL is being
+    ``stepping`` (``run_now`` is running a turn inline), ``resuming`` (the mailbox task continues
+    one that suspended), ``checkpointing`` (the WAL is being
     checkpointed in a worker thread), ``flush_queued`` (the registry will call :meth:`flush_soon` at
     the end of this loop iteration), ``adopt`` (an inline turn that suspended, for the mailbox task).
     """
@@ -127,6 +155,7 @@ class ActorHost:
         self.mailbox: deque[Input] = deque()
         self.current: Input | None = None  # the input being handled
         self.stepping = False
+        self.resuming = False  # the mailbox task is continuing a suspended inline turn
         self.checkpointing = False
         self.flush_queued = False
         self.adopt: Suspended | None = None
@@ -149,6 +178,7 @@ class ActorHost:
         self.validates = actor_cls.validate_state is not base.validate_state
         self.watches = actor_cls.on_state_changed is not base.on_state_changed
         self._context = contextvars.copy_context()  # the mailbox task's, for turns run inline
+        self._context.run(_HOST.set, self)
         self.task: asyncio.Task[None] = self.loop.create_task(
             self._run(), name=f"actor:{kind}/{name}", context=self._context
         )
@@ -343,7 +373,11 @@ class ActorHost:
                     adopt = self.adopt
                     if adopt is not None:  # an inline turn suspended: continue it here
                         self.adopt = None
-                        await Resume(adopt, cancel)
+                        self.resuming = True
+                        try:
+                            await Resume(adopt, cancel)
+                        finally:
+                            self.resuming = False
                     continue
                 item = self.mailbox.popleft()
                 await dispatch(self, item)
