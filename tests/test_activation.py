@@ -40,6 +40,7 @@ from tests.conftest import NO_RATE_LIMITS
 from tests.runtime_support import (
     Fragile,
     Napper,
+    Sleepy,
     make_dormant,
     make_kit,
     of_type,
@@ -411,3 +412,20 @@ async def test_snapshot_of_never_created_actor_raises_not_found_and_creates_noth
 
         await make_dormant(kit, clock, "counter", "snap-1")
         assert await kit.registry.snapshot("counter", "snap-1") == ({"count": 4}, 1)
+
+
+async def test_every_task_the_runtime_made_has_ended_when_the_registry_stops(tmp_path: Path) -> None:
+    """Every task has an owner: when ``Registry.stop`` returns, the mailbox tasks (of live, deactivated
+    and stuck actors), the sweeper, the checkpointer, the dispatcher and its waiters have all ended."""
+    kit, clock = make_kit(tmp_path, Napper, Sleepy, idle_timeout=10, stop_timeout=0.1)
+    async with kit:
+        assert await kit.call("napper", "owned-1", "increment") == 1
+        assert await kit.call("napper", "owned-2", "increment") == 1
+        await make_dormant(kit, clock, "napper", "owned-1")
+        stuck = kit.connect("sleepy", "owned-3")
+        stuck.send_call("hang")  # a turn that never ends: stop cancels it after stop_timeout
+        ours = [t for t in asyncio.all_tasks() if t.get_name().startswith(("roost:", "actor:"))]
+        assert {"roost:sweeper", "roost:checkpoint", "roost:dispatcher"} <= {t.get_name() for t in ours}
+    left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(("roost:", "actor:"))]
+    assert left == []
+    assert all(t.done() for t in ours)

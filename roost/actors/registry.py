@@ -12,6 +12,22 @@ Guarantees:
   its file with its state intact.
 - **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
   least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
+- **Every task has an owner that awaits or cancels it on stop.** The rule, for ``roost.actors`` and
+  ``roost.scheduler``: a task is made only by its owner, which keeps a reference and ends it.
+
+  - The registry's background tasks (the idle sweeper, the directory checkpointer, the dispatcher)
+    are made in :meth:`Registry.start` into :attr:`Registry.background`, and cancelled and awaited
+    in :meth:`Registry.stop`, before the actors drain.
+  - Each :class:`~roost.actors.host.ActorHost` owns its mailbox task: ``stop()`` awaits it,
+    ``deactivate()`` and a failure cancel it. The registry owns its hosts: :meth:`Registry.stop`
+    stops every one (waiting ``stop_timeout``, then cancelling), including hosts that draining turns
+    activate.
+  - The dispatcher owns its delivery tasks and its sleep and kick waiters, cancelled and awaited
+    when it stops.
+
+  ``stop_timeout`` is the one wait measured on real time rather than the runtime's clock: a shutdown
+  must end even when a test's fake clock is never moved. Every other timer (turn, call and fire
+  timeouts, idle sweeps, wake-ups, leases) runs on :attr:`Registry.clock`.
 """
 
 from __future__ import annotations
@@ -131,9 +147,8 @@ class Registry:
         self.directory: Directory | None = None
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
-        self._sweeper: asyncio.Task[None] | None = None
-        self._checkpointer: asyncio.Task[None] | None = None
-        self._dispatch_task: asyncio.Task[None] | None = None
+        #: The registry's own tasks (sweeper, checkpointer, dispatcher): ended by :meth:`stop`.
+        self.background: list[asyncio.Task[None]] = []
         self.sweeps = 0
         self.activations = 0
         self._pools: dict[str, ThreadPoolExecutor] = {}  # "checkpoint", "release": four threads each
@@ -154,8 +169,8 @@ class Registry:
         self.directory = Directory(self.config.data_dir)
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
         loop = asyncio.get_running_loop()
-        self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
-        self._checkpointer = loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint")
+        self.background.append(loop.create_task(self._sweep_forever(interval), name="roost:sweeper"))
+        self.background.append(loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint"))
         if self.config.scheduler:
             self.dispatcher = Dispatcher(
                 self.directory,
@@ -164,15 +179,14 @@ class Registry:
                 poll_interval=self.config.poll_interval,
                 lease=self.config.wakeup_lease,
             )
-            self._dispatch_task = loop.create_task(self.dispatcher.run(), name="roost:dispatcher")
+            self.background.insert(0, loop.create_task(self.dispatcher.run(), name="roost:dispatcher"))
 
     async def stop(self) -> None:
         """Drain and close every live actor, then the directory. Close connections first."""
-        for task in (self._dispatch_task, self._sweeper, self._checkpointer):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._sweeper = self._dispatch_task = self._checkpointer = None
+        background, self.background = self.background, []
+        for task in background:  # the dispatcher first: it wakes actors
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         for service in list(self.services.values()):
             try:
                 await service.stop()
@@ -201,7 +215,8 @@ class Registry:
             self.directory = None
 
     async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
-        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
+        loop = asyncio.get_running_loop()
+        stops = [loop.create_task(h.stop(), name=f"roost:stop:{h.kind}/{h.name}") for h in hosts]
         _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
         for task in late:  # a turn that will not end: cancel it (rolled back), close the file
             log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
