@@ -121,8 +121,11 @@ class Turn:
         return self
 
     def __exit__(self, tp: object, exc: BaseException | None, tb: object) -> bool:
-        if exc is None:
-            self.commit()
+        if exc is None:  # commit(), written out: this is every turn's path
+            host = self.host
+            host.file.end_turn()
+            host.gate.held.extend(host.gate.turn)  # end() gives the next turn a new list
+            self.end()
             self.ok = True
             return False
         exc = self.check_timeout(exc)
@@ -142,7 +145,8 @@ class Turn:
         host.principal = caller.principal if caller is not None else None
         clock = host.clock
         self.now = clock.now()
-        host.gate.turn = []
+        if host.gate.turn:  # end() leaves a new empty list; only a turn that never ended leaves one
+            host.gate.turn = []
         host.file.begin_turn()
         self.mark = self.mark_now()
         self.id += 1
@@ -155,7 +159,7 @@ class Turn:
         """The turn's writes stay in the batch transaction; its outputs join the batch's."""
         host = self.host
         host.file.end_turn()
-        host.gate.commit_turn()
+        host.gate.held.extend(host.gate.turn)  # end() gives the next turn a new list
         self.end()
 
     def abort(self) -> None:
