@@ -136,7 +136,7 @@ async def test_a_deactivated_file_is_released_off_the_loop_and_never_opened_befo
         with release_threads_busy(kit):
             clock.advance(11)
             assert kit.registry.sweep() == 1
-            assert key in kit.registry._releasing
+            assert key in kit.registry.file_releases.pending
             assert await kit.call("napper", "nap-3", "increment") == 2  # without it: ActorLocked
 
         # 2. under way: the release runs in its thread and takes a while
@@ -203,7 +203,7 @@ async def test_the_backlog_of_files_being_released_is_bounded(tmp_path: Path) ->
         with release_threads_busy(kit):
             clock.advance(11)
             assert kit.registry.sweep() == 40
-            assert len(kit.registry._releasing) == 16  # 24 were closed here, on the loop
+            assert len(kit.registry.file_releases.pending) == 16  # 24 were closed here, on the loop
         await kit.registry.released()
         for i in range(40):
             assert await kit.call("napper", f"b{i}", "get") == 1
