@@ -868,7 +868,7 @@ class Doomed(Counter):
     @callable
     def doomed(self) -> int:
         self.set_state({"count": self.state["count"] + 100})
-        conn = self._host.file.conn
+        conn = self.extension.connection()
         conn.set_progress_handler(lambda: 1 if conn.in_transaction else 0, 1)  # interrupt the COMMIT
         n: int = self.state["count"]
         return n
