@@ -12,7 +12,7 @@ websockets), and would not move ``now()``. One small protocol that the runtime a
 fake's reach to exactly the runtime's timers, on any loop (uvloop included, whose ``loop.time()`` is
 not ``time.monotonic()``).
 
-Guarantees (``tests/test_scheduler.py``, ``tests/test_turns.py``):
+Guarantees (``tests/test_clock.py``; the runtime's timeouts on it in ``tests/test_turns.py``):
 
 - :meth:`Clock.call_at` runs ``callback(*args)`` once ``monotonic()`` has reached ``when``, on the loop;
   the handle's ``cancel()`` stops it. A fake clock runs it inside :meth:`FakeClock.advance`.
