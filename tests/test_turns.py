@@ -187,7 +187,11 @@ async def test_turn_timeout_cancels_the_turn_rolls_back_and_frees_the_mailbox(tm
         c = kit.connect("sleepy", "timeout-1")
         answer = asyncio.ensure_future(call_error(c, "hang"))
         await clock.armed(1)  # the turn is waiting: its deadline is armed on the runtime's clock
-        clock.advance(0.2)  # time moves; nothing sleeps
+        clock.advance(0.19)  # time moves; nothing sleeps
+        await asyncio.sleep(0)
+        assert clock.timers == 1, "the turn timed out before turn_timeout"
+        assert not answer.done()
+        clock.advance(0.01)  # exactly at the deadline
         err = await answer
         assert err.code == "timeout"
         assert await c.call("snapshot") == {"state": {"count": 0}, "seq": 0, "marks": 0}
