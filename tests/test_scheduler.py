@@ -150,7 +150,9 @@ class Waker(Actor):
         name = self.name
         self.attempts[name] = self.attempts.get(name, 0) + 1
         tag = payload.get("tag") if isinstance(payload, dict) else None
-        self.sql.execute("INSERT INTO hits (tag, at) VALUES (?, ?)", (tag, self._host.clock.now()))
+        self.sql.execute(
+            "INSERT INTO hits (tag, at) VALUES (?, ?)", (tag, self.extension.process.clock.now())
+        )
         self.set_state({"runs": self.state["runs"] + 1})
         if self.failures.get(name, 0) > 0:
             self.failures[name] -= 1
@@ -438,7 +440,7 @@ async def test_completion_row_stops_a_redelivered_fire(tmp_path: Path) -> None:
         assert await kit.registry.wake("waker", "redeliver") == 1
 
         async def rewind(actor: Actor) -> None:  # as if the advance had been lost
-            actor._host.file.conn.execute(
+            actor.extension.connection().execute(
                 "UPDATE roost_schedules SET next_fire = ?, status = 'active' WHERE id = ?", (T0 + 5, s["id"])
             )
 
@@ -535,7 +537,11 @@ async def test_callback_over_its_timeout_is_a_failed_attempt_and_actor_stays_res
     async with kit:
         s = await kit.call("waker", "timeout", "plan", 1, callback="hang", timeout=0.05)
         clock.advance(1)
-        assert await kit.registry.wake("waker", "timeout") == 1
+        waking = asyncio.ensure_future(kit.registry.wake("waker", "timeout"))
+        # the wake's own wait, the callback's timeout and the fire turn's deadline, on the clock
+        await clock.armed(3)
+        clock.advance(0.05)  # past the callback's timeout: nothing sleeps
+        assert await waking == 1
         info = await kit.call("waker", "timeout", "info", s["id"])
         assert info["last_error"] == "timeout"
         assert info["attempts"] == 1

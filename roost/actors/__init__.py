@@ -1,7 +1,9 @@
 """Actors: named, stateful, durable, one turn at a time. Knows nothing of Starlette.
 
-See :mod:`roost.actors.actor` for the API a user writes against, :mod:`roost.actors.host` for turns
-and the output gate, :mod:`roost.actors.registry` for activation and dormancy,
+See :mod:`roost.actors.actor` for the API a user writes against, :mod:`roost.actors.host` for one
+live actor (its lifecycle and mailbox task), :mod:`roost.actors.turn` for the one template every turn
+runs in, :mod:`roost.actors.outputs` for the output gate, :mod:`roost.actors.handlers` for what each
+kind of input does, :mod:`roost.actors.registry` for activation and dormancy, and
 :mod:`roost.actors.errors` for the error hierarchy.
 """
 

@@ -170,7 +170,7 @@ class Actor:
         or a cron string (5 or 6 fields, in ``tz``). ``callback`` names a ``@wakeup`` method; ``payload``
         is JSON. Written in this turn's transaction. With a ``key`` that already exists, the existing
         schedule is returned and nothing is added (safe to call in ``on_start``)."""
-        trigger = make_trigger(when, now=self._host._now, tz=tz)
+        trigger = make_trigger(when, now=self._host.turn_now, tz=tz)
         return self._schedule(trigger, callback, payload, key, misfire, misfire_grace, retry, timeout)
 
     async def schedule_every(
@@ -189,7 +189,7 @@ class Actor:
         """Wake this actor every ``interval`` seconds (first at ``start``, default one interval from
         now). Runs never overlap: a run later than its grace is a misfire (default: coalesced)."""
         begin = start.timestamp() if isinstance(start, datetime) else start
-        trigger = interval_trigger(interval, now=self._host._now, start=begin)
+        trigger = interval_trigger(interval, now=self._host.turn_now, start=begin)
         return self._schedule(trigger, callback, payload, key, misfire, misfire_grace, retry, timeout)
 
     def _schedule(

@@ -130,6 +130,14 @@ class Connection:
         else:
             self._sink.close(code, reason)
 
+    def attach(self, host: ActorHost) -> None:
+        """From its connect turn on, what the connection sends goes through ``host``'s output gate."""
+        self._host = host
+
+    def detach(self) -> None:
+        """Closed (or refused): frames go straight to the sink, and nothing of the actor is kept."""
+        self._host = None
+
     def deliver(self, text: str) -> None:
         """Hand a frame to the sink now. Used by the output gate after a commit."""
         self._sink.send_text(text)

@@ -12,13 +12,27 @@ Guarantees:
   its file with its state intact.
 - **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
   least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
+- **Every task has an owner that awaits or cancels it on stop.** The rule, for ``roost.actors`` and
+  ``roost.scheduler``: a task is made only by its owner, which keeps a reference and ends it.
+
+  - The registry's background tasks (the idle sweeper, the directory checkpointer, the dispatcher)
+    are made in :meth:`Registry.start` into :attr:`Registry.background`, and cancelled and awaited
+    in :meth:`Registry.stop`, before the actors drain.
+  - Each :class:`~roost.actors.host.ActorHost` owns its mailbox task: ``stop()`` awaits it,
+    ``deactivate()`` and a failure cancel it. The registry owns its hosts: :meth:`Registry.stop`
+    stops every one (waiting ``stop_timeout``, then cancelling), including hosts that draining turns
+    activate.
+  - The dispatcher owns its delivery tasks and its sleep and kick waiters, cancelled and awaited
+    when it stops.
+
+  ``stop_timeout`` is the one wait measured on real time rather than the runtime's clock: a shutdown
+  must end even when a test's fake clock is never moved. Every other timer (turn, call and fire
+  timeouts, idle sweeps, wake-ups, leases) runs on :attr:`Registry.clock`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import random
 import sqlite3
@@ -43,7 +57,9 @@ from roost.actors.errors import (
     UnknownKind,
 )
 from roost.actors.extension import Process, Service
-from roost.actors.host import ActorHost, Call, Input, Key, Task, Wake
+from roost.actors.host import ActorHost
+from roost.actors.inputs import Call, Input, Key, Task, Wake
+from roost.actors.releases import FileReleases
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
@@ -130,15 +146,13 @@ class Registry:
         self.directory: Directory | None = None
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
-        self._sweeper: asyncio.Task[None] | None = None
-        self._checkpointer: asyncio.Task[None] | None = None
-        self._dispatch_task: asyncio.Task[None] | None = None
+        #: The registry's own tasks (sweeper, checkpointer, dispatcher): ended by :meth:`stop`.
+        self.background: list[asyncio.Task[None]] = []
         self.sweeps = 0
         self.activations = 0
-        self._pools: dict[str, ThreadPoolExecutor] = {}  # "checkpoint", "release": four threads each
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
-        #: Files of deactivated actors being released in a worker thread (see :meth:`release_file`).
-        self._releasing: dict[Key, tuple[concurrent.futures.Future[None], Callable[[], None]]] = {}
+        #: Files of deactivated actors being closed in worker threads (see :meth:`release_file`).
+        self.file_releases = FileReleases(max(16, self.config.max_active // 10))
         self._flush_handle: asyncio.Handle | None = None
         #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
         #: name; each is stopped (``await service.stop()``) before the actors drain.
@@ -153,8 +167,8 @@ class Registry:
         self.directory = Directory(self.config.data_dir)
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
         loop = asyncio.get_running_loop()
-        self._sweeper = loop.create_task(self._sweep_forever(interval), name="roost:sweeper")
-        self._checkpointer = loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint")
+        self.background.append(loop.create_task(self._sweep_forever(interval), name="roost:sweeper"))
+        self.background.append(loop.create_task(self._checkpoint_forever(10.0), name="roost:checkpoint"))
         if self.config.scheduler:
             self.dispatcher = Dispatcher(
                 self.directory,
@@ -163,15 +177,14 @@ class Registry:
                 poll_interval=self.config.poll_interval,
                 lease=self.config.wakeup_lease,
             )
-            self._dispatch_task = loop.create_task(self.dispatcher.run(), name="roost:dispatcher")
+            self.background.insert(0, loop.create_task(self.dispatcher.run(), name="roost:dispatcher"))
 
     async def stop(self) -> None:
         """Drain and close every live actor, then the directory. Close connections first."""
-        for task in (self._dispatch_task, self._sweeper, self._checkpointer):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._sweeper = self._dispatch_task = self._checkpointer = None
+        background, self.background = self.background, []
+        for task in background:  # the dispatcher first: it wakes actors
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         for service in list(self.services.values()):
             try:
                 await service.stop()
@@ -190,17 +203,14 @@ class Registry:
             log.warning("%d actors kept activating during shutdown; not stopped", len(left))
         self.hosts.clear()
         await self.released()  # every file is closed on return
-        for key, (done, _) in list(self._releasing.items()):  # finished: log failures now
-            self._released(key, done)
-        pools, self._pools = self._pools, {}
-        for pool in pools.values():  # every actor has stopped: nothing of theirs is running
-            pool.shutdown(wait=True)
+        self.file_releases.shutdown()
         if self.directory is not None:
             self.directory.close()
             self.directory = None
 
     async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
-        stops = [asyncio.ensure_future(h.stop()) for h in hosts]
+        loop = asyncio.get_running_loop()
+        stops = [loop.create_task(h.stop(), name=f"roost:stop:{h.kind}/{h.name}") for h in hosts]
         _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
         for task in late:  # a turn that will not end: cancel it (rolled back), close the file
             log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
@@ -252,7 +262,7 @@ class Registry:
             self.directory.touch(host.kind, host.name, self.clock.now())
         return True
 
-    def _forget(self, host: ActorHost) -> None:
+    def forget(self, host: ActorHost) -> None:
         """Called by a host that stopped after a failure."""
         if self.hosts.get(host.key) is host:
             del self.hosts[host.key]
@@ -284,13 +294,7 @@ class Registry:
         host = self.hosts.get((kind, name))
         if host is not None and not host.stopping:
             return host
-        releasing = self._releasing.pop((kind, name), None)
-        if releasing is not None:  # deactivated a moment ago: its lock goes with the release
-            done, release = releasing
-            if done.cancel():  # not started (the threads are busy): release it here instead
-                _release_here(release)
-            else:  # under way in its thread: wait for it (one close at most)
-                _released(done)
+        self.file_releases.claim((kind, name))  # deactivated a moment ago: its lock goes with it
         cls = self.kind_of(kind)
         path = actor_path(self.config.data_dir, kind, name)
         if len(self.hosts) >= self.config.max_active:
@@ -341,53 +345,21 @@ class Registry:
         checkpoints), and their backlog is bounded: each pending release still holds a connection
         (two descriptors, ~190 KB), so past ``max(16, max_active // 10)`` of them the file is closed
         here, on the loop, as before."""
-        release = file.begin_close(last_state)
-        if release is None:
-            return
-        if len(self._releasing) >= max(16, self.config.max_active // 10):
-            _release_here(release)
-            return
-        try:
-            loop = asyncio.get_running_loop()
-            done = self.releases().submit(release)
-        except RuntimeError:  # no loop, or no thread to run it (shutting down): here, then
-            _release_here(release)
-            return
-        self._releasing[key] = (done, release)
-
-        def finished(_: concurrent.futures.Future[None]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(self._released, key, done)
-
-        done.add_done_callback(finished)
+        self.file_releases.release(key, file, last_state)
 
     async def released(self) -> None:
         """Wait until the file of every actor deactivated so far is closed (its lock released).
         Entries stay in place meanwhile, so that an activation of one of them still waits for it."""
-        pending = [asyncio.wrap_future(done) for done, _ in self._releasing.values()]
-        if pending:
-            await asyncio.wait(pending)
-
-    def _released(self, key: Key, done: concurrent.futures.Future[None]) -> None:
-        releasing = self._releasing.get(key)
-        if releasing is not None and releasing[0] is done:
-            del self._releasing[key]
-            _released(done)
+        await self.file_releases.wait_all()
 
     def releases(self) -> ThreadPoolExecutor:
         """The four threads that close deactivated actors' files (:meth:`release_file`)."""
-        return self._pool("release")
+        return self.file_releases.pool("release")
 
     def checkpoints(self) -> ThreadPoolExecutor:
         """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
         never keeps an actor waiting for its checkpoint to start."""
-        return self._pool("checkpoint")
-
-    def _pool(self, name: str) -> ThreadPoolExecutor:
-        pool = self._pools.get(name)
-        if pool is None:
-            pool = self._pools[name] = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"roost-{name}")
-        return pool
+        return self.file_releases.pool("checkpoint")
 
     def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:
         """Commit ``host``'s batch at the end of this loop iteration. One callback serves every actor
@@ -495,7 +467,7 @@ class Registry:
     async def _wait(self, fut: asyncio.Future[Any], timeout: float | None) -> Any:
         limit = self.config.call_timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(limit):
+            async with self.clock.timeout(limit):
                 return await asyncio.shield(fut)
         except CallTimeout:
             raise  # the actor's own answer ("turn exceeded …"), not our wait running out
@@ -511,21 +483,6 @@ class Registry:
     @property
     def connection_count(self) -> int:
         return sum(len(h.connections) for h in self.hosts.values())
-
-
-def _release_here(release: Callable[[], None]) -> None:
-    try:
-        release()
-    except Exception:
-        log.exception("closing an actor file failed")
-
-
-def _released(done: concurrent.futures.Future[None]) -> None:
-    """Wait for a file's release (blocking only if it is still running); log its failure."""
-    try:
-        done.result()
-    except Exception:
-        log.exception("closing an actor file failed")
 
 
 def _last_active(host: ActorHost) -> float:

@@ -21,9 +21,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule
+from roost.actors.turn import report
 
 if TYPE_CHECKING:
     from roost.actors.host import ActorHost
+
 
 __all__ = ["run_due"]
 
@@ -52,20 +54,15 @@ async def run_due(host: ActorHost) -> int:
 
 async def _fire(host: ActorHost, sid: str, now: float) -> bool:
     """One fire turn; False if the turn itself had to be rolled back (a bug, or the actor stopping)."""
-    host._begin_turn()
-    try:
+    with host.turn.run(None, _fire_failed, sid) as turn:
         s = host.schedules.get(sid)
         if s is not None and s.status == "active" and s.due is not None and s.due <= now:
             await _fire_schedule(host, s, now)
-    except BaseException as exc:
-        exc = host._check_timeout(exc)
-        host._abort_turn()
-        log.exception("wake-up %s of %s/%r could not be handled", sid, host.kind, host.name)
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        return False
-    host._commit_turn()
-    return True
+    return turn.ok
+
+
+def _fire_failed(host: ActorHost, sid: str, exc: BaseException) -> None:
+    log.error("wake-up %s of %s/%r could not be handled", sid, host.kind, host.name, exc_info=exc)
 
 
 async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
@@ -95,20 +92,17 @@ async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
         return
     due = s.retry_at if s.retry_at is not None else nominal
     lateness = max(0.0, now - due)
-    mark = host._mark()
-    host.file.conn.execute("SAVEPOINT fire")
+    savepoint = host.turn.savepoint("fire")
     try:
-        async with asyncio.timeout(min(s.timeout, host.turn_timeout * 0.9)):
+        async with host.clock.timeout(min(s.timeout, host.turn_timeout * 0.9)):
             await _invoke(host, s)
     except Exception as exc:  # includes the timeout; cancellation of the turn goes up
-        host.file.conn.execute("ROLLBACK TO fire")
-        host.file.conn.execute("RELEASE fire")
-        host._rewind(mark)
+        savepoint.rollback()
         error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, TimeoutError) else "timeout"
         _failed(host, s, nominal, error, now)
-        host._report(exc, None)
+        report(host, exc, None)
         return
-    host.file.conn.execute("RELEASE fire")
+    savepoint.release()
     store.record_fire(s, nominal, now, lateness)
     _move_on(host, s, nominal, now)
     if (s.runs + 1) % 100 == 0:
@@ -157,20 +151,15 @@ async def _record_abort(host: ActorHost, sid: str, now: float) -> bool:
     """A fire turn was rolled back as a whole (its callback raised something that is not an Exception,
     or the turn's own deadline struck): count it as a failed attempt, in a turn of its own, so that it
     backs off and ends as a dead letter instead of being redelivered at once, forever."""
-    host._begin_turn()
-    try:
+    with host.turn.run(None, _record_failed, sid) as turn:
         s = host.schedules.get(sid)
         if s is not None and s.status == "active" and s.next_fire is not None:
             _failed(host, s, s.next_fire, "the fire turn was aborted", now)
-    except BaseException as exc:
-        exc = host._check_timeout(exc)
-        host._abort_turn()
-        log.exception("could not record the failure of wake-up %s", sid)
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        return False
-    host._commit_turn()
-    return True
+    return turn.ok
+
+
+def _record_failed(host: ActorHost, sid: str, exc: BaseException) -> None:
+    log.error("could not record the failure of wake-up %s", sid, exc_info=exc)
 
 
 def check_callback(cls: type, name: str) -> Any:

@@ -12,6 +12,8 @@ Guarantees:
   alarm to the end of a short lease, renewed while the wake-up runs (so no other dispatcher takes it
   meanwhile, and a crashed claimer's work comes due again within one lease); the fire itself runs in
   the one process holding the actor's file lock, and its completion is recorded with its effects.
+- **Its tasks are its own**: each delivery runs in a task it keeps (at most ``concurrency``), and
+  :meth:`run` cancels and awaits them all when it ends; so are the waiters of one sleep.
 - **No busy loop, no missed alarm**: it sleeps until the earliest alarm, at most ``poll_interval``
   (alarms written by other processes), and is woken early by :meth:`notify` when a live actor in this
   process sets an earlier one. Time comes from an injectable clock.
@@ -86,7 +88,9 @@ class Dispatcher:
                     continue
                 for kind, name, alarm in claimed:
                     self._claims[(kind, name)] = now + self.lease
-                    task = asyncio.get_running_loop().create_task(self._deliver(kind, name, alarm))
+                    task = asyncio.get_running_loop().create_task(
+                        self._deliver(kind, name, alarm), name=f"roost:wake:{kind}/{name}"
+                    )
                     self._inflight.add(task)
                     task.add_done_callback(self._inflight.discard)
                 self._renew(now)
@@ -126,8 +130,10 @@ class Dispatcher:
             delay = min(delay, self.poll_interval)
         self._sleep_until = now + delay
         self._kick.clear()
-        sleeper = asyncio.ensure_future(self.clock.sleep(delay))
-        kicked = asyncio.ensure_future(self._kick.wait())
+        loop = asyncio.get_running_loop()
+        # both owned here: ended in the finally
+        sleeper = loop.create_task(self.clock.sleep(delay), name="roost:dispatcher-sleep")
+        kicked = loop.create_task(self._kick.wait(), name="roost:dispatcher-kick")
         waiters: set[asyncio.Future[Any]] = {sleeper, kicked}
         if self._inflight and len(self._inflight) >= self.concurrency:
             waiters |= set(self._inflight)  # a slot frees up

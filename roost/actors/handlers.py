@@ -1,0 +1,244 @@
+"""One handler per kind of input: what its turn runs, and how its caller is answered.
+
+:func:`dispatch` takes an input from the mailbox (or from ``run_now``) and runs it. Each handler runs
+its body inside ``host.turn.run(...)`` (:class:`~roost.actors.turn.Turn`), which begins, commits or
+rolls back the turn; the handler only says what the turn does and, in its ``failed`` function, what
+the caller gets when it was rolled back:
+
+============  =======================================  ==============================================
+input         turn                                     on failure
+============  =======================================  ==============================================
+Call          the ``@callable`` (chunks at each yield)  an ``rpc_error`` frame, or the future fails
+Message       ``on_message``                           an ``error`` frame
+Connect       ``on_connect``, then welcome and replay  close (the ``Reject``'s code, or 1011)
+Disconnect    ``on_close``                             ``on_error`` only
+Task          ``fn(actor)`` (jobs, extensions)         the future fails
+Wake          one fire turn per due wake-up            (see :mod:`roost.actors.wakeups`)
+Deliver       no turn: the frame joins the held ones
+============  =======================================  ==============================================
+
+Failures other than ``RpcError`` go to the actor's ``on_error`` (outside any turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from roost.actors import wakeups
+from roost.actors.connection import Connection
+from roost.actors.errors import (
+    ActorUnavailable,
+    CallTimeout,
+    HandlerError,
+    InvalidArguments,
+    MethodNotFound,
+    Reject,
+    RpcError,
+)
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
+from roost.actors.outputs import Close, Failure, Frame, Result
+from roost.actors.turn import report
+from roost.protocol import CloseCode, frames
+from roost.protocol.resume import decide_resume
+
+if TYPE_CHECKING:
+    from roost.actors.host import ActorHost
+
+__all__ = ["as_rpc_error", "dispatch", "maybe_await", "report"]
+
+log = logging.getLogger("roost.actor")
+
+
+async def dispatch(host: ActorHost, item: Input) -> None:
+    """Run one input: its turn (all but :class:`Deliver`), counting it off its connection."""
+    host.current = item
+    if isinstance(item, Call):
+        try:
+            await _call(host, item)
+        finally:
+            if item.conn is not None:
+                item.conn.in_flight -= 1
+    elif isinstance(item, Message):
+        try:
+            await _message(host, item)
+        finally:
+            item.conn.in_flight -= 1
+    elif isinstance(item, Connect):
+        await _connect(host, item)
+    elif isinstance(item, Disconnect):
+        await _disconnect(host, item)
+    elif isinstance(item, Deliver):
+        item.conn.in_flight -= 1  # counted by the transport when it queued the frame
+        if item.conn.id in host.connections:
+            host.gate.held.append(Frame(item.conn, item.text))
+    elif isinstance(item, Wake):
+        fired = await wakeups.run_due(host)
+        if item.reply is not None:
+            host.gate.held.append(Result(item.reply, fired))
+    else:
+        await _task(host, item)
+
+
+# -- Call ------------------------------------------------------------------------------------------
+async def _call(host: ActorHost, item: Call) -> None:
+    conn = item.conn
+    if conn is not None and conn.id not in host.connections:
+        return  # rejected or already gone
+    with host.turn.run(conn, _call_failed, item):
+        if item.chain:
+            host.chain = (*item.chain, host.key)
+        if item.principal is not None:
+            host.principal = item.principal
+        who = conn.principal if conn is not None else item.principal
+        host.read_only_turn = who is not None and bool(who.claims.get("read_only"))
+        result = await _invoke(host, item)
+        if conn is not None:
+            host.gate.turn.append(Frame(conn, frames.rpc_ok(item.id, result)))
+        elif item.reply is not None:
+            host.gate.turn.append(Result(item.reply, orjson.loads(orjson.dumps(result))))
+
+
+def _call_failed(host: ActorHost, item: Call, exc: BaseException) -> None:
+    err = as_rpc_error(host, exc)
+    if not isinstance(err, RpcError) or isinstance(err, HandlerError):
+        report(host, exc, item.conn)
+    if item.conn is not None:
+        host.gate.held.append(Frame(item.conn, frames.rpc_error(item.id, err.code, err.message)))
+    elif item.reply is not None:
+        host.gate.held.append(Failure(item.reply, err))
+
+
+async def _invoke(host: ActorHost, item: Call) -> Any:
+    info = host.callables.get(item.method)
+    if info is None:
+        raise MethodNotFound(message=f"no callable method {item.method!r}")
+    fn = getattr(host.actor, item.method)
+    try:
+        res = fn(*item.args, **item.kwargs)
+    except TypeError as exc:
+        try:
+            info.signature.bind(None, *item.args, **item.kwargs)
+        except TypeError:
+            raise InvalidArguments(message=str(exc)) from None
+        raise
+    if not info.streaming:
+        if type(res) is CoroutineType or isinstance(res, Awaitable):
+            return await res
+        return res
+    async for chunk in res:
+        if item.conn is not None:
+            host.gate.turn.append(Frame(item.conn, frames.rpc_chunk(item.id, chunk)))
+        elif item.chunks is not None:
+            item.chunks.append(orjson.loads(orjson.dumps(chunk)))
+        host.turn.checkpoint()
+    return None
+
+
+# -- Message ----------------------------------------------------------------------------------------
+async def _message(host: ActorHost, item: Message) -> None:
+    conn = item.conn
+    if conn.id not in host.connections:
+        return
+    with host.turn.run(conn, _message_failed, item):
+        await maybe_await(host.actor.on_message(conn, item.data))
+
+
+def _message_failed(host: ActorHost, item: Message, exc: BaseException) -> None:
+    report(host, exc, item.conn)
+    err = as_rpc_error(host, exc)
+    host.gate.held.append(Frame(item.conn, frames.error(err.code, err.message)))
+
+
+# -- Connect and Disconnect ------------------------------------------------------------------------
+async def _connect(host: ActorHost, item: Connect) -> None:
+    conn = item.conn
+    conn.attach(host)
+    with host.turn.run(conn, _connect_failed, item):
+        await maybe_await(host.actor.on_connect(conn))
+        # The welcome is this connection's first frame, whatever on_connect sent it: it reflects
+        # the state after on_connect, then the replay, then what on_connect sent.
+        welcome, replay = _welcome(host, conn, item.cursor)
+        gate = host.gate
+        mine = [out for out in gate.turn if getattr(out, "conn", None) is conn]
+        if mine:
+            gate.turn = [out for out in gate.turn if getattr(out, "conn", None) is not conn]
+        gate.turn.append(Frame(conn, welcome))
+        gate.turn.extend(Frame(conn, frame) for frame in replay)
+        gate.turn.extend(mine)
+        host.connections[conn.id] = conn
+
+
+def _connect_failed(host: ActorHost, item: Connect, exc: BaseException) -> None:
+    conn = item.conn
+    conn.detach()
+    if isinstance(exc, Reject):
+        host.gate.held.append(Close(conn, exc.code, exc.reason))
+    else:
+        report(host, exc, conn)
+        host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, "on_connect failed"))
+
+
+def _welcome(host: ActorHost, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
+    """The welcome frame and the frames to replay after it, per the resume rules."""
+    resume = decide_resume(cursor, host.seq, host.oldest)
+    replay: list[str] = []
+    if resume.replay_after is not None:
+        subs = conn.subscriptions
+        replay = [f for _, k, f in host.file.replay(resume.replay_after) if subs.wants(k)]
+    name = host.name.rpartition("\x00")[2]  # as the client named it
+    welcome = frames.welcome(
+        conn.id, host.kind, name, host.state_json, host.seq, host.oldest, resume.mode, resume.reason
+    )
+    return welcome, replay
+
+
+async def _disconnect(host: ActorHost, item: Disconnect) -> None:
+    conn = item.conn
+    if host.connections.pop(conn.id, None) is None:
+        conn.detach()
+        return
+    try:
+        with host.turn.run(conn, _disconnect_failed, item):
+            await maybe_await(host.actor.on_close(conn, item.code))
+    finally:
+        conn.detach()  # a closed connection keeps nothing of the actor alive
+
+
+def _disconnect_failed(host: ActorHost, item: Disconnect, exc: BaseException) -> None:
+    report(host, exc, item.conn)
+
+
+# -- Task -------------------------------------------------------------------------------------------
+async def _task(host: ActorHost, item: Task) -> None:
+    with host.turn.run(None, _task_failed, item):
+        host.chain = (*item.chain, host.key)
+        result = await item.fn(host.actor)
+        host.gate.turn.append(Result(item.reply, result))
+
+
+def _task_failed(host: ActorHost, item: Task, exc: BaseException) -> None:
+    host.gate.held.append(Failure(item.reply, as_rpc_error(host, exc)))
+
+
+# -- shared ---------------------------------------------------------------------------------------
+def as_rpc_error(host: ActorHost, exc: BaseException) -> RpcError:
+    """What a caller is told of a failed turn."""
+    if isinstance(exc, RpcError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return CallTimeout(message=f"turn exceeded {host.turn_timeout} s")
+    if isinstance(exc, asyncio.CancelledError):
+        return ActorUnavailable(message="actor is stopping")
+    return HandlerError(message=f"{type(exc).__name__}: {exc}"[:500])
+
+
+async def maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
+        return await value
+    return value

@@ -1,0 +1,90 @@
+"""What goes into an actor's mailbox: one small dataclass per kind of input.
+
+The transport, the registry and the testing kit build these and hand them to
+:meth:`ActorHost.submit <roost.actors.host.ActorHost.submit>` (or ``run_now``); the mailbox task takes
+them one at a time and :mod:`roost.actors.handlers` runs each as a turn (a :class:`Deliver` is the one
+input that runs no turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from roost.actors.connection import Connection, Principal
+
+if TYPE_CHECKING:
+    from roost.actors.actor import Actor
+
+__all__ = ["Call", "Connect", "Deliver", "Disconnect", "Input", "Key", "Message", "Task", "Wake"]
+
+#: An actor's address in one process: ``(kind, name)``.
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class Connect:
+    """A connection's first input: ``on_connect``, then its welcome and replay from ``cursor``."""
+
+    conn: Connection
+    cursor: int | None
+
+
+@dataclass(slots=True)
+class Message:
+    """A client's free-form message: ``on_message``."""
+
+    conn: Connection
+    data: Any
+
+
+@dataclass(slots=True)
+class Disconnect:
+    """The connection closed with ``code``: ``on_close``."""
+
+    conn: Connection
+    code: int
+
+
+@dataclass(slots=True)
+class Deliver:
+    """A frame for a connection, delivered in order after every earlier input (no turn)."""
+
+    conn: Connection
+    text: str
+
+
+@dataclass(slots=True)
+class Call:
+    """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future)."""
+
+    method: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    conn: Connection | None = None
+    id: str = ""
+    reply: asyncio.Future[Any] | None = None
+    chunks: list[Any] | None = None
+    chain: tuple[Key, ...] = ()
+    principal: Principal | None = None
+
+
+@dataclass(slots=True)
+class Task:
+    """Run ``fn(actor)`` as a turn; its result resolves ``reply`` after the commit."""
+
+    fn: Callable[[Actor], Awaitable[Any]]
+    reply: asyncio.Future[Any]
+    chain: tuple[Key, ...] = field(default=())
+
+
+@dataclass(slots=True)
+class Wake:
+    """Run every due wake-up of this actor (one fire turn each); ``reply`` gets how many fired."""
+
+    reply: asyncio.Future[Any] | None = None
+
+
+Input = Connect | Message | Disconnect | Call | Task | Deliver | Wake
