@@ -7,6 +7,7 @@ for the class users subclass, :mod:`roost.agent.catalog` for tools.
 from roost.agent.agent import Agent
 from roost.agent.catalog import Catalog, NeedInput, Tool, ToolCancelled, ToolContext, tool
 from roost.agent.config import AgentConfig, load_config
+from roost.agent.interfaces import Verdict
 from roost.agent.models import (
     DeterministicPlanner,
     Model,
@@ -26,7 +27,6 @@ from roost.agent.status import (
     VerificationResult,
     Waiting,
 )
-from roost.agent.verification import Verdict
 
 __all__ = [
     "Agent",

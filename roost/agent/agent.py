@@ -37,6 +37,7 @@ from roost.actors import Actor, callable, wakeup
 from roost.agent.background import job_runner
 from roost.agent.catalog import Catalog, Tool
 from roost.agent.config import AgentConfig, load_config
+from roost.agent.interfaces import Verdict
 from roost.agent.models import DeterministicPlanner, Model, OpenAICompatibleModel
 from roost.agent.orchestrator import Orchestrator
 from roost.agent.payloads import BlobStore
@@ -44,7 +45,6 @@ from roost.agent.records import Records
 from roost.agent.status import ItemStatus
 from roost.agent.store import AGENT_MIGRATIONS, Row
 from roost.agent.telemetry import Telemetry
-from roost.agent.verification import Verdict
 from roost.storage import Migration
 
 __all__ = ["Agent"]

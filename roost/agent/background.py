@@ -7,7 +7,9 @@ One :class:`JobRunner` per process runs the jobs this process claimed: it is the
 
 The job's records live in the agent's file and change only in the agent's turns (the job lifecycle,
 :mod:`roost.agent.jobs`); the runner only executes, each step a turn of the agent
-(:meth:`~roost.actors.extension.Process.run`):
+(:meth:`~roost.actors.extension.Process.run`). It knows the lifecycle by its contract,
+:class:`WorkerJobs`, which :class:`roost.agent.jobs.JobLifecycle` implements, and the agent as a
+:class:`JobHost`, so it imports neither the job lifecycle nor the orchestrator (they sit above it).
 
 1. ``begin`` (a turn, :meth:`roost.agent.jobs.JobLifecycle.begin`) checks that this worker holds
    the lease of this attempt and hands back what to run. A worker whose attempt is no longer current
@@ -49,8 +51,6 @@ from roost.storage import WorkerEntry
 if TYPE_CHECKING:
     from roost.actors import Actor
     from roost.actors.extension import Process
-    from roost.agent.jobs import JobLifecycle
-    from roost.agent.orchestrator import Orchestrator
 
 __all__ = ["SERVICE", "JobRunner", "JobSpec", "Outcome", "OutcomeStatus", "job_runner"]
 
@@ -86,14 +86,39 @@ class Outcome:
     retryable: bool = False
 
 
+class WorkerJobs(Protocol):
+    """The side of a job's records that its worker drives (:class:`roost.agent.jobs.JobLifecycle`):
+    each call runs in a turn of the agent and is fenced by ``(job_id, attempt)`` and the worker's id."""
+
+    def begin(self, job_id: str, attempt: int, worker_id: str) -> JobSpec | None:
+        """What to run, or None when this worker's attempt is no longer current."""
+
+    def heartbeat(self, job_id: str, attempt: int, worker_id: str) -> bool:
+        """Renew the lease; False when the job was cancelled or another attempt holds it."""
+
+    async def progress(
+        self, job_id: str, attempt: int, worker_id: str, done: int, total: int, message: str, checkpoint: Any
+    ) -> bool:
+        """Record progress and renew the lease; False as for :meth:`heartbeat`."""
+
+    async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:
+        """Record the attempt's outcome (nothing when fenced) and advance its run."""
+
+
+class HasJobs(Protocol):
+    @property
+    def jobs(self) -> WorkerJobs: ...
+
+
 @runtime_checkable
 class JobHost(Protocol):
     """An actor whose jobs this runner runs (an :class:`roost.agent.Agent`)."""
 
-    orchestrator: Orchestrator
+    @property
+    def orchestrator(self) -> HasJobs: ...
 
 
-def _jobs(actor: Actor) -> JobLifecycle:
+def _jobs(actor: Actor) -> WorkerJobs:
     if not isinstance(actor, JobHost):
         raise TypeError(f"{type(actor).__name__} is not an agent: it has no jobs")
     return actor.orchestrator.jobs

@@ -6,6 +6,8 @@ The orchestrator (:mod:`roost.agent.orchestrator`) is cut by concern into parts 
 (:mod:`~roost.agent.approvals`), the project's heavy slot (:mod:`~roost.agent.project`), jobs
 (:mod:`~roost.agent.jobs`), verification (:mod:`~roost.agent.verification`), reads
 (:mod:`~roost.agent.reads`) — each a :class:`Part` that reaches its siblings through the orchestrator.
+A part sees the agent and the orchestrator through their contracts (:mod:`roost.agent.interfaces`):
+no part imports a sibling, the orchestrator or the agent, so the package's imports have no cycle.
 Every method of every part runs inside a turn of the agent.
 """
 
@@ -18,8 +20,7 @@ from roost.agent.errors import AgentNotFound, PolicyRefused
 from roost.agent.store import Row, Store
 
 if TYPE_CHECKING:
-    from roost.agent.agent import Agent
-    from roost.agent.orchestrator import Orchestrator
+    from roost.agent.interfaces import AgentHost, OrchestratorApi
     from roost.agent.records import Records
     from roost.agent.telemetry import Telemetry
 
@@ -29,9 +30,9 @@ __all__ = ["Part"]
 class Part:
     """One concern of the orchestrator (see the module doc)."""
 
-    def __init__(self, orchestrator: Orchestrator) -> None:
+    def __init__(self, orchestrator: OrchestratorApi) -> None:
         self.orchestrator = orchestrator
-        self.agent: Agent = orchestrator.agent
+        self.agent: AgentHost = orchestrator.agent
         self.records: Records = orchestrator.records
         self.telemetry: Telemetry = orchestrator.telemetry
 

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from roost.actors import RetryPolicy
-from roost.agent.background import JobSpec, Outcome, OutcomeStatus, job_runner
+from roost.agent.background import JobSpec, Outcome, OutcomeStatus, WorkerJobs, job_runner
 from roost.agent.catalog import ToolContext
 from roost.agent.context import Part
 from roost.agent.models import ModelStep
@@ -45,7 +45,7 @@ shown = Records.shown
 LEASE_LOST = "lease expired (worker lost)"
 
 
-class JobLifecycle(Part):
+class JobLifecycle(Part, WorkerJobs):
     def retry_policy(self, job: Row) -> RetryPolicy:
         """The retry policy of ``job``: its own attempts, the agent's backoff settings."""
         cfg = self.agent.settings()

@@ -13,7 +13,10 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.reads` — the read-only callables.
 
 The parts talk to the other modules through their contracts only: policy, memory, catalog, models,
-records (store and payload policy), telemetry (events).
+records (store and payload policy), telemetry (events). They see the agent and each other through
+:mod:`roost.agent.interfaces` (:class:`~roost.agent.interfaces.AgentHost`,
+:class:`~roost.agent.interfaces.OrchestratorApi`), which this class and :class:`roost.agent.Agent`
+satisfy: the agent imports the orchestrator, the orchestrator its parts, and nothing imports back.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from roost.agent.approvals import Approvals
 from roost.agent.execution import Execution
+from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
 from roost.agent.project import Project
 from roost.agent.reads import Reads
@@ -30,10 +34,10 @@ from roost.agent.runs import Runs
 from roost.agent.status import FINISHED
 from roost.agent.steps import Steps
 from roost.agent.telemetry import Telemetry
-from roost.agent.verification import Verdict, Verification
+from roost.agent.verification import Verification
 
 if TYPE_CHECKING:
-    from roost.agent.agent import Agent
+    from roost.agent.interfaces import AgentHost
 
 __all__ = ["FINISHED", "Orchestrator", "Verdict"]
 
@@ -41,7 +45,7 @@ __all__ = ["FINISHED", "Orchestrator", "Verdict"]
 class Orchestrator:
     """One agent's runtime: its records, its timeline, and the parts (see the module doc)."""
 
-    def __init__(self, agent: Agent, records: Records, telemetry: Telemetry) -> None:
+    def __init__(self, agent: AgentHost, records: Records, telemetry: Telemetry) -> None:
         self.agent = agent
         self.records = records
         self.telemetry = telemetry

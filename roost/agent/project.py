@@ -17,7 +17,7 @@ from roost.agent.status import FINISHED, RunStatus, Waiting
 from roost.agent.store import Row
 
 if TYPE_CHECKING:
-    from roost.agent.orchestrator import Orchestrator
+    from roost.agent.interfaces import OrchestratorApi
 
 __all__ = ["Project"]
 
@@ -26,7 +26,7 @@ MAX_FILES = 1000
 
 
 class Project(Part):
-    def __init__(self, orchestrator: Orchestrator) -> None:
+    def __init__(self, orchestrator: OrchestratorApi) -> None:
         super().__init__(orchestrator)
         #: Runs the heavy slot was handed to during this turn; the steps part advances them.
         self.released: list[str] = []

@@ -10,25 +10,11 @@ Guarantees (tests in ``tests/test_agent_runtime.py``):
 from __future__ import annotations
 
 from roost.agent.context import Part
+from roost.agent.interfaces import Verdict
 from roost.agent.status import RunStatus, VerificationResult
 from roost.agent.store import Row
 
 __all__ = ["Verdict", "Verification"]
-
-
-class Verdict:
-    """What verification found: ``result`` pass|fail|warning|blocked, who checked, and the evidence."""
-
-    __slots__ = ("detail", "evidence_refs", "result", "verifier")
-
-    def __init__(self, result: str, verifier: str, evidence_refs: list[str], detail: str = "") -> None:
-        try:
-            self.result = VerificationResult(result)
-        except ValueError:
-            raise ValueError("result must be pass, fail, warning or blocked") from None
-        self.verifier = verifier
-        self.evidence_refs = evidence_refs
-        self.detail = detail
 
 
 class Verification(Part):

@@ -27,10 +27,11 @@ from roost.protocol.codes import CloseCode
 from roost.scheduler import Clock
 from roost.transport.access import Access
 from roost.transport.auth import Authenticate, allow_all
-from roost.transport.endpoint import SocketSink, WebSocketEndpoint
+from roost.transport.endpoint import WebSocketEndpoint
 from roost.transport.http import admin_backup, get_actor, healthz, post_rpc
 from roost.transport.limits import Limits
 from roost.transport.security import Authorize
+from roost.transport.sink import SocketSink
 from roost.transport.web import web_routes
 
 __all__ = ["RoostApp", "create_app"]

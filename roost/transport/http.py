@@ -30,7 +30,7 @@ from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_addr
 from roost.transport.security import hide_token, origin_allowed
 
 if TYPE_CHECKING:
-    from roost.transport.app import RoostApp
+    from roost.transport.interfaces import Runtime
 
 __all__ = ["JSONResponse", "get_actor", "healthz", "post_rpc"]
 
@@ -50,7 +50,7 @@ def _error(code: str, message: str) -> JSONResponse:
 
 
 async def _guard(
-    app: RoostApp, request: Request, trailing: int, action: str
+    app: Runtime, request: Request, trailing: int, action: str
 ) -> tuple[str, str, str, Principal] | JSONResponse:
     """The checks of :mod:`roost.transport.access`: ``(kind, name as asked, name in the principal's tenant,
     principal)``, or the refusal."""
@@ -80,7 +80,7 @@ async def _guard(
 
 async def get_actor(request: Request) -> Response:
     """``GET /agents/{kind}/{name}``: the committed state. Creates nothing (404 if never created)."""
-    app: RoostApp = request.app.state.roost
+    app: Runtime = request.app.state.roost
     addr = await _guard(app, request, 0, "read")
     if isinstance(addr, Response):
         return addr
@@ -96,7 +96,7 @@ async def get_actor(request: Request) -> Response:
 
 async def post_rpc(request: Request) -> Response:
     """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs)."""
-    app: RoostApp = request.app.state.roost
+    app: Runtime = request.app.state.roost
     method = request.path_params["method"]
     addr = await _guard(app, request, 2, f"call:{method}")
     if isinstance(addr, Response):
@@ -159,7 +159,7 @@ async def admin_backup(request: Request) -> Response:
     tenants' data), allowed by ``authorize(principal, "admin", "backup", "admin:backup")``, from an
     allowed origin. Without authentication configured: clients on the loopback interface that are not
     browsers (no ``Origin``), i.e. the operator's own ``roost backup --server``."""
-    app: RoostApp = request.app.state.roost
+    app: Runtime = request.app.state.roost
     await app.ensure_started()
     hide_token(request.scope)
     if not origin_allowed(request, app.access.origins):
@@ -198,14 +198,14 @@ async def admin_backup(request: Request) -> Response:
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
 
 
-def backup_root(app: RoostApp) -> Path:
+def backup_root(app: Runtime) -> Path:
     configured = os.environ.get("ROOST_BACKUP_DIR")
     return Path(configured) if configured else app.registry.config.data_dir.resolve().parent / "backups"
 
 
 async def healthz(request: Request) -> Response:
     """``GET /healthz``: liveness and a few counters."""
-    app: RoostApp = request.app.state.roost
+    app: Runtime = request.app.state.roost
     registry = app.registry
     return JSONResponse(
         {

@@ -1,0 +1,251 @@
+"""The contracts inside the agent runtime: what the orchestrator's parts need of the agent they run in
+(:class:`AgentHost`, and the :class:`Verdict` its ``verify`` returns) and of each other
+(:class:`OrchestratorApi`, one protocol per part).
+
+The parts call each other both ways — a step that fails ends its run (:class:`RunsApi`), a run that
+starts advances its steps (:class:`StepsApi`), a job's outcome advances its run's steps, a step starts
+a job (:class:`JobsApi`) — so they cannot import each other. Each part module imports this module
+instead, and reaches its siblings through ``self.orchestrator``, typed :class:`OrchestratorApi`. The
+concrete classes satisfy these protocols structurally: :class:`roost.agent.Agent` is an
+:class:`AgentHost`, :class:`roost.agent.orchestrator.Orchestrator` an :class:`OrchestratorApi` whose
+``runs`` is a :class:`roost.agent.runs.Runs` and so on; mypy checks both where the agent builds its
+orchestrator and the orchestrator hands itself to its parts. So the import graph stays a tree: the agent
+imports the orchestrator, the orchestrator its parts, the parts :mod:`roost.agent.context` and this
+module, which imports none of them.
+
+A protocol lists what a sibling may use, not everything the part does: what the agent's callables
+and wake-ups use they take from the concrete orchestrator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from roost.agent.status import VerificationResult
+
+if TYPE_CHECKING:
+    from roost.actors import Principal
+    from roost.actors.extension import TurnContext
+    from roost.agent.catalog import Catalog, Tool, ToolContext
+    from roost.agent.config import AgentConfig
+    from roost.agent.models import Model, ModelRequest, ModelStep
+    from roost.agent.records import Records
+    from roost.agent.status import RunStatus
+    from roost.agent.store import Row
+    from roost.agent.telemetry import Telemetry
+
+__all__ = [
+    "AgentHost",
+    "ApprovalsApi",
+    "ExecutionApi",
+    "JobsApi",
+    "OrchestratorApi",
+    "ProjectApi",
+    "RunsApi",
+    "StepsApi",
+    "Verdict",
+    "VerificationApi",
+]
+
+
+class Verdict:
+    """What verification found: ``result`` pass|fail|warning|blocked, who checked, and the evidence."""
+
+    __slots__ = ("detail", "evidence_refs", "result", "verifier")
+
+    def __init__(self, result: str, verifier: str, evidence_refs: list[str], detail: str = "") -> None:
+        try:
+            self.result = VerificationResult(result)
+        except ValueError:
+            raise ValueError("result must be pass, fail, warning or blocked") from None
+        self.verifier = verifier
+        self.evidence_refs = evidence_refs
+        self.detail = detail
+
+
+class AgentHost(Protocol):
+    """The agent the runtime runs in, as its parts see it (:class:`roost.agent.Agent` is one)."""
+
+    @property
+    def kind(self) -> str:
+        """The agent's kind: with its name, where a background worker runs its turns."""
+
+    @property
+    def name(self) -> str:
+        """The agent's name: also its project's id."""
+
+    @property
+    def principal(self) -> Principal | None:
+        """Who caused this turn (None for in-process callers and wake-ups)."""
+
+    @property
+    def seq(self) -> int:
+        """The ``seq`` of the newest frame of the agent's log (a session card's cursor)."""
+
+    @property
+    def profile(self) -> Mapping[str, Any]:
+        """Shown in session cards."""
+
+    @property
+    def stop_condition(self) -> str:
+        """What verification checks, recorded on every run."""
+
+    @property
+    def extension(self) -> TurnContext:
+        """The actor layer's extension API: the turn's clock reading, the process."""
+
+    def settings(self) -> AgentConfig: ...
+
+    def catalog(self) -> Catalog: ...
+
+    def model(self) -> Model: ...
+
+    async def schedule(self, when: float, callback: str, payload: Any = None) -> object:
+        """Wake the agent in ``when`` seconds with the ``@wakeup`` ``callback`` (written in this turn)."""
+
+    async def verify(self, run: Row, items: list[Row]) -> Verdict:
+        """Check the run's stop condition."""
+
+
+class RunsApi(Protocol):
+    """Turns and runs (:class:`roost.agent.runs.Runs`)."""
+
+    def reply(self, run_id: str) -> dict[str, Any]:
+        """What every call that changes a run answers: ids, status, wait, and the outcome if ended."""
+
+    def fail(self, run: Row, error: str, *, retryable: bool, verification: str | None = None) -> None:
+        """End the run ``failed``."""
+
+    def end(
+        self,
+        run: Row,
+        status: RunStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        """End the run ``completed`` or ``failed``."""
+
+
+class StepsApi(Protocol):
+    """The step state machine (:class:`roost.agent.steps.Steps`)."""
+
+    async def advance(self, run_id: str) -> None:
+        """Take the run as far as it goes inside this turn."""
+
+    async def drain_released(self) -> None:
+        """Advance the runs the project's heavy slot was handed to during this turn."""
+
+    def item_completed(self, run: Row, item: Row, tool: Tool, result: Any) -> bool:
+        """Record a step's result (after the payload policy); False if it cannot be stored."""
+
+    def item_failed(self, run: Row, item: Row, tool: Tool, error: str, *, retryable: bool) -> None:
+        """A step failed for good: the item, then its run."""
+
+    def model_request(self, run: Row, *, original: bool = False) -> ModelRequest:
+        """What the model is asked for the run's next step."""
+
+    def record_model_step(self, run: Row, step: ModelStep) -> bool:
+        """Record what a model step decided."""
+
+    def model_failed(self, run: Row, error: str, retryable: bool, *, will_retry: bool, **extra: Any) -> None:
+        """Record a failed model step (the run fails unless it is retried)."""
+
+    def ask(self, run: Row, question: str, item: Row | None) -> None:
+        """Pause the run ``waiting_for_input``."""
+
+
+class ApprovalsApi(Protocol):
+    """Approvals and grants (:class:`roost.agent.approvals.Approvals`)."""
+
+    def reuse_grant(self, run: Row, item: Row, tool: Tool) -> bool:
+        """Attach an unexpired grant that covers ``item``; False when there is none."""
+
+    def request(self, run: Row, item: Row, tool: Tool) -> None:
+        """Pause the run for an approval of ``item``."""
+
+    def cancel_pending(self, run: Row) -> None:
+        """The run was cancelled: its pending approvals are ``cancelled``."""
+
+
+class ProjectApi(Protocol):
+    """The project's files and heavy slot (:class:`roost.agent.project.Project`)."""
+
+    @property
+    def released(self) -> list[str]:
+        """Runs the heavy slot was handed to during this turn; the steps part advances them."""
+
+    def take_heavy(self, run: Row) -> bool:
+        """Take the slot for ``run``; False (and the run queued) when another run holds it."""
+
+    def release_heavy(self, run_id: str) -> None:
+        """Release the slot if ``run_id`` holds it; the oldest queued run takes it."""
+
+    def add_files(self, files: list[str]) -> None:
+        """Record files a verified run produced."""
+
+    def read(self) -> dict[str, Any]:
+        """The project as the ``project`` callable shows it."""
+
+
+class JobsApi(Protocol):
+    """The job lifecycle (:class:`roost.agent.jobs.JobLifecycle`)."""
+
+    async def start(self, run: Row, item: Row | None, tool_name: str, args: dict[str, Any]) -> Row:
+        """A new job for a step (``item``) or a model step (``item`` None), claimed by this process."""
+
+    def cancel_run(self, run: Row) -> None:
+        """The run is being cancelled: each of its active jobs is ``cancelled``."""
+
+
+class ExecutionApi(Protocol):
+    """Tool contexts and inline steps (:class:`roost.agent.execution.Execution`)."""
+
+    def context(self, run: Row, item_id: str | None, tool_name: str, attempt: int = 1) -> ToolContext:
+        """The context of a step of ``run``."""
+
+    async def run_inline(self, run: Row, item: Row, tool: Tool) -> Any:
+        """Run ``tool`` inside this turn."""
+
+
+class VerificationApi(Protocol):
+    """The run's end through its stop condition (:class:`roost.agent.verification.Verification`)."""
+
+    async def finish(self, run: Row) -> None:
+        """Verify the run and end it."""
+
+
+class OrchestratorApi(Protocol):
+    """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
+
+    @property
+    def agent(self) -> AgentHost: ...
+
+    @property
+    def records(self) -> Records: ...
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    @property
+    def runs(self) -> RunsApi: ...
+
+    @property
+    def steps(self) -> StepsApi: ...
+
+    @property
+    def approvals(self) -> ApprovalsApi: ...
+
+    @property
+    def project(self) -> ProjectApi: ...
+
+    @property
+    def jobs(self) -> JobsApi: ...
+
+    @property
+    def execution(self) -> ExecutionApi: ...
+
+    @property
+    def verification(self) -> VerificationApi: ...

@@ -1,0 +1,154 @@
+"""The outbound side of one WebSocket: :class:`SocketSink`, a queue drained by its own writer task.
+
+``send_text`` never blocks the actor that sends: frames wait in the sink's queue and a writer task
+writes them to the socket in order. When the server offers the direct path
+(:mod:`roost.transport.uvicorn_ws`) and nothing is queued, a frame is written at once instead.
+
+Guarantee (test in ``tests/test_input_bounds.py``):
+
+- A client that does not read is closed with 1013 once more than ``max_queue`` frames wait while the
+  socket does not take them (a burst the socket drains is not a reason to close); it can reconnect
+  and resume by replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from roost.protocol.codes import CloseCode
+
+if TYPE_CHECKING:
+    from starlette.types import Send
+
+    from roost.transport.protocol import ConnectionProtocol
+    from roost.transport.uvicorn_ws import RoostWebSocketProtocol
+
+__all__ = ["SocketSink"]
+
+log = logging.getLogger("roost.ws")
+
+
+class SocketSink:
+    """Outbound queue of one socket, drained by its own writer task. ``send_text`` never blocks."""
+
+    __slots__ = (
+        "_blocked",
+        "_closing",
+        "_queue",
+        "_send",
+        "_wake",
+        "closed",
+        "direct",
+        "max_queue",
+        "protocol",
+        "task",
+        "welcomed",
+    )
+
+    def __init__(self, send: Send, max_queue: int) -> None:
+        self._send = send
+        self._queue: deque[str] = deque()
+        self._wake: asyncio.Future[None] | None = None
+        self._closing: tuple[int, str] | None = None
+        self.closed = False
+        self.welcomed = False  # the actor's first frame (always the welcome) was queued
+        self._blocked = False  # the writer waits on the socket: the client is not reading
+        self.max_queue = max_queue
+        self.task: asyncio.Task[None] | None = None
+        #: The protocol's direct path (``roost.transport.uvicorn_ws``), when the server offers it: a frame
+        #: is written at once when the writer has nothing queued and the socket takes it.
+        self.direct: RoostWebSocketProtocol | None = None
+        #: The connection's rules, told when the welcome goes out and when the server closes.
+        self.protocol: ConnectionProtocol | None = None
+
+    @property
+    def closing(self) -> bool:
+        """A close was asked for (by us): the connection is ending."""
+        return self._closing is not None or self.closed
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="roost:ws-writer")
+
+    def send_text(self, text: str) -> None:
+        """Queue a frame. A client is a slow consumer, and is closed with 1013, only when more than
+        ``max_queue`` frames wait *while the socket does not take them*: a burst (a long replay) that
+        the socket drains is not a reason to close."""
+        if self._closing is not None or self.closed:
+            return
+        if not self.welcomed:
+            self.welcomed = True
+            if self.protocol is not None:
+                self.protocol.welcomed()
+        direct = self.direct
+        if direct is not None and not self._queue:
+            wake = self._wake
+            if wake is not None and not wake.done():  # the writer is parked: nothing is in flight
+                written = direct.write_text(text)
+                if written:
+                    return
+                if written is None:  # the client is gone; the reader sees the disconnect
+                    self._gone()
+                    self._poke()
+                    return
+        self._queue.append(text)
+        if self._blocked and len(self._queue) > self.max_queue:
+            self._queue.clear()
+            self.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: send queue full")
+            return
+        self._poke()
+
+    def close(self, code: int, reason: str) -> None:
+        """Close after the frames already queued; idempotent (the first close wins)."""
+        if self._closing is None and not self.closed:
+            self._closing = (code, reason[:120])
+            if self.protocol is not None:
+                self.protocol.closing()
+            self._poke()
+
+    def _gone(self) -> None:
+        self.closed = True
+        if self.protocol is not None:
+            self.protocol.closing()
+
+    def _poke(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        send = self._send
+        queue = self._queue
+        try:
+            while True:
+                while queue:
+                    self._blocked = True  # stays True only while send() is suspended on the socket
+                    await send({"type": "websocket.send", "text": queue.popleft()})
+                    self._blocked = False
+                if self._closing is not None:
+                    code, reason = self._closing
+                    await send({"type": "websocket.close", "code": code, "reason": reason})
+                    return
+                if self.closed:  # a direct write found the client gone
+                    return
+                self._wake = loop.create_future()
+                await self._wake
+                self._wake = None
+        except (OSError, RuntimeError):
+            pass  # the client is gone; the reader sees the disconnect
+        except Exception:
+            log.exception("websocket writer failed")
+        finally:
+            self._gone()
+            queue.clear()
+
+    async def finish(self) -> None:
+        """Stop the writer (used when the socket is already gone)."""
+        self._gone()
+        self._poke()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
