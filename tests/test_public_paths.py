@@ -31,7 +31,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from roost.actors import ANONYMOUS, Principal
 from roost.examples.kinds import KINDS
 from roost.transport import create_app
-from roost.transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
+from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess, serve_in_process
 
@@ -85,7 +85,7 @@ async def test_no_connection_is_offered_the_removed_direct_path_and_a_call_is_an
     offered: list[bool] = []
 
     async def authenticate(conn: HTTPConnection) -> Principal:
-        offered.append(DIRECT in conn.scope.get("extensions", {}))
+        offered.append("roost.direct" in conn.scope.get("extensions", {}))
         return ANONYMOUS
 
     app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS, authenticate=authenticate)

@@ -33,7 +33,6 @@ from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloade
 from roost.actors.host import ActorHost, Call, Deliver, Message
 from roost.transport.access import Refused
 from roost.transport.protocol import (
-    HOLD,
     Action,
     Close,
     ConnectionProtocol,
@@ -46,7 +45,6 @@ from roost.transport.protocol import (
 )
 from roost.transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 from roost.transport.sink import SocketSink
-from roost.transport.uvicorn_ws import DIRECT, RoostWebSocketProtocol
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -56,9 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["WebSocketEndpoint"]
 
 log = logging.getLogger("roost.ws")
-
-#: The reader's queue item for a frame taken by the direct path that waits for an async verdict.
-_HELD = "roost.held"
 
 
 class WebSocketEndpoint:
@@ -151,16 +146,7 @@ class WebSocketEndpoint:
                 close_code = await self._drain_until_disconnect(receive)
                 return
             run = _Executor(protocol, host, sink, app.access.clock)
-            extension = conn.scope.get("extensions", {}).get(DIRECT)
-            direct = extension.get("protocol") if isinstance(extension, dict) else None
-            if isinstance(direct, RoostWebSocketProtocol):
-                sink.direct = direct
-                direct.frame_handler = run.direct_handler(direct)
-            try:
-                close_code = await run.serve(receive)
-            finally:  # nothing the client sends after its disconnect is acted on
-                if isinstance(direct, RoostWebSocketProtocol):
-                    direct.frame_handler = None
+            close_code = await run.serve(receive)
         finally:
             app.sinks.discard(sink)
             gone = protocol.disconnected(close_code)
@@ -224,7 +210,7 @@ class _Executor:
                 return None
             elif kind is Verify:
                 return action  # type: ignore[return-value]
-            else:  # HOLD: only the direct path can be told to hold a frame, and it checks first
+            else:  # HOLD: the reader waits for a pending verdict before it reads on, so never here
                 return None
         return None
 
@@ -234,8 +220,8 @@ class _Executor:
         self.execute(self.protocol.verdict(pending, refused))
 
     async def serve(self, receive: Receive) -> int:
-        """Read frames until the socket closes (under ``roost serve``: disconnects, and the frames
-        held behind one that waits for an asynchronous verdict; the rest come by :meth:`direct_handler`)."""
+        """Read frames until the socket closes; a frame that waits for an asynchronous verdict is waited
+        for before the next one is read, so frames are acted on in the order they were sent."""
         protocol = self.protocol
         clock = self.clock
         while True:
@@ -243,29 +229,6 @@ class _Executor:
             kind = msg["type"]
             if kind == "websocket.disconnect":
                 return int(msg.get("code", 1006))
-            if kind == _HELD:  # a frame taken directly waits for its verdict
-                await self.verify(msg["pending"])
-                continue
             pending = self.execute(protocol.receive_text(msg.get("text"), clock()))
             if pending is not None:
                 await self.verify(pending)
-
-    def direct_handler(self, direct: RoostWebSocketProtocol) -> Callable[[str | None], bool]:
-        """The frame handler of the direct path: runs in the socket protocol's ``data_received``, so an
-        idle actor's turn, its commit and the reply happen without a task switch. A frame that must wait
-        for an asynchronous verdict is handed to the reader task; while it waits, the protocol holds
-        later frames (:data:`HOLD`), which the socket protocol then queues behind it."""
-        protocol = self.protocol
-        clock = self.clock
-        execute = self.execute
-
-        def on_frame(text: str | None) -> bool:
-            action = protocol.receive_text(text, clock())
-            if action is HOLD:
-                return False
-            pending = execute(action)
-            if pending is not None:
-                direct.queue.put_nowait({"type": _HELD, "pending": pending})  # type: ignore[arg-type]
-            return True
-
-        return on_frame

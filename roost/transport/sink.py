@@ -1,8 +1,7 @@
 """The outbound side of one WebSocket: :class:`SocketSink`, a queue drained by its own writer task.
 
 ``send_text`` never blocks the actor that sends: frames wait in the sink's queue and a writer task
-writes them to the socket in order. When the server offers the direct path
-(:mod:`roost.transport.uvicorn_ws`) and nothing is queued, a frame is written at once instead.
+writes them to the socket in order, through ASGI ``send``.
 
 Guarantee (test in ``tests/test_input_bounds.py``):
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from starlette.types import Send
 
     from roost.transport.protocol import ConnectionProtocol
-    from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 
 __all__ = ["SocketSink"]
 
@@ -41,7 +39,6 @@ class SocketSink:
         "_send",
         "_wake",
         "closed",
-        "direct",
         "max_queue",
         "protocol",
         "task",
@@ -58,9 +55,6 @@ class SocketSink:
         self._blocked = False  # the writer waits on the socket: the client is not reading
         self.max_queue = max_queue
         self.task: asyncio.Task[None] | None = None
-        #: The protocol's direct path (``roost.transport.uvicorn_ws``), when the server offers it: a frame
-        #: is written at once when the writer has nothing queued and the socket takes it.
-        self.direct: RoostWebSocketProtocol | None = None
         #: The connection's rules, told when the welcome goes out and when the server closes.
         self.protocol: ConnectionProtocol | None = None
 
@@ -82,17 +76,6 @@ class SocketSink:
             self.welcomed = True
             if self.protocol is not None:
                 self.protocol.welcomed()
-        direct = self.direct
-        if direct is not None and not self._queue:
-            wake = self._wake
-            if wake is not None and not wake.done():  # the writer is parked: nothing is in flight
-                written = direct.write_text(text)
-                if written:
-                    return
-                if written is None:  # the client is gone; the reader sees the disconnect
-                    self._gone()
-                    self._poke()
-                    return
         self._queue.append(text)
         if self._blocked and len(self._queue) > self.max_queue:
             self._queue.clear()
@@ -132,7 +115,7 @@ class SocketSink:
                     code, reason = self._closing
                     await send({"type": "websocket.close", "code": code, "reason": reason})
                     return
-                if self.closed:  # a direct write found the client gone
+                if self.closed:  # finish() was called: the socket is gone
                     return
                 self._wake = loop.create_future()
                 await self._wake

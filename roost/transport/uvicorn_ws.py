@@ -19,28 +19,20 @@ version it was tested with, and ``tests/test_core_edges.py`` checks the answer o
 uvicorn's ``send_receive_event_to_app`` reading its ``frames``, ``queue``, ``writable`` and
 ``close_sent``, and RFC 6455 frame headers built by hand). Measured against the public path it was
 worth under 10 % of durable RPC throughput (``bench/RESULTS.md``, "Paths on other libraries' private
-internals") and was removed. :data:`DIRECT`, :attr:`RoostWebSocketProtocol.frame_handler` and
-:meth:`RoostWebSocketProtocol.write_text` remain only while ``roost.transport.endpoint`` still has its
-side of that path: no scope ever carries :data:`DIRECT`, so the endpoint always takes the ASGI way.
+internals") and was removed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-__all__ = ["DIRECT", "RoostWebSocketProtocol"]
-
-#: The ASGI scope extension of the removed direct frame path. Never set: see the module docstring.
-DIRECT = "roost.direct"
+__all__ = ["RoostWebSocketProtocol"]
 
 
 class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
-    #: Unused (the direct frame path was removed); kept while the endpoint still assigns it.
-    frame_handler: Callable[[str | None], bool] | None = None
     _socket: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -58,7 +50,3 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
         if output:
             socket.write(b"".join(output))
         socket.close()
-
-    def write_text(self, text: str) -> bool | None:
-        """Unused (the direct frame path was removed): always False, "send it the ASGI way"."""
-        return False
