@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-import websockets
-from websockets.asyncio.client import ClientConnection
 
+from roost.testing import WsClient, connect, until
 from tests.support import server_process
 
 pytestmark = pytest.mark.slow
@@ -26,40 +23,16 @@ delay_s = 0.4
 """
 
 
-class Peer:
-    """A WebSocket client that keeps every frame it received."""
+#: Waits are long: the agent's tools take their time in another process.
+WAIT = 20.0
 
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.frames: list[dict[str, Any]] = []
-        self.ids = 0
 
-    async def until(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
-        for frame in self.frames:
-            if predicate(frame):
-                return frame
-        async with asyncio.timeout(timeout):
-            while True:
-                new: dict[str, Any] = orjson.loads(await self.ws.recv())
-                self.frames.append(new)
-                if predicate(new):
-                    return new
+def events(peer: WsClient) -> list[dict[str, Any]]:
+    return [f["event"] for f in peer.frames if f.get("type") == "event"]
 
-    async def call(self, method: str, *args: Any) -> Any:
-        self.ids += 1
-        cid = f"c{self.ids}"
-        await self.ws.send(
-            orjson.dumps({"type": "rpc", "id": cid, "method": method, "args": list(args)}).decode()
-        )
-        reply = await self.until(lambda f: f.get("type") == "rpc_result" and f["id"] == cid)
-        assert reply["ok"], reply
-        return reply["result"]
 
-    def events(self) -> list[dict[str, Any]]:
-        return [f["event"] for f in self.frames if f.get("type") == "event"]
-
-    def types(self) -> list[str]:
-        return [e["event_type"] for e in self.events()]
+def types(peer: WsClient) -> list[str]:
+    return [e["event_type"] for e in events(peer)]
 
 
 def has_event(kind: str, **payload: Any) -> Any:
@@ -84,18 +57,17 @@ async def test_docs_flow_over_a_websocket_every_event_in_order(data_dir: Path, t
     cfg = tmp_path / "roost.toml"
     cfg.write_text(CONFIG)
     with server_process(data_dir, "--config", str(cfg)) as srv:
-        async with websockets.connect(f"{srv.ws}/agents/docs/acme") as ws:
-            peer = Peer(ws)
-            await peer.until(lambda f: f["type"] == "welcome")
-            reply = await peer.call("turn", REQUEST)
-            approval = await peer.until(has_event("approval_requested"))
-            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant")
-            await peer.until(has_event("turn_completed"))
-            run = await peer.call("get_run", reply["run_id"])
-        types = peer.types()
-        assert types[:4] == ["turn_started", "plan_ready", "tool_started", "tool_completed"]
-        assert types.count("tool_progress") == 7
-        assert types[-7:] == [
+        async with connect(f"{srv.ws}/agents/docs/acme") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            reply = await peer.call("turn", REQUEST, timeout=WAIT)
+            approval = await peer.wait_for(has_event("approval_requested"), WAIT)
+            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant", timeout=WAIT)
+            await peer.wait_for(has_event("turn_completed"), WAIT)
+            run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+        timeline = types(peer)
+        assert timeline[:4] == ["turn_started", "plan_ready", "tool_started", "tool_completed"]
+        assert timeline.count("tool_progress") == 7
+        assert timeline[-7:] == [
             "approval_requested",
             "approval_granted",
             "tool_started",
@@ -108,10 +80,9 @@ async def test_docs_flow_over_a_websocket_every_event_in_order(data_dir: Path, t
         assert seqs == list(range(1, len(seqs) + 1))  # none missing, none repeated
         assert run["verification_result"] == "pass"
         # a second client replays the same timeline from the log
-        async with websockets.connect(f"{srv.ws}/agents/docs/acme?cursor=0") as ws:
-            late = Peer(ws)
-            await late.until(has_event("turn_completed"))
-            assert late.types() == types
+        async with connect(f"{srv.ws}/agents/docs/acme?cursor=0") as late:
+            await late.wait_for(has_event("turn_completed"), WAIT)
+            assert types(late) == timeline
 
 
 async def test_sigkill_during_analyze_resumes_alone_and_writes_the_report_once(
@@ -123,58 +94,58 @@ async def test_sigkill_during_analyze_resumes_alone_and_writes_the_report_once(
     cfg = tmp_path / "roost.toml"
     cfg.write_text(CONFIG)
     with server_process(data_dir, "--config", str(cfg)) as srv:
-        async with websockets.connect(f"{srv.ws}/agents/docs/acme") as ws:
-            peer = Peer(ws)
-            await peer.until(lambda f: f["type"] == "welcome")
-            reply = await peer.call("turn", REQUEST)
-            await peer.until(has_event("tool_progress", done=2))
+        async with connect(f"{srv.ws}/agents/docs/acme") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            reply = await peer.call("turn", REQUEST, timeout=WAIT)
+            await peer.wait_for(has_event("tool_progress", done=2), WAIT)
             srv.kill()  # SIGKILL, mid-analysis
     with server_process(data_dir, "--config", str(cfg)) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
         # no client: only the directory tells us, by the new worker's heartbeats
-        for _ in range(200):
-            if workers(data_dir).get(pid, 0) >= 1:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the job did not resume in the new process")
-        for _ in range(300):
-            if workers(data_dir).get(pid) == 0:
-                break
-            await asyncio.sleep(0.05)
-        async with websockets.connect(f"{srv.ws}/agents/docs/acme?cursor=0") as ws:
-            peer = Peer(ws)
-            approval = await peer.until(has_event("approval_requested"))
-            starts = [e["payload"] for e in peer.events() if e["event_type"] == "tool_started"]
+        await until(
+            lambda: workers(data_dir).get(pid, 0) >= 1,
+            timeout=10,
+            interval=0.05,
+            message="the job did not resume in the new process",
+        )
+        await until(
+            lambda: workers(data_dir).get(pid) == 0,
+            timeout=15,
+            interval=0.05,
+            message="the resumed job did not finish in the new process",
+        )
+        async with connect(f"{srv.ws}/agents/docs/acme?cursor=0") as peer:
+            approval = await peer.wait_for(has_event("approval_requested"), WAIT)
+            starts = [e["payload"] for e in events(peer) if e["event_type"] == "tool_started"]
             assert [s["tool"] for s in starts] == [
                 "collect_documents",
                 "analyze_documents",
                 "analyze_documents",
             ]
             assert starts[2]["attempt"] == 2
-            lost = [e["payload"] for e in peer.events() if e["event_type"] == "tool_failed"]
+            lost = [e["payload"] for e in events(peer) if e["event_type"] == "tool_failed"]
             assert lost[0]["error"] == "lease expired (worker lost)"
-            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant")
-            await peer.until(has_event("turn_completed"))
-            turn = await peer.call("get_turn", reply["turn_id"])
+            await peer.call("approve", approval["event"]["payload"]["approval_id"], "grant", timeout=WAIT)
+            await peer.wait_for(has_event("turn_completed"), WAIT)
+            turn = await peer.call("get_turn", reply["turn_id"], timeout=WAIT)
             assert [i["runs"] for i in turn["items"]] == [1, 1, 1]  # the retry is a job attempt
             # attempt 2 went on from attempt 1's checkpoint: documents already analysed were not read again
             second = [
                 e["payload"]
-                for e in peer.events()
+                for e in events(peer)
                 if e["event_type"] == "tool_progress" and e["payload"]["attempt"] == 2
             ]
             assert second[0]["message"] == "resuming"
             assert second[0]["done"] >= 2
             reports = [
                 e["payload"]
-                for e in peer.events()
+                for e in events(peer)
                 if e["event_type"] == "tool_completed" and e["payload"]["tool"] == "generate_report"
             ]
             assert len(reports) == 1  # the report step completed once
             assert reports[0]["result"]["written"] is True  # and it wrote the file (once: no other run)
-            run = await peer.call("get_run", reply["run_id"])
+            run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
             assert [(j["tool"], j["attempt"], j["status"]) for j in run["jobs"]] == [
                 ("analyze_documents", 2, "completed")
             ]

@@ -14,37 +14,28 @@ from typing import Any
 
 import orjson
 import pytest
-import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roost.examples.kinds import KINDS
+from roost.testing import WsClient, connect, ping_frame
 from roost.transport import create_app
 from roost.transport.limits import Limits
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import serve_in_process
 
 
-async def recv(ws: Any) -> dict[str, Any]:
-    frame: dict[str, Any] = orjson.loads(await ws.recv())
-    return frame
-
-
 class Bystander:
     """A well-behaved client on the same actor: every call it makes must succeed, in order."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: WsClient) -> None:
         self.ws = ws
         self.n = 0
 
     async def check(self) -> None:
         self.n += 1
-        await self.ws.send(orjson.dumps({"type": "rpc", "id": f"b{self.n}", "method": "get"}).decode())
-        while True:
-            frame = await asyncio.wait_for(recv(self.ws), 5)
-            if frame.get("type") == "rpc_result" and frame["id"] == f"b{self.n}":
-                assert frame["ok"] is True
-                return
+        frame = await self.ws.rpc("get", id=f"b{self.n}", timeout=5)
+        assert frame["ok"] is True
 
 
 @pytest.fixture
@@ -52,8 +43,8 @@ async def served(data_dir: Path) -> AsyncIterator[tuple[str, Bystander]]:
     app = create_app(
         KINDS, data_dir=data_dir, limits=Limits(conn_rate=50, conn_burst=50), max_frame_bytes=4096
     )
-    async with serve_in_process(app) as addr, websockets.connect(f"ws://{addr}/agents/counter/h") as by:
-        await recv(by)
+    async with serve_in_process(app) as addr, connect(f"ws://{addr}/agents/counter/h") as by:
+        await by.recv()
         yield addr, Bystander(by)
 
 
@@ -128,14 +119,14 @@ async def test_malformed_frames_get_an_error_frame_and_the_connection_goes_on(
     served: tuple[str, Bystander], payload: Any, code: str
 ) -> None:
     addr, bystander = served
-    async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:
-        await recv(ws)
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
         await ws.send(payload)
-        frame = await recv(ws)
+        frame = await ws.recv()
         assert frame["type"] == "error"
         assert frame["code"] == code
-        await ws.send(orjson.dumps({"type": "rpc", "id": "1", "method": "get"}).decode())
-        assert (await recv(ws))["ok"] is True  # still served
+        await ws.send({"type": "rpc", "id": "1", "method": "get"})
+        assert (await ws.recv())["ok"] is True  # still served
     await bystander.check()
 
 
@@ -154,32 +145,20 @@ async def test_bad_calls_get_their_error_codes(
     served: tuple[str, Bystander], method: str, args: list[Any], code: str
 ) -> None:
     addr, bystander = served
-    async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:
-        await recv(ws)
-        await ws.send(orjson.dumps({"type": "rpc", "id": "x", "method": method, "args": args}).decode())
-        while True:
-            frame = await recv(ws)
-            if frame.get("type") == "rpc_result":
-                break
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
+        frame = await ws.rpc(method, *args, id="x")
         assert frame["ok"] is False
         assert frame["error"]["code"] == code
     await bystander.check()
 
 
-async def drain_until_closed(ws: Any) -> None:
-    while True:
-        await ws.recv()
-
-
 async def test_a_huge_frame_closes_1009(served: tuple[str, Bystander]) -> None:
     addr, bystander = served
-    async with websockets.connect(f"ws://{addr}/agents/counter/h", max_size=None) as ws:
-        await recv(ws)
+    async with connect(f"ws://{addr}/agents/counter/h", max_size=None) as ws:
+        await ws.recv()
         await ws.send("x" * 10_000)
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await drain_until_closed(ws)
-        assert closed.value.rcvd is not None
-        assert closed.value.rcvd.code == 1009
+        assert await ws.close_code() == 1009
     await bystander.check()
 
 
@@ -187,15 +166,12 @@ async def test_a_flood_is_refused_frame_by_frame_and_the_bystander_is_served(
     served: tuple[str, Bystander],
 ) -> None:
     addr, bystander = served
-    async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:
-        await recv(ws)
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
         for i in range(500):
-            await ws.send(orjson.dumps({"type": "rpc", "id": str(i), "method": "increment"}).decode())
+            await ws.send({"type": "rpc", "id": str(i), "method": "increment"})
         seen: dict[str, int] = {}
-        for _ in range(500):
-            frame = await recv(ws)
-            while frame.get("type") != "rpc_result":
-                frame = await recv(ws)
+        for frame in await ws.results(str(i) for i in range(500)):
             key = "ok" if frame["ok"] else frame["error"]["code"]
             seen[key] = seen.get(key, 0) + 1
         assert seen.get("ok", 0) <= 50 + 5  # the burst, and what refilled meanwhile
@@ -231,16 +207,16 @@ def test_random_frames_never_hurt_the_server_or_a_bystander(data_dir: Path, fram
         app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS)
         async with serve_in_process(app) as addr:
             async with (
-                websockets.connect(f"ws://{addr}/agents/counter/fz") as by,
-                websockets.connect(f"ws://{addr}/agents/counter/fz") as ws,
+                connect(f"ws://{addr}/agents/counter/fz") as by,
+                connect(f"ws://{addr}/agents/counter/fz") as ws,
             ):
-                await recv(by)
-                await recv(ws)
+                await by.recv()
+                await ws.recv()
                 for frame in frames:
                     await ws.send(frame)
-                await ws.send(orjson.dumps({"type": "ping", "id": "end"}).decode())
+                await ws.send(ping_frame("end"))
                 while True:  # everything before the ping was answered or ignored; nothing unexpected
-                    got = await asyncio.wait_for(recv(ws), 5)
+                    got = await ws.recv(timeout=5)
                     assert got["type"] in ("error", "rpc_result", "pong", "state", "message", "rpc_chunk")
                     if got["type"] == "error":
                         assert got["code"] in ("bad_frame", "unknown_type")
@@ -253,13 +229,13 @@ def test_random_frames_never_hurt_the_server_or_a_bystander(data_dir: Path, fram
 
 async def test_a_flood_of_bad_frames_is_rate_limited_too(served: tuple[str, Bystander]) -> None:
     addr, bystander = served
-    async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:
-        await recv(ws)
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
         for _ in range(300):
             await ws.send(b"\x00binary")
         codes: dict[str, int] = {}
         for _ in range(300):
-            frame = await recv(ws)
+            frame = await ws.recv()
             codes[frame["code"]] = codes.get(frame["code"], 0) + 1
         assert codes.get("bad_frame", 0) <= 55  # the burst, and what refilled meanwhile
         assert codes["rate_limited"] >= 245

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 import websockets
 
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
+from roost.testing import connect, open_sockets, until
 from roost.transport import create_app
 from roost.transport.limits import Limits
 from roost.transport.security import token_authenticate
@@ -26,43 +26,21 @@ from tests.support import ServerProcess, serve_in_process
 signer = TokenSigner("k" * 40)
 
 
-async def recv(ws: Any) -> dict[str, Any]:
-    frame: dict[str, Any] = orjson.loads(await ws.recv())
-    return frame
-
-
-def rpc(cid: str, method: str = "increment") -> str:
-    return orjson.dumps({"type": "rpc", "id": cid, "method": method}).decode()
-
-
-async def results(ws: Any, n: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while len(out) < n:
-        frame = await recv(ws)
-        if frame.get("type") == "rpc_result":
-            out.append(frame)
-    return out
-
-
 async def test_a_connection_over_its_rate_gets_rate_limited_and_the_others_do_not(data_dir: Path) -> None:
     clock = FakeClock()
     app = create_app(KINDS, data_dir=data_dir, clock=clock, limits=Limits(conn_rate=10, conn_burst=5))
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/counter/r"
-        async with websockets.connect(url) as flood, websockets.connect(url) as calm:
-            await recv(flood)
-            await recv(calm)
-            for i in range(8):
-                await flood.send(rpc(f"f{i}"))
-            got = sorted(await results(flood, 8), key=lambda f: int(f["id"][1:]))
+        async with connect(url) as flood, connect(url) as calm:
+            await flood.recv()
+            await calm.recv()
+            got = await flood.results([await flood.send_rpc("increment", id=f"f{i}") for i in range(8)])
             codes = [f["error"]["code"] if not f["ok"] else "ok" for f in got]
             assert codes == ["ok"] * 5 + ["rate_limited"] * 3  # the burst, then refusals
-            await calm.send(rpc("c1"))
-            assert (await results(calm, 1))[0]["ok"] is True  # another connection is unaffected
+            assert (await calm.rpc("increment", id="c1"))["ok"] is True  # another connection is unaffected
             clock.advance(0.5)  # 5 tokens back at 10/s
-            for i in range(5):
-                await flood.send(rpc(f"g{i}"))
-            assert all(f["ok"] for f in await results(flood, 5))
+            again = [await flood.send_rpc("increment", id=f"g{i}") for i in range(5)]
+            assert all(f["ok"] for f in await flood.results(again))
 
 
 async def test_a_principal_shares_one_rate_over_its_connections(data_dir: Path) -> None:
@@ -80,19 +58,19 @@ async def test_a_principal_shares_one_rate_over_its_connections(data_dir: Path) 
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/counter/p"
         async with (
-            websockets.connect(url, additional_headers=alice) as a1,
-            websockets.connect(url, additional_headers=alice) as a2,
-            websockets.connect(url, additional_headers=bob) as b,
+            connect(url, additional_headers=alice) as a1,
+            connect(url, additional_headers=alice) as a2,
+            connect(url, additional_headers=bob) as b,
         ):
             for ws in (a1, a2, b):
-                await recv(ws)
+                await ws.recv()
             for i in range(3):
-                await a1.send(rpc(f"a{i}"))
-                await a2.send(rpc(f"b{i}"))
-            oks = [f["ok"] for f in await results(a1, 3)] + [f["ok"] for f in await results(a2, 3)]
+                await a1.send_rpc("increment", id=f"a{i}")
+                await a2.send_rpc("increment", id=f"b{i}")
+            replies = await a1.results(["a0", "a1", "a2"]) + await a2.results(["b0", "b1", "b2"])
+            oks = [f["ok"] for f in replies]
             assert oks.count(True) == 4  # four tokens between both connections
-            await b.send(rpc("b"))
-            assert (await results(b, 1))[0]["ok"] is True
+            assert (await b.rpc("increment", id="b"))["ok"] is True
         async with httpx.AsyncClient() as http:  # HTTP calls draw on the same bucket
             r = await http.post(f"http://{addr}/agents/counter/p/rpc/increment", headers=alice)
             assert r.status_code == 429
@@ -107,36 +85,31 @@ async def test_connections_per_actor_and_per_principal_are_bounded(data_dir: Pat
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/counter/one"
         async with (
-            websockets.connect(url, additional_headers=ann) as c1,
-            websockets.connect(url, additional_headers=ben) as c2,
+            connect(url, additional_headers=ann) as c1,
+            connect(url, additional_headers=ben) as c2,
         ):
-            await recv(c1)
-            await recv(c2)
-            async with websockets.connect(url, additional_headers=ann) as c3:
-                assert (await recv(c3))["code"] == "too_many_connections"
+            await c1.recv()
+            await c2.recv()
+            async with connect(url, additional_headers=ann) as c3:
+                assert (await c3.recv())["code"] == "too_many_connections"
                 with pytest.raises(websockets.ConnectionClosed) as closed:
                     await c3.recv()
                 assert closed.value.rcvd is not None
                 assert closed.value.rcvd.code == 1013
             # per principal: ann holds 1; two more on other actors fit, the next does not
             async with (
-                websockets.connect(f"ws://{addr}/agents/counter/two", additional_headers=ann) as d1,
-                websockets.connect(f"ws://{addr}/agents/counter/three", additional_headers=ann) as d2,
+                connect(f"ws://{addr}/agents/counter/two", additional_headers=ann) as d1,
+                connect(f"ws://{addr}/agents/counter/three", additional_headers=ann) as d2,
             ):
-                await recv(d1)
-                await recv(d2)
-                async with websockets.connect(
-                    f"ws://{addr}/agents/counter/four", additional_headers=ann
-                ) as d3:
-                    assert (await recv(d3))["code"] == "too_many_connections"
-                async with websockets.connect(
-                    f"ws://{addr}/agents/counter/four", additional_headers=ben
-                ) as e:
-                    assert (await recv(e))["type"] == "welcome"  # ben is not ann
-            await c2.send(rpc("x"))
-            assert (await results(c2, 1))[0]["ok"] is True
-        async with websockets.connect(url, additional_headers=ann) as again:  # slots are given back
-            assert (await recv(again))["type"] == "welcome"
+                await d1.recv()
+                await d2.recv()
+                async with connect(f"ws://{addr}/agents/counter/four", additional_headers=ann) as d3:
+                    assert (await d3.recv())["code"] == "too_many_connections"
+                async with connect(f"ws://{addr}/agents/counter/four", additional_headers=ben) as e:
+                    assert (await e.recv())["type"] == "welcome"  # ben is not ann
+            assert (await c2.rpc("increment", id="x"))["ok"] is True
+        async with connect(url, additional_headers=ann) as again:  # slots are given back
+            assert (await again.recv())["type"] == "welcome"
 
 
 def wait_closed(sock: socket.socket, limit: float) -> float:
@@ -195,8 +168,8 @@ def test_a_dead_peer_is_closed_within_two_ping_intervals(data_dir: Path) -> None
         sock.close()
 
         async def members() -> int:
-            async with websockets.connect(f"{server.ws}/agents/room/hb") as ws:
-                welcome = await recv(ws)
+            async with connect(f"{server.ws}/agents/room/hb") as ws:
+                welcome = await ws.recv()
                 return int(welcome["state"]["members"])
 
         assert asyncio.run(members()) == 1  # only this new connection: the dead one was let go
@@ -217,10 +190,9 @@ async def test_anonymous_clients_share_a_rate_per_address_over_http_too(data_dir
             (await http.post(f"http://{addr}/agents/counter/h/rpc/increment")).status_code for _ in range(5)
         ]
         assert codes == [200, 200, 200, 429, 429]
-        async with websockets.connect(f"ws://{addr}/agents/counter/h") as ws:  # the same address
-            await recv(ws)
-            await ws.send(rpc("w"))
-            assert (await results(ws, 1))[0]["error"]["code"] == "rate_limited"
+        async with connect(f"ws://{addr}/agents/counter/h") as ws:  # the same address
+            await ws.recv()
+            assert (await ws.rpc("increment", id="w"))["error"]["code"] == "rate_limited"
         clock.advance(1)
         assert (await http.post(f"http://{addr}/agents/counter/h/rpc/increment")).status_code == 200
 
@@ -228,9 +200,13 @@ async def test_anonymous_clients_share_a_rate_per_address_over_http_too(data_dir
 async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) -> None:
     """A client that resets while an (asynchronous) authenticate hook runs never holds a slot after."""
     gate = asyncio.Event()
+    entered = resumed = 0  # handshakes that reached the hook; that went on past it
 
     async def slow_authenticate(conn: Any) -> Any:
+        nonlocal entered, resumed
+        entered += 1
         await gate.wait()
+        resumed += 1
         from roost.actors import ANONYMOUS
 
         return ANONYMOUS
@@ -239,27 +215,37 @@ async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) 
     app = create_app(KINDS, data_dir=data_dir, limits=limits, authenticate=slow_authenticate)
     async with serve_in_process(app) as addr:
         host, port = addr.split(":")
-        for _ in range(5):
+        before = open_sockets()
+
+        async def in_the_hook(n: int) -> None:
+            await until(lambda: entered == n, message="the handshake reached authenticate")
+
+        for i in range(5):
             sock = socket.create_connection((host, int(port)))
             sock.sendall(
                 b"GET /agents/counter/v HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
             )
+            await in_the_hook(i + 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             sock.close()  # reset while authenticate waits
-        await asyncio.sleep(0.2)  # let the server see the resets
+        # the server in this process closes its end of a connection when it reads the reset
+        await until(lambda: open_sockets() <= before, message="the server saw every reset")
         gate.set()
-        for _ in range(100):  # bounded: every half-open attempt ends
-            if not app.access.per_actor.counts:
-                break
-            await asyncio.sleep(0.02)
+        # every half-open attempt went on past the hook (taking a slot, failing to accept) and ended
+        await until(
+            lambda: resumed == 5 and not app.access.per_actor.counts,
+            timeout=2,
+            interval=0.02,
+            message="every half-open attempt ended",
+        )
         assert app.access.per_actor.counts == {}
         async with (
-            websockets.connect(f"ws://{addr}/agents/counter/v") as a,
-            websockets.connect(f"ws://{addr}/agents/counter/v") as b,
+            connect(f"ws://{addr}/agents/counter/v") as a,
+            connect(f"ws://{addr}/agents/counter/v") as b,
         ):
-            assert (await recv(a))["type"] == "welcome"
-            assert (await recv(b))["type"] == "welcome"
+            assert (await a.recv())["type"] == "welcome"
+            assert (await b.recv())["type"] == "welcome"
 
 
 def test_anonymous_addresses_are_grouped_and_ipv6_by_its_64() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import websockets
 
 from roost.actors import Actor, callable
 from roost.examples.kinds import Counter
+from roost.testing import connect, until
 from roost.transport import create_app
 from roost.transport.limits import Limits
 from roost.transport.security import claims_authorize, token_authenticate
@@ -52,22 +52,9 @@ def app_for(data_dir: Path, **kw: Any) -> Any:
     )
 
 
-async def recv(ws: Any) -> dict[str, Any]:
-    frame: dict[str, Any] = orjson.loads(await ws.recv())
-    return frame
-
-
-async def call(ws: Any, cid: str, method: str, *args: Any) -> dict[str, Any]:
-    await ws.send(orjson.dumps({"type": "rpc", "id": cid, "method": method, "args": list(args)}).decode())
-    while True:
-        frame = await recv(ws)
-        if frame.get("type") == "rpc_result" and frame["id"] == cid:
-            return frame
-
-
 async def closed_with(url: str, **kw: Any) -> tuple[int, dict[str, Any]]:
-    async with websockets.connect(url, **kw) as ws:
-        frame = await recv(ws)
+    async with connect(url, **kw) as ws:
+        frame = await ws.recv()
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await ws.recv()
     assert closed.value.rcvd is not None
@@ -133,24 +120,24 @@ async def test_expired_forged_and_missing_tokens_are_refused_and_logged_without_
         assert forged.split(".")[1] not in logged
         # the server goes on serving good tokens
         good = signer.issue("alice", ttl=60)
-        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {good}"}) as ws:
-            assert (await recv(ws))["type"] == "welcome"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {good}"}) as ws:
+            assert (await ws.recv())["type"] == "welcome"
 
 
 async def test_tokens_from_the_header_the_subprotocol_and_the_query(data_dir: Path) -> None:
     token = signer.issue("bob", ttl=60)
     async with serve_in_process(app_for(data_dir)) as addr:
         url = f"ws://{addr}/agents/whoami/w"
-        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
-        async with websockets.connect(url, subprotocols=["roost", f"roost.token.{token}"]) as ws:  # type: ignore[list-item]
-            assert ws.subprotocol == "roost"  # the token is never echoed back
-            await recv(ws)
-            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
-        async with websockets.connect(f"{url}?token={token}") as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "who"))["result"]["principal"] == "bob"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            await ws.recv()
+            assert (await ws.rpc("who"))["result"]["principal"] == "bob"
+        async with connect(url, subprotocols=["roost", f"roost.token.{token}"]) as ws:
+            assert ws.ws.subprotocol == "roost"  # the token is never echoed back
+            await ws.recv()
+            assert (await ws.rpc("who"))["result"]["principal"] == "bob"
+        async with connect(f"{url}?token={token}") as ws:
+            await ws.recv()
+            assert (await ws.rpc("who"))["result"]["principal"] == "bob"
 
 
 async def test_tenants_isolate_names_and_cross_tenant_access_is_impossible(data_dir: Path) -> None:
@@ -159,16 +146,16 @@ async def test_tenants_isolate_names_and_cross_tenant_access_is_impossible(data_
     t2 = signer.issue("sam", ttl=60, tenant="t2")
     async with serve_in_process(app_for(data_dir)) as addr:
         url = f"ws://{addr}/agents/whoami/shared"
-        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {t1}"}) as ws:
-            welcome = await recv(ws)
+        async with connect(url, additional_headers={"Authorization": f"Bearer {t1}"}) as ws:
+            welcome = await ws.recv()
             assert welcome["actor"]["name"] == "shared"
-            assert (await call(ws, "1", "touch"))["result"] == 1
-            assert (await call(ws, "2", "touch"))["result"] == 2
-            who = (await call(ws, "3", "who"))["result"]
+            assert (await ws.rpc("touch"))["result"] == 1
+            assert (await ws.rpc("touch"))["result"] == 2
+            who = (await ws.rpc("who"))["result"]
             assert who == {"principal": "sam", "tenant": "t1", "name": "shared"}
-        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {t2}"}) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "touch"))["result"] == 1  # another actor
+        async with connect(url, additional_headers={"Authorization": f"Bearer {t2}"}) as ws:
+            await ws.recv()
+            assert (await ws.rpc("touch"))["result"] == 1  # another actor
         # addressing the other tenant's key directly is refused (NUL is never accepted from a client)
         code, _frame = await closed_with(
             f"ws://{addr}/agents/whoami/t1%00shared", additional_headers={"Authorization": f"Bearer {t2}"}
@@ -200,12 +187,12 @@ async def test_authorize_is_checked_on_connect_every_call_and_every_http_request
     async with serve_in_process(app) as addr:
         code, frame = await closed_with(f"ws://{addr}/agents/whoami/secret", additional_headers=auth)
         assert (code, frame["code"]) == (4403, "forbidden")
-        async with websockets.connect(f"ws://{addr}/agents/whoami/open", additional_headers=auth) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "who"))["ok"] is True
-            refused = await call(ws, "2", "touch")
+        async with connect(f"ws://{addr}/agents/whoami/open", additional_headers=auth) as ws:
+            await ws.recv()
+            assert (await ws.rpc("who"))["ok"] is True
+            refused = await ws.rpc("touch")
             assert refused["error"]["code"] == "forbidden"
-            assert (await call(ws, "3", "who"))["ok"] is True  # the connection goes on
+            assert (await ws.rpc("who"))["ok"] is True  # the connection goes on
         async with httpx.AsyncClient() as http:
             assert (
                 await http.post(f"http://{addr}/agents/whoami/open/rpc/touch", headers=auth)
@@ -228,21 +215,21 @@ async def test_token_claims_limit_kinds_and_names_and_read_only_connections(data
                 f"ws://{addr}{path}", additional_headers={"Authorization": f"Bearer {narrow}"}
             )
             assert code == 4403
-        async with websockets.connect(
+        async with connect(
             f"ws://{addr}/agents/whoami/team-1", additional_headers={"Authorization": f"Bearer {narrow}"}
         ) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "touch"))["result"] == 1
-        async with websockets.connect(
+            await ws.recv()
+            assert (await ws.rpc("touch"))["result"] == 1
+        async with connect(
             f"ws://{addr}/agents/whoami/team-1", additional_headers={"Authorization": f"Bearer {viewer}"}
         ) as ws:
-            welcome = await recv(ws)
+            welcome = await ws.recv()
             assert welcome["state"] == {"n": 1}  # a read-only connection reads
-            assert (await call(ws, "1", "who"))["ok"] is True
-            refused = await call(ws, "2", "touch")
+            assert (await ws.rpc("who"))["ok"] is True
+            refused = await ws.rpc("touch")
             assert refused["error"]["code"] == "forbidden"
-            await ws.send(orjson.dumps({"type": "message", "data": "hi"}).decode())
-            assert (await recv(ws))["code"] == "forbidden"
+            await ws.send({"type": "message", "data": "hi"})
+            assert (await ws.recv())["code"] == "forbidden"
         async with httpx.AsyncClient() as http:
             r = await http.post(
                 f"http://{addr}/agents/whoami/team-1/rpc/touch", headers={"Authorization": f"Bearer {viewer}"}
@@ -260,10 +247,10 @@ async def test_a_wrong_origin_is_refused_and_logged(data_dir: Path, caplog: pyte
         assert (code, frame["code"]) == (4403, "origin_refused")
         assert "evil.example" in caplog.text
         assert token not in caplog.text
-        async with websockets.connect(url, additional_headers=auth, origin="https://app.example") as ws:  # type: ignore[arg-type]
-            assert (await recv(ws))["type"] == "welcome"
-        async with websockets.connect(url, additional_headers=auth) as ws:  # not a browser: no Origin
-            assert (await recv(ws))["type"] == "welcome"
+        async with connect(url, additional_headers=auth, origin="https://app.example") as ws:
+            assert (await ws.recv())["type"] == "welcome"
+        async with connect(url, additional_headers=auth) as ws:  # not a browser: no Origin
+            assert (await ws.recv())["type"] == "welcome"
 
 
 @pytest.mark.slow
@@ -279,17 +266,15 @@ async def test_roost_serve_never_logs_a_token_even_from_the_url(data_dir: Path) 
     forged = good[:-6] + "AAAAAA"
     server = ServerProcess(data_dir, env={"ROOST_SECRET": secret}).start()
     try:
-        async with websockets.connect(f"{server.ws}/agents/counter/c?token={good}") as ws:
-            assert (await recv(ws))["type"] == "welcome"
+        async with connect(f"{server.ws}/agents/counter/c?token={good}") as ws:
+            assert (await ws.recv())["type"] == "welcome"
         code, _ = await closed_with(f"{server.ws}/agents/counter/c?token={forged}")
         assert code == 4401
         async with httpx.AsyncClient() as http:
             r = await http.get(f"{server.http}/agents/counter/c?token={forged}")
             assert r.status_code == 401
-        for _ in range(100):  # bounded: the log line is written by the server process
-            if any("bad signature" in line for line in server.log):
-                break
-            await asyncio.sleep(0.05)
+        # bounded: the log line is written by the server process
+        await until(lambda: any("bad signature" in line for line in server.log), timeout=5, interval=0.05)
     finally:
         server.kill()
     text = "".join(server.log)
@@ -337,25 +322,25 @@ async def test_read_only_principals_change_nothing_and_create_nothing(data_dir: 
         )
         assert (code, frame["code"]) == (4403, "forbidden")  # no actor created by looking
         assert not app.registry.exists("ledger", "new")
-        async with websockets.connect(
+        async with connect(
             f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {writer}"}
         ) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "add"))["result"] == 1  # a normal write, prepared by a writer
-        async with websockets.connect(
+            await ws.recv()
+            assert (await ws.rpc("add"))["result"] == 1  # a normal write, prepared by a writer
+        async with connect(
             f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {viewer}"}
         ) as ws:
-            await recv(ws)
+            await ws.recv()
             for method in ("sneaky", "sneaky_sql"):
-                refused = await call(ws, method, method)
+                refused = await ws.rpc(method)
                 assert refused["ok"] is False, method
-            assert (await call(ws, "3", "count"))["result"] == 1
-        async with websockets.connect(
+            assert (await ws.rpc("count"))["result"] == 1
+        async with connect(
             f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {writer}"}
         ) as ws:
-            welcome = await recv(ws)
+            welcome = await ws.recv()
             assert "hacked" not in (welcome["state"] or {})
-            assert (await call(ws, "4", "count"))["result"] == 1
+            assert (await ws.rpc("count"))["result"] == 1
 
 
 class Relay(Actor):
@@ -378,14 +363,14 @@ async def test_actor_to_actor_calls_stay_in_the_tenant_and_read_only(data_dir: P
     t1_viewer = {"Authorization": f"Bearer {signer.issue('v', ttl=60, tenant='t1', read_only=True)}"}
     app = create_app([Relay, Counter], data_dir=data_dir, authenticate=token_authenticate(signer))
     async with serve_in_process(app) as addr:
-        async with websockets.connect(f"ws://{addr}/agents/relay/r", additional_headers=t1) as ws:
-            await recv(ws)
-            assert (await call(ws, "1", "poke", "bank"))["result"] == 1  # t1's own counter
-            escape = await call(ws, "2", "poke", "t2\x00bank")
+        async with connect(f"ws://{addr}/agents/relay/r", additional_headers=t1) as ws:
+            await ws.recv()
+            assert (await ws.rpc("poke", "bank"))["result"] == 1  # t1's own counter
+            escape = await ws.rpc("poke", "t2\x00bank")
             assert escape["ok"] is False  # never another tenant's actor
-        async with websockets.connect(f"ws://{addr}/agents/relay/r", additional_headers=t1_viewer) as ws:
-            await recv(ws)
-            refused = await call(ws, "3", "peek_and_poke", "bank")
+        async with connect(f"ws://{addr}/agents/relay/r", additional_headers=t1_viewer) as ws:
+            await ws.recv()
+            refused = await ws.rpc("peek_and_poke", "bank")
             assert refused["ok"] is False  # the nested write runs as the read-only caller
         async with httpx.AsyncClient() as http:
             r = await http.post(f"http://{addr}/agents/counter/new-one/rpc/get", headers=t1_viewer)

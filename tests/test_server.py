@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
-import orjson
 import pytest
 import websockets
 from starlette.applications import Starlette
@@ -19,35 +17,9 @@ from starlette.routing import Mount
 from roost.actors import Actor, callable
 from roost.examples.kinds import KINDS, Counter
 from roost.scheduler import FakeClock
+from roost.testing import connect, open_files, until
 from roost.transport import create_app
 from tests.support import serve_in_process
-
-
-async def recv(ws: Any) -> dict[str, Any]:
-    frame: dict[str, Any] = orjson.loads(await ws.recv())
-    return frame
-
-
-async def rpc(ws: Any, call_id: str, method: str, *args: Any) -> dict[str, Any]:
-    await ws.send(orjson.dumps({"type": "rpc", "id": call_id, "method": method, "args": args}).decode())
-    while True:
-        frame = await recv(ws)
-        if frame["type"] == "rpc_result" and frame["id"] == call_id:
-            return frame
-
-
-async def drain(ws: Any) -> None:
-    while True:
-        await ws.recv()
-
-
-async def until(condition: Callable[[], bool], rounds: int = 1000) -> None:
-    """Yield to the loop until ``condition`` holds (no timers involved)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
 
 
 class Probe(Actor):
@@ -73,10 +45,10 @@ async def test_single_activation_under_100_concurrent_first_connections(data_dir
         url = f"ws://{addr}/agents/probe/{quote('fresh one', safe='')}"
 
         async def one(i: int) -> int:
-            async with websockets.connect(url) as ws:
-                welcome = await recv(ws)
+            async with connect(url) as ws:
+                welcome = await ws.recv()
                 assert welcome["type"] == "welcome"
-                result = await rpc(ws, str(i), "bump")
+                result = await ws.rpc("bump", id=str(i))
                 assert result["ok"]
                 n: int = result["result"]
                 return n
@@ -94,16 +66,12 @@ async def test_dormancy_closes_the_file_and_the_next_call_wakes_it(data_dir: Pat
     app = create_app(KINDS, data_dir=data_dir, clock=clock)
     app.configure(idle_timeout=30.0, sweep_interval=1.0)
     async with serve_in_process(app) as addr:
-        async with websockets.connect(f"ws://{addr}/agents/counter/sleepy") as ws:
-            await recv(ws)
-            assert (await rpc(ws, "1", "increment", 5))["result"] == 5
+        async with connect(f"ws://{addr}/agents/counter/sleepy") as ws:
+            await ws.recv()
+            assert (await ws.rpc("increment", 5, id="1"))["result"] == 5
         key = ("counter", "sleepy")
         host = app.registry.hosts[key]
         path = host.file.path
-
-        def open_files() -> set[str]:
-            return {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
-
         await until(lambda: not host.connections)  # the close reached the actor
         assert str(path) in open_files()
         sweeps = app.registry.sweeps
@@ -113,10 +81,8 @@ async def test_dormancy_closes_the_file_and_the_next_call_wakes_it(data_dir: Pat
         clock.advance(11.0)
         await until(lambda: key not in app.registry.hosts)
         assert host.file.closed
-        for _ in range(5000):  # released in a thread, off the loop: bounded wait for it
-            if str(path) not in open_files():
-                break
-            await asyncio.sleep(0.001)
+        # released in a thread, off the loop: a bounded wait for it
+        await until(lambda: str(path) not in open_files(), timeout=5, interval=0.001)
         assert str(path) not in open_files()
         assert str(path) + "-wal" not in open_files()
         async with httpx.AsyncClient() as http:
@@ -130,15 +96,20 @@ async def test_an_actor_with_an_open_connection_never_sleeps(data_dir: Path) -> 
     clock = FakeClock()
     app = create_app(KINDS, data_dir=data_dir, clock=clock)
     app.configure(idle_timeout=1.0, sweep_interval=0.5)
-    async with serve_in_process(app) as addr, websockets.connect(f"ws://{addr}/agents/counter/w") as ws:
-        await recv(ws)
+    async with serve_in_process(app) as addr, connect(f"ws://{addr}/agents/counter/w") as ws:
+        await ws.recv()
         await until(lambda: ("counter", "w") in app.registry.hosts and clock.sleepers > 0)
-        for _ in range(10):
+
+        async def an_idle_timeout_goes_by() -> None:
+            sweeps = app.registry.sweeps
             clock.advance(1.0)
-            await asyncio.sleep(0)
+            await until(lambda: app.registry.sweeps > sweeps)  # the sweeper ran (and sleeps again)
+
+        for _ in range(10):
+            await an_idle_timeout_goes_by()
         assert app.registry.sweep() == 0
         assert ("counter", "w") in app.registry.hosts
-        assert (await rpc(ws, "1", "increment"))["result"] == 1
+        assert (await ws.rpc("increment", id="1"))["result"] == 1
 
 
 HOSTILE_SERVED = ["../../etc/passwd", "a/b", "..", ".", "日本語/..", "x" * 256]
@@ -168,11 +139,11 @@ async def test_hostile_names_are_served_inside_the_data_directory(
     before = files_under(tmp_path)
     app = create_app(KINDS, data_dir=data_dir)
     async with serve_in_process(app) as addr:
-        async with websockets.connect(f"ws://{addr}/agents/counter/{segment(name)}") as ws:
-            welcome = await recv(ws)
+        async with connect(f"ws://{addr}/agents/counter/{segment(name)}") as ws:
+            welcome = await ws.recv()
             assert welcome["type"] == "welcome"
             assert welcome["actor"] == {"kind": "counter", "name": name}
-            assert (await rpc(ws, "1", "increment", 2))["result"] == 2
+            assert (await ws.rpc("increment", 2, id="1"))["result"] == 2
         async with httpx.AsyncClient() as http:
             r = await http.get(f"http://{addr}/agents/counter/{segment(name)}")
         assert r.json()["state"] == {"count": 2}
@@ -203,24 +174,24 @@ async def test_bad_addresses_are_refused_with_a_close_code_and_touch_nothing(
     app = create_app(KINDS, data_dir=data_dir)
     async with serve_in_process(app) as addr:
         before = files_under(tmp_path)
-        async with websockets.connect(f"ws://{addr}{path}", max_size=None) as ws:
-            frame = await recv(ws)
+        async with connect(f"ws://{addr}{path}", max_size=None) as ws:
+            frame = await ws.recv()
             assert frame["type"] == "error"
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await ws.recv()
         assert closed.value.rcvd is not None
         assert closed.value.rcvd.code == code
         assert files_under(tmp_path) == before, "a refused address created files"
-        async with websockets.connect(f"ws://{addr}/agents/counter/fine") as ws:
-            assert (await recv(ws))["type"] == "welcome", "the server keeps serving others"
+        async with connect(f"ws://{addr}/agents/counter/fine") as ws:
+            assert (await ws.recv())["type"] == "welcome", "the server keeps serving others"
 
 
 async def test_bad_frames_get_error_frames_and_the_connection_goes_on(server: str) -> None:
     """Guarantee 9: each bad frame gets an error frame; the socket stays usable; others unaffected."""
     url = f"ws://{server}/agents/counter/frames"
-    async with websockets.connect(url) as ws, websockets.connect(url) as other:
-        await recv(ws)
-        await recv(other)
+    async with connect(url) as ws, connect(url) as other:
+        await ws.recv()
+        await other.recv()
         bad_frames: list[tuple[str | bytes, str]] = [
             ("not json", "bad_frame"),
             ("[1,2]", "bad_frame"),
@@ -232,7 +203,7 @@ async def test_bad_frames_get_error_frames_and_the_connection_goes_on(server: st
         ]
         for bad, code in bad_frames:
             await ws.send(bad)
-            frame = await recv(ws)
+            frame = await ws.recv()
             assert (frame["type"], frame["code"]) == ("error", code), (bad, frame)
         bad_calls: list[tuple[str, list[Any], str]] = [
             ("nope", [], "method_not_found"),
@@ -242,40 +213,37 @@ async def test_bad_frames_get_error_frames_and_the_connection_goes_on(server: st
             ("increment", ["x"], "handler_error"),
         ]
         for method, args, code in bad_calls:
-            frame = await rpc(ws, method, method, *args)
+            frame = await ws.rpc(method, *args, id=method)
             assert (frame["ok"], frame["error"]["code"]) == (False, code), (method, frame)
-        assert (await rpc(ws, "ok", "increment"))["result"] == 1
-        assert (await rpc(other, "ok", "get"))["result"] == 1
+        assert (await ws.rpc("increment", id="ok"))["result"] == 1
+        assert (await other.rpc("get", id="ok"))["result"] == 1
 
 
 async def test_an_oversized_frame_closes_with_1009(server: str) -> None:
-    async with websockets.connect(f"ws://{server}/agents/counter/big", max_size=None) as ws:
-        await recv(ws)
+    async with connect(f"ws://{server}/agents/counter/big", max_size=None) as ws:
+        await ws.recv()
         await ws.send('{"type":"message","data":"' + "x" * (1 << 20) + '"}')
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await drain(ws)
-        assert closed.value.rcvd is not None
-        assert closed.value.rcvd.code == 1009
-    async with websockets.connect(f"ws://{server}/agents/counter/big") as ws:
-        assert (await recv(ws))["type"] == "welcome"
+        assert await ws.close_code() == 1009
+    async with connect(f"ws://{server}/agents/counter/big") as ws:
+        assert (await ws.recv())["type"] == "welcome"
 
 
 async def test_a_connection_that_opts_out_gets_only_its_own_replies(server: str) -> None:
     """``subscribe=none``: every frame after the welcome is a reply to this connection's own frames."""
     base = f"ws://{server}/agents/counter/optout"
-    async with websockets.connect(base) as watcher, websockets.connect(f"{base}?subscribe=none") as quiet:
-        await recv(watcher)
-        await recv(quiet)
+    async with connect(base) as watcher, connect(f"{base}?subscribe=none") as quiet:
+        await watcher.recv()
+        await quiet.recv()
         for i in (1, 2):
-            await quiet.send(orjson.dumps({"type": "rpc", "id": f"q{i}", "method": "increment"}).decode())
+            await quiet.send({"type": "rpc", "id": f"q{i}", "method": "increment"})
         await quiet.send('{"type":"ping","id":7}')
-        frames = [await recv(quiet) for _ in range(3)]
+        frames = await quiet.recv_n(3)
         assert frames == [
             {"type": "rpc_result", "id": "q1", "ok": True, "result": 1},
             {"type": "rpc_result", "id": "q2", "ok": True, "result": 2},
             {"type": "pong", "id": 7},
         ], "only the replies, and the pong after them"
-        seen = [await recv(watcher), await recv(watcher)]
+        seen = await watcher.recv_n(2)
         assert [(f["type"], f["seq"]) for f in seen] == [("state", 1), ("state", 2)]
 
 
@@ -315,10 +283,10 @@ async def test_the_app_mounts_inside_another_asgi_app(data_dir: Path) -> None:
     roost = create_app([Counter], data_dir=data_dir)
     parent = Starlette(routes=[Mount("/roost", app=roost)])
     async with serve_in_process(parent) as addr:
-        async with websockets.connect(f"ws://{addr}/roost/agents/counter/{quote('m/1', safe='')}") as ws:
-            welcome = await recv(ws)
+        async with connect(f"ws://{addr}/roost/agents/counter/{quote('m/1', safe='')}") as ws:
+            welcome = await ws.recv()
             assert welcome["actor"] == {"kind": "counter", "name": "m/1"}
-            assert (await rpc(ws, "1", "increment"))["result"] == 1
+            assert (await ws.rpc("increment", id="1"))["result"] == 1
         async with httpx.AsyncClient() as http:
             r = await http.get(f"http://{addr}/roost/agents/counter/m%2F1")
             assert r.json()["state"] == {"count": 1}

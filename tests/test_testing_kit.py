@@ -29,6 +29,8 @@ from roost.testing import (
     WsClient,
     connect,
     fires,
+    open_files,
+    open_sockets,
     ping_frame,
     rpc_frame,
     schedule_rows,
@@ -160,11 +162,51 @@ async def test_ws_client_bounds_every_wait_and_reports_the_close_code(addr: str)
             await ws.recv()
 
 
+async def test_ws_client_results_are_in_the_order_of_the_ids_whatever_order_they_came_in(addr: str) -> None:
+    async with connect(f"ws://{addr}/agents/counter/kit5?subscribe=none") as ws:
+        await ws.recv()
+        first = await ws.send_rpc("increment", 1)
+        second = await ws.send_rpc("increment", 2)
+        await ws.recv_n(2)  # both replies already received: results finds them among the earlier frames
+        third = await ws.send_rpc("increment", 3)
+        replies = await ws.results([third, second, first])
+        assert [(f["id"], f["result"]) for f in replies] == [(third, 6), (second, 3), (first, 1)]
+        assert await ws.results([]) == []
+        with pytest.raises(TimeoutError):
+            await ws.results(["never sent"], timeout=0.05)
+
+
+async def test_ws_client_sends_bytes_as_a_binary_message(addr: str) -> None:
+    async with connect(f"ws://{addr}/agents/counter/kit6") as ws:
+        await ws.recv()
+        await ws.send(b'{"type":"ping","id":1}')
+        assert (await ws.recv())["code"] == "bad_frame", "a binary message is not a frame"
+        await ws.send('{"type":"ping","id":2}')
+        assert await ws.recv() == {"type": "pong", "id": 2}
+
+
 async def test_ws_client_wraps_an_open_websockets_connection(addr: str) -> None:
     async with websockets.connect(f"ws://{addr}/agents/counter/kit4") as raw:
         ws = WsClient(raw)
         assert (await ws.recv())["type"] == "welcome"
         assert await ws.call("increment") == 1
+
+
+# -- descriptors ------------------------------------------------------------------------------------------
+def test_open_files_names_a_file_while_it_is_open_and_not_after(tmp_path: Path) -> None:
+    path = (tmp_path / "f.txt").resolve()
+    with path.open("w"):
+        assert str(path) in open_files()
+    assert str(path) not in open_files()
+
+
+async def test_open_sockets_shows_the_server_in_this_process_letting_go_of_a_connection(addr: str) -> None:
+    before = open_sockets()
+    async with connect(f"ws://{addr}/agents/counter/kit7") as ws:
+        await ws.recv()
+        during = open_sockets()
+        assert len(during - before) == 2, "the client's end and the server's end"
+    await until(lambda: open_sockets() <= before, message="the server closed its end")
 
 
 # -- sinks ----------------------------------------------------------------------------------------------

@@ -12,15 +12,14 @@ Guarantees (``docs/security.md``, *Tokens*):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
-import websockets
 
+from roost.testing import connect, until
 from roost.transport.security import RedactTokens
 from roost.transport.tokens import TokenError, TokenSigner
 from tests.support import ServerProcess
@@ -45,13 +44,10 @@ def _encodings(token: str) -> dict[str, str]:
 
 
 async def _close_code(url: str) -> int | None:
-    async with websockets.connect(url) as ws:
-        try:
-            for _ in range(3):  # an error frame, then the close
-                await asyncio.wait_for(ws.recv(), 10)
-        except websockets.exceptions.ConnectionClosed as closed:
-            return closed.rcvd.code if closed.rcvd is not None else None
-    return None
+    async with connect(url) as ws:
+        frames, code = await ws.read_until_closed(timeout=10)
+    assert len(frames) <= 2, frames  # an error frame, then the close
+    return code
 
 
 def test_a_token_whose_signature_is_not_ascii_is_refused_as_malformed() -> None:
@@ -90,8 +86,8 @@ async def test_no_encoding_of_the_token_parameter_reaches_the_log_and_each_is_ac
             for name, token in tokens.items():
                 query = _encodings(token)[name]
                 url = f"{server.ws}/agents/counter/c?{query}"
-                async with websockets.connect(url) as ws:  # accepted: the server found the token
-                    assert '"welcome"' in str(await asyncio.wait_for(ws.recv(), 10)), name
+                async with connect(url) as ws:  # accepted: the server found the token
+                    assert (await ws.recv(timeout=10))["type"] == "welcome", name
                 r = await http.get(f"{server.http}/agents/counter/c?{query}")
                 assert r.status_code == 200, (name, r.text)
             # a non-ASCII signature, over every way in: 401 / 4401, and the server goes on
@@ -108,10 +104,13 @@ async def test_no_encoding_of_the_token_parameter_reaches_the_log_and_each_is_ac
             assert await _close_code(f"{server.ws}/agents/counter/c?token={bad}") == 4401
             r = await http.get(f"{server.http}/healthz")
             assert r.status_code == 200
-        for _ in range(100):  # bounded: the last request line is written by the server process
-            if sum("[accepted]" in line for line in server.log) >= len(tokens):
-                break
-            await asyncio.sleep(0.05)
+        # bounded: the last request line is written by the server process
+        await until(
+            lambda: sum("[accepted]" in line for line in server.log) >= len(tokens),
+            timeout=5,
+            interval=0.05,
+            message="uvicorn logged a request line for every accepted connection",
+        )
     finally:
         server.kill()
     text = "".join(server.log)

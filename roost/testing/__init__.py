@@ -4,11 +4,13 @@
   default; :class:`KitConnection` drives one connection, :class:`RecordingSink` records its frames and
   :class:`FaultySink` drops or holds them as a bad network would.
 - :class:`WsClient` and :func:`connect` (:mod:`roost.testing.ws`): a WebSocket test client over a real
-  socket, with ``recv``/``rpc``/``call``/``wait_for``/``read_until_closed``; :func:`rpc_frame`,
+  socket, with ``recv``/``rpc``/``call``/``results``/``wait_for``/``read_until_closed``; :func:`rpc_frame`,
   :func:`ping_frame` and :func:`encode` build frames to send raw; :func:`close_code_sync` reads a
   blocking connection to its close.
 - :func:`serve` (:mod:`roost.testing.server`): an app served on a real socket in the test's loop.
 - :func:`until` (:mod:`roost.testing.waiting`): wait for a condition, bounded; never a sleep.
+- :func:`open_files` and :func:`open_sockets` (:mod:`roost.testing.fds`): what this process has open,
+  so a test sees a server in its process let go of a file or a socket.
 - :func:`fires` and :func:`schedule_rows` (:mod:`roost.testing.files`): what an actor's wake-ups did,
   read from its file once no process has it open.
 
@@ -16,6 +18,7 @@ Every guarantee is in the docstring of the thing that gives it, and tested in
 ``tests/test_testing_kit.py``.
 """
 
+from roost.testing.fds import open_files, open_sockets
 from roost.testing.files import Fire, ScheduleRow, fires, schedule_rows
 from roost.testing.kit import ActorKit, FaultySink, KitConnection, RecordingSink
 from roost.testing.server import serve
@@ -34,6 +37,8 @@ __all__ = [
     "connect",
     "encode",
     "fires",
+    "open_files",
+    "open_sockets",
     "ping_frame",
     "rpc_frame",
     "schedule_rows",

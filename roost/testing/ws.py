@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -61,7 +61,8 @@ class WsClient:
       discards one.
     - :meth:`recv` returns frames in that order, each once; a frame :meth:`wait_for` (or :meth:`rpc`)
       returned, and the frames before it, are not returned by :meth:`recv` again.
-    - :meth:`wait_for` sees frames received before it was called as well as later ones.
+    - :meth:`wait_for` (and :meth:`results`) sees frames received before it was called as well as later
+      ones.
     - Every wait is bounded (``timeout`` seconds, ``TimeoutError``); a close from the server ends a wait
       with ``websockets.ConnectionClosed``, whose ``rcvd`` is the close frame the server sent.
     """
@@ -73,9 +74,10 @@ class WsClient:
         self._ids = itertools.count(1)
 
     # -- sending ---------------------------------------------------------------------------------------
-    async def send(self, frame: Frame | str) -> None:
-        """Send a frame (a dict is encoded; a string goes as it is, valid or not)."""
-        await self.ws.send(frame if isinstance(frame, str) else encode(frame))
+    async def send(self, frame: Frame | str | bytes) -> None:
+        """Send a frame: a dict is encoded; a string goes as it is, valid or not, in a text message;
+        bytes go as they are in a binary message."""
+        await self.ws.send(frame if isinstance(frame, str | bytes) else encode(frame))
 
     async def send_rpc(self, method: str, *args: Any, id: str | None = None, **kwargs: Any) -> str:
         """Send an ``rpc`` frame without waiting; returns its id (``c1``, ``c2``, ... unless given)."""
@@ -92,6 +94,24 @@ class WsClient:
         return await self._wait_from(
             start, lambda f: f.get("type") == "rpc_result" and f.get("id") == call_id, timeout
         )
+
+    async def results(self, ids: Iterable[Any], timeout: float = 10.0) -> list[Frame]:
+        """The ``rpc_result`` frames answering the calls ``ids`` (sent with :meth:`send_rpc`, say), in
+        the order of ``ids`` whatever order they came in; one ``timeout`` for all of them."""
+        wanted = list(ids)
+        pending = set(wanted)
+        found: dict[Any, Frame] = {}
+
+        def answers(frame: Frame) -> bool:
+            call_id = frame.get("id")
+            if frame.get("type") == "rpc_result" and call_id in pending:
+                found[call_id] = frame
+                pending.discard(call_id)
+            return not pending
+
+        if pending:
+            await self.wait_for(answers, timeout)
+        return [found[call_id] for call_id in wanted]
 
     async def call(self, method: str, *args: Any, timeout: float = 10.0, **kwargs: Any) -> Any:
         """Call ``method`` and return its result; an ``ok: false`` answer raises ``RpcError``."""
