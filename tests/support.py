@@ -30,12 +30,22 @@ class ServerProcess:
     """``roost serve`` in a child process (own process group), on an ephemeral port."""
 
     def __init__(
-        self, data_dir: Path, *args: str, app: str | None = None, env: dict[str, str] | None = None
+        self,
+        data_dir: Path,
+        *args: str,
+        app: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        argv: list[str] | None = None,
     ) -> None:
+        """``argv``: run this command line as it is instead of ``python -m roost.cli serve APP --data
+        DATA --port 0 ARGS`` (it must print uvicorn's "running on" line); ``cwd``: where it runs."""
         self.data_dir = data_dir
         self.env = env or {}
         self.args = list(args)
         self.app = app
+        self.cwd = cwd or ROOT
+        self.argv = argv
         self.proc: subprocess.Popen[str] | None = None
         self.addr = ""
         self.log: list[str] = []  # the server's log lines (stderr), as they come
@@ -45,10 +55,12 @@ class ServerProcess:
         if self.app:
             cmd.append(self.app)
         cmd += ["--data", str(self.data_dir), "--port", "0", "--log-level", "info", *self.args]
+        if self.argv is not None:
+            cmd = self.argv
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             cmd,
-            cwd=ROOT,
+            cwd=self.cwd,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -11,17 +11,17 @@ Guarantees:
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,34 +80,13 @@ def test_an_app_with_its_own_storage_scheduler_actors_and_transport_modules_is_s
     for i, module in enumerate(("storage", "scheduler", "actors", "transport")):
         (tmp_path / f"{module}.py").write_text(f"SUFFIX = '{i}'\n")
     (tmp_path / "myapp.py").write_text(textwrap.dedent(USER_APP))
-    roost = Path(sys.executable).with_name("roost")
-    proc = subprocess.Popen(
-        [str(roost), "serve", "myapp:app", "--data", str(tmp_path / "data"), "--port", "0"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    roost = str(Path(sys.executable).with_name("roost"))
+    data = tmp_path / "data"
+    argv = [roost, "serve", "myapp:app", "--data", str(data), "--port", "0"]  # the console script
+    server = ServerProcess(data, cwd=tmp_path, argv=argv).start(timeout=30)
     try:
-        assert proc.stderr is not None
-        addr = ""
-        deadline = time.monotonic() + 30
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            found = re.search(r"Uvicorn running on http://([\d.]+:\d+)", line)
-            if found:
-                addr = found.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        assert addr, "".join(lines)
-        reply = httpx.post(f"http://{addr}/agents/note/n1/rpc/write", json=["hi"], timeout=10)
+        reply = httpx.post(f"{server.http}/agents/note/n1/rpc/write", json=["hi"], timeout=10)
         assert reply.status_code == 200, reply.text
         assert reply.json()["result"] == "hi0123"
     finally:
-        proc.kill()
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        server.kill()

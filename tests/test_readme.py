@@ -14,7 +14,6 @@ import shlex
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from roost.testing import ActorKit, connect, serve
+from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -47,35 +47,14 @@ def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert PYTHON[0].startswith("# myapp.py\n")
 
 
-class Served:
-    def __init__(self, command: str, cwd: Path) -> None:
-        argv = shlex.split(command.replace("--port 8000", "--port 0"))
-        assert argv[0] == ".venv/bin/roost"
-        argv = [str(BIN / "roost"), *argv[1:]]
-        if "--port" not in argv:
-            argv += ["--port", "0"]
-        self.proc = subprocess.Popen(
-            argv, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-        )
-        self.addr = ""
-        lines = []
-        deadline = time.monotonic() + 30
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            lines.append(line)
-            found = re.search(r"Uvicorn running on http://([\d.]+:\d+)", line)
-            if found:
-                self.addr = found.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        assert self.addr, "".join(lines)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(15)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+def served(command: str, cwd: Path) -> ServerProcess:
+    """A README command line run as written, from ``cwd`` (``--port 8000`` → ``--port 0``)."""
+    argv = shlex.split(command.replace("--port 8000", "--port 0"))
+    assert argv[0] == ".venv/bin/roost"
+    argv = [str(BIN / "roost"), *argv[1:]]
+    if "--port" not in argv:
+        argv += ["--port", "0"]
+    return ServerProcess(cwd / "data", cwd=cwd, argv=argv).start(timeout=30)
 
 
 @pytest.mark.slow
@@ -97,23 +76,23 @@ def test_the_clone_and_make_demo_block_runs_in_a_fresh_clone(tmp_path: Path) -> 
 
 @pytest.mark.slow
 async def test_roost_serve_with_the_example_kinds_serves_the_page_and_the_counter(tmp_path: Path) -> None:
-    server = Served(SHELL[1].strip(), tmp_path)
+    server = served(SHELL[1].strip(), tmp_path)
     try:
         async with httpx.AsyncClient() as http:
-            page = await http.get(f"http://{server.addr}/")
+            page = await http.get(f"{server.http}/")
             assert page.status_code == 200
             assert "<html" in page.text.lower()
-            r = await http.post(f"http://{server.addr}/agents/counter/c1/rpc/increment", json=[2])
+            r = await http.post(f"{server.http}/agents/counter/c1/rpc/increment", json=[2])
             assert r.json()["result"] == 2
     finally:
-        server.stop()
+        server.terminate()
     assert (tmp_path / "data" / "directory.sqlite").exists()
 
 
 @pytest.mark.slow
 async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> None:
     (tmp_path / "myapp.py").write_text(PYTHON[0])
-    server = Served(SHELL[2].strip(), tmp_path)
+    server = served(SHELL[2].strip(), tmp_path)
     try:
         url = f"ws://{server.addr}/agents/counter/c1"
         async with connect(url) as ws:  # a welcome, then the state frame before the reply
@@ -136,7 +115,7 @@ async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> 
             frame = await ws.wait_for(lambda f: f.get("type") == "state" and f["state"]["count"] == 4)
             assert frame["seq"] == 3
     finally:
-        server.stop()
+        server.terminate()
 
 
 async def test_the_agent_block_plans_runs_and_asks_for_the_grant_it_promises(tmp_path: Path) -> None:
