@@ -130,11 +130,9 @@ def server_process(
 
 def queued_inputs(app: RoostApp, kind: str, name: str) -> int:
     """Inputs waiting in a live actor's mailbox (0 if it is not live). Before its welcome a connection
-    has no other trace, so this is how a test knows the server has read frames sent before the welcome.
-
-    It reads the host's private mailbox: the runtime has no public count yet."""
+    has no other trace, so this is how a test knows the server has read frames sent before the welcome."""
     host = app.registry.hosts.get((kind, name))
-    return 0 if host is None else len(host._inbox)
+    return 0 if host is None else host.queued
 
 
 async def get_json(url: str) -> Any:

@@ -214,7 +214,7 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
     async with ActorKit([Bulk], data_dir) as kit:
         await kit.call("bulk", "big", "fill", 40)
     released: list[bool] = []  # one entry per copy, appended when its thread lets go of the file
-    copy = admin._copy
+    copy = admin.copy_database
 
     def spy(*args: Any) -> str:
         try:
@@ -222,7 +222,7 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
         finally:
             released.append(True)
 
-    monkeypatch.setattr(admin, "_copy", spy)
+    monkeypatch.setattr(admin, "copy_database", spy)
     app = create_app([Bulk], config=RuntimeConfig(data_dir=data_dir, turn_timeout=0.002))
     async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
         r = await http.post("/agents/bulk/big/rpc/bump", json=[])  # active: the timeout is all the copy's

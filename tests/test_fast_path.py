@@ -287,7 +287,7 @@ class Statements:
             self.committed = self.state()
         elif statement.startswith("PRAGMA wal_checkpoint"):
             self.checkpoint_threads.append(threading.get_ident())
-        elif statement in ("BEGIN", "SAVEPOINT turn") and self.file._lock.locked():
+        elif statement in ("BEGIN", "SAVEPOINT turn") and self.file.checkpointing:
             self.turns_during_checkpoint += 1  # a turn began while a checkpoint held the file
 
 

@@ -191,7 +191,7 @@ def make_kit(tmp_path: Path, *, start: float = T0, **config: Any) -> tuple[Actor
 def _settled(kit: ActorKit) -> bool:
     reg = kit.registry
     d = reg.dispatcher
-    if d is not None and d._inflight:
+    if d is not None and d.busy:
         return False
     if not all(h.quiescent or h.stopping for h in reg.hosts.values()):
         return False

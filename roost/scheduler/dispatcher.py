@@ -66,6 +66,11 @@ class Dispatcher:
         self._claims: dict[tuple[str, str], float] = {}  # claimed and being woken: lease end
         self._renewed = 0.0
 
+    @property
+    def busy(self) -> bool:
+        """Some claimed actor is being woken right now."""
+        return bool(self._inflight)
+
     def notify(self, at: float) -> None:
         """An alarm at ``at`` was just written in this process: wake up early if it is sooner."""
         if at < self._sleep_until:

@@ -213,6 +213,11 @@ class ActorFile:
         return self._commits * self._pages_per_commit
 
     @property
+    def checkpointing(self) -> bool:
+        """A checkpoint holds the file right now (in its worker thread)."""
+        return self._lock.locked()
+
+    @property
     def checkpoint_due(self) -> bool:
         """The WAL holds about :data:`CHECKPOINT_PAGES` pages or more."""
         return self._wal_pages >= CHECKPOINT_PAGES

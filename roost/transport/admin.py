@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "backup_offline",
     "backup_online",
+    "copy_database",
     "delete_actor",
     "export_actor",
     "inspect_actor",
@@ -207,7 +208,10 @@ class BackupStopped(Exception):
     """The copy was stopped between two steps (the turn it ran in timed out or was cancelled)."""
 
 
-def _copy(src: sqlite3.Connection, target: Path, stop: threading.Event | None = None) -> str:
+def copy_database(src: sqlite3.Connection, target: Path, stop: threading.Event | None = None) -> str:
+    """Copy ``src`` into a new file ``target`` with SQLite's online backup, 1,024 pages a step (``stop``
+    set: it stops after the current step and raises ``BackupStopped``); then ``integrity_check`` of
+    the copy, whose answer it returns ("ok")."""
     target.parent.mkdir(parents=True, exist_ok=True)
     dst = sqlite3.connect(target)
 
@@ -258,19 +262,19 @@ def backup_offline(data: Path, out: Path) -> dict[str, Any]:
             continue
         with _locked(path, entry.kind, entry.name) as conn:
             conn.execute("ROLLBACK")  # the backup API reads on its own
-            check = _copy(conn, out / _relative(data, entry.kind, entry.name))
+            check = copy_database(conn, out / _relative(data, entry.kind, entry.name))
             conn.execute("BEGIN")
         entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
     return _manifest(out, entries, started)
 
 
 async def _copy_in_turn(conn: sqlite3.Connection, target: Path) -> str:
-    """:func:`_copy` in a thread, from inside a turn. **The turn does not end while the thread holds
+    """:func:`copy_database` in a thread, from inside a turn. **The turn does not end while the thread holds
     the connection**: when the turn is cancelled (its timeout, a shutdown), the copy is told to stop
     after its current step and waited for, and only then is the cancellation let through — the
     rollback that follows, or the file's close, never touches the connection under the thread."""
     stop = threading.Event()
-    done = asyncio.get_running_loop().run_in_executor(None, _copy, conn, target, stop)
+    done = asyncio.get_running_loop().run_in_executor(None, copy_database, conn, target, stop)
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:
