@@ -192,4 +192,4 @@ async def test_the_worker_reports_its_presence_in_the_directory(
     out = capsys.readouterr().out
     assert later[0].worker_id in out
     assert f" {os.getpid()} " in out
-    assert out.rstrip().endswith("1 worker(s)")
+    assert out.rstrip().endswith("1 worker(s): 1 stopped")  # it stopped cleanly with the kit, and says so

@@ -82,7 +82,7 @@ class Agent(Actor):
         self.telemetry = Telemetry(ext, records)
         self.orchestrator = Orchestrator(self, records, self.telemetry)
         self._model = None
-        job_runner(ext.process).ensure_started(cfg.heartbeat_interval)
+        job_runner(ext.process).ensure_started(cfg.heartbeat_interval, cfg.lease_ttl)
 
     # -- configuration -------------------------------------------------------------------------------
     @classmethod

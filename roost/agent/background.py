@@ -56,6 +56,8 @@ __all__ = ["SERVICE", "JobRunner", "JobSpec", "Outcome", "OutcomeStatus", "job_r
 
 log = logging.getLogger("roost.agent.jobs")
 SERVICE = "agent.jobs"
+#: Workers stopped, or last seen, longer ago than this (seconds) are pruned from the directory.
+WORKER_RETENTION = 86_400.0
 
 
 @dataclass(slots=True)
@@ -135,6 +137,8 @@ class JobRunner:
         self.worker_id = f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.started_at = process.clock.now()
         self.heartbeat_interval = heartbeat_interval
+        #: How long this worker may go without a heartbeat before ``roost workers`` calls it stale.
+        self.lease_s = 5.0
         #: Draws the jitter of job retries (:meth:`roost.actors.RetryPolicy.delay`); tests may seed it.
         self.rng = random.Random()
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
@@ -143,10 +147,20 @@ class JobRunner:
         self.finished = 0
 
     # -- presence (WorkerHeartbeat) -------------------------------------------------------------------
-    def ensure_started(self, heartbeat_interval: float | None = None) -> None:
+    def ensure_started(self, heartbeat_interval: float | None = None, lease_s: float | None = None) -> None:
+        """Start reporting this worker's presence (once; later calls only update the settings). At
+        start, workers stopped or last seen over :data:`WORKER_RETENTION` ago are pruned."""
         if heartbeat_interval is not None:
             self.heartbeat_interval = heartbeat_interval
+        if lease_s is not None:
+            self.lease_s = lease_s
         if self._presence is None:
+            directory = self.process.directory
+            if directory is not None:
+                try:
+                    directory.prune_workers(self.process.clock.now() - WORKER_RETENTION)
+                except Exception:
+                    log.warning("old worker rows not pruned", exc_info=True)
             self.beat()
             self._presence = asyncio.get_running_loop().create_task(self._presence_forever())
 
@@ -163,6 +177,7 @@ class JobRunner:
                     self.started_at,
                     self.process.clock.now(),
                     len(self.tasks),
+                    self.lease_s,
                 )
             )
         except Exception:  # a busy directory must not stop the worker; the next beat tries again
@@ -182,6 +197,12 @@ class JobRunner:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+        directory = self.process.directory
+        if self._presence is not None and directory is not None:  # it reported: say it stopped
+            try:
+                directory.worker_stopped(self.worker_id, self.process.clock.now())
+            except Exception:  # the row goes stale instead
+                log.warning("worker stop not recorded", exc_info=True)
 
     # -- jobs -------------------------------------------------------------------------------------------
     def spawn(self, kind: str, name: str, job_id: str, attempt: int) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from roost.cli.errors import CommandFailed
-from roost.storage import Directory
+from roost.storage import Directory, WorkerStatus
 
 __all__ = ["add_parsers", "timestamp"]
 
@@ -69,17 +71,30 @@ def _schedules(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    """Worker processes of the agent runtime, as they last reported (WorkerHeartbeat)."""
+    """Worker processes of the agent runtime: alive (heartbeat within its lease), stale (past it:
+    killed or hung) or stopped (it said so), with the age of its last heartbeat."""
+    now = time.time()
     with _directory(args.data) as directory:
         rows = directory.workers()
-        print(f"{'WORKER':<24} {'PID':>8} {'HOST':<20} {'STARTED':<20} {'LAST HEARTBEAT':<20} JOBS")
+        print(f"{'WORKER':<24} {'STATUS':<8} {'SEEN':>9} {'PID':>8} {'HOST':<20} {'STARTED':<20} JOBS")
         for w in rows:
             print(
-                f"{w.worker_id:<24} {w.pid:>8} {w.hostname[:20]:<20} {timestamp(w.started_at):<20} "
-                f"{timestamp(w.heartbeat_at):<20} {w.running_jobs}"
+                f"{w.worker_id:<24} {w.status(now):<8} {_age(now - w.heartbeat_at):>9} {w.pid:>8} "
+                f"{w.hostname[:20]:<20} {timestamp(w.started_at):<20} {w.running_jobs}"
             )
-        print(f"{len(rows)} worker(s)")
+        counts = Counter(w.status(now) for w in rows)
+        summary = ", ".join(f"{counts[s]} {s}" for s in WorkerStatus if counts[s])
+        print(f"{len(rows)} worker(s)" + (f": {summary}" if summary else ""))
     return 0
+
+
+def _age(seconds: float) -> str:
+    """``12s ago``, ``5m ago``, ``3h ago``, ``2d ago``."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

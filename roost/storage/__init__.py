@@ -4,7 +4,7 @@ Knows nothing of WebSockets or agents. See ``docs/design.md`` for the data flow.
 """
 
 from roost.storage.actor_file import ActorFile, Durability, LogRow
-from roost.storage.directory import ActorEntry, Directory, WorkerEntry
+from roost.storage.directory import ActorEntry, Directory, WorkerEntry, WorkerStatus
 from roost.storage.errors import (
     ActorLocked,
     InvalidActorAddress,
@@ -29,6 +29,7 @@ __all__ = [
     "RoostError",
     "StorageError",
     "WorkerEntry",
+    "WorkerStatus",
     "actor_digest",
     "actor_path",
     "apply_migrations",

@@ -19,6 +19,7 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from roost.storage.migrations import Migration, apply_migrations
@@ -51,6 +52,9 @@ _MIGRATIONS: tuple[Migration, ...] = (
         running_jobs INTEGER NOT NULL
     ) WITHOUT ROWID;
     """,
+    # v4: how long a worker may go without a heartbeat before it is stale, and when it stopped.
+    "ALTER TABLE workers ADD COLUMN lease_s REAL",
+    "ALTER TABLE workers ADD COLUMN stopped_at REAL",
 )
 
 
@@ -64,6 +68,14 @@ class ActorEntry:
     next_alarm_at: float | None
 
 
+class WorkerStatus(StrEnum):
+    """What ``roost workers`` says of a worker (``docs/protocol.md``, *Statuses*)."""
+
+    ALIVE = "alive"  #: its last heartbeat is within its lease
+    STALE = "stale"  #: no heartbeat for longer than its lease (killed, hung, or its host is gone)
+    STOPPED = "stopped"  #: it stopped cleanly and said so
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerEntry:
     worker_id: str
@@ -72,6 +84,16 @@ class WorkerEntry:
     started_at: float
     heartbeat_at: float
     running_jobs: int
+    #: How long it may go without a heartbeat before it is stale (None: rows of older versions).
+    lease_s: float | None = None
+    stopped_at: float | None = None
+
+    def status(self, now: float) -> WorkerStatus:
+        """Alive, stale past its lease, or stopped; a row without a lease is stale after 60 s."""
+        if self.stopped_at is not None:
+            return WorkerStatus.STOPPED
+        lease = self.lease_s if self.lease_s is not None else 60.0
+        return WorkerStatus.STALE if now - self.heartbeat_at > lease else WorkerStatus.ALIVE
 
 
 class Directory:
@@ -208,8 +230,10 @@ class Directory:
     def worker_heartbeat(self, worker: WorkerEntry) -> None:
         """Record that a worker process is alive, with its load."""
         self._write(
-            "INSERT INTO workers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (worker_id) DO UPDATE SET "
-            "heartbeat_at = excluded.heartbeat_at, running_jobs = excluded.running_jobs",
+            "INSERT INTO workers (worker_id, pid, hostname, started_at, heartbeat_at, running_jobs, "
+            "lease_s, stopped_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (worker_id) DO UPDATE SET "
+            "heartbeat_at = excluded.heartbeat_at, running_jobs = excluded.running_jobs, "
+            "lease_s = excluded.lease_s, stopped_at = NULL",
             (
                 worker.worker_id,
                 worker.pid,
@@ -217,12 +241,30 @@ class Directory:
                 worker.started_at,
                 worker.heartbeat_at,
                 worker.running_jobs,
+                worker.lease_s,
             ),
         )
 
+    def worker_stopped(self, worker_id: str, at: float) -> None:
+        """Record that a worker stopped cleanly (``roost workers`` then says ``stopped``)."""
+        self._write(
+            "UPDATE workers SET stopped_at = ?, running_jobs = 0 WHERE worker_id = ?", (at, worker_id)
+        )
+
+    def prune_workers(self, before: float) -> int:
+        """Forget workers stopped, or last seen, before ``before``; how many rows went."""
+        with self._transaction():
+            cur = self._conn.execute(
+                "DELETE FROM workers WHERE coalesce(stopped_at, heartbeat_at) < ?", (before,)
+            )
+            return cur.rowcount
+
     def workers(self) -> list[WorkerEntry]:
-        """Every worker that ever reported, the most recently seen first."""
-        cur = self._conn.execute("SELECT * FROM workers ORDER BY heartbeat_at DESC")
+        """Every worker that reported and was not pruned, the most recently seen first."""
+        cur = self._conn.execute(
+            "SELECT worker_id, pid, hostname, started_at, heartbeat_at, running_jobs, lease_s, stopped_at "
+            "FROM workers ORDER BY heartbeat_at DESC"
+        )
         return [WorkerEntry(*row) for row in cur]
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
