@@ -9,6 +9,12 @@ It is a small hub over modules of one concern each:
   log; :mod:`roost.actors.alarms`: schedules and the directory's alarm; :mod:`roost.actors.sqlguard`:
   what ``self.sql`` may do; :mod:`roost.actors.wakeups`: fire turns.
 
+The parts import none of this module: they take the host as a :class:`~roost.actors.parts.HostCore`,
+the actor and its ``extension`` and ``sql`` as a :class:`~roost.actors.interfaces.HostApi`, a
+connection as a :class:`~roost.actors.connection.Gate`; and the host sees its registry as a
+:class:`~roost.actors.parts.RegistryCore`. ``ActorHost`` satisfies each structurally (mypy checks it
+where the host hands itself over), so the imports form a tree with the registry at its root.
+
 Lifecycle (:class:`HostState`): ``STARTING`` (the ``on_start`` turn) → ``LIVE`` → ``DRAINING``
 (:meth:`ActorHost.stop`: the mailbox drains, then the task ends) → ``STOPPED`` (deactivated, failed or
 stopped: no input is accepted; the file is closed or being released). A failure goes to ``STOPPED``

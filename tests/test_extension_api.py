@@ -1,0 +1,71 @@
+"""The extension API (``roost.actors.extension``): what a runtime layered on actors may use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from roost.actors import Actor, callable
+from roost.actors.extension import Process, TurnContext
+from roost.scheduler import FakeClock
+from roost.testing import ActorKit
+
+
+class _Timed(Actor):
+    kind = "ext_timed"
+    clock: ClassVar[FakeClock]
+
+    @callable
+    async def readings(self) -> list[float]:
+        first = self.extension.now
+        self.clock.advance(5.0)  # time moves while the turn runs
+        return [first, self.extension.now, self.extension.process.clock.now()]
+
+
+async def test_the_turns_time_is_one_reading_taken_when_the_turn_began(tmp_path: Path) -> None:
+    clock = FakeClock()
+    _Timed.clock = clock
+    async with ActorKit([_Timed], tmp_path, clock=clock) as kit:
+        start = clock.now()
+        first, again, moved = await kit.call("ext_timed", "t1", "readings")
+        assert first == again == start
+        assert moved == start + 5.0
+        nxt, _, _ = await kit.call("ext_timed", "t1", "readings")
+        assert nxt == start + 5.0  # the next turn reads the clock anew
+
+
+class _Worker:
+    made: ClassVar[int] = 0
+
+    def __init__(self, process: Process) -> None:
+        type(self).made += 1
+        self.process = process
+        self.live_at_stop: int | None = None
+        self.registry_hosts: Any = None
+
+    async def stop(self) -> None:
+        self.live_at_stop = len(self.registry_hosts)
+
+
+class _UsesService(Actor):
+    kind = "ext_service"
+
+    @callable
+    async def worker_id(self) -> int:
+        ctx: TurnContext = self.extension
+        return id(ctx.process.service("worker", _Worker))
+
+
+async def test_a_service_is_created_once_per_process_and_stopped_before_its_actors_drain(
+    tmp_path: Path,
+) -> None:
+    _Worker.made = 0
+    async with ActorKit([_UsesService], tmp_path) as kit:
+        ids = {await kit.call("ext_service", name, "worker_id") for name in ("a", "b", "c")}
+        assert len(ids) == 1
+        assert _Worker.made == 1
+        worker = kit.registry.process.service("worker", _Worker)
+        assert id(worker) in ids
+        assert worker.process is kit.registry.process
+        worker.registry_hosts = kit.registry.hosts
+    assert worker.live_at_stop == 3  # the actors were still live when the service stopped
