@@ -1,4 +1,4 @@
-"""The extension API (``roost.actors.extension``) keeps the promises its docstring makes."""
+"""The extension API (``roost.actors.extension``): what a runtime layered on actors may use."""
 
 from __future__ import annotations
 
@@ -7,10 +7,70 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from roost.actors import Actor, callable
-from roost.actors.extension import Process
+from roost.actors.extension import Process, TurnContext
 from roost.scheduler import FakeClock
 from roost.storage import Migration
 from roost.testing import ActorKit
+
+
+class _Timed(Actor):
+    kind = "ext_timed"
+    clock: ClassVar[FakeClock]
+
+    @callable
+    async def readings(self) -> list[float]:
+        first = self.extension.now
+        self.clock.advance(5.0)  # time moves while the turn runs
+        return [first, self.extension.now, self.extension.process.clock.now()]
+
+
+async def test_the_turns_time_is_one_reading_taken_when_the_turn_began(tmp_path: Path) -> None:
+    clock = FakeClock()
+    _Timed.clock = clock
+    async with ActorKit([_Timed], tmp_path, clock=clock) as kit:
+        start = clock.now()
+        first, again, moved = await kit.call("ext_timed", "t1", "readings")
+        assert first == again == start
+        assert moved == start + 5.0
+        nxt, _, _ = await kit.call("ext_timed", "t1", "readings")
+        assert nxt == start + 5.0  # the next turn reads the clock anew
+
+
+class _Worker:
+    made: ClassVar[int] = 0
+
+    def __init__(self, process: Process) -> None:
+        type(self).made += 1
+        self.process = process
+        self.live_at_stop: int | None = None
+        self.registry_hosts: Any = None
+
+    async def stop(self) -> None:
+        self.live_at_stop = len(self.registry_hosts)
+
+
+class _UsesService(Actor):
+    kind = "ext_service"
+
+    @callable
+    async def worker_id(self) -> int:
+        ctx: TurnContext = self.extension
+        return id(ctx.process.service("worker", _Worker))
+
+
+async def test_a_service_is_created_once_per_process_and_stopped_before_its_actors_drain(
+    tmp_path: Path,
+) -> None:
+    _Worker.made = 0
+    async with ActorKit([_UsesService], tmp_path) as kit:
+        ids = {await kit.call("ext_service", name, "worker_id") for name in ("a", "b", "c")}
+        assert len(ids) == 1
+        assert _Worker.made == 1
+        worker = kit.registry.process.service("worker", _Worker)
+        assert id(worker) in ids
+        assert worker.process is kit.registry.process
+        worker.registry_hosts = kit.registry.hosts
+    assert worker.live_at_stop == 3  # the actors were still live when the service stopped
 
 
 class Ledger(Actor):
@@ -30,28 +90,9 @@ class Ledger(Actor):
         return [list(row) for row in db.execute("SELECT n, at, trace FROM roost_ledger ORDER BY rowid")]
 
 
-class Stoppable:
-    made: ClassVar[list[Stoppable]] = []
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.stopped = False
-        type(self).made.append(self)
-
-    async def stop(self) -> None:
-        self.stopped = True
-
-
-class UsesService(Actor):
-    kind = "user"
-
-    @callable
-    async def touch(self) -> int:
-        service = self.extension.process.service("test.stoppable", Stoppable)
-        return id(service)
-
-
-async def test_the_turns_time_is_one_reading_of_the_clock_that_a_fake_clock_moves(tmp_path: Path) -> None:
+async def test_a_turns_records_share_one_reading_and_one_trace_id_in_the_layers_own_table(
+    tmp_path: Path,
+) -> None:
     clock = FakeClock(start=1_000.0)
     async with ActorKit([Ledger], tmp_path / "data", clock=clock) as kit:
         first = await kit.call("ledger", "l1", "record", 3)
@@ -63,14 +104,3 @@ async def test_the_turns_time_is_one_reading_of_the_clock_that_a_fake_clock_move
     assert first[0][1] == 1_000.0
     assert second[-1][1] == 1_005.0  # the fake clock moved the next turn's reading
     assert second[-1][2] not in traces  # a new turn, a new trace id
-
-
-async def test_a_service_is_created_once_per_process_and_stopped_with_the_registry(tmp_path: Path) -> None:
-    Stoppable.made.clear()
-    async with ActorKit([UsesService], tmp_path / "data") as kit:
-        ids = {await kit.call("user", name, "touch") for name in ("a", "b", "c")}
-        assert len(ids) == 1
-        (service,) = Stoppable.made
-        assert service.process.data_dir == tmp_path / "data"
-        assert not service.stopped
-    assert service.stopped

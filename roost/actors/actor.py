@@ -23,26 +23,36 @@ after the failed turn was rolled back; ``validate_state(state)`` (sync) may rais
 with the next ``seq``, logged) → broadcast a ``state`` frame to every connection subscribed to state
 (through the output gate, so after the commit) → ``on_state_changed``. An error in the hook never undoes
 the write. ``state`` is only persisted through ``set_state``: mutating it in place changes nothing durable.
+
+The extension API's two classes live here too (:mod:`roost.actors.extension` is their public home and
+documents them): an actor carries its :class:`TurnContext` (``actor.extension``), whose ``process``
+is the :class:`Process`, whose ``run`` takes a function of an ``Actor``: three types that name each
+other belong in one module. The host is seen here only as a
+:class:`~roost.actors.interfaces.HostApi`, the registry as a :class:`ProcessRegistry`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from roost.actors.connection import Connection, Principal
-from roost.actors.extension import TurnContext
+from roost.actors.interfaces import RegistryApi
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from roost.actors.sql import Sql
+from roost.scheduler.clock import Clock
 from roost.scheduler.triggers import interval_trigger, make_trigger
 from roost.storage import Migration
+from roost.storage.directory import Directory
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
-    from roost.actors.registry import ActorRef
+    from roost.actors.interfaces import HostApi
+    from roost.actors.refs import ActorRef
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "Process", "ProcessRegistry", "Service", "TurnContext"]
 
 
 class Actor:
@@ -69,17 +79,17 @@ class Actor:
     #: How many logged frames to keep for resume (``None``: the server's default).
     log_retention: ClassVar[int | None] = None
 
-    _host: ActorHost
+    _host: HostApi
     sql: Sql
     #: The extension API for runtimes layered on actors (:mod:`roost.actors.extension`).
     extension: TurnContext
 
     @classmethod
-    def _create(cls, host: ActorHost) -> Actor:
+    def _create(cls, host: HostApi, process: Process) -> Actor:
         self = cls.__new__(cls)
         self._host = host
         self.sql = Sql(host)
-        self.extension = TurnContext(host)
+        self.extension = TurnContext(host, process)
         self.__init__()  # type: ignore[misc]
         return self
 
@@ -276,3 +286,112 @@ class Actor:
 
     def on_state_changed(self, state: Any, source: Connection | None) -> None:
         """After a new state was persisted and broadcast."""
+
+
+# -- the extension API (documented in roost.actors.extension) ------------------------------------------
+class Service(Protocol):
+    """Something that lives as long as a registry and stops before its actors drain."""
+
+    async def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Service)
+
+
+class ProcessRegistry(RegistryApi, Protocol):
+    """The registry as a :class:`Process` sees it (:class:`~roost.actors.registry.Registry` is one)."""
+
+    @property
+    def services(self) -> dict[str, Service]:
+        """Per-process services, by name; stopped before the actors drain."""
+
+    async def run(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[[Actor], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run ``fn(actor)`` as a turn of that actor; its result after the commit."""
+
+
+class Process:
+    """The per-process side of the extension API: one per registry."""
+
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry: ProcessRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def clock(self) -> Clock:
+        """The clock every timer of the runtime uses (a fake one in tests)."""
+        return self._registry.clock
+
+    @property
+    def data_dir(self) -> Path:
+        """The data directory this process serves."""
+        return self._registry.config.data_dir
+
+    @property
+    def directory(self) -> Directory | None:
+        """The directory database (None before the registry has started)."""
+        return self._registry.directory
+
+    def service(self, key: str, factory: Callable[[Process], S]) -> S:
+        """This process's service named ``key``, made by ``factory(process)`` on first use; stopped
+        with the registry, before its actors drain."""
+        services = self._registry.services
+        found = services.get(key)
+        if found is None:
+            made = factory(self)
+            services[key] = made
+            return made
+        return found  # type: ignore[return-value]  # one key, one factory: the caller's type
+
+    async def run(
+        self,
+        kind: str,
+        name: str,
+        fn: Callable[[Actor], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run ``fn(actor)`` as a turn of that actor (activating it); its result after the commit."""
+        return await self._registry.run(kind, name, fn, timeout=timeout)
+
+
+class TurnContext:
+    """The per-actor side of the extension API (``actor.extension``)."""
+
+    __slots__ = ("_host", "_process")
+
+    def __init__(self, host: HostApi, process: Process) -> None:
+        self._host = host
+        self._process = process
+
+    @property
+    def process(self) -> Process:
+        """The process this actor lives in."""
+        return self._process
+
+    @property
+    def now(self) -> float:
+        """The clock's reading at the start of the current turn (epoch seconds)."""
+        return self._host.turn_now
+
+    @property
+    def trace_id(self) -> str:
+        """An id for the current turn, made when first asked for (records carry it)."""
+        return self._host.trace_id
+
+    def connection(self) -> sqlite3.Connection:
+        """The turn's SQLite connection, inside the turn's transaction, for the tables the layer owns
+        (declared in ``Actor.components``). Unlike ``self.sql`` it may write ``roost_*`` tables; it
+        must not begin, commit or roll back. Turn only."""
+        return self._host.turn_connection()
+
+    def emit(self, event: Any) -> int:
+        """Log a durable event and broadcast it, as ``Actor.emit``; returns its ``seq``."""
+        return self._host.emit(event)

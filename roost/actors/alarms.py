@@ -20,14 +20,14 @@ from roost.actors.errors import StateError
 from roost.actors.statelog import to_json
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import HostCore
 
 __all__ = ["add_schedule", "alarm_after_commit", "alarm_before_commit", "cancel_schedule"]
 
 log = logging.getLogger("roost.actor")
 
 
-def alarm_before_commit(host: ActorHost) -> float | None:
+def alarm_before_commit(host: HostCore) -> float | None:
     """The actor's earliest wake-up as this batch leaves it. If earlier than the directory's, the
     directory is lowered *before* the commit: a directory alarm may be early (a spurious wake) but
     never later than the truth, whatever crashes when."""
@@ -38,7 +38,7 @@ def alarm_before_commit(host: ActorHost) -> float | None:
     return alarm
 
 
-def alarm_after_commit(host: ActorHost, alarm: float | None) -> None:
+def alarm_after_commit(host: HostCore, alarm: float | None) -> None:
     """After the commit: the directory takes the true alarm (later or none), dropping any claim."""
     directory = host.registry.directory
     host.alarm_dirty = False
@@ -55,9 +55,7 @@ def alarm_after_commit(host: ActorHost, alarm: float | None) -> None:
         host.registry.alarm_set(alarm)
 
 
-def add_schedule(
-    host: ActorHost, trigger: dict[str, Any], callback: str, payload: Any, **options: Any
-) -> Any:
+def add_schedule(host: HostCore, trigger: dict[str, Any], callback: str, payload: Any, **options: Any) -> Any:
     """Add (or find, by key) a wake-up schedule, in the turn."""
     host.require_writable()
     host.require_turn()
@@ -84,7 +82,7 @@ def add_schedule(
     return schedule
 
 
-def cancel_schedule(host: ActorHost, id_or_key: str) -> bool:
+def cancel_schedule(host: HostCore, id_or_key: str) -> bool:
     host.require_writable()
     host.require_turn()
     done = host.schedules.cancel(id_or_key)

@@ -2,25 +2,25 @@
 
 A :class:`Connection` is created by the transport for each WebSocket and handed to the actor's hooks. It
 knows nothing of sockets: frames leave through a :class:`Sink` that the transport provides. Everything an
-actor sends to a connection during a turn goes through the output gate (it leaves after the commit).
+actor sends to a connection during a turn goes through the output gate (it leaves after the commit):
+from its connect turn on, the connection is attached to its actor's host, which it sees only as a
+:class:`Gate` (:class:`~roost.actors.host.ActorHost` is one), so this module imports nothing of the host.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from roost.protocol import frames
 
-if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
-
 __all__ = [
     "ANONYMOUS",
     "MAX_CONNECTION_STATE_BYTES",
     "Connection",
+    "Gate",
     "Principal",
     "Sink",
     "Subscriptions",
@@ -78,6 +78,16 @@ class Sink(Protocol):
     def close(self, code: int, reason: str) -> None: ...
 
 
+class Gate(Protocol):
+    """Where an attached connection's frames go: its actor's output gate (the host)."""
+
+    def gate_frame(self, conn: Connection, text: str) -> None:
+        """Hold a frame for ``conn`` until the writes before it are committed."""
+
+    def gate_close(self, conn: Connection, code: int, reason: str) -> None:
+        """Hold a close of ``conn`` the same way."""
+
+
 class Connection:
     """One client connection to one actor."""
 
@@ -98,7 +108,7 @@ class Connection:
         self._state: Any = None
         self.in_flight = 0  # calls and messages queued for the actor, not yet handled
         self._sink = sink
-        self._host: ActorHost | None = None
+        self._host: Gate | None = None
 
     @property
     def state(self) -> Any:
@@ -130,7 +140,7 @@ class Connection:
         else:
             self._sink.close(code, reason)
 
-    def attach(self, host: ActorHost) -> None:
+    def attach(self, host: Gate) -> None:
         """From its connect turn on, what the connection sends goes through ``host``'s output gate."""
         self._host = host
 

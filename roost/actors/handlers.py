@@ -48,16 +48,16 @@ from roost.protocol import CloseCode, frames
 from roost.protocol.resume import decide_resume
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import HostCore
 
 __all__ = ["as_rpc_error", "dispatch", "maybe_await", "report"]
 
 log = logging.getLogger("roost.actor")
 
 
-async def dispatch(host: ActorHost, item: Input) -> None:
-    """Run one input: its turn (all but :class:`Deliver`), counting it off its connection."""
-    host.current = item
+async def dispatch(host: HostCore, item: Input) -> None:
+    """Run one input: its turn (all but :class:`Deliver`), counting it off its connection. The host
+    notes ``item`` as its current input first (a failure answers it)."""
     if isinstance(item, Call):
         try:
             await _call(host, item)
@@ -86,7 +86,7 @@ async def dispatch(host: ActorHost, item: Input) -> None:
 
 
 # -- Call ------------------------------------------------------------------------------------------
-async def _call(host: ActorHost, item: Call) -> None:
+async def _call(host: HostCore, item: Call) -> None:
     conn = item.conn
     if conn is not None and conn.id not in host.connections:
         return  # rejected or already gone
@@ -104,7 +104,7 @@ async def _call(host: ActorHost, item: Call) -> None:
             host.gate.turn.append(Result(item.reply, orjson.loads(orjson.dumps(result))))
 
 
-def _call_failed(host: ActorHost, item: Call, exc: BaseException) -> None:
+def _call_failed(host: HostCore, item: Call, exc: BaseException) -> None:
     err = as_rpc_error(host, exc)
     if not isinstance(err, RpcError) or isinstance(err, HandlerError):
         report(host, exc, item.conn)
@@ -114,7 +114,7 @@ def _call_failed(host: ActorHost, item: Call, exc: BaseException) -> None:
         host.gate.held.append(Failure(item.reply, err))
 
 
-async def _invoke(host: ActorHost, item: Call) -> Any:
+async def _invoke(host: HostCore, item: Call) -> Any:
     info = host.callables.get(item.method)
     if info is None:
         raise MethodNotFound(message=f"no callable method {item.method!r}")
@@ -141,7 +141,7 @@ async def _invoke(host: ActorHost, item: Call) -> Any:
 
 
 # -- Message ----------------------------------------------------------------------------------------
-async def _message(host: ActorHost, item: Message) -> None:
+async def _message(host: HostCore, item: Message) -> None:
     conn = item.conn
     if conn.id not in host.connections:
         return
@@ -149,14 +149,14 @@ async def _message(host: ActorHost, item: Message) -> None:
         await maybe_await(host.actor.on_message(conn, item.data))
 
 
-def _message_failed(host: ActorHost, item: Message, exc: BaseException) -> None:
+def _message_failed(host: HostCore, item: Message, exc: BaseException) -> None:
     report(host, exc, item.conn)
     err = as_rpc_error(host, exc)
     host.gate.held.append(Frame(item.conn, frames.error(err.code, err.message)))
 
 
 # -- Connect and Disconnect ------------------------------------------------------------------------
-async def _connect(host: ActorHost, item: Connect) -> None:
+async def _connect(host: HostCore, item: Connect) -> None:
     conn = item.conn
     conn.attach(host)
     with host.turn.run(conn, _connect_failed, item):
@@ -174,7 +174,7 @@ async def _connect(host: ActorHost, item: Connect) -> None:
         host.connections[conn.id] = conn
 
 
-def _connect_failed(host: ActorHost, item: Connect, exc: BaseException) -> None:
+def _connect_failed(host: HostCore, item: Connect, exc: BaseException) -> None:
     conn = item.conn
     conn.detach()
     if isinstance(exc, Reject):
@@ -184,7 +184,7 @@ def _connect_failed(host: ActorHost, item: Connect, exc: BaseException) -> None:
         host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, "on_connect failed"))
 
 
-def _welcome(host: ActorHost, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
+def _welcome(host: HostCore, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
     """The welcome frame and the frames to replay after it, per the resume rules."""
     resume = decide_resume(cursor, host.seq, host.oldest)
     replay: list[str] = []
@@ -198,7 +198,7 @@ def _welcome(host: ActorHost, conn: Connection, cursor: int | None) -> tuple[str
     return welcome, replay
 
 
-async def _disconnect(host: ActorHost, item: Disconnect) -> None:
+async def _disconnect(host: HostCore, item: Disconnect) -> None:
     conn = item.conn
     if host.connections.pop(conn.id, None) is None:
         conn.detach()
@@ -210,24 +210,24 @@ async def _disconnect(host: ActorHost, item: Disconnect) -> None:
         conn.detach()  # a closed connection keeps nothing of the actor alive
 
 
-def _disconnect_failed(host: ActorHost, item: Disconnect, exc: BaseException) -> None:
+def _disconnect_failed(host: HostCore, item: Disconnect, exc: BaseException) -> None:
     report(host, exc, item.conn)
 
 
 # -- Task -------------------------------------------------------------------------------------------
-async def _task(host: ActorHost, item: Task) -> None:
+async def _task(host: HostCore, item: Task) -> None:
     with host.turn.run(None, _task_failed, item):
         host.chain = (*item.chain, host.key)
         result = await item.fn(host.actor)
         host.gate.turn.append(Result(item.reply, result))
 
 
-def _task_failed(host: ActorHost, item: Task, exc: BaseException) -> None:
+def _task_failed(host: HostCore, item: Task, exc: BaseException) -> None:
     host.gate.held.append(Failure(item.reply, as_rpc_error(host, exc)))
 
 
 # -- shared ---------------------------------------------------------------------------------------
-def as_rpc_error(host: ActorHost, exc: BaseException) -> RpcError:
+def as_rpc_error(host: HostCore, exc: BaseException) -> RpcError:
     """What a caller is told of a failed turn."""
     if isinstance(exc, RpcError):
         return exc

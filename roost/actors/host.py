@@ -9,6 +9,12 @@ It is a small hub over modules of one concern each:
   log; :mod:`roost.actors.alarms`: schedules and the directory's alarm; :mod:`roost.actors.sqlguard`:
   what ``self.sql`` may do; :mod:`roost.actors.wakeups`: fire turns.
 
+The parts import none of this module: they take the host as a :class:`~roost.actors.parts.HostCore`,
+the actor and its ``extension`` and ``sql`` as a :class:`~roost.actors.interfaces.HostApi`, a
+connection as a :class:`~roost.actors.connection.Gate`; and the host sees its registry as a
+:class:`~roost.actors.parts.RegistryCore`. ``ActorHost`` satisfies each structurally (mypy checks it
+where the host hands itself over), so the imports form a tree with the registry at its root.
+
 Lifecycle (:class:`HostState`): ``STARTING`` (the ``on_start`` turn) → ``LIVE`` → ``DRAINING``
 (:meth:`ActorHost.stop`: the mailbox drains, then the task ends) → ``STOPPED`` (deactivated, failed or
 stopped: no input is accepted; the file is closed or being released). A failure goes to ``STOPPED``
@@ -48,20 +54,21 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from roost.actors import alarms, sqlguard, statelog
+from roost.actors.actor import Actor
 from roost.actors.connection import Connection, Principal
 from roost.actors.decorators import CallableInfo
 from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, StateError
 from roost.actors.handlers import dispatch, maybe_await
-from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Message, Task, Wake
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
 from roost.actors.outputs import Close, Frame, OutputGate
+from roost.actors.refs import Key
 from roost.actors.schedules import ScheduleStore
 from roost.actors.turn import Turn, report
 from roost.protocol import CloseCode, frames
 from roost.storage import ActorFile
 
 if TYPE_CHECKING:
-    from roost.actors.actor import Actor
-    from roost.actors.registry import Registry
+    from roost.actors.parts import HostCore, RegistryCore
 
 __all__ = [
     "ActorHost",
@@ -97,7 +104,7 @@ class ActorHost:
 
     def __init__(
         self,
-        registry: Registry,
+        registry: RegistryCore,
         actor_cls: type[Actor],
         kind: str,
         name: str,
@@ -128,7 +135,8 @@ class ActorHost:
         self.read_only_turn = False
         self.user_sql = False  # a statement of self.sql is being prepared (see sqlguard)
         self.gate = OutputGate(file)
-        self.turn = Turn(self)
+        core: HostCore = self  # what the parts see of the host (mypy checks ActorHost against it)
+        self.turn = Turn(core)
         self.mailbox: deque[Input] = deque()
         self.current: Input | None = None  # the input being handled
         self.checkpointing = False
@@ -144,12 +152,10 @@ class ActorHost:
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
         file.conn.set_authorizer(self.authorize)
-        self.actor: Actor = actor_cls._create(self)
-        from roost.actors.actor import Actor as base  # (a cycle at import time)
-
+        self.actor: Actor = actor_cls._create(self, registry.process)
         # the state hooks are called only where the kind defines them (most do not)
-        self.validates = actor_cls.validate_state is not base.validate_state
-        self.watches = actor_cls.on_state_changed is not base.on_state_changed
+        self.validates = actor_cls.validate_state is not Actor.validate_state
+        self.watches = actor_cls.on_state_changed is not Actor.on_state_changed
         self.task: asyncio.Task[None] = self.loop.create_task(self._run(), name=f"actor:{kind}/{name}")
 
     # -- the lifecycle, as the rest of the runtime asks about it ------------------------------------
@@ -269,6 +275,7 @@ class ActorHost:
                         self._waiter = None
                     continue
                 item = self.mailbox.popleft()
+                self.current = item
                 await dispatch(self, item)
                 self.current = None
                 self._batch += 1
@@ -422,7 +429,7 @@ class ActorHost:
                     self.file.close()
 
 
-def _start_failed(host: ActorHost, item: None, exc: BaseException) -> None:
+def _start_failed(host: HostCore, item: None, exc: BaseException) -> None:
     log.exception("on_start failed for %s/%r", host.kind, host.name, exc_info=exc)
     report(host, exc, None)
     host.fail(ActorUnavailable(message=f"on_start failed: {type(exc).__name__}: {exc}"))

@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from roost.actors.connection import Connection, Principal
+from roost.actors.refs import Key
 
 if TYPE_CHECKING:
     from roost.actors.actor import Actor
 
 __all__ = ["Call", "Connect", "Deliver", "Disconnect", "Input", "Key", "Message", "Task", "Wake"]
-
-#: An actor's address in one process: ``(kind, name)``.
-Key = tuple[str, str]
 
 
 @dataclass(slots=True)

@@ -37,12 +37,11 @@ import logging
 import random
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from roost.actors.config import RuntimeConfig
 from roost.actors.connection import Principal
 from roost.actors.decorators import CallableInfo, callables_of
 from roost.actors.errors import (
@@ -58,67 +57,22 @@ from roost.actors.errors import (
 )
 from roost.actors.extension import Process, Service
 from roost.actors.host import ActorHost
-from roost.actors.inputs import Call, Input, Key, Task, Wake
+from roost.actors.inputs import Call, Input, Task, Wake
+from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
 from roost.scheduler import Clock, Dispatcher, SystemClock
-from roost.storage import ActorFile, Directory, Durability, actor_digest, actor_path, validate_kind
+from roost.storage import ActorFile, Directory, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from roost.actors.actor import Actor
+    from roost.actors.parts import HostCore
 
 __all__ = ["ActorRef", "Registry", "RuntimeConfig", "Service"]
 
 log = logging.getLogger("roost.registry")
-
-
-@dataclass(slots=True)
-class RuntimeConfig:
-    """Knobs of the actor runtime. See ``docs/design.md`` for how the defaults were chosen."""
-
-    data_dir: Path = Path("data")
-    idle_timeout: float = 60.0
-    max_active: int = 2000
-    turn_timeout: float = 30.0
-    call_timeout: float = 30.0
-    log_retention: int = 2048
-    max_batch: int = 256
-    max_inbox: int = 10_000
-    stop_timeout: float = 10.0
-    scheduler: bool = True  # run the wake-up dispatcher in this process
-    poll_interval: float = 1.0  # how often the dispatcher looks for alarms set by other processes
-    wakeup_lease: float = 10.0  # a claimed wake-up of a crashed process comes due again after this
-    durability: Durability = "normal"
-    sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
-
-
-class ActorRef:
-    """A handle on an actor by name. Cheap; activates the actor on use."""
-
-    __slots__ = ("_chain", "_principal", "_registry", "kind", "name")
-
-    def __init__(
-        self,
-        registry: Registry,
-        kind: str,
-        name: str,
-        chain: tuple[Key, ...],
-        principal: Principal | None = None,
-    ) -> None:
-        self._registry = registry
-        self.kind = kind
-        self.name = name
-        self._chain = chain
-        self._principal = principal  # who caused the calling turn: a read-only caller stays one
-
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a ``@callable`` of that actor; the result arrives after its commit."""
-        result, _ = await self._registry.call(
-            self.kind, self.name, method, list(args), kwargs, chain=self._chain, principal=self._principal
-        )
-        return result
 
 
 class Registry:
@@ -260,7 +214,7 @@ class Registry:
             self.directory.touch(host.kind, host.name, self.clock.now())
         return True
 
-    def forget(self, host: ActorHost) -> None:
+    def forget(self, host: HostCore) -> None:
         """Called by a host that stopped after a failure."""
         if self.hosts.get(host.key) is host:
             del self.hosts[host.key]

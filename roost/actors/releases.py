@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from roost.actors.inputs import Key
+from roost.actors.refs import Key
 from roost.storage import ActorFile
 
 __all__ = ["FileReleases"]

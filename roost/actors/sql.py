@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.interfaces import HostApi
 
 __all__ = ["Sql"]
 
@@ -34,7 +34,7 @@ Params = Sequence[Any] | dict[str, Any]
 class Sql:
     __slots__ = ("_host",)
 
-    def __init__(self, host: ActorHost) -> None:
+    def __init__(self, host: HostApi) -> None:
         self._host = host
 
     def execute(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:

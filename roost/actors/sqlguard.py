@@ -12,7 +12,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import HostCore
 
 __all__ = ["authorizer"]
 
@@ -58,7 +58,7 @@ TABLE_WRITES = frozenset(
 
 
 def authorizer(
-    host: ActorHost, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None
+    host: HostCore, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None
 ) -> int:
     """SQLite authorizer (bound as ``ActorHost.authorize``)."""
     if not host.user_sql:

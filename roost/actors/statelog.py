@@ -27,7 +27,7 @@ from roost.actors.turn import report
 from roost.protocol import frames
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import HostCore
 
 __all__ = [
     "broadcast",
@@ -48,7 +48,7 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def set_state(host: ActorHost, state: Any, source: Connection | None) -> None:
+def set_state(host: HostCore, state: Any, source: Connection | None) -> None:
     host.require_turn()
     host.require_writable()
     if host.validates:
@@ -73,7 +73,7 @@ def set_state(host: ActorHost, state: Any, source: Connection | None) -> None:
         report(host, exc, source)
 
 
-def emit(host: ActorHost, event: Any) -> int:
+def emit(host: HostCore, event: Any) -> int:
     host.require_turn()
     host.require_writable()
     try:
@@ -87,12 +87,12 @@ def emit(host: ActorHost, event: Any) -> int:
     return seq
 
 
-def broadcast(host: ActorHost, data: Any, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:
+def broadcast(host: HostCore, data: Any, exclude: tuple[str, ...], tags: frozenset[str] | None) -> int:
     return fanout(host, "message", frames.message(data), exclude, tags)
 
 
 def fanout(
-    host: ActorHost, kind: str, frame: str, exclude: tuple[str, ...], tags: frozenset[str] | None
+    host: HostCore, kind: str, frame: str, exclude: tuple[str, ...], tags: frozenset[str] | None
 ) -> int:
     n = 0
     put = host.gate.put
@@ -106,14 +106,14 @@ def fanout(
     return n
 
 
-def unsaved_state(host: ActorHost) -> tuple[str, int, float] | None:
+def unsaved_state(host: HostCore) -> tuple[str, int, float] | None:
     """``(state JSON, seq, now)`` for the snapshot row if it is behind the current state."""
     if host.saved_state_seq == host.state_seq:
         return None
     return host.state_json, host.state_seq, host.clock.now()
 
 
-def save_state(host: ActorHost) -> None:
+def save_state(host: HostCore) -> None:
     """Bring the snapshot row up to the current state (in the open transaction, if any)."""
     unsaved = unsaved_state(host)
     if unsaved is not None:
@@ -121,7 +121,7 @@ def save_state(host: ActorHost) -> None:
         host.saved_state_seq = host.state_seq
 
 
-def next_seq(host: ActorHost) -> int:
+def next_seq(host: HostCore) -> int:
     host.seq += 1
     retention = host.retention
     if host.seq - host.oldest + 1 > retention + max(1, retention // 10):
@@ -134,7 +134,7 @@ def next_seq(host: ActorHost) -> int:
     return host.seq
 
 
-def migrate_state(host: ActorHost) -> None:
+def migrate_state(host: HostCore) -> None:
     """Bring a state written by an older version of the kind forward (``Actor.state_version``,
     ``Actor.migrate_state``), one version at a time, in the first turn: the new state is logged
     and broadcast like any other, and the file records its version in the same commit. A state

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +44,11 @@ from roost.actors.errors import ActorUnavailable
 from roost.scheduler.clock import TimerHandle
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import Failed, HostCore
 
 __all__ = ["Savepoint", "Turn", "TurnMark", "report"]
 
 log = logging.getLogger("roost.actor")
-
-#: ``failed(host, item, exc)``: answer the input whose turn was rolled back (exc is converted).
-Failed = Callable[["ActorHost", Any, BaseException], None]
 
 
 @dataclass(slots=True)
@@ -68,7 +64,7 @@ class TurnMark:
     outputs: int  # how many outputs the turn had queued
 
 
-def _ignore(host: ActorHost, item: Any, exc: BaseException) -> None:
+def _ignore(host: HostCore, item: Any, exc: BaseException) -> None:
     return None
 
 
@@ -95,7 +91,7 @@ class Turn:
         "ok",
     )
 
-    def __init__(self, host: ActorHost) -> None:
+    def __init__(self, host: HostCore) -> None:
         self.host = host
         self.now = 0.0
         self.id = 0
@@ -286,7 +282,7 @@ class Savepoint:
         self._turn.host.file.conn.execute(f"RELEASE {self._name}")
 
 
-def report(host: ActorHost, exc: BaseException, conn: Connection | None) -> None:
+def report(host: HostCore, exc: BaseException, conn: Connection | None) -> None:
     """Hand a failure to ``on_error`` (outside any turn); its own errors are only logged."""
     if isinstance(exc, asyncio.CancelledError):
         return

@@ -24,7 +24,7 @@ from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule
 from roost.actors.turn import report
 
 if TYPE_CHECKING:
-    from roost.actors.host import ActorHost
+    from roost.actors.parts import HostCore
 
 
 __all__ = ["run_due"]
@@ -33,7 +33,7 @@ log = logging.getLogger("roost.wakeups")
 _MARK = "__roost_wakeup__"
 
 
-async def run_due(host: ActorHost) -> int:
+async def run_due(host: HostCore) -> int:
     """Fire every due wake-up of ``host``'s actor, each in its own turn; return how many turns ran.
 
     Bounded: at most MAX_CATCH_UP fires per call (a ``run_all`` catch-up continues on the next wake).
@@ -52,7 +52,7 @@ async def run_due(host: ActorHost) -> int:
     return fired
 
 
-async def _fire(host: ActorHost, sid: str, now: float) -> bool:
+async def _fire(host: HostCore, sid: str, now: float) -> bool:
     """One fire turn; False if the turn itself had to be rolled back (a bug, or the actor stopping)."""
     with host.turn.run(None, _fire_failed, sid) as turn:
         s = host.schedules.get(sid)
@@ -61,11 +61,11 @@ async def _fire(host: ActorHost, sid: str, now: float) -> bool:
     return turn.ok
 
 
-def _fire_failed(host: ActorHost, sid: str, exc: BaseException) -> None:
+def _fire_failed(host: HostCore, sid: str, exc: BaseException) -> None:
     log.error("wake-up %s of %s/%r could not be handled", sid, host.kind, host.name, exc_info=exc)
 
 
-async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
+async def _fire_schedule(host: HostCore, s: Schedule, now: float) -> None:
     """One fire of ``s``, for its nominal time ``s.next_fire`` (a retry keeps the same nominal time)."""
     assert s.next_fire is not None
     store = host.schedules
@@ -109,7 +109,7 @@ async def _fire_schedule(host: ActorHost, s: Schedule, now: float) -> None:
         store.prune_fires(s.id)
 
 
-def _move_on(host: ActorHost, s: Schedule, nominal: float, now: float) -> None:
+def _move_on(host: HostCore, s: Schedule, nominal: float, now: float) -> None:
     """After the fire for ``nominal``: the next nominal time, unless the callback cancelled the schedule.
     Under ``run_once`` and ``skip``, times already missed are covered by this run (no run per missed
     time; only ``run_all`` catches up one by one)."""
@@ -124,7 +124,7 @@ def _move_on(host: ActorHost, s: Schedule, nominal: float, now: float) -> None:
         store.advance(s, nominal, now)
 
 
-def _failed(host: ActorHost, s: Schedule, nominal: float, error: str, now: float) -> None:
+def _failed(host: HostCore, s: Schedule, nominal: float, error: str, now: float) -> None:
     store = host.schedules
     attempt = s.attempts + 1
     if attempt >= s.max_attempts:
@@ -147,7 +147,7 @@ def _failed(host: ActorHost, s: Schedule, nominal: float, error: str, now: float
     store.record_failure(s, error, now + s.retry.delay(attempt, host.registry.rng))
 
 
-async def _record_abort(host: ActorHost, sid: str, now: float) -> bool:
+async def _record_abort(host: HostCore, sid: str, now: float) -> bool:
     """A fire turn was rolled back as a whole (its callback raised something that is not an Exception,
     or the turn's own deadline struck): count it as a failed attempt, in a turn of its own, so that it
     backs off and ends as a dead letter instead of being redelivered at once, forever."""
@@ -158,7 +158,7 @@ async def _record_abort(host: ActorHost, sid: str, now: float) -> bool:
     return turn.ok
 
 
-def _record_failed(host: ActorHost, sid: str, exc: BaseException) -> None:
+def _record_failed(host: HostCore, sid: str, exc: BaseException) -> None:
     log.error("could not record the failure of wake-up %s", sid, exc_info=exc)
 
 
@@ -172,7 +172,7 @@ def check_callback(cls: type, name: str) -> Any:
     return fn
 
 
-async def _invoke(host: ActorHost, s: Schedule) -> None:
+async def _invoke(host: HostCore, s: Schedule) -> None:
     fn = check_callback(type(host.actor), s.callback)
     model = getattr(fn, "__roost_wakeup_model__", None)
     payload = model.model_validate(s.payload) if model is not None else s.payload
