@@ -12,7 +12,7 @@ import pytest
 from roost.actors import Actor, RetryPolicy
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
-from roost.agent.background import JobRunner, job_runner
+from roost.agent.background import JobRunner
 from roost.agent.orchestrator import Orchestrator
 from roost.cli import main
 from roost.testing import ActorKit
@@ -28,7 +28,7 @@ REQUEST = "analyze the documents and make a report"
 
 
 def seeded_delays(seed: int, policy: RetryPolicy, attempts: int) -> list[float]:
-    """The retry delays a job runner whose ``rng`` was seeded with ``seed`` draws, in order."""
+    """The retry delays a process whose ``rng`` was seeded with ``seed`` draws, in order."""
     rng = random.Random(seed)
     return [policy.delay(attempt, rng) for attempt in range(1, attempts + 1)]
 
@@ -36,7 +36,7 @@ def seeded_delays(seed: int, policy: RetryPolicy, attempts: int) -> list[float]:
 async def test_a_failed_attempt_is_retried_with_backoff_then_completes(data_dir: Path) -> None:
     FLAKY_CALLS.clear()
     async with ActorKit([Flaky], data_dir) as kit:
-        job_runner(kit.registry.process).rng.seed(7)
+        kit.registry.rng.seed(7)
         c = kit.connect("flaky", "f")
         reply = await c.call("turn", "flaky please")
         await drive(kit, lambda: "turn_completed" in event_types(c))
@@ -58,7 +58,7 @@ async def test_a_job_that_keeps_failing_fails_the_run_with_its_reason(data_dir: 
     marked retryable (the error was a transient one), and ``continue_run`` takes the run up again."""
     FLAKY_CALLS.clear()
     async with ActorKit([Flaky], data_dir) as kit:
-        job_runner(kit.registry.process).rng.seed(11)
+        kit.registry.rng.seed(11)
         c = kit.connect("flaky", "f")
         reply = await c.call("turn", "flaky, fail 9 times")
         await drive(kit, lambda: "turn_failed" in event_types(c))
@@ -88,11 +88,12 @@ class PatientFlaky(Flaky):
 @pytest.mark.parametrize("seed", [3, 4])
 async def test_job_retries_share_the_full_jitter_retry_policy_of_wake_ups(data_dir: Path, seed: int) -> None:
     """Job retries back off as wake-ups do (:class:`roost.actors.RetryPolicy`, full jitter): attempt
-    ``n`` waits ``uniform(0, min(job_backoff_cap, job_backoff * 2**(n-1)))``, drawn from the job
-    runner's ``rng`` — seeded here, so the delays are known exactly and differ from seed to seed."""
+    ``n`` waits ``uniform(0, min(job_backoff_cap, job_backoff * 2**(n-1)))``, drawn from the
+    process's ``rng`` (the registry's, shared with wake-ups) — seeded here, so the delays are known
+    exactly and differ from seed to seed."""
     FLAKY_CALLS.clear()
     async with ActorKit([PatientFlaky], data_dir) as kit:
-        job_runner(kit.registry.process).rng.seed(seed)
+        kit.registry.rng.seed(seed)
         c = kit.connect("patient_flaky", "f")
         await c.call("turn", "flaky, fail 5 times")
         await drive(kit, lambda: "turn_completed" in event_types(c))

@@ -33,6 +33,7 @@ other belong in one module. The host is seen here only as a
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -339,6 +340,12 @@ class Process:
         """The directory database (None before the registry has started)."""
         return self._registry.directory
 
+    @property
+    def rng(self) -> random.Random:
+        """The process's random source for retry jitter: the one wake-ups draw from, so that a test
+        that seeds it (``registry.rng``) makes every retry delay of the process reproducible."""
+        return self._registry.rng
+
     def service(self, key: str, factory: Callable[[Process], S]) -> S:
         """This process's service named ``key``, made by ``factory(process)`` on first use; stopped
         with the registry, before its actors drain."""
@@ -395,3 +402,8 @@ class TurnContext:
     def emit(self, event: Any) -> int:
         """Log a durable event and broadcast it, as ``Actor.emit``; returns its ``seq``."""
         return self._host.emit(event)
+
+    def checkpoint(self) -> None:
+        """Inside a turn: commit the writes so far and release the outputs so far, as a streaming call
+        does at each ``yield`` (a rollback of the turn then returns here). Turn only."""
+        self._host.checkpoint()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from roost.actors.connection import Connection, Principal
 from roost.actors.refs import Key
@@ -19,7 +19,7 @@ from roost.actors.refs import Key
 if TYPE_CHECKING:
     from roost.actors.actor import Actor
 
-__all__ = ["Call", "Connect", "Deliver", "Disconnect", "Input", "Key", "Message", "Task", "Wake"]
+__all__ = ["Call", "Connect", "Deliver", "Disconnect", "Input", "Key", "Mailbox", "Message", "Task", "Wake"]
 
 
 @dataclass(slots=True)
@@ -86,3 +86,17 @@ class Wake:
 
 
 Input = Connect | Message | Disconnect | Call | Task | Deliver | Wake
+
+
+class Mailbox(Protocol):
+    """What a transport holds of a live actor (``Registry.submit`` returns one): where its inputs go.
+
+    :class:`~roost.actors.host.ActorHost` is the one implementation; a transport needs no more of it.
+    """
+
+    @property
+    def stopping(self) -> bool:
+        """The actor takes no more input."""
+
+    def submit(self, item: Input) -> None:
+        """Queue an input; raises ``ActorUnavailable`` (stopping) or ``Overloaded`` (mailbox full)."""

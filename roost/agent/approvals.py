@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from roost.actors.errors import InvalidArguments
+from roost.actors import InvalidArguments
 from roost.agent import policy
 from roost.agent.catalog import Tool
 from roost.agent.context import Part

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -139,8 +138,6 @@ class JobRunner:
         self.heartbeat_interval = heartbeat_interval
         #: How long this worker may go without a heartbeat before ``roost workers`` calls it stale.
         self.lease_s = 5.0
-        #: Draws the jitter of job retries (:meth:`roost.actors.RetryPolicy.delay`); tests may seed it.
-        self.rng = random.Random()
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._cancelled: set[tuple[str, int]] = set()
         self._presence: asyncio.Task[None] | None = None

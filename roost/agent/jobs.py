@@ -18,7 +18,8 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
   worker is refused (``progress`` and ``heartbeat`` answer False, ``finish`` records nothing).
 - **One retry policy, shared with wake-ups**: a failed attempt is retried after
   :meth:`roost.actors.RetryPolicy.delay` (full jitter: uniform in ``[0, min(cap, base·2^(n-1))]``,
-  ``base`` = ``job_backoff``, ``cap`` = ``job_backoff_cap``), drawn from the job runner's ``rng``.
+  ``base`` = ``job_backoff``, ``cap`` = ``job_backoff_cap``), drawn from the process's ``rng``, the
+  one wake-ups draw from (``actor.extension.process.rng``).
 - **A lost worker is noticed at its lease's end**: a wake-up at the lease's end claims the next
   attempt at once (or fails the job when its attempts are spent).
 """
@@ -239,7 +240,7 @@ class JobLifecycle(Part, WorkerJobs):
         steps = self.orchestrator.steps
         policy = self.retry_policy(job)
         if outcome.retryable and attempt < policy.max_attempts:
-            delay = policy.delay(attempt, job_runner(self.agent.extension.process).rng)
+            delay = policy.delay(attempt, self.agent.extension.process.rng)
             store.update(
                 "jobs",
                 job["job_id"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.actors.errors import InvalidArguments
+from roost.actors import InvalidArguments
 from roost.agent import memory
 from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound

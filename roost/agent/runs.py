@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from roost.actors.errors import InvalidArguments
+from roost.actors import InvalidArguments
 from roost.agent import memory, policy
 from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound, InvalidTransition
