@@ -36,6 +36,8 @@ Guarantees:
   is never shown to the access gate; a refused verdict never takes a slot).
 - Every refusal is a :class:`Refuse` whose ``close`` is :func:`~roost.transport.protocol.refusal` of
   its code: one ``error`` frame, then the failure table's close code.
+- :meth:`Admission.connect` never raises, whatever the raw path and query: what does not parse is
+  refused ``bad_address``.
 - An event that does not answer the pending action raises :class:`AdmissionError` (a bug in the caller,
   never a wrong decision); after :class:`Accept` or :class:`Refuse` no event is accepted.
 """
