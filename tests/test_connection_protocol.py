@@ -1,7 +1,9 @@
-"""The connection's rules (``ConnectionProtocol``), without a socket and without an event loop.
+"""The connection's rules (``Admission``, then ``ConnectionProtocol``), without a socket and without an
+event loop.
 
-Every test is a plain function: events go in (a frame and the time, the welcome, a close), actions come
-out. The rules are the ones ``docs/protocol.md`` states (*Client frames*, *Connection rules*, *Errors*).
+Every test is a plain function: events go in (the scope and the answers admission asks for; a frame and
+the time, the welcome, a close), actions come out. The rules are the ones ``docs/protocol.md`` states
+(*Client frames*, *Connection rules*, *Errors*).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 import pytest
@@ -16,11 +19,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roost.actors import ANONYMOUS, Connection, Principal, Registry, RuntimeConfig, Subscriptions
+from roost.actors.errors import InvalidActorAddress, UnknownKind
 from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
 from roost.examples.kinds import KINDS
 from roost.protocol import frames
 from roost.protocol.codes import CloseCode
-from roost.transport.access import Access, Refused
+from roost.storage import MAX_NAME_CHARS
+from roost.transport.access import Access, Admitted, Refused
+from roost.transport.admission import (
+    Accept,
+    Admission,
+    AdmissionError,
+    AdmissionState,
+    NeedExists,
+    NeedSlot,
+    NeedValidate,
+    NeedVerdict,
+    Refuse,
+    Step,
+)
 from roost.transport.auth import allow_all
 from roost.transport.limits import Limits, TokenBucket
 from roost.transport.protocol import (
@@ -34,7 +51,7 @@ from roost.transport.protocol import (
     Verify,
     refusal,
 )
-from roost.transport.security import Authorize
+from roost.transport.security import Authorize, scoped_name
 
 NO_LIMITS = Limits(conn_rate=None, principal_rate=None)
 
@@ -499,3 +516,203 @@ def test_receive_text_never_raises_and_keeps_the_in_flight_count_within_its_boun
         if isinstance(action, Close):
             assert action.code in (CloseCode.TRY_AGAIN_LATER, CloseCode.MESSAGE_TOO_BIG)
             assert protocol.state is ConnectionState.CLOSING
+
+
+# -- admission ---------------------------------------------------------------------------------------
+
+READ_ONLY = Principal("reader", claims={"read_only": True})
+TENANT = Principal("alice", tenant="t1")
+
+
+def admit(
+    path: str,
+    query: bytes = b"",
+    *,
+    principal: Principal = ANONYMOUS,
+    verdict: Refused | None = None,
+    exists: bool = True,
+    slot: bool = True,
+    routed: tuple[str, str] | None = None,
+) -> list[Step]:
+    """Every step of one admission: the endpoint's loop, with a real registry's ``validate`` and the
+    given answers from the access gate (Admitted for ``principal`` unless ``verdict``), the registry's
+    ``exists`` and the connection slots. ``path`` is the raw (percent-encoded) path; ``routed`` is what
+    the router matched, by default what it matches on the decoded path."""
+    registry = Registry(KINDS, RuntimeConfig(data_dir=Path("unused")))
+    if routed is None:
+        kind, _, name = unquote(path).removeprefix("/agents/").partition("/")
+        routed = (kind, name)
+    scope: dict[str, Any] = {"path": unquote(path), "raw_path": path.encode(), "query_string": query}
+    scope["path_params"] = {"kind": routed[0], "name": routed[1]}
+    admission = Admission()
+    steps = [admission.connect(scope)]
+    while True:
+        match steps[-1]:
+            case NeedValidate(kind, name):
+                try:
+                    registry.validate(kind, name)
+                    error = None
+                except (UnknownKind, InvalidActorAddress) as exc:
+                    error = exc
+                steps.append(admission.validated(error))
+            case NeedVerdict(kind, name):
+                steps.append(admission.verdict(verdict or Admitted(principal, scoped_name(principal, name))))
+            case NeedExists():
+                steps.append(admission.exists(exists))
+            case NeedSlot():
+                steps.append(admission.slot(slot))
+            case _:
+                assert admission.state is AdmissionState.DONE
+                return steps
+
+
+def refused_with(steps: list[Step], code: str, close: int) -> Refuse:
+    """The last step refuses with ``code``: one error frame of that code, then ``close``."""
+    last = steps[-1]
+    assert isinstance(last, Refuse), steps
+    assert last.code == code
+    assert last.close == refusal(code, last.message)
+    assert last.close.code == close
+    assert last.close.frame is not None
+    assert orjson.loads(last.close.frame) == {"type": "error", "code": code, "message": last.message}
+    return last
+
+
+def test_admission_checks_the_address_then_the_verdict_then_the_tenant_name_then_takes_a_slot() -> None:
+    steps = admit("/agents/counter/x", b"cursor=5&subscribe=state")
+    assert steps == [
+        NeedValidate("counter", "x"),
+        NeedVerdict("counter", "x"),
+        NeedValidate("counter", "x"),
+        NeedSlot(ANONYMOUS, "counter", "x"),
+        Accept(ANONYMOUS, "counter", "x", "x", 5, Subscriptions(True, False, False)),
+    ]
+
+
+def test_an_admitted_connection_addresses_the_name_within_its_tenant_and_keeps_the_asked_name() -> None:
+    steps = admit("/agents/counter/a%2Fb", principal=TENANT)
+    assert steps[1] == NeedVerdict("counter", "a/b")  # the gate sees the name as asked
+    assert steps[2:] == [
+        NeedValidate("counter", "t1\x00a/b"),
+        NeedSlot(TENANT, "counter", "t1\x00a/b"),
+        Accept(TENANT, "counter", "a/b", "t1\x00a/b", None, Subscriptions()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "routed"),
+    [
+        ("/agents/counter/%FF", b"", None),  # not UTF-8
+        ("/agents/counter/x/counter/y", b"", ("counter", "x/counter/y")),  # not one segment
+        ("/agents/counter/x", b"cursor=-1", None),
+        ("/agents/counter/x", b"cursor=abc", None),
+        ("/agents/counter/x", b"cursor=%d" % (1 << 63), None),
+        ("/agents/counter/x", b"subscribe=bogus", None),
+        ("/agents/counter/x", b"subscribe=", None),
+    ],
+)
+def test_an_address_that_does_not_parse_is_refused_bad_address_before_the_registry_is_asked(
+    path: str, query: bytes, routed: tuple[str, str] | None
+) -> None:
+    steps = admit(path, query, routed=routed)
+    assert len(steps) == 1
+    refused_with(steps, "bad_address", CloseCode.BAD_ADDRESS)
+
+
+def test_a_bad_query_is_refused_bad_address_even_for_an_unknown_kind() -> None:
+    steps = admit("/agents/nosuchkind/x", b"cursor=abc")
+    assert len(steps) == 1
+    assert "cursor" in refused_with(steps, "bad_address", 4400).message
+
+
+def test_an_unknown_kind_is_refused_unknown_kind_before_the_access_gate_is_asked() -> None:
+    steps = admit("/agents/nosuchkind/x")
+    assert steps[0] == NeedValidate("nosuchkind", "x")
+    assert len(steps) == 2
+    refused_with(steps, "unknown_kind", CloseCode.UNKNOWN_KIND)
+
+
+def test_a_name_the_registry_refuses_is_refused_bad_address_before_the_access_gate_is_asked() -> None:
+    steps = admit("/agents/counter/" + "n" * (MAX_NAME_CHARS + 1))
+    assert len(steps) == 2
+    refused_with(steps, "bad_address", CloseCode.BAD_ADDRESS)
+
+
+@pytest.mark.parametrize(
+    ("code", "close"),
+    [
+        ("bad_address", 4400),  # a NUL in the name
+        ("origin_refused", 4403),
+        ("unauthenticated", 4401),
+        ("forbidden", 4403),
+    ],
+)
+def test_the_access_gates_refusal_is_the_connections_refusal_and_no_slot_is_taken(
+    code: str, close: int
+) -> None:
+    steps = admit("/agents/counter/x", verdict=Refused(code, "why"))
+    assert steps[:2] == [NeedValidate("counter", "x"), NeedVerdict("counter", "x")]
+    assert len(steps) == 3
+    assert refused_with(steps, code, close).message == "why"
+
+
+def test_a_name_too_long_within_its_tenant_is_refused_bad_address_after_the_verdict() -> None:
+    name = "n" * MAX_NAME_CHARS  # fits alone; not behind the tenant's prefix
+    assert isinstance(admit(f"/agents/counter/{name}")[-1], Accept)
+    steps = admit(f"/agents/counter/{name}", principal=TENANT)
+    assert steps[1:3] == [NeedVerdict("counter", name), NeedValidate("counter", f"t1\x00{name}")]
+    assert len(steps) == 4
+    refused_with(steps, "bad_address", CloseCode.BAD_ADDRESS)
+
+
+def test_a_read_only_principal_may_not_create_an_actor_and_takes_no_slot_trying() -> None:
+    steps = admit("/agents/counter/x", principal=READ_ONLY, exists=False)
+    assert steps[2:4] == [NeedValidate("counter", "x"), NeedExists("counter", "x")]
+    assert len(steps) == 5
+    refused_with(steps, "forbidden", CloseCode.FORBIDDEN)
+
+
+def test_a_read_only_principal_connects_to_an_actor_that_exists() -> None:
+    steps = admit("/agents/counter/x", principal=READ_ONLY, exists=True)
+    assert steps[3:] == [
+        NeedExists("counter", "x"),
+        NeedSlot(READ_ONLY, "counter", "x"),
+        Accept(READ_ONLY, "counter", "x", "x", None, Subscriptions()),
+    ]
+
+
+def test_only_read_only_principals_are_asked_whether_the_actor_exists() -> None:
+    for principal in (ANONYMOUS, TENANT, Principal("writer", claims={"read_only": False})):
+        steps = admit("/agents/counter/x", principal=principal, exists=False)
+        assert not any(isinstance(step, NeedExists) for step in steps)
+        assert isinstance(steps[-1], Accept)
+
+
+def test_without_a_free_connection_slot_the_connection_is_refused_too_many_connections_1013() -> None:
+    steps = admit("/agents/counter/x", slot=False)
+    assert steps[-2] == NeedSlot(ANONYMOUS, "counter", "x")
+    refused_with(steps, "too_many_connections", CloseCode.TRY_AGAIN_LATER)
+
+
+def test_an_event_that_does_not_answer_the_pending_action_is_an_admission_error() -> None:
+    admission = Admission()
+    with pytest.raises(AdmissionError):
+        admission.verdict(Admitted(ANONYMOUS, "x"))  # before connect
+    assert admission.connect({"path": "/agents/counter/x"}) == NeedValidate("counter", "x")
+    with pytest.raises(AdmissionError):
+        admission.slot(True)  # the registry's check is pending
+    with pytest.raises(AdmissionError):
+        admission.connect({"path": "/agents/counter/x"})
+    admission.validated(None)
+    with pytest.raises(AdmissionError):
+        admission.validated(None)  # the verdict is pending
+    assert isinstance(admission.verdict(Refused("forbidden", "no")), Refuse)
+    with pytest.raises(AdmissionError):
+        admission.validated(None)  # decided: nothing more is accepted
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.binary(max_size=64), query=st.binary(max_size=64))
+def test_admission_never_raises_for_any_raw_path_or_query(path: bytes, query: bytes) -> None:
+    step = Admission().connect({"path": "/", "raw_path": b"/agents/" + path, "query_string": query})
+    assert isinstance(step, NeedValidate) or (isinstance(step, Refuse) and step.code == "bad_address")

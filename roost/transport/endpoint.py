@@ -3,12 +3,16 @@
 A raw ASGI application (no per-frame wrapper). Per connection there are two tasks: the handler reading
 frames and a :class:`~roost.transport.sink.SocketSink` writer draining the outbound queue, so a slow
 client never blocks the actor. The endpoint needs the app's runtime, not the app: it is given a
-:class:`~roost.transport.interfaces.Runtime` (registry, access gate, limits, open sockets). Every
-decision about a connection and its frames is made by its
-:class:`~roost.transport.protocol.ConnectionProtocol`; the endpoint gathers what admission needs (the
-address, the access gate's verdict, a connection slot), feeds the protocol events (a frame and the
-time from either path, the welcome and closes through the sink, the disconnect) and carries out the
-actions it returns (:class:`_Executor`): inputs to the actor, frames and closes to the sink.
+:class:`~roost.transport.interfaces.Runtime` (registry, access gate, limits, open sockets). It decides
+nothing itself: two sans-I/O state machines do, and it carries out the actions they return.
+
+- Admission (:class:`~roost.transport.admission.Admission`): the endpoint feeds it the scope, and then
+  the answer to each thing it asks for (the registry's check of the address, the access gate's
+  verdict, whether the actor exists, a connection slot), until it refuses (one ``error`` frame and
+  the failure's close code) or accepts.
+- The connection (:class:`~roost.transport.protocol.ConnectionProtocol`): the endpoint feeds it
+  events (a frame and the time, the welcome and closes through the sink, the disconnect) and carries
+  out the actions it returns (:class:`_Executor`): inputs to the actor, frames and closes to the sink.
 
 Guarantees:
 
@@ -28,21 +32,19 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
 
-from roost.actors import Connection, Principal, Subscriptions
+from roost.actors import Connection
 from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
 from roost.actors.host import ActorHost, Call, Deliver, Message
-from roost.transport.access import Refused
-from roost.transport.protocol import (
-    Action,
-    Close,
-    ConnectionProtocol,
-    ProtocolError,
-    Reply,
-    Verify,
-    actor_address,
-    parse_connect_query,
-    refusal,
+from roost.transport.admission import (
+    Accept,
+    Admission,
+    NeedExists,
+    NeedSlot,
+    NeedValidate,
+    NeedVerdict,
+    Refuse,
 )
+from roost.transport.protocol import Action, Close, ConnectionProtocol, Reply, Verify
 from roost.transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 from roost.transport.sink import SocketSink
 
@@ -57,8 +59,8 @@ log = logging.getLogger("roost.ws")
 
 
 class WebSocketEndpoint:
-    """ASGI app for ``/agents/{kind}/{name}``: admission, then one :class:`ConnectionProtocol` per
-    connection whose actions it carries out (:meth:`_execute`)."""
+    """ASGI app for ``/agents/{kind}/{name}``: one :class:`Admission`, then one
+    :class:`ConnectionProtocol` per connection, whose actions it carries out."""
 
     def __init__(self, app: Runtime) -> None:
         self.app = app
@@ -71,63 +73,48 @@ class WebSocketEndpoint:
             return
         hide_token(scope)  # before anything (uvicorn's "[accepted]" line included) can log the URL
         conn = HTTPConnection(scope)
-
-        async def refuse(code: str, message: str) -> None:
-            close = refusal(code, message)
-            await send({"type": "websocket.accept"})
-            await send({"type": "websocket.send", "text": close.frame})
-            await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
-
-        try:
-            kind, name = actor_address(scope)
-            params = parse_connect_query(scope.get("query_string", b""))
-            subs = Subscriptions.parse(params.subscribe)
-            app.registry.validate(kind, name)
-        except (ProtocolError, ValueError) as exc:
-            return await refuse("bad_address", exc.message if isinstance(exc, ProtocolError) else str(exc))
-        except UnknownKind as exc:
-            return await refuse("unknown_kind", str(exc))
-
-        verdict = await app.access.admit(conn, kind, name, "connect")
-        if isinstance(verdict, Refused):
-            return await refuse(verdict.code, verdict.message)
-        principal, public, name = verdict.principal, name, verdict.name
-        try:
-            app.registry.validate(kind, name)  # the name within the tenant may be too long
-        except InvalidActorAddress as exc:
-            return await refuse("bad_address", str(exc))
-        if principal.claims.get("read_only") and not app.registry.exists(kind, name):
-            return await refuse("forbidden", "read-only principals cannot create actors")
         client = conn.client.host if conn.client else None
-        if not app.access.open(principal, kind, name, client):
-            return await refuse("too_many_connections", "too many connections to this actor or principal")
+        admission = Admission()
+        step = admission.connect(scope)
+        while True:  # carry out what admission asks for, until it accepts or refuses
+            match step:
+                case NeedValidate(kind, name):
+                    step = admission.validated(_validation_error(app, kind, name))
+                case NeedVerdict(kind, name):
+                    step = admission.verdict(await app.access.admit(conn, kind, name, "connect"))
+                case NeedExists(kind, name):
+                    step = admission.exists(app.registry.exists(kind, name))
+                case NeedSlot(principal, kind, name):
+                    step = admission.slot(app.access.open(principal, kind, name, client))
+                case Refuse():
+                    return await _refuse(send, step.close)
+                case Accept():
+                    break
         try:
-            await self._connected(receive, send, conn, principal, kind, public, name, params.cursor, subs)
+            await self._connected(receive, send, conn, client, step)
         finally:  # the slot is given back however the connection ends (a failed accept included)
-            app.access.close(principal, kind, name, client)
+            app.access.close(step.principal, step.kind, step.name, client)
 
     async def _connected(
-        self,
-        receive: Receive,
-        send: Send,
-        conn: HTTPConnection,
-        principal: Principal,
-        kind: str,
-        public: str,
-        name: str,
-        cursor: int | None,
-        subs: Subscriptions,
+        self, receive: Receive, send: Send, conn: HTTPConnection, client: str | None, admitted: Accept
     ) -> None:
         app = self.app
+        principal, kind, name = admitted.principal, admitted.kind, admitted.name
         accept: dict[str, Any] = {"type": "websocket.accept"}
         if SUBPROTOCOL in offered_subprotocols(conn):
             accept["subprotocol"] = SUBPROTOCOL
         await send(accept)
         sink = SocketSink(send, app.send_queue)
-        connection = Connection(uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=subs)
-        gate = app.access.frame_gate(principal, kind, public, conn.client.host if conn.client else None)
+        connection = Connection(
+            uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=admitted.subscriptions
+        )
+        gate = app.access.frame_gate(principal, kind, admitted.public, client)
         protocol = ConnectionProtocol(
-            connection, gate, cursor, max_frame_bytes=app.max_frame_bytes, max_in_flight=app.max_in_flight
+            connection,
+            gate,
+            admitted.cursor,
+            max_frame_bytes=app.max_frame_bytes,
+            max_in_flight=app.max_in_flight,
         )
         sink.protocol = protocol
         sink.start()
@@ -163,6 +150,22 @@ class WebSocketEndpoint:
             msg = await receive()
             if msg["type"] == "websocket.disconnect":
                 return int(msg.get("code", 1006))
+
+
+def _validation_error(app: Runtime, kind: str, name: str) -> UnknownKind | InvalidActorAddress | None:
+    """What the registry's check of an address raised, if anything."""
+    try:
+        app.registry.validate(kind, name)
+    except (UnknownKind, InvalidActorAddress) as exc:
+        return exc
+    return None
+
+
+async def _refuse(send: Send, close: Close) -> None:
+    """A refusal before the connection exists: accept, the ``error`` frame, the close."""
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.send", "text": close.frame})
+    await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
 
 
 def _close(sink: SocketSink, close: Close) -> None:

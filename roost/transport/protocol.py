@@ -5,9 +5,10 @@ Two parts, both tested without an event loop (``tests/test_protocol.py``,
 
 - the codec: :func:`parse_client_frame`, :func:`parse_actor_path`, :func:`parse_connect_query`, pure
   functions of their input;
-- the connection's rules: :class:`ConnectionProtocol`, one per WebSocket, a state machine fed events
-  (a frame arrived, the welcome went out, the server closed, the socket is gone) that returns the
-  action to take (:data:`Action`). The endpoint in :mod:`roost.transport.endpoint` owns the socket and
+- the connection's rules: :class:`ConnectionProtocol`, one per admitted WebSocket (admission is
+  :class:`roost.transport.admission.Admission`, built the same way), a state machine fed events (a
+  frame arrived, the welcome went out, the server closed, the socket is gone) that returns the action
+  to take (:data:`Action`). The endpoint in :mod:`roost.transport.endpoint` owns the socket and
   executes the actions; it decides nothing about frames.
 
 Server frames are built by :mod:`roost.protocol.frames`, close codes come from the failure table
