@@ -116,7 +116,7 @@ def test_a_failure_that_never_closes_has_no_close_code() -> None:
 
 #: Calls that put a wire error code on the wire or in an HTTP answer, by their first argument.
 _SENDS = re.compile(
-    r"\b(?:ProtocolError|Refused|_error|error_frame|frames\.error|refusal|rpc_error|_call_error)\(\s*\"([a-z_]+)\""
+    r"\b(?:ProtocolError|Refused|Refuse|_refuse|_error|error_frame|frames\.error|refusal|rpc_error|_call_error)\(\s*\"([a-z_]+)\""
 )
 
 

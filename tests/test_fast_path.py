@@ -3,7 +3,7 @@
 - **Frame order** (``roost.transport.endpoint``): frames are answered in the order they were sent,
   whether they were sent pipelined, before the welcome or before the 101; an asynchronous
   ``authorize`` hook holds later frames behind the frame it judges.
-- **Turns** (``ActorHost.run_now``): a turn runs as the actor's task, including one that suspends,
+- **Turns** (``ActorHost.submit``): a turn runs as the actor's task, including one that suspends,
   ``turn_timeout`` cuts it short and rolls it back, and turns share commits (group commit) with every
   acknowledged write durable.
 - **Checkpoints off the loop** (``roost.storage.actor_file``): the WAL stays bounded without SQLite's

@@ -1,6 +1,6 @@
 """One handler per kind of input: what its turn runs, and how its caller is answered.
 
-:func:`dispatch` takes an input from the mailbox (or from ``run_now``) and runs it. Each handler runs
+:func:`dispatch` takes an input from the mailbox and runs it. Each handler runs
 its body inside ``host.turn.run(...)`` (:class:`~roost.actors.turn.Turn`), which begins, commits or
 rolls back the turn; the handler only says what the turn does and, in its ``failed`` function, what
 the caller gets when it was rolled back:

@@ -191,11 +191,6 @@ class ActorHost:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def run_now(self, item: Call | Message) -> None:
-        """The transport's entry for a call or a message: the same as :meth:`submit` (every turn runs
-        in the mailbox task; an earlier fast path ran it in the socket's reader)."""
-        self.submit(item)
-
     def _settle(self) -> bool:
         """Nothing more to run now: commit the batch and release it, note the time, and start a
         checkpoint if one is due. False if the commit failed (the actor has stopped)."""

@@ -1,7 +1,7 @@
 """What goes into an actor's mailbox: one small dataclass per kind of input.
 
 The transport, the registry and the testing kit build these and hand them to
-:meth:`ActorHost.submit <roost.actors.host.ActorHost.submit>` (or ``run_now``); the mailbox task takes
+:meth:`ActorHost.submit <roost.actors.host.ActorHost.submit>`; the mailbox task takes
 them one at a time and :mod:`roost.actors.handlers` runs each as a turn (a :class:`Deliver` is the one
 input that runs no turn).
 """

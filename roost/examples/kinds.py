@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from roost.actors.actor import Actor
+from roost.actors import Actor
 from roost.actors.connection import Connection
 from roost.actors.decorators import callable, wakeup
 from roost.examples.docs_agent import DocsAgent

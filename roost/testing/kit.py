@@ -23,11 +23,10 @@ from typing import Any
 
 import orjson
 
-from roost.actors.actor import Actor
+from roost.actors import Actor, Registry, RuntimeConfig
 from roost.actors.connection import ANONYMOUS, Connection, Principal, Subscriptions
 from roost.actors.errors import RpcError
-from roost.actors.host import Call, Connect, Disconnect, Message
-from roost.actors.registry import Registry, RuntimeConfig
+from roost.actors.inputs import Call, Connect, Disconnect, Message
 from roost.scheduler import Clock, FakeClock
 
 __all__ = ["ActorKit", "FaultySink", "KitConnection", "RecordingSink"]

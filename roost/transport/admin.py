@@ -34,8 +34,7 @@ from roost.actors.errors import RpcError
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:
-    from roost.actors.actor import Actor
-    from roost.actors.registry import Registry
+    from roost.actors import Actor, Registry
 
 __all__ = [
     "backup_offline",

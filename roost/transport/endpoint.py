@@ -34,7 +34,7 @@ from starlette.requests import HTTPConnection
 
 from roost.actors import Connection
 from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
-from roost.actors.host import ActorHost, Call, Deliver, Message
+from roost.actors.inputs import Call, Deliver, Mailbox, Message
 from roost.transport.admission import (
     Accept,
     Admission,
@@ -120,7 +120,7 @@ class WebSocketEndpoint:
         sink.start()
         app.sinks.add(sink)
         close_code = 1006
-        host: ActorHost | None = None
+        host: Mailbox | None = None
         try:
             try:
                 host = app.registry.submit(kind, name, protocol.accept())
@@ -181,7 +181,7 @@ class _Executor:
     __slots__ = ("clock", "host", "protocol", "sink")
 
     def __init__(
-        self, protocol: ConnectionProtocol, host: ActorHost, sink: SocketSink, clock: Callable[[], float]
+        self, protocol: ConnectionProtocol, host: Mailbox, sink: SocketSink, clock: Callable[[], float]
     ) -> None:
         self.protocol = protocol
         self.host = host
@@ -195,7 +195,7 @@ class _Executor:
             kind = type(action)
             if kind is Call or kind is Message:
                 try:
-                    self.host.run_now(action)  # type: ignore[arg-type]
+                    self.host.submit(action)  # type: ignore[arg-type]
                     return None
                 except (Overloaded, ActorUnavailable) as exc:
                     action = self.protocol.refused(action, exc.code, exc.message)  # type: ignore[arg-type]

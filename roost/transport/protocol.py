@@ -34,7 +34,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from roost.actors.connection import Connection
-from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Message
 from roost.protocol import frames
 from roost.protocol.codes import CloseCode
 from roost.protocol.failures import close_code
@@ -280,7 +280,7 @@ class Hold:
 HOLD = Hold()
 
 #: What the endpoint does for an event. ``Call`` and ``Message``: run at the actor
-#: (``ActorHost.run_now``); ``Deliver``: queue at the actor, behind every earlier input (a pong, or an
+#: (``Mailbox.submit``); ``Deliver``: queue at the actor, behind every earlier input (a pong, or an
 #: answer of the transport's own before the welcome). Each of these three was counted against the
 #: connection's in-flight bound; if the actor refuses it, tell :meth:`ConnectionProtocol.refused`.
 #: ``None``: nothing to do.
