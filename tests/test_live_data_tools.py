@@ -95,6 +95,10 @@ async def test_a_live_tenant_actor_is_read_through_the_server(
         assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 1}
         assert await cli("inspect", "counter", "c", "--server", f"http://{addr}") == 1  # another actor
         assert "does not exist" in capsys.readouterr().err
+        assert await cli("inspect", "--server", f"http://{addr}") == 2  # a directory is inspected offline
+        assert capsys.readouterr().err == (
+            "roost: inspect --server takes KIND and NAME (a whole data directory is inspected offline)\n"
+        )
     assert not actor_path(data_dir, "counter", "c").exists()
 
 
