@@ -1,6 +1,9 @@
 """``roost inspect | export | delete | backup``: the data tools (:mod:`roost.transport.admin`), with clear
 refusals. They open actor files directly, so an actor live in a running server is refused (its file is
-locked); ``backup --server`` asks the server to copy while serving."""
+locked); with ``--server URL`` they ask the server instead: ``inspect`` and ``export`` read the actor
+inside one of its turns (``GET /admin/actors/…``), ``backup`` copies while serving
+(``POST /admin/backup``). ``delete --server`` is refused: a delete needs the server stopped.
+``$ROOST_TOKEN`` (a token with the admin claim) authenticates to a server that asks for one."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -27,12 +32,12 @@ def _data_ops(args: argparse.Namespace) -> int:
     from roost.transport import admin
 
     data = Path(args.data)
-    if args.command == "backup" and args.server:
-        return _backup_online(args)
-    if not (data / "directory.sqlite").exists():
-        raise CommandFailed(f"no data directory at {data}")
     if args.command == "inspect" and (args.kind is None) != (args.name is None):
         raise UsageError("inspect takes KIND and NAME together, or neither (the whole data directory)")
+    if args.server:
+        return _online(args)
+    if not (data / "directory.sqlite").exists():
+        raise CommandFailed(f"no data directory at {data}")
     if getattr(args, "tenant", None) and getattr(args, "name", None):
         args.name = f"{args.tenant}\x00{args.name}"  # a tenant's actor (see roost.transport.security)
     try:
@@ -64,10 +69,7 @@ def _data_ops(args: argparse.Namespace) -> int:
     except InvalidActorAddress as exc:
         raise UsageError(str(exc)) from None
     except ActorLocked as exc:
-        hint = (
-            "use --server to back up while serving" if args.command == "backup" else "stop the server first"
-        )
-        raise CommandFailed(f"{exc}: a running server holds it ({hint})") from None
+        raise CommandFailed(f"{exc}: a running server holds it ({_LOCKED_HINTS[args.command]})") from None
     except FileNotFoundError as exc:
         raise CommandFailed(str(exc)) from None
     except FileExistsError as exc:
@@ -75,32 +77,64 @@ def _data_ops(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backup_online(args: argparse.Namespace) -> int:
+_LOCKED_HINTS = {
+    "inspect": "use --server URL to read it while serving",
+    "export": "use --server URL to read it while serving",
+    "delete": "stop the server first: a delete cannot run while serving",
+    "backup": "use --server URL to back up while serving",
+}
+
+
+def _online(args: argparse.Namespace) -> int:
+    """The command, asked of the server at ``--server``."""
+    if args.command == "delete":
+        raise UsageError("delete cannot run while serving: stop the server, then run roost delete --data DIR")
+    if args.command == "backup":
+        manifest = _ask(args, "POST", "/admin/backup", {"name": args.out})
+        print(
+            f"backed up {manifest['actors']} actor(s) to {manifest['path']} while serving; "
+            f"integrity failures: {manifest['integrity_failures']}"
+        )
+        return 0 if manifest["integrity_failures"] == 0 else 1
+    if args.kind is None:
+        raise UsageError("inspect --server takes KIND and NAME (a whole data directory is inspected offline)")
+    path = f"/admin/actors/{quote(args.kind, safe='')}/{quote(args.name, safe='')}"
+    if args.command == "inspect":
+        _print_json(_ask(args, "GET", path))
+    else:
+        exported = _ask(args, "GET", f"{path}/export")
+        if args.out:
+            Path(args.out).write_bytes(orjson.dumps(exported, option=orjson.OPT_INDENT_2))
+            print(f"exported {args.kind}/{args.name!r} to {args.out} while serving")
+        else:
+            _print_json(exported)
+    return 0
+
+
+def _ask(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """The ``result`` of an admin request to the server at ``--server``; ``CommandFailed`` with the
+    server's message when it refuses or fails, or does not answer."""
     import httpx
 
     token = os.environ.get("ROOST_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{args.server.rstrip('/')}/admin/backup"
+    params = {"tenant": args.tenant} if getattr(args, "tenant", None) else None
+    url = f"{args.server.rstrip('/')}{path}"
     try:
-        r = httpx.post(url, json={"name": args.out}, headers=headers, timeout=3600)
+        r = httpx.request(method, url, json=body, params=params, headers=headers, timeout=3600)
     except httpx.InvalidURL as exc:
         raise UsageError(f"--server {args.server!r}: {exc}") from None
     except httpx.HTTPError as exc:
-        raise CommandFailed(f"backup failed: no answer from {args.server}: {exc}") from None
+        raise CommandFailed(f"{args.command} failed: no answer from {args.server}: {exc}") from None
     try:
-        body = r.json()
+        answer = r.json()
     except ValueError:  # not our JSON (a proxy's page, say)
-        body = {"ok": False, "error": {"message": r.text[:200]}}
-    if not body.get("ok"):
-        error = body.get("error")
+        answer = {"ok": False, "error": {"message": r.text[:200]}}
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        error = answer.get("error") if isinstance(answer, dict) else None
         message = error.get("message") if isinstance(error, dict) else error
-        raise CommandFailed(f"backup failed (HTTP {r.status_code}): {message}")
-    manifest = body["result"]
-    print(
-        f"backed up {manifest['actors']} actor(s) to {manifest['path']} while serving; integrity failures: "
-        f"{manifest['integrity_failures']}"
-    )
-    return 0 if manifest["integrity_failures"] == 0 else 1
+        raise CommandFailed(f"{args.command} failed (HTTP {r.status_code}): {message}")
+    return answer["result"]
 
 
 def _actor_command(
@@ -117,6 +151,11 @@ def _actor_command(
     parser.add_argument("name", nargs="?" if optional else None, help="the actor's name")
     parser.add_argument("--data", default="data", help="data directory")
     parser.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
+    parser.add_argument(
+        "--server",
+        help="URL of the running server holding the actor: read it there, inside one of its turns "
+        "($ROOST_TOKEN with the admin claim if it authenticates); refused for delete",
+    )
     parser.set_defaults(func=_data_ops, command=command)
     return parser
 

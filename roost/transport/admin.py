@@ -1,12 +1,24 @@
 """Data you can see and take away: inspect, export, delete (with an audit record), backup.
 
-Offline (the CLI on a data directory no server holds) and online (``POST /admin/backup`` on a running
-server, for a backup consistent while serving). An actor file that a running server holds is locked:
+Offline (the CLI on a data directory no server holds) and online (``GET /admin/actors/…`` and
+``POST /admin/backup`` on a running server). An actor file that a running server holds is locked:
 the offline tools say so and touch nothing.
 
-- :func:`inspect_actor` / :func:`inspect_directory`: what is there, read-only.
-- :func:`export_actor`: JSON of meta, state, every table, the logged events and the schedules. Kept
-  agent secrets are exported as their digests only.
+- :func:`inspect_report` / :func:`export_report`: the one report of each kind, over an open
+  connection to an actor's file. The offline path (:func:`inspect_actor`, :func:`export_actor`) runs
+  it under the file's exclusive lock; the live path (:func:`inspect_live`, :func:`export_live`) runs it
+  inside a turn of the live actor, on the turn's connection (``actor.extension.connection()``), so it
+  reads the state as of the last commit — the turn's answer is released after its commit. The live
+  read runs on the event loop (no thread may share the turn's connection without a commit first), so
+  its time, like ``integrity_check``'s, grows with the file. **An actor that does not exist is
+  refused with** ``ActorNotFound`` **and nothing is created.**
+- :func:`inspect_directory`: what a data directory holds, read-only.
+- The export is one format: JSON of meta, state, every table, the logged events and the schedules.
+  In Roost's own tables (``roost_*``) JSON text (schedules' ``payload`` and ``trigger``,
+  ``roost_state.state``, ``roost_log.frame``, dead letters' ``payload``) is exported as objects and
+  every time column (``*_at``, ``at``, ``next_fire``, ``retry_at``, ``last_fire``, ``nominal``,
+  ``heavy_since``) as ISO 8601 UTC text, as is ``exported_at``; user tables are exported as stored
+  (BLOBs as hex). Kept agent secrets are exported as their digests only.
 - :func:`delete_actor`: under the actor's exclusive lock, removes its files and its directory row, then
   appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it.
 - :func:`backup_offline` / :func:`backup_online`: SQLite's online backup of every file into a new
@@ -23,14 +35,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors.errors import RpcError
+from roost.actors.errors import ActorNotFound, RpcError
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:
@@ -42,8 +55,12 @@ __all__ = [
     "copy_database",
     "delete_actor",
     "export_actor",
+    "export_live",
+    "export_report",
     "inspect_actor",
     "inspect_directory",
+    "inspect_live",
+    "inspect_report",
 ]
 
 AUDIT_LOG = "audit.log"
@@ -75,18 +92,16 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
 
 
-def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
-    path = actor_path(data, kind, name)
-    with _locked(path, kind, name) as conn:
-        meta = dict(conn.execute("SELECT key, value FROM roost_meta").fetchall())
-        versions = dict(
-            conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
-        )
-        head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
-        state = _current_state(conn, path)
-        counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
-        active = conn.execute("SELECT count(*) FROM roost_schedules WHERE status = 'active'").fetchone()[0]
-        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
+    """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
+    meta = dict(conn.execute("SELECT key, value FROM roost_meta").fetchall())
+    versions = dict(
+        conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
+    )
+    head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
+    counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
+    active = conn.execute("SELECT count(*) FROM roost_schedules WHERE status = 'active'").fetchone()[0]
+    integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
     return {
         "kind": kind,
         "name": name,
@@ -101,6 +116,13 @@ def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
         "rows": counts,
         "integrity_check": integrity,
     }
+
+
+def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
+    """:func:`inspect_report` of an actor no server holds (``ActorLocked`` if one does)."""
+    path = actor_path(data, kind, name)
+    with _locked(path, kind, name) as conn:
+        return inspect_report(conn, kind, name, path, _current_state(conn, path))
 
 
 def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
@@ -136,34 +158,116 @@ def _all(directory: Directory) -> Iterator[Any]:
         offset += len(page)
 
 
-def export_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
-    path = actor_path(data, kind, name)
-    with _locked(path, kind, name) as conn:
-        tables: dict[str, list[dict[str, Any]]] = {}
-        for table in _tables(conn):
-            cur = conn.execute(f'SELECT * FROM "{table}"')
-            cols = [d[0] for d in cur.description]
-            rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-            hidden = _REDACTED_TABLES.get(table)
-            if hidden is not None:
-                rows = [{**r, hidden: "[not exported]"} for r in rows]
+def export_report(conn: sqlite3.Connection, kind: str, name: str, state: Any, now: float) -> dict[str, Any]:
+    """One actor as JSON, read over ``conn`` (read-only): its current ``state``, every table, the
+    logged events and the schedules, exported at ``now`` (epoch seconds), in the one export format
+    of this module's docstring."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for table in _tables(conn):
+        cur = conn.execute(f'SELECT * FROM "{table}"')
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        hidden = _REDACTED_TABLES.get(table)
+        if hidden is not None:
+            rows = [{**r, hidden: "[not exported]"} for r in rows]
+        if table.startswith("roost_"):
+            json_cols = _JSON_COLUMNS.get(table, frozenset())
+            tables[table] = [{k: _roost_value(k, v, json_cols) for k, v in r.items()} for r in rows]
+        else:
             tables[table] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
-        events = [orjson.loads(r[0]) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
-        schedules = tables.get("roost_schedules", [])
-        state = _current_state(conn, path)
+    events = [orjson.loads(r[0]) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
     return {
         "kind": kind,
         "name": name,
-        "exported_at": time.time(),
+        "exported_at": iso_time(now),
         "state": state,
         "log": events,
-        "schedules": schedules,
+        "schedules": tables.get("roost_schedules", []),
         "tables": tables,
     }
 
 
+def export_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
+    """:func:`export_report` of an actor no server holds (``ActorLocked`` if one does)."""
+    path = actor_path(data, kind, name)
+    with _locked(path, kind, name) as conn:
+        return export_report(conn, kind, name, _current_state(conn, path), time.time())
+
+
+#: JSON text in Roost's own tables, exported as objects.
+_JSON_COLUMNS = {
+    "roost_schedules": frozenset({"payload", "trigger"}),
+    "roost_state": frozenset({"state"}),
+    "roost_log": frozenset({"frame"}),
+    "roost_dead_letters": frozenset({"payload"}),
+}
+#: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
+_TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
+
+
+def iso_time(epoch: float) -> str:
+    """Epoch seconds as ISO 8601 in UTC (``2026-12-01T11:25:17.123456+00:00``)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def _roost_value(column: str, value: Any, json_cols: frozenset[str]) -> Any:
+    if value is None:
+        return None
+    if column in json_cols and isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value  # not JSON after all: as stored
+    if (column in _TIME_COLUMNS or column.endswith("_at")) and isinstance(value, int | float):
+        return iso_time(value)
+    return _jsonable(value)
+
+
 def _jsonable(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
+
+
+async def _live(registry: Registry, kind: str, name: str, report: Callable[[Actor], dict[str, Any]]) -> Any:
+    """``report(actor)`` inside a turn of the live actor; ``ActorNotFound`` (nothing created) if it
+    was never created."""
+    if not registry.exists(kind, name):
+        raise ActorNotFound(kind, name)
+
+    async def read(actor: Actor) -> dict[str, Any]:
+        return report(actor)  # read whole within the turn: later turns change nothing in it
+
+    return await registry.run(kind, name, read)
+
+
+def _copy(state: Any) -> Any:
+    """The state as committed now (a later turn may change the live object in place)."""
+    return orjson.loads(orjson.dumps(state))
+
+
+async def inspect_live(registry: Registry, kind: str, name: str) -> dict[str, Any]:
+    """:func:`inspect_report` of an actor of a running server, read in one of its turns."""
+    path = actor_path(registry.config.data_dir, kind, name)
+    result: dict[str, Any] = await _live(
+        registry,
+        kind,
+        name,
+        lambda actor: inspect_report(actor.extension.connection(), kind, name, path, _copy(actor.state)),
+    )
+    return result
+
+
+async def export_live(registry: Registry, kind: str, name: str) -> dict[str, Any]:
+    """:func:`export_report` of an actor of a running server, read in one of its turns (exported at
+    the turn's clock reading)."""
+    result: dict[str, Any] = await _live(
+        registry,
+        kind,
+        name,
+        lambda actor: export_report(
+            actor.extension.connection(), kind, name, _copy(actor.state), actor.extension.now
+        ),
+    )
+    return result
 
 
 def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[str, Any]:
@@ -306,8 +410,9 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
             # inside the actor's turn, off the loop. Its batch is committed first, so that nothing
             # on the loop (the early commit of a batch behind a suspended turn) touches the
             # connection while the thread has it
+            # (the extension API has no commit-now yet: TurnContext.checkpoint() would replace this)
             actor._host.checkpoint()
-            return await _copy_in_turn(actor._host.file.conn, target)
+            return await _copy_in_turn(actor.extension.connection(), target)
 
         try:
             # waits longer than the turn may run: a timeout is the turn's, after the copy stopped

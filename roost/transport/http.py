@@ -1,4 +1,5 @@
-"""HTTP endpoints: an actor's state snapshot, calls with JSON arguments, and the health check.
+"""HTTP endpoints: an actor's state snapshot, calls with JSON arguments, the health check, and the
+operator's admin endpoints (a backup while serving; a live actor inspected or exported).
 
 Every answer is JSON encoded with orjson. Errors use the same codes as the WebSocket protocol, with the
 HTTP status of the one failure table (:mod:`roost.protocol.failures`, ``docs/protocol.md`` *Errors*).
@@ -24,15 +25,23 @@ from roost.actors.errors import (
 )
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
-from roost.transport.admin import backup_online
+from roost.transport.admin import backup_online, export_live, inspect_live
 from roost.transport.auth import allow_all, run_authenticate
 from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
-from roost.transport.security import hide_token, origin_allowed
+from roost.transport.security import check_client_name, hide_token, origin_allowed
 
 if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
 
-__all__ = ["JSONResponse", "get_actor", "healthz", "post_rpc"]
+__all__ = [
+    "JSONResponse",
+    "admin_backup",
+    "admin_export",
+    "admin_inspect",
+    "get_actor",
+    "healthz",
+    "post_rpc",
+]
 
 
 class JSONResponse(Response):
@@ -150,16 +159,11 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def admin_backup(request: Request) -> Response:
-    """``POST /admin/backup`` ``{"name": "2026-11-29"}``: a backup consistent while serving
-    (:func:`roost.transport.admin.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
-    ``$ROOST_BACKUP_DIR``, by default ``backups`` beside the data directory.
-
-    Who: a principal with the ``admin`` claim and no tenant (a tenant's admin does not own the other
-    tenants' data), allowed by ``authorize(principal, "admin", "backup", "admin:backup")``, from an
-    allowed origin. Without authentication configured: clients on the loopback interface that are not
-    browsers (no ``Origin``), i.e. the operator's own ``roost backup --server``."""
-    app: Runtime = request.app.state.roost
+async def _admin(app: Runtime, request: Request, name: str, action: str) -> Principal | JSONResponse:
+    """Who may use an admin endpoint: a principal with the ``admin`` claim and no tenant (a tenant's
+    admin does not own the other tenants' data), allowed by ``authorize(principal, "admin", name,
+    action)``, from an allowed origin. Without authentication configured: clients on the loopback
+    interface that are not browsers (no ``Origin``), i.e. the operator's own ``roost … --server``."""
     await app.ensure_started()
     hide_token(request.scope)
     if not origin_allowed(request, app.access.origins):
@@ -173,8 +177,20 @@ async def admin_backup(request: Request) -> Response:
             return _error("forbidden", "admin only: without authentication, from this host's command line")
     elif not principal.claims.get("admin") or principal.tenant is not None:
         return _error("forbidden", "admin only (an admin token without a tenant)")
-    if not await app.access.allowed(principal, "admin", "backup", "admin:backup"):
-        return _error("forbidden", "admin:backup is not allowed")
+    if not await app.access.allowed(principal, "admin", name, action):
+        return _error("forbidden", f"{action} is not allowed")
+    return principal
+
+
+async def admin_backup(request: Request) -> Response:
+    """``POST /admin/backup`` ``{"name": "2026-11-29"}``: a backup consistent while serving
+    (:func:`roost.transport.admin.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
+    ``$ROOST_BACKUP_DIR``, by default ``backups`` beside the data directory. Who: :func:`_admin`, with
+    ``authorize(principal, "admin", "backup", "admin:backup")``."""
+    app: Runtime = request.app.state.roost
+    refused = await _admin(app, request, "backup", "admin:backup")
+    if isinstance(refused, Response):
+        return refused
     body = await _read_body(request, 4096)
     try:
         name = orjson.loads(body or b"{}")["name"]
@@ -193,6 +209,61 @@ async def admin_backup(request: Request) -> Response:
     except RpcError as exc:
         return _error(exc.code, f"{exc.message} (the partial copy in {out} has no manifest.json)")
     return JSONResponse({"ok": True, "result": {**manifest, "path": str(out)}})
+
+
+async def _admin_actor(
+    request: Request, trailing: int, action: str
+) -> tuple[Runtime, str, str] | JSONResponse:
+    """``(app, kind, stored name)`` of ``/admin/actors/{kind}/{name}[?tenant=T]`` once the caller is
+    an admin allowed ``action`` on ``kind/name``; or the refusal."""
+    app: Runtime = request.app.state.roost
+    try:
+        kind, name = actor_address(request.scope, trailing)
+        tenant = request.query_params.get("tenant")
+        if tenant is not None:
+            check_client_name(tenant)
+            name = f"{tenant}\x00{name}"  # a tenant's actor (scoped_name)
+        app.registry.validate(kind, name)
+    except ProtocolError as exc:
+        return _error(exc.code, exc.message)
+    except (InvalidActorAddress, ValueError) as exc:
+        return _error("bad_address", str(exc))
+    except UnknownKind as exc:
+        return _error("unknown_kind", str(exc))
+    refused = await _admin(app, request, f"{kind}/{name}", action)
+    if isinstance(refused, Response):
+        return refused
+    return app, kind, name
+
+
+async def admin_inspect(request: Request) -> Response:
+    """``GET /admin/actors/{kind}/{name}[?tenant=T]``: what ``roost inspect KIND NAME`` reports, read
+    inside a turn of the actor (:func:`roost.transport.admin.inspect_live`): live actors included.
+    Who: :func:`_admin`, with ``authorize(principal, "admin", "KIND/NAME", "admin:inspect")``. An
+    actor never created: 404 ``not_found``, and nothing is created."""
+    return await _admin_read(request, 0, "admin:inspect")
+
+
+async def admin_export(request: Request) -> Response:
+    """``GET /admin/actors/{kind}/{name}/export[?tenant=T]``: what ``roost export KIND NAME`` writes,
+    read inside a turn of the actor (:func:`roost.transport.admin.export_live`). Who: as
+    :func:`admin_inspect`, with ``"admin:export"``."""
+    return await _admin_read(request, 1, "admin:export")
+
+
+async def _admin_read(request: Request, trailing: int, action: str) -> Response:
+    addr = await _admin_actor(request, trailing, action)
+    if isinstance(addr, Response):
+        return addr
+    app, kind, name = addr
+    read = inspect_live if action == "admin:inspect" else export_live
+    try:
+        report = await read(app.registry, kind, name)
+    except ActorNotFound as exc:
+        return _error("not_found", str(exc))
+    except RpcError as exc:
+        return _error(exc.code, exc.message)
+    return JSONResponse({"ok": True, "result": report})
 
 
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")

@@ -1,0 +1,235 @@
+"""The data tools on a running server: ``roost inspect | export --server URL`` read a live actor inside one
+of its turns (``GET /admin/actors/{kind}/{name}[/export]``), as an admin only; ``roost delete --server``
+is refused; and the export's one format (objects and ISO 8601 times in Roost's own tables), offline and
+live."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from roost.actors import Actor, callable
+from roost.actors.decorators import wakeup
+from roost.actors.schedules import RetryPolicy
+from roost.cli import main
+from roost.examples.kinds import KINDS
+from roost.scheduler import SystemClock
+from roost.storage import Directory, actor_path
+from roost.testing import ActorKit, serve
+from roost.transport import create_app
+from roost.transport.security import token_authenticate
+from roost.transport.tokens import TokenSigner
+
+#: What a live read and an offline read of the same committed actor both report (``bytes`` and
+#: ``path`` aside: a live file's WAL is not yet checkpointed into it).
+SAME = ("kind", "name", "meta", "schema_versions", "seq", "logged_frames", "state", "active_schedules")
+
+
+async def cli(*argv: str) -> int:
+    """``roost ARGV`` in a thread (it makes blocking HTTP requests to the server on this loop)."""
+    return await asyncio.to_thread(main, list(argv))
+
+
+async def make_counter(data_dir: Path) -> None:
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        for _ in range(3):
+            await kit.call("counter", "c1", "increment")
+
+
+async def test_a_live_actor_is_inspected_and_exported_through_the_server_as_offline(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While the actor is live (its file locked) the offline tools refuse and name ``--server``; with
+    ``--server`` they report what the offline path reports once the server is stopped, with the state
+    as of the last commit."""
+    await make_counter(data_dir)
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/agents/counter/c1/rpc/increment", json=[])  # live now, count 4 committed
+        assert r.json() == {"ok": True, "result": 4}
+        r = await http.post("/agents/counter/c1/rpc/increment_later", json=[3600, 1, "later"])
+        assert r.json()["ok"]
+        assert await cli("inspect", "counter", "c1", "--data", str(data_dir)) == 1
+        assert "a running server holds it (use --server URL to read it while serving)" in (
+            capsys.readouterr().err
+        )
+        assert await cli("inspect", "counter", "c1", "--server", f"http://{addr}") == 0
+        live = orjson.loads(capsys.readouterr().out)
+        out = tmp_path / "live.json"
+        assert await cli("export", "counter", "c1", "--server", f"http://{addr}", "--out", str(out)) == 0
+        assert "while serving" in capsys.readouterr().out
+        exported_live = orjson.loads(out.read_bytes())
+        assert await cli("export", "counter", "c1", "--server", f"http://{addr}") == 0
+        assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 4}
+        assert ("counter", "c1") in app.registry.hosts  # read in place: still live
+    assert live["state"] == {"count": 4}
+    assert live["seq"] == 4
+    assert live["active_schedules"] == 1
+    assert live["integrity_check"] == "ok"
+    assert await cli("inspect", "counter", "c1", "--data", str(data_dir)) == 0
+    offline = orjson.loads(capsys.readouterr().out)
+    assert {k: live[k] for k in SAME} == {k: offline[k] for k in SAME}
+    assert live["rows"] == offline["rows"]
+    assert await cli("export", "counter", "c1", "--data", str(data_dir)) == 0
+    exported = orjson.loads(capsys.readouterr().out)
+    for key in ("kind", "name", "state", "log", "schedules"):
+        assert exported_live[key] == exported[key], key
+    del exported_live["tables"]["roost_state"], exported["tables"]["roost_state"]  # rewritten on close
+    assert exported_live["tables"] == exported["tables"]
+
+
+async def test_a_live_tenant_actor_is_read_through_the_server(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        await kit.call("counter", "acme\x00c", "increment")
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve(app) as addr:
+        assert await cli("inspect", "counter", "c", "--tenant", "acme", "--server", f"http://{addr}") == 0
+        assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 1}
+        assert await cli("inspect", "counter", "c", "--server", f"http://{addr}") == 1  # another actor
+        assert "does not exist" in capsys.readouterr().err
+        assert await cli("inspect", "--server", f"http://{addr}") == 2  # a directory is inspected offline
+        assert capsys.readouterr().err == (
+            "roost: inspect --server takes KIND and NAME (a whole data directory is inspected offline)\n"
+        )
+    assert not actor_path(data_dir, "counter", "c").exists()
+
+
+async def test_live_reads_are_for_admins_only(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``POST /admin/backup``: an admin token without a tenant; anyone else gets exit 1 and one line."""
+    await make_counter(data_dir)
+    signer = TokenSigner("b" * 40)
+    app = create_app(KINDS, data_dir=data_dir, authenticate=token_authenticate(signer))
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for path in ("/admin/actors/counter/c1", "/admin/actors/counter/c1/export"):
+            assert (await http.get(path)).status_code == 401
+            for token in (signer.issue("op", ttl=60), signer.issue("op", ttl=60, tenant="t1", admin=True)):
+                r = await http.get(path, headers={"Authorization": f"Bearer {token}"})
+                assert r.status_code == 403, (path, r.text)
+        for command in ("inspect", "export"):
+            monkeypatch.delenv("ROOST_TOKEN", raising=False)
+            assert await cli(command, "counter", "c1", "--server", f"http://{addr}") == 1
+            err = capsys.readouterr().err
+            assert err == f"roost: {command} failed (HTTP 401): not authenticated\n"
+            monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60))
+            assert await cli(command, "counter", "c1", "--server", f"http://{addr}") == 1
+            captured = capsys.readouterr()
+            assert captured.out == ""
+            assert captured.err == (
+                f"roost: {command} failed (HTTP 403): admin only (an admin token without a tenant)\n"
+            )
+            monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60, admin=True))
+            assert await cli(command, "counter", "c1", "--server", f"http://{addr}") == 0
+            assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 3}
+
+
+async def test_a_never_created_actor_is_not_found_and_not_created(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await make_counter(data_dir)
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for path in ("/admin/actors/counter/ghost", "/admin/actors/counter/ghost/export"):
+            r = await http.get(path)
+            assert r.status_code == 404
+            assert r.json()["error"]["code"] == "not_found"
+        assert (await http.get("/admin/actors/nokind/ghost")).json()["error"]["code"] == "unknown_kind"
+        assert await cli("export", "counter", "ghost", "--server", f"http://{addr}") == 1
+        assert capsys.readouterr().err == (
+            "roost: export failed (HTTP 404): actor counter/'ghost' does not exist\n"
+        )
+        assert ("counter", "ghost") not in app.registry.hosts
+    assert not actor_path(data_dir, "counter", "ghost").exists()
+    directory = Directory(data_dir)
+    try:
+        assert directory.get("counter", "ghost") is None
+    finally:
+        directory.close()
+
+
+async def test_delete_through_the_server_is_refused_and_touches_nothing(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No delete while serving: the registry cannot keep an actor from reactivating while its files go,
+    so ``roost delete --server`` says the server must be stopped, in one line, exit 2."""
+    await make_counter(data_dir)
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        assert (await http.post("/agents/counter/c1/rpc/increment", json=[])).json()["result"] == 4
+        assert await cli("delete", "counter", "c1", "--yes", "--server", f"http://{addr}") == 2
+        assert capsys.readouterr().err == (
+            "roost: delete cannot run while serving: stop the server, then run roost delete --data DIR\n"
+        )
+        assert await cli("delete", "counter", "c1", "--yes", "--data", str(data_dir)) == 1
+        assert "(stop the server first: a delete cannot run while serving)" in capsys.readouterr().err
+        assert (await http.post("/agents/counter/c1/rpc/increment", json=[])).json()["result"] == 5
+    assert actor_path(data_dir, "counter", "c1").exists()
+
+
+class Notes(Actor):
+    """A schedule, a dead letter, and a user table holding epoch times and JSON text of its own."""
+
+    kind = "notes"
+    initial_state = {"n": 0}
+    migrations = ("CREATE TABLE notes (text TEXT NOT NULL, at REAL NOT NULL, meta TEXT NOT NULL)",)
+
+    @callable
+    async def setup(self) -> None:
+        self.sql.execute("INSERT INTO notes VALUES ('hi', 1764590000.5, '{\"a\": 1}')")
+        self.set_state({"n": 1})
+        await self.schedule(3600, "boom", {"later": True}, key="later")
+        await self.schedule(0, "boom", {"now": [1, 2]}, retry=RetryPolicy(max_attempts=1))
+
+    @wakeup
+    async def boom(self, payload: Any) -> None:
+        raise RuntimeError("always")
+
+
+def is_iso_utc(value: Any) -> bool:
+    return isinstance(value, str) and datetime.fromisoformat(value).utcoffset() == UTC.utcoffset(None)
+
+
+def assert_one_format(exported: dict[str, Any]) -> None:
+    """Objects, not JSON in strings; ISO 8601 UTC, not epoch floats, in Roost's own tables; user
+    tables as stored."""
+    tables = exported["tables"]
+    assert is_iso_utc(exported["exported_at"])
+    later = next(s for s in exported["schedules"] if s["key"] == "later")
+    assert later["payload"] == {"later": True}
+    assert isinstance(later["trigger"], dict)
+    assert is_iso_utc(later["next_fire"])
+    assert is_iso_utc(later["created_at"])
+    assert exported["schedules"] == tables["roost_schedules"]
+    (letter,) = tables["roost_dead_letters"]
+    assert letter["payload"] == {"now": [1, 2]}
+    assert is_iso_utc(letter["nominal"])
+    assert is_iso_utc(letter["at"])
+    assert all(isinstance(r["frame"], dict) and is_iso_utc(r["created_at"]) for r in tables["roost_log"])
+    assert all(isinstance(r["state"], dict) and is_iso_utc(r["updated_at"]) for r in tables["roost_state"])
+    assert all(is_iso_utc(r["applied_at"]) for r in tables["roost_migrations"])
+    assert isinstance(later["misfire_grace"], float)  # a duration stays seconds
+    assert tables["notes"] == [{"text": "hi", "at": 1764590000.5, "meta": '{"a": 1}'}]
+    assert exported["state"] == {"n": 1}
+
+
+async def test_the_export_is_one_format_offline_and_live(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with ActorKit([Notes], data_dir, clock=SystemClock()) as kit:  # the server's clock
+        await kit.call("notes", "x", "setup")
+        assert await kit.fire_due("notes", "x") == 1
+    assert await cli("export", "notes", "x", "--data", str(data_dir)) == 0
+    assert_one_format(orjson.loads(capsys.readouterr().out))
+    app = create_app([Notes], data_dir=data_dir)
+    async with serve(app) as addr:
+        assert await cli("export", "notes", "x", "--server", f"http://{addr}") == 0
+        assert_one_format(orjson.loads(capsys.readouterr().out))
