@@ -410,8 +410,7 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
             # inside the actor's turn, off the loop. Its batch is committed first, so that nothing
             # on the loop (the early commit of a batch behind a suspended turn) touches the
             # connection while the thread has it
-            # (the extension API has no commit-now yet: TurnContext.checkpoint() would replace this)
-            actor._host.checkpoint()
+            actor.extension.checkpoint()
             return await _copy_in_turn(actor.extension.connection(), target)
 
         try:
