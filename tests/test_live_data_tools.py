@@ -233,3 +233,21 @@ async def test_the_export_is_one_format_offline_and_live(
     async with serve(app) as addr:
         assert await cli("export", "notes", "x", "--server", f"http://{addr}") == 0
         assert_one_format(orjson.loads(capsys.readouterr().out))
+
+
+async def test_an_online_backup_copies_the_actors_of_kinds_the_server_does_not_serve(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Two apps share a data directory; the one serving only ``counter`` backs up the ``room`` actor
+    too (its file is free: copied under its own lock), instead of failing with ``UnknownKind``."""
+    await make_counter(data_dir)
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        await kit.call("room", "r1", "say", "hello")
+    counter_only = [k for k in KINDS if k.kind == "counter"]
+    app = create_app(counter_only, data_dir=data_dir)
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/admin/backup", json={"name": "both"}, timeout=60)
+    assert r.status_code == 200, r.text
+    manifest = r.json()["result"]
+    copied = {(e["kind"], e["name"]): e["integrity_check"] for e in manifest["files"] if "kind" in e}
+    assert copied == {("counter", "c1"): "ok", ("room", "r1"): "ok"}

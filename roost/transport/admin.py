@@ -347,6 +347,18 @@ def _manifest(out: Path, entries: list[dict[str, Any]], started: float) -> dict[
     return manifest
 
 
+def _copy_unserved(data: Path, kind: str, name: str, target: Path) -> str | None:
+    """Copy one actor's file under its own lock, as :func:`backup_offline` does; None if it has none."""
+    path = actor_path(data, kind, name)
+    if not path.exists():
+        return None
+    with _locked(path, kind, name) as conn:
+        conn.execute("ROLLBACK")  # the backup API reads on its own
+        check = copy_database(conn, target)
+        conn.execute("BEGIN")
+    return check
+
+
 def backup_offline(data: Path, out: Path) -> dict[str, Any]:
     """Copy a data directory no server holds (a held actor raises ``ActorLocked``: use the server)."""
     started = time.time()
@@ -360,14 +372,9 @@ def backup_offline(data: Path, out: Path) -> dict[str, Any]:
         directory.close()
     entries.append({"file": "directory.sqlite", "integrity_check": "ok"})
     for entry in actors:
-        path = actor_path(data, entry.kind, entry.name)
-        if not path.exists():
-            continue
-        with _locked(path, entry.kind, entry.name) as conn:
-            conn.execute("ROLLBACK")  # the backup API reads on its own
-            check = copy_database(conn, out / _relative(data, entry.kind, entry.name))
-            conn.execute("BEGIN")
-        entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
+        check = _copy_unserved(data, entry.kind, entry.name, out / _relative(data, entry.kind, entry.name))
+        if check is not None:
+            entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
     return _manifest(out, entries, started)
 
 
@@ -394,8 +401,11 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
     """Copy the data directory of a running server: each actor is copied inside one of its turns (a
     consistent snapshot, between two commits), dormant ones are woken for it and sleep again later.
 
-    An actor whose copy fails (its turn's timeout, say) ends the backup with an :class:`RpcError`
-    naming the actor; what was copied stays in ``out``, without a ``manifest.json``."""
+    An actor of a kind this server does not serve (left by another app on the same data directory)
+    cannot be live here: its file is copied as the offline backup copies it, under the file's own
+    lock (another process serving it refuses that: the backup then fails naming the actor). An actor
+    whose copy fails (its turn's timeout, say) ends the backup with an :class:`RpcError` naming the
+    actor; what was copied stays in ``out``, without a ``manifest.json``."""
     started = time.time()
     data = registry.config.data_dir
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=False)
@@ -413,6 +423,17 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
             actor.extension.checkpoint()
             return await _copy_in_turn(actor.extension.connection(), target)
 
+        if entry.kind not in registry.kinds:
+            try:
+                check = await asyncio.to_thread(_copy_unserved, data, entry.kind, entry.name, target)
+            except ActorLocked as exc:
+                raise RpcError(
+                    "actor_unavailable",
+                    f"backup incomplete at {entry.kind}/{entry.name!r}: another process holds it ({exc})",
+                ) from exc
+            if check is not None:
+                entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
+            continue
         try:
             # waits longer than the turn may run: a timeout is the turn's, after the copy stopped
             limit = registry.config.turn_timeout + registry.config.call_timeout
