@@ -60,6 +60,10 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["serve", "nosuchmodule:app", "--port", "0"], {}, USAGE, "cannot import"),
         (["serve", "nocolon", "--port", "0"], {}, USAGE, "MODULE:APP"),
         (["serve", "--port", "abc"], {}, USAGE, "invalid int"),
+        (["serve", "--port", "99999"], {}, USAGE, "not a port"),
+        (["serve", "--data", str(tmp / "afile"), "--port", "0"], {}, USAGE, "not a directory"),
+        (["serve", "--data", "/proc/nowhere/data", "--port", "0"], {}, FAILURE, "cannot create it"),
+        (["serve", "--config", str(tmp / "nope.toml"), "--port", "0"], {}, USAGE, "no such file"),
         (["backup", "--out", str(tmp / "b"), "--server", "http://127.0.0.1:1"], {}, FAILURE, "no answer"),
         (["backup", "--data", missing, "--out", str(tmp / "c")], {}, FAILURE, "no data directory"),
         (["ls", "--data", missing], {}, FAILURE, "no data directory"),
@@ -70,6 +74,7 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
 
 
 def test_every_subcommand_given_bad_input_says_one_line_and_exits_1_or_2(data: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("not a directory")
     for args, env, code, words in _cases(data, tmp_path):
         out = roost(*args, env=env, cwd=tmp_path)
         where = f"roost {' '.join(args)!r}: {out.stderr!r}"
@@ -96,6 +101,8 @@ def test_version_help_and_defaults() -> None:
     serve = roost("serve", "--help").stdout
     assert "--port PORT" in serve
     assert "(default: 8000)" in serve
+    assert "(default: None)" not in serve  # an option without a default says nothing of one
+    assert "``" not in top.stdout
 
 
 async def test_ls_prints_names_as_clients_sent_them(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from roost.testing import ActorKit, connect, serve
+from roost.transport import RoostApp
 from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +121,7 @@ async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> 
 async def test_the_agent_block_plans_runs_and_asks_for_the_grant_it_promises(tmp_path: Path) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(PYTHON[1], "README.md (agent)", "exec"), namespace)
+    assert isinstance(namespace["app"], RoostApp)  # what `roost serve reporter:app` serves
     async with ActorKit([namespace["Reporter"]], tmp_path / "data") as kit:
         conn = kit.connect("reporter", "r1")
         turn = await conn.call("turn", "collect, analyze and make the report")
@@ -152,8 +153,10 @@ async def test_the_fastapi_block_mounts_roost_and_closes_it_at_shutdown(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
-    exec(compile(textwrap.dedent(PYTHON[0]), "README.md (myapp.py)", "exec"), namespace)
-    exec(compile(PYTHON[2], "README.md (FastAPI)", "exec"), namespace)
+    (tmp_path / "myapp.py").write_text(PYTHON[0])  # beside it, as the README has it
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "myapp", raising=False)
+    exec(compile(PYTHON[2], "README.md (FastAPI)", "exec"), namespace)  # on its own
     api, roost = namespace["api"], namespace["roost"]
     async with serve(api) as addr:
         async with httpx.AsyncClient() as http:

@@ -30,7 +30,14 @@ __all__ = ["main"]
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown on every option; the description kept as written."""
+    """Defaults shown on every option that has one (unless its help already says it); the description
+    kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="roost",
-        description=(__doc__ or "").split("\n\nGuarantee")[0],
+        description=(__doc__ or "").split("\n\nGuarantee")[0].replace("``", ""),
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"roost {__version__}")

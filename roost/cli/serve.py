@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roost.cli.errors import UsageError
+from roost.cli.errors import CommandFailed, UsageError
 from roost.cli.limits import MAX_HANDSHAKE_LINE
 from roost.cli.tokens import signer_from_env
 
@@ -47,6 +47,17 @@ def load_app(spec: str | None) -> object:
         raise UsageError(f"{module_name} has no attribute {attr!r}") from None
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
 def _secure(app: RoostApp, args: argparse.Namespace) -> None:
     """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
     from roost.transport.auth import allow_all
@@ -76,7 +87,16 @@ def _serve(args: argparse.Namespace) -> int:
     from roost.transport.app import RoostApp
 
     if args.config is not None:  # read by the agent runtime (roost.agent.config) when kinds start
+        if not Path(args.config).is_file():
+            raise UsageError(f"--config {args.config}: no such file")
         os.environ["ROOST_CONFIG"] = args.config
+    if args.data is not None:
+        if Path(args.data).exists() and not Path(args.data).is_dir():
+            raise UsageError(f"--data {args.data}: not a directory")
+        try:
+            Path(args.data).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CommandFailed(f"--data {args.data}: cannot create it: {exc.strerror}") from None
     app = load_app(args.app)
     if isinstance(app, RoostApp):
         changes: dict[str, object] = {}
@@ -136,7 +156,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--data", help="data directory (default: $ROOST_DATA or ./data)")
     serve.add_argument("--config", help="roost.toml with the [agent] settings (default: ./roost.toml if any)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
+    serve.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any free port)")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle actor sleeps")
     serve.add_argument("--retention", type=int, help="logged frames kept per actor for resume")
     serve.add_argument(
