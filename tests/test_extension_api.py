@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from roost.actors import Actor, callable
+from roost.actors.errors import NotInTurn
 from roost.actors.extension import Process, TurnContext
 from roost.scheduler import FakeClock
 from roost.storage import Migration
@@ -104,3 +107,31 @@ async def test_a_turns_records_share_one_reading_and_one_trace_id_in_the_layers_
     assert first[0][1] == 1_000.0
     assert second[-1][1] == 1_005.0  # the fake clock moved the next turn's reading
     assert second[-1][2] not in traces  # a new turn, a new trace id
+
+
+class _Checkpointer(Actor):
+    kind = "ext_checkpoint"
+    kept: ClassVar[list[Actor]] = []
+
+    @callable
+    async def keep(self) -> int:
+        type(self).kept.append(self)
+        self.set_state({"n": 1})
+        self.extension.checkpoint()  # in a turn: commits what the turn did so far
+        self.set_state({"n": 2})
+        return 2
+
+
+async def test_checkpoint_is_for_turns_only_and_outside_one_changes_nothing(tmp_path: Path) -> None:
+    async with ActorKit([_Checkpointer], tmp_path) as kit:
+        assert await kit.call("ext_checkpoint", "c", "keep") == 2
+        await kit.settle()
+        (actor,) = _Checkpointer.kept
+        host = kit.registry.hosts[("ext_checkpoint", "c")]
+        assert host.idle
+        with pytest.raises(NotInTurn):
+            actor.extension.checkpoint()
+        with pytest.raises(NotInTurn):
+            actor.extension.connection()
+        assert host.idle  # no transaction was opened: the actor can still go dormant
+        assert not host.file.in_transaction

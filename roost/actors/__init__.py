@@ -7,42 +7,77 @@ kind of input does, :mod:`roost.actors.registry` for activation and dormancy, an
 :mod:`roost.actors.errors` for the error hierarchy. The modules import each other as a tree: where
 two need each other, the lower one uses a protocol of the other's shape (:mod:`roost.actors.interfaces`
 for the actor's faces and the registry, :mod:`roost.actors.parts` for the host's parts).
+
+The public API is what this package exports (and :mod:`roost.actors.extension` for layers on top):
+the upper layers import only these names, never a module of the actor core (``make lint``).
 """
 
 from roost.actors.actor import Actor
-from roost.actors.connection import ANONYMOUS, Connection, Principal, Sink, Subscriptions
-from roost.actors.decorators import callable, wakeup
+from roost.actors.connection import (
+    ANONYMOUS,
+    MAX_CONNECTION_STATE_BYTES,
+    Connection,
+    Principal,
+    Sink,
+    Subscriptions,
+)
+from roost.actors.decorators import CallableInfo, callable, callables_of, wakeup
 from roost.actors.errors import (
     ActorError,
+    ActorLocked,
     ActorNotFound,
     ActorUnavailable,
     CallTimeout,
+    HandlerError,
     InvalidActorAddress,
     InvalidArguments,
+    MethodNotFound,
+    MigrationError,
+    NotInTurn,
     Overloaded,
+    ReentrantCall,
     Reject,
     RoostError,
     RpcError,
+    StateError,
+    StorageError,
     UnknownKind,
 )
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 
 __all__ = [
     "ANONYMOUS",
+    "MAX_CONNECTION_STATE_BYTES",
     "Actor",
     "ActorError",
+    "ActorLocked",
     "ActorNotFound",
     "ActorRef",
     "ActorUnavailable",
+    "Call",
     "CallTimeout",
+    "CallableInfo",
+    "Connect",
     "Connection",
     "DeadLetter",
+    "Deliver",
+    "Disconnect",
+    "HandlerError",
+    "Input",
     "InvalidActorAddress",
     "InvalidArguments",
+    "Key",
+    "Mailbox",
+    "Message",
+    "MethodNotFound",
+    "MigrationError",
     "Misfire",
+    "NotInTurn",
     "Overloaded",
     "Principal",
+    "ReentrantCall",
     "Registry",
     "Reject",
     "RetryPolicy",
@@ -51,8 +86,13 @@ __all__ = [
     "RuntimeConfig",
     "Schedule",
     "Sink",
+    "StateError",
+    "StorageError",
     "Subscriptions",
+    "Task",
     "UnknownKind",
+    "Wake",
     "callable",
+    "callables_of",
     "wakeup",
 ]

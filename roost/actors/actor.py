@@ -405,5 +405,7 @@ class TurnContext:
 
     def checkpoint(self) -> None:
         """Inside a turn: commit the writes so far and release the outputs so far, as a streaming call
-        does at each ``yield`` (a rollback of the turn then returns here). Turn only."""
+        does at each ``yield`` (a rollback of the turn then returns here). Turn only: outside a turn it
+        raises ``NotInTurn`` and touches nothing."""
+        self._host.require_turn()
         self._host.checkpoint()

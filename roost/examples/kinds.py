@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from roost.actors import Actor
-from roost.actors.connection import Connection
-from roost.actors.decorators import callable, wakeup
+from roost.actors import Actor, Connection, callable, wakeup
 from roost.examples.docs_agent import DocsAgent
 
 __all__ = ["KINDS", "Counter", "DocsAgent", "Room"]

@@ -23,10 +23,20 @@ from typing import Any
 
 import orjson
 
-from roost.actors import Actor, Registry, RuntimeConfig
-from roost.actors.connection import ANONYMOUS, Connection, Principal, Subscriptions
-from roost.actors.errors import RpcError
-from roost.actors.inputs import Call, Connect, Disconnect, Message
+from roost.actors import (
+    ANONYMOUS,
+    Actor,
+    Call,
+    Connect,
+    Connection,
+    Disconnect,
+    Message,
+    Principal,
+    Registry,
+    RpcError,
+    RuntimeConfig,
+    Subscriptions,
+)
 from roost.scheduler import Clock, FakeClock
 
 __all__ = ["ActorKit", "FaultySink", "KitConnection", "RecordingSink"]

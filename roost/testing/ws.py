@@ -27,7 +27,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection as SyncClientConnection
 
-from roost.actors.errors import RpcError
+from roost.actors import RpcError
 
 __all__ = ["WsClient", "close_code_sync", "connect", "encode", "ping_frame", "rpc_frame"]
 

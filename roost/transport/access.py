@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from roost.actors import Registry
-from roost.actors.connection import ANONYMOUS, Principal
+from roost.actors import ANONYMOUS, Principal, Registry
 from roost.transport.auth import Authenticate, run_authenticate
 from roost.transport.limits import Counter, Limits, TokenBucket
 from roost.transport.security import Authorize, check_client_name, origin_allowed, scoped_name

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors.errors import ActorNotFound, RpcError
+from roost.actors import ActorNotFound, RpcError
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:

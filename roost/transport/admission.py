@@ -48,8 +48,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-from roost.actors.connection import Principal, Subscriptions
-from roost.actors.errors import InvalidActorAddress, UnknownKind
+from roost.actors import InvalidActorAddress, Principal, Subscriptions, UnknownKind
 from roost.transport.access import Admitted, Refused
 from roost.transport.protocol import Close, ProtocolError, actor_address, parse_connect_query, refusal
 

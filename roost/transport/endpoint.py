@@ -32,9 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
 
-from roost.actors import Connection
-from roost.actors.errors import ActorUnavailable, InvalidActorAddress, Overloaded, UnknownKind
-from roost.actors.inputs import Call, Deliver, Mailbox, Message
+from roost.actors import (
+    ActorUnavailable,
+    Call,
+    Connection,
+    Deliver,
+    InvalidActorAddress,
+    Mailbox,
+    Message,
+    Overloaded,
+    UnknownKind,
+)
 from roost.transport.admission import (
     Accept,
     Admission,

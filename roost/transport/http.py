@@ -16,10 +16,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from roost.actors import Principal
-from roost.actors.errors import (
+from roost.actors import (
     ActorNotFound,
     InvalidActorAddress,
+    Principal,
     RpcError,
     UnknownKind,
 )

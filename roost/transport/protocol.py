@@ -33,8 +33,7 @@ from urllib.parse import parse_qs, unquote_to_bytes
 import orjson
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
-from roost.actors.connection import Connection
-from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Message
+from roost.actors import Call, Connect, Connection, Deliver, Disconnect, Message
 from roost.protocol import frames
 from roost.protocol.codes import CloseCode
 from roost.protocol.failures import close_code

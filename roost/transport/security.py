@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, unquote
 
 from starlette.requests import HTTPConnection
 
-from roost.actors.connection import Principal
+from roost.actors import Principal
 from roost.transport.tokens import TokenError, TokenSigner
 
 __all__ = [

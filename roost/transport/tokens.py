@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from roost.actors.connection import Principal
+from roost.actors import Principal
 
 __all__ = ["PREFIX", "TokenError", "TokenSigner"]
 
