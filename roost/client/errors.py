@@ -13,36 +13,21 @@ Hierarchy::
 
 from __future__ import annotations
 
-from enum import IntEnum
+from roost.protocol.codes import TERMINAL_CLOSE_CODES, CloseCode, is_terminal
 
-
-class CloseCode(IntEnum):
-    """WebSocket close codes with a meaning in protocol.md (section *Close codes*)."""
-
-    NORMAL = 1000
-    GOING_AWAY = 1001
-    PROTOCOL_ERROR = 1002
-    ABNORMAL_CLOSURE = 1006
-    MESSAGE_TOO_BIG = 1009
-    INTERNAL_ERROR = 1011
-    TRY_AGAIN_LATER = 1013
-    BAD_ADDRESS = 4400
-    UNAUTHENTICATED = 4401
-    FORBIDDEN = 4403
-    UNKNOWN_KIND = 4404
-
-
-#: Close codes after which the client stops instead of reconnecting. Every other code (1001, 1006,
-#: 1011, 1013, network errors, ...) is transient. The whole 4400-4499 range is terminal, not only
-#: the codes listed in protocol.md, because it mirrors HTTP 4xx: "the request itself is wrong".
-TERMINAL_CLOSE_CODES: frozenset[int] = frozenset(
-    {CloseCode.NORMAL, CloseCode.MESSAGE_TOO_BIG, *range(4400, 4500)}
-)
-
-
-def is_terminal(code: int | None) -> bool:
-    """Whether a close code received from the server means "stop, do not reconnect"."""
-    return code is not None and code in TERMINAL_CLOSE_CODES
+__all__ = [
+    "TERMINAL_CLOSE_CODES",
+    "CallTimeout",
+    "ClientClosed",
+    "ClientError",
+    "CloseCode",
+    "ConnectionLost",
+    "ProtocolViolation",
+    "RpcError",
+    "TerminalClose",
+    "close_code_for_http_status",
+    "is_terminal",
+]
 
 
 def close_code_for_http_status(status: int) -> int | None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from roost.protocol.frames import PROTOCOL_VERSION as _SERVER_PROTOCOL_VERSION
+from roost.protocol.resume import ResumeMode as ResumeMode  # the one definition, re-exported
 
 from .errors import ProtocolViolation
 
@@ -24,14 +24,6 @@ Frame = dict[str, JSON]
 
 #: The protocol version this client speaks (``welcome.protocol``): the server's own, from one place.
 PROTOCOL_VERSION = _SERVER_PROTOCOL_VERSION
-
-
-class ResumeMode(StrEnum):
-    """``welcome.resume``: how the server treated the connection's ``cursor``."""
-
-    FRESH = "fresh"
-    REPLAY = "replay"
-    SNAPSHOT = "snapshot"
 
 
 def decode_frame(raw: str | bytes) -> Frame:
