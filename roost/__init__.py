@@ -10,9 +10,10 @@ The public API a user writes against::
 Subpackages, lowest layer first (``docs/design.md`` draws them): :mod:`roost.storage` (files, the
 directory, migrations), :mod:`roost.scheduler` (time, triggers, the wake-up dispatcher),
 :mod:`roost.actors` (the actor runtime), :mod:`roost.agent` (the agent runtime, on the actors'
-extension API), :mod:`roost.transport` (the Starlette app, the WebSocket endpoint, the CLI),
-:mod:`roost.client` (the Python client, which knows only the wire protocol) and
-:mod:`roost.examples` (the kinds a bare ``roost serve`` hosts, and the demos).
+extension API), :mod:`roost.protocol` (the wire protocol's pure parts), :mod:`roost.transport` (the
+Starlette app, the WebSocket endpoint, HTTP routes), :mod:`roost.client` (the Python client, which
+knows only the wire protocol), :mod:`roost.testing` (the test kit), :mod:`roost.examples` (the kinds a
+bare ``roost serve`` hosts, and the demos) and :mod:`roost.cli` (the ``roost`` command).
 """
 
 from importlib import import_module

@@ -250,10 +250,10 @@ async def test_a_connection_refused_midway_gives_its_slots_back(data_dir: Path) 
 
 def test_anonymous_addresses_are_grouped_and_ipv6_by_its_64() -> None:
     from roost.actors import ANONYMOUS, Principal
-    from roost.transport.access import _who
+    from roost.transport.access import limit_key
 
-    assert _who(ANONYMOUS, "203.0.113.7") == ("ip", "203.0.113.7")
-    assert _who(ANONYMOUS, "2001:db8:1:2::5") == _who(ANONYMOUS, "2001:db8:1:2:ffff::9")  # one /64
-    assert _who(ANONYMOUS, "2001:db8:1:3::5") != _who(ANONYMOUS, "2001:db8:1:2::5")
-    assert _who(Principal("ann"), "203.0.113.7") == (None, "ann")
-    assert _who(ANONYMOUS, None) is None
+    assert limit_key(ANONYMOUS, "203.0.113.7") == ("ip", "203.0.113.7")
+    assert limit_key(ANONYMOUS, "2001:db8:1:2::5") == limit_key(ANONYMOUS, "2001:db8:1:2:ffff::9")  # one /64
+    assert limit_key(ANONYMOUS, "2001:db8:1:3::5") != limit_key(ANONYMOUS, "2001:db8:1:2::5")
+    assert limit_key(Principal("ann"), "203.0.113.7") == (None, "ann")
+    assert limit_key(ANONYMOUS, None) is None

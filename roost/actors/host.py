@@ -173,11 +173,6 @@ class ActorHost:
         """How many inputs wait in the mailbox."""
         return len(self.mailbox)
 
-    @property
-    def _inbox(self) -> deque[Input]:
-        """Deprecated: tests outside the actor core read :attr:`queued` instead."""
-        return self.mailbox
-
     # -- mailbox ---------------------------------------------------------------------------------
     def submit(self, item: Input) -> None:
         """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping, ``Overloaded`` if
@@ -359,11 +354,6 @@ class ActorHost:
     @property
     def turn_now(self) -> float:
         """The clock's reading at the start of the current turn."""
-        return self.turn.now
-
-    @property
-    def _now(self) -> float:
-        """Deprecated spelling of :attr:`turn_now`, until the agent runtime reads ``TurnContext.now``."""
         return self.turn.now
 
     @property

@@ -1,6 +1,6 @@
 """What ``self.sql`` may do: the SQLite authorizer of an actor's connection.
 
-Guarantee (``tests/test_security.py``, ``tests/test_core_edges.py``): statements prepared for
+Guarantee (``tests/test_security.py``, ``tests/test_sql_guard.py``): statements prepared for
 ``self.sql`` cannot begin, commit or roll back (transactions belong to the runtime), attach other
 files, run pragmas, or write the runtime's ``roost_*`` tables (reading them is allowed); during a
 read-only caller's turn they cannot write at all. The runtime's own statements are not checked.

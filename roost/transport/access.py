@@ -67,7 +67,7 @@ def _address(client: str | None) -> object | None:
     return ("ip", client)
 
 
-def _who(principal: Principal, client: str | None = None) -> object | None:
+def limit_key(principal: Principal, client: str | None = None) -> object | None:
     """The key per-principal limits count under: the principal, or for anonymous clients their
     address (None when it is unknown)."""
     if _anonymous(principal):
@@ -137,7 +137,7 @@ class Access:
         address); False if either is full."""
         if not self.per_actor.acquire((kind, name)):
             return False
-        who = _who(principal, client)
+        who = limit_key(principal, client)
         counter = self.per_address if _anonymous(principal) else self.per_principal
         if who is not None and not counter.acquire(who):
             self.per_actor.release((kind, name))
@@ -146,14 +146,14 @@ class Access:
 
     def close(self, principal: Principal, kind: str, name: str, client: str | None = None) -> None:
         self.per_actor.release((kind, name))
-        who = _who(principal, client)
+        who = limit_key(principal, client)
         if who is not None:
             (self.per_address if _anonymous(principal) else self.per_principal).release(who)
 
     # -- rates ----------------------------------------------------------------------------------------
     def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:
         """The rate shared by a principal's connections and requests (anonymous: by address)."""
-        who = _who(principal, client)
+        who = limit_key(principal, client)
         limits = self.limits
         rate, burst = (
             (limits.anonymous_rate, limits.anonymous_burst)

@@ -183,7 +183,7 @@ def _close(sink: SocketSink, close: Close) -> None:
 
 
 class _Executor:
-    """Carries out a connection's actions: frames in from either path, actions out to the actor and
+    """Carries out a connection's actions: frames in from the reader, actions out to the actor and
     the sink. Decides nothing itself (:class:`ConnectionProtocol` does)."""
 
     __slots__ = ("clock", "host", "protocol", "sink")

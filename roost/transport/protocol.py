@@ -430,7 +430,7 @@ class ConnectionProtocol:
                 return self._refuse(frame, "overloaded", self._too_many_calls())
             check = gate.call(frame.method)
             if check is None:
-                conn.in_flight += 1  # before: an idle actor runs the turn at once, and counts it down
+                conn.in_flight += 1  # counted here, counted down by the actor when the turn ends
                 return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
         elif isinstance(frame, MessageFrame):
             if conn.in_flight >= self._max_in_flight:

@@ -13,7 +13,7 @@ response and closes the connection. It overrides only ``connection_made`` and ``
 ``ServerProtocol.handshake_exc`` and ``data_to_send()``. Two names are uvicorn's own and undocumented:
 the module this class comes from, and ``conn``, the ``ServerProtocol`` its class drives. That is a
 correctness fix, not a speed-up; the pin in ``pyproject.toml`` (``uvicorn>=0.54,<0.55``) keeps to the
-version it was tested with, and ``tests/test_core_edges.py`` checks the answer on a real server.
+version it was tested with, and ``tests/test_address_refusals.py`` checks the answer on a real server.
 
 **No fast path on private internals.** A direct frame path used to live here (an override of
 uvicorn's ``send_receive_event_to_app`` reading its ``frames``, ``queue``, ``writable`` and
