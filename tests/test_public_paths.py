@@ -30,7 +30,8 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 
 from roost.actors import ANONYMOUS, Principal
 from roost.examples.kinds import KINDS
-from roost.transport import create_app
+from roost.testing import serve
+from roost.transport import create_app, uvicorn_protocols
 from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess, serve_in_process
@@ -111,3 +112,39 @@ def test_the_installed_version_is_inside_the_pinned_range(package: str) -> None:
     (req,) = [Requirement(d) for d in deps if Requirement(d).name == package]
     assert any(spec.operator == "<" for spec in req.specifier), f"{package} has no upper bound: {req}"
     assert req.specifier.contains(importlib.metadata.version(package)), (package, str(req.specifier))
+
+
+def test_roosts_uvicorn_protocols_are_chosen_only_on_a_tested_uvicorn_else_uvicorns_own() -> None:
+    """The documented exception (classes subclassing uvicorn's internal ones) is detected at start-up:
+    on the installed, tested uvicorn Roost's classes are chosen; on another version, uvicorn's own."""
+    chosen = uvicorn_protocols.choose()
+    assert chosen == uvicorn_protocols.ROOST
+    assert chosen.fallback is None
+    low, high = uvicorn_protocols.TESTED_UVICORN
+    assert req_of("uvicorn").specifier.contains(".".join(map(str, low)) + ".0")
+    assert not req_of("uvicorn").specifier.contains(".".join(map(str, high)) + ".0")
+    for other in ("0.53.9", "0.55.0", "1.0.0"):
+        fallback = uvicorn_protocols.choose(other)
+        assert (fallback.http, fallback.ws) == ("httptools", "websockets-sansio")
+        assert fallback.fallback is not None
+        assert other in fallback.fallback
+
+
+async def test_the_fallback_uvicorns_own_protocol_serves_a_call_and_resumes(data_dir: Path) -> None:
+    """On uvicorn's own WebSocket protocol (the fallback), a call is answered and a reconnect replays
+    from its cursor: nothing of Roost's protocol class is needed for the guarantees."""
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS)
+    async with serve(app, ws="websockets-sansio") as addr:
+        reply = await call_once(f"ws://{addr}/agents/counter/stock?subscribe=none")
+        assert reply == {"type": "rpc_result", "id": "1", "ok": True, "result": 2}
+        async with websockets.connect(f"ws://{addr}/agents/counter/stock?cursor=0") as ws:
+            welcome = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert welcome["resume"] == "replay"
+            replayed = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert (replayed["type"], replayed["seq"]) == ("state", 1)
+
+
+def req_of(package: str) -> Requirement:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (req,) = [Requirement(d) for d in deps if Requirement(d).name == package]
+    return req

@@ -84,6 +84,7 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from roost.transport import uvicorn_protocols
     from roost.transport.app import RoostApp
 
     if args.config is not None:  # read by the agent runtime (roost.agent.config) when kinds start
@@ -117,16 +118,22 @@ def _serve(args: argparse.Namespace) -> int:
         max_size = 1 << 20
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
+    protocols = uvicorn_protocols.choose()
+    if protocols.fallback is not None:
+        logging.getLogger("roost.serve").warning(
+            "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer): %s",
+            protocols.fallback,
+        )
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="roost.transport.uvicorn_http:RoostHttpToolsProtocol",
+        http=protocols.http,
         ws_ping_interval=args.ping_interval or None,
         ws_ping_timeout=args.ping_interval or None,
         forwarded_allow_ips=args.forwarded_allow_ips,
-        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
+        ws=protocols.ws,
         ws_per_message_deflate=False,
         ws_max_size=max_size,
         lifespan="on",

@@ -16,6 +16,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from roost.testing.waiting import until
+from roost.transport import uvicorn_protocols
 
 __all__ = ["serve"]
 
@@ -28,9 +29,10 @@ async def _run(server: uvicorn.Server) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: ASGIApp, *, log_level: str = "warning") -> AsyncIterator[str]:
+async def serve(app: ASGIApp, *, log_level: str = "warning", ws: str | None = None) -> AsyncIterator[str]:
     """Serve ``app`` (a Roost app, or any ASGI app that mounts one) on ``127.0.0.1`` and an ephemeral
-    port, with the WebSocket protocol ``roost serve`` uses; yields ``host:port``.
+    port, with the WebSocket protocol ``roost serve`` uses (or uvicorn's ``ws`` setting given, e.g.
+    ``"websockets-sansio"``, uvicorn's own); yields ``host:port``.
 
     Guarantees: the server is accepting connections before the block runs (a start-up error is raised
     here, not later); on exit it shuts down through the app's lifespan (its actors stop and their files
@@ -40,7 +42,7 @@ async def serve(app: ASGIApp, *, log_level: str = "warning") -> AsyncIterator[st
         app,
         host="127.0.0.1",
         port=0,
-        ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol",
+        ws=ws or uvicorn_protocols.choose().ws,
         ws_per_message_deflate=False,
         lifespan="on",
         log_level=log_level,
