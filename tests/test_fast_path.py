@@ -23,7 +23,6 @@ import os
 import sqlite3
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +40,9 @@ from roost.examples.kinds import KINDS, Counter
 from roost.scheduler import FakeClock
 from roost.storage import ActorFile, actor_path
 from roost.storage.actor_file import CHECKPOINT_PAGES, PAGE_SIZE
+from roost.testing import encode, until
+from roost.testing import ping_frame as ping
+from roost.testing import rpc_frame as rpc
 from roost.transport import create_app
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess, serve_in_process
@@ -49,18 +51,6 @@ Frame = dict[str, Any]
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-def encode(frame: Frame) -> str:
-    return orjson.dumps(frame).decode()
-
-
-def rpc(call_id: str, method: str, *args: Any) -> str:
-    return encode({"type": "rpc", "id": call_id, "method": method, "args": list(args)})
-
-
-def ping(ping_id: str) -> str:
-    return encode({"type": "ping", "id": ping_id})
-
-
 async def recv(ws: ClientConnection, timeout: float = 10.0) -> Frame:
     frame: Frame = orjson.loads(await asyncio.wait_for(ws.recv(), timeout))
     return frame
@@ -72,15 +62,6 @@ async def call(ws: ClientConnection, call_id: str, method: str, *args: Any) -> F
     frame = await recv(ws)
     assert (frame["type"], frame["id"], frame["ok"]) == ("rpc_result", call_id, True), frame
     return frame
-
-
-async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None:
-    """Poll ``condition`` on the loop (socket reads included) until it holds; fail after ``limit`` s."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition never became true")
-        await asyncio.sleep(0.001)
 
 
 def uvicorn_protocol() -> Any:
@@ -409,12 +390,12 @@ async def test_frames_sent_before_the_welcome_are_answered_in_order_with_later_o
         sock = await RawSocket.connect(addr)
         try:
             sock.write(RawSocket.upgrade("/agents/slowstart/early?subscribe=none"))
-            await wait_until(lambda: bool(asked))
+            await until(lambda: bool(asked))
             if when == "after_the_101_before_the_welcome":
                 await sock.accepted()
                 sock.write(RawSocket.frames(*early))
                 host = app.registry.hosts[("slowstart", "early")]
-                await wait_until(lambda: host.queued == 1 + len(early))  # the connect, then these
+                await until(lambda: host.queued == 1 + len(early))  # the connect, then these
             else:
                 sock.write(RawSocket.frames(*early))
             gate.set()
@@ -538,7 +519,7 @@ async def test_a_later_frame_waits_behind_a_call_whose_async_verdict_is_pending(
             reading = asyncio.ensure_future(sock.recv())
             try:
                 # until the server read C: it answered C already (wrong) or queued it behind B
-                await wait_until(lambda: reading.done() or protocol.queue.qsize() > 0)
+                await until(lambda: reading.done() or protocol.queue.qsize() > 0)
                 early = [reading.result()] if reading.done() else []
                 assert early == [], "C was answered while B still waited for its verdict"
                 gate.set()

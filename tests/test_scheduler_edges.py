@@ -13,7 +13,7 @@ import pytest
 from roost.actors import Actor, callable, wakeup
 from roost.scheduler import Dispatcher, FakeClock, make_trigger, next_fire
 from roost.storage import Directory
-from roost.testing import ActorKit
+from roost.testing import ActorKit, until
 
 
 class Ticker(Actor):
@@ -153,7 +153,7 @@ async def test_the_dispatcher_survives_a_locked_directory_and_wakes_the_actor_af
     dispatcher = Dispatcher(directory, wake, clock, poll_interval=1.0)
     task = asyncio.create_task(dispatcher.run())
     try:
-        await _until(lambda: dispatcher.failures >= 1 and clock.sleepers >= 1)
+        await until(lambda: dispatcher.failures >= 1 and clock.sleepers >= 1)
         assert not task.done(), "the dispatcher died"
         assert woken == []
         other.execute("COMMIT")  # the lock is gone
@@ -167,11 +167,3 @@ async def test_the_dispatcher_survives_a_locked_directory_and_wakes_the_actor_af
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         directory.close()
-
-
-async def _until(condition: Any, rounds: int = 10_000) -> None:
-    for _ in range(rounds):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
