@@ -26,7 +26,7 @@ from roost.actors.errors import (
     UnknownKind,
 )
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
-from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
+from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
 
 __all__ = [
     "ANONYMOUS",
@@ -50,6 +50,7 @@ __all__ = [
     "RpcError",
     "RuntimeConfig",
     "Schedule",
+    "ScheduleStatus",
     "Sink",
     "Subscriptions",
     "UnknownKind",
