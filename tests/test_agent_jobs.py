@@ -3,6 +3,7 @@ records, roost/agent/background.py for the worker)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from pathlib import Path
@@ -12,11 +13,12 @@ import pytest
 from roost.actors import Actor, RetryPolicy
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
-from roost.agent.background import JobRunner
+from roost.agent.background import SERVICE, JobRunner
+from roost.agent.catalog import ToolContext, tool
 from roost.agent.orchestrator import Orchestrator
 from roost.cli import main
 from roost.testing import ActorKit
-from tests.agent_support import FAST, FLAKY_CALLS, Docs, Flaky, advance, drive, event_types, events
+from tests.agent_support import FAST, FLAKY_CALLS, Docs, Flaky, Nothing, advance, drive, event_types, events
 
 
 def orchestrator_of(actor: Actor) -> Orchestrator:
@@ -168,6 +170,62 @@ async def test_a_worker_that_lost_its_lease_cannot_write(data_dir: Path) -> None
         assert all(
             e["payload"].get("message") != "late" for e in events(c) if e["event_type"] == "tool_progress"
         )
+
+
+def runner_tasks() -> set[asyncio.Task[object]]:
+    """The live tasks the job runner started (each is named after its service)."""
+    return {t for t in asyncio.all_tasks() if t.get_name().startswith(f"{SERVICE}:") and not t.done()}
+
+
+#: The attempts of ``tidy`` whose clean-up after cancellation ran to its end.
+TIDIED: list[int] = []
+
+
+@tool(background=True, keywords=("tidy",))
+async def tidy(ctx: ToolContext, args: Nothing) -> str:
+    """Works until cancelled, then takes a while (real time) to clean up."""
+    await ctx.progress(0, 1)
+    try:
+        await ctx.sleep(3600)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.05)
+        TIDIED.append(ctx.attempt)
+        raise
+    return "done"
+
+
+class Tidy(Agent):
+    kind = "tidy"
+    config = FAST
+    tools = (tidy,)
+
+
+async def test_no_task_of_the_runner_outlives_it(data_dir: Path) -> None:
+    """When the kit stops, every task the runner started has ended: the attempt that a newer attempt
+    of its job took over and its tool (whose clean-up ran to its end), the newer attempt's, and the
+    presence task."""
+    TIDIED.clear()
+    async with ActorKit([Tidy], data_dir) as kit:
+        c = kit.connect("tidy", "t")
+        reply = await c.call("turn", "tidy up")
+        await drive(kit, lambda: "tool_progress" in event_types(c))
+        job = (await c.call("get_run", reply["run_id"]))["jobs"][0]
+        first = runner_tasks()
+        names = {t.get_name() for t in first}
+        assert {f"{SERVICE}:{job['job_id']}:1", f"{SERVICE}:{job['job_id']}:1:tool"} <= names
+        assert any(n.endswith(":presence") for n in names)
+
+        async def take_over(actor: Actor) -> None:  # what the lease wake-up does after expiry
+            orch = orchestrator_of(actor)
+            row = orch.jobs.store.get("jobs", job["job_id"])
+            assert row is not None
+            await orch.jobs.claim(row)
+
+        await kit.registry.run("tidy", "t", take_over)
+        assert f"{SERVICE}:{job['job_id']}:2" in {t.get_name() for t in runner_tasks()}
+    assert all(t.done() for t in first)
+    assert runner_tasks() == set()
+    assert sorted(TIDIED) == [1, 2]
 
 
 async def test_the_worker_reports_its_presence_in_the_directory(

@@ -26,7 +26,15 @@ from roost.agent.payloads import (
     resolve,
 )
 from roost.agent.policy import precheck, proposed_scope, scope_covers
-from roost.agent.status import FINISHED, ApprovalStatus, JobStatus, RunStatus, TurnStatus
+from roost.agent.status import (
+    FINISHED,
+    ApprovalStatus,
+    EventStatus,
+    JobStatus,
+    RunStatus,
+    TurnStatus,
+    VerificationResult,
+)
 
 
 @pytest.mark.parametrize(
@@ -252,6 +260,17 @@ def test_a_status_is_its_string_on_the_wire() -> None:
     assert RunStatus.CANCELLED in FINISHED
     assert "completed" in FINISHED
     assert "in_progress" not in FINISHED
+
+
+def test_an_event_status_is_one_enum_documented_in_the_protocol() -> None:
+    """Every event ``status`` is an ``EventStatus`` (the verification result included), sent as its
+    plain string, and ``docs/protocol.md`` lists exactly its values."""
+    assert {v.value for v in VerificationResult} <= {v.value for v in EventStatus}
+    assert EventStatus(VerificationResult.PASS) is EventStatus.PASS
+    assert orjson.dumps({"status": EventStatus.WAITING_FOR_INPUT}) == b'{"status":"waiting_for_input"}'
+    doc = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| event `status`"))
+    assert row.split("|")[2].replace("`", "").replace(" ", "").split(",") == [v.value for v in EventStatus]
 
 
 def test_the_agent_runtime_stands_on_the_extension_api_only() -> None:

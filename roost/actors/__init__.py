@@ -45,7 +45,7 @@ from roost.actors.errors import (
 )
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
-from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
+from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
 
 __all__ = [
     "ANONYMOUS",
@@ -85,6 +85,7 @@ __all__ = [
     "RpcError",
     "RuntimeConfig",
     "Schedule",
+    "ScheduleStatus",
     "Sink",
     "StateError",
     "StorageError",

@@ -18,7 +18,7 @@ import orjson
 
 from roost.scheduler.triggers import Trigger, next_fire, occurrences
 
-__all__ = ["DeadLetter", "Misfire", "RetryPolicy", "Schedule", "ScheduleStore"]
+__all__ = ["DeadLetter", "Misfire", "RetryPolicy", "Schedule", "ScheduleStatus", "ScheduleStore"]
 
 #: A run_all catch-up fires at most this many missed times per wake; the rest follow at once.
 MAX_CATCH_UP = 1000
@@ -30,6 +30,19 @@ class Misfire(StrEnum):
     RUN_ONCE = "run_once"  # coalesce: one run, for the latest missed time
     RUN_ALL = "run_all"  # every missed time, in order
     SKIP = "skip"  # none: a ``wakeup_skipped`` event records how many
+
+
+class ScheduleStatus(StrEnum):
+    """``Schedule.status`` (the ``status`` column of ``roost_schedules``)."""
+
+    ACTIVE = "active"  # it has a next fire (or a retry) to run
+    DONE = "done"  # its trigger has no next fire
+    CANCELLED = "cancelled"  # ``cancel_schedule``; its key is released
+    DEAD = "dead"  # a one-off (``date``) fire that used up its attempts: a dead letter
+
+
+#: The SQL condition of an active schedule (the enum's value, so there is one spelling).
+_IS_ACTIVE = f"status = '{ScheduleStatus.ACTIVE.value}'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +69,14 @@ class Schedule:
     trigger: Trigger
     next_fire: float | None
     retry_at: float | None
-    misfire: str
+    misfire: Misfire
     misfire_grace: float
     max_attempts: int
     backoff_base: float
     backoff_cap: float
     timeout: float
     attempts: int
-    status: str  # active | done | cancelled | dead
+    status: ScheduleStatus
     runs: int
     last_fire: float | None
     last_lateness: float | None
@@ -111,6 +124,8 @@ def _row(row: tuple[Any, ...], actor: dict[str, str]) -> Schedule:
     values = list(row)
     values[3] = orjson.loads(values[3])
     values[4] = orjson.loads(values[4])
+    values[7] = Misfire(values[7])
+    values[14] = ScheduleStatus(values[14])
     return replace(Schedule(*values), actor=actor)
 
 
@@ -158,7 +173,7 @@ class ScheduleStore:
                 retry.base,
                 retry.cap,
                 timeout,
-                "active" if first is not None else "done",
+                ScheduleStatus.ACTIVE if first is not None else ScheduleStatus.DONE,
                 trace_id,
                 now,
             ),
@@ -176,7 +191,7 @@ class ScheduleStore:
         return None if row is None else _row(row, self.actor)
 
     def all(self, *, include_finished: bool = False) -> list[Schedule]:
-        where = "" if include_finished else "WHERE status = 'active'"
+        where = "" if include_finished else f"WHERE {_IS_ACTIVE}"
         rows = self.conn.execute(
             f"SELECT {_COLUMNS} FROM roost_schedules {where} ORDER BY coalesce(retry_at, next_fire), id"
         ).fetchall()
@@ -185,15 +200,15 @@ class ScheduleStore:
     def cancel(self, id_or_key: str) -> bool:
         cur = self.conn.execute(
             # the key is released: the same key may schedule anew after a cancel
-            "UPDATE roost_schedules SET status = 'cancelled', next_fire = NULL, retry_at = NULL, key = NULL "
-            "WHERE (id = ? OR key = ?) AND status = 'active'",
-            (id_or_key, id_or_key),
+            "UPDATE roost_schedules SET status = ?, next_fire = NULL, retry_at = NULL, key = NULL "
+            f"WHERE (id = ? OR key = ?) AND {_IS_ACTIVE}",
+            (ScheduleStatus.CANCELLED, id_or_key, id_or_key),
         )
         return cur.rowcount > 0
 
     def due(self, now: float, limit: int = 100) -> list[str]:
         rows = self.conn.execute(
-            "SELECT id FROM roost_schedules WHERE status = 'active' AND coalesce(retry_at, next_fire) <= ? "
+            f"SELECT id FROM roost_schedules WHERE {_IS_ACTIVE} AND coalesce(retry_at, next_fire) <= ? "
             "ORDER BY coalesce(retry_at, next_fire), id LIMIT ?",
             (now, limit),
         ).fetchall()
@@ -201,7 +216,7 @@ class ScheduleStore:
 
     def next_alarm(self) -> float | None:
         row = self.conn.execute(
-            "SELECT min(coalesce(retry_at, next_fire)) FROM roost_schedules WHERE status = 'active'"
+            f"SELECT min(coalesce(retry_at, next_fire)) FROM roost_schedules WHERE {_IS_ACTIVE}"
         ).fetchone()
         return None if row[0] is None else float(row[0])
 
@@ -237,8 +252,8 @@ class ScheduleStore:
     def _set_next(self, s: Schedule, nxt: float | None) -> None:
         self.conn.execute(
             "UPDATE roost_schedules SET next_fire = ?, retry_at = NULL, attempts = 0, status = ? "
-            "WHERE id = ? AND status = 'active'",
-            (nxt, "active" if nxt is not None else "done", s.id),
+            f"WHERE id = ? AND {_IS_ACTIVE}",
+            (nxt, ScheduleStatus.ACTIVE if nxt is not None else ScheduleStatus.DONE, s.id),
         )
 
     def record_fire(self, s: Schedule, nominal: float, started: float, lateness: float) -> None:

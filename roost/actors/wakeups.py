@@ -20,7 +20,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
-from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule
+from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule, ScheduleStatus
 from roost.actors.turn import report
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ async def _fire(host: HostCore, sid: str, now: float) -> bool:
     """One fire turn; False if the turn itself had to be rolled back (a bug, or the actor stopping)."""
     with host.turn.run(None, _fire_failed, sid) as turn:
         s = host.schedules.get(sid)
-        if s is not None and s.status == "active" and s.due is not None and s.due <= now:
+        if s is not None and s.status == ScheduleStatus.ACTIVE and s.due is not None and s.due <= now:
             await _fire_schedule(host, s, now)
     return turn.ok
 
@@ -131,7 +131,9 @@ def _failed(host: HostCore, s: Schedule, nominal: float, error: str, now: float)
         letter = store.dead_letter(s, nominal, error, now)
         _move_on(host, s, nominal, now)
         if s.trigger["type"] == "date":
-            host.file.conn.execute("UPDATE roost_schedules SET status = 'dead' WHERE id = ?", (s.id,))
+            host.file.conn.execute(
+                "UPDATE roost_schedules SET status = ? WHERE id = ?", (ScheduleStatus.DEAD, s.id)
+            )
         host.emit(
             {
                 "type": "wakeup_dead",
@@ -153,7 +155,7 @@ async def _record_abort(host: HostCore, sid: str, now: float) -> bool:
     backs off and ends as a dead letter instead of being redelivered at once, forever."""
     with host.turn.run(None, _record_failed, sid) as turn:
         s = host.schedules.get(sid)
-        if s is not None and s.status == "active" and s.next_fire is not None:
+        if s is not None and s.status == ScheduleStatus.ACTIVE and s.next_fire is not None:
             _failed(host, s, s.next_fire, "the fire turn was aborted", now)
     return turn.ok
 

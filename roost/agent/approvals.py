@@ -23,7 +23,14 @@ from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound, InvalidTransition, ScopeRefused
 from roost.agent.payloads import has_secret, is_secret_key
 from roost.agent.records import Records
-from roost.agent.status import ApprovalStatus, ItemStatus, TurnStatus, VerificationResult, Waiting
+from roost.agent.status import (
+    ApprovalStatus,
+    EventStatus,
+    ItemStatus,
+    TurnStatus,
+    VerificationResult,
+    Waiting,
+)
 from roost.agent.store import Row, new_id
 
 __all__ = ["MAX_GRANT_TTL", "MAX_SCOPE_BYTES", "Approvals"]
@@ -53,7 +60,7 @@ class Approvals(Part):
             "approval_granted",
             run,
             item_id=item["item_id"],
-            status="reused",
+            status=EventStatus.REUSED,
             payload={"grant_id": grant["grant_id"], "tool": tool.name, "expires_at": grant["expires_at"]},
         )
         return True
@@ -87,7 +94,7 @@ class Approvals(Part):
             "approval_requested",
             run,
             item_id=item["item_id"],
-            status="awaiting_approval",
+            status=EventStatus.AWAITING_APPROVAL,
             payload={
                 "approval_id": approval["approval_id"],
                 "tool": tool.name,
@@ -126,7 +133,7 @@ class Approvals(Part):
                 "approval_denied",
                 run,
                 item_id=appr["item_id"],
-                status="denied",
+                status=EventStatus.DENIED,
                 payload={"approval_id": approval_id, "tool": appr["tool_name"]},
             )
             self.set_run(run, waiting=None)
@@ -174,7 +181,7 @@ class Approvals(Part):
             "approval_granted",
             run,
             item_id=appr["item_id"],
-            status="granted",
+            status=EventStatus.GRANTED,
             payload={
                 "approval_id": approval_id,
                 "grant_id": grant["grant_id"],

@@ -28,6 +28,7 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
   once when it runs in this process, and at its next heartbeat or progress report otherwise.
 - **A stopping server does not record failures**: shutdown cancels the workers without writing; their
   leases expire and the jobs are retried by the next process.
+- **No task outlives the runner**: see :class:`JobRunner`.
 """
 
 from __future__ import annotations
@@ -131,6 +132,17 @@ def job_runner(process: Process) -> JobRunner:
 
 
 class JobRunner:
+    """Runs the jobs this process claimed, each attempt a task named ``agent.jobs:<job_id>:<attempt>``.
+
+    **Every task it starts has an owner that awaits it** (test:
+    ``test_no_task_of_the_runner_outlives_it``): an attempt's task is in :attr:`tasks` until it ends,
+    or, once a newer attempt of its job took over, in a set of retired tasks that its done-callback
+    empties; the attempt awaits its own tool (``…:tool``) and heartbeat (``…:heartbeat``), cancelling
+    them first when it is cancelled. :meth:`stop` cancels and awaits the presence task, every attempt
+    and every retired one, so when it returns none of them is left. (A tool that swallows its
+    cancellation therefore holds up ``stop``.)
+    """
+
     def __init__(self, process: Process, heartbeat_interval: float = 1.0) -> None:
         self.process = process
         self.worker_id = f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -140,6 +152,8 @@ class JobRunner:
         self.lease_s = 5.0
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._cancelled: set[tuple[str, int]] = set()
+        #: Attempts another attempt of their job replaced in :attr:`tasks`, until they end.
+        self._retired: set[asyncio.Task[None]] = set()
         self._presence: asyncio.Task[None] | None = None
         self.finished = 0
 
@@ -159,7 +173,9 @@ class JobRunner:
                 except Exception:
                     log.warning("old worker rows not pruned", exc_info=True)
             self.beat()
-            self._presence = asyncio.get_running_loop().create_task(self._presence_forever())
+            self._presence = asyncio.get_running_loop().create_task(
+                self._presence_forever(), name=f"{SERVICE}:{self.worker_id}:presence"
+            )
 
     def beat(self) -> None:
         directory = self.process.directory
@@ -186,14 +202,17 @@ class JobRunner:
             self.beat()
 
     async def stop(self) -> None:
-        """Cancel every worker without recording anything (their leases expire; jobs are retried)."""
+        """Cancel every worker without recording anything (their leases expire; jobs are retried), and
+        await them all: the attempts, the retired ones and the presence task."""
         tasks = [t for _, t in self.tasks.values()]
+        tasks.extend(self._retired)
         if self._presence is not None:
             tasks.append(self._presence)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+        self._retired.clear()
         directory = self.process.directory
         if self._presence is not None and directory is not None:  # it reported: say it stopped
             try:
@@ -203,11 +222,18 @@ class JobRunner:
 
     # -- jobs -------------------------------------------------------------------------------------------
     def spawn(self, kind: str, name: str, job_id: str, attempt: int) -> None:
-        """Start the worker of ``(job_id, attempt)``; an older attempt's task is cancelled first."""
+        """Start the worker of ``(job_id, attempt)``; an older attempt's task is cancelled first. The
+        task it replaces is kept (retired) until it ends, so :meth:`stop` still awaits it."""
         old = self.tasks.get(job_id)
-        if old is not None and old[0] < attempt:
-            old[1].cancel()
-        task = asyncio.get_running_loop().create_task(self._work(kind, name, job_id, attempt))
+        if old is not None:
+            if old[0] < attempt:
+                old[1].cancel()
+            if not old[1].done():
+                self._retired.add(old[1])
+                old[1].add_done_callback(self._retired.discard)
+        task = asyncio.get_running_loop().create_task(
+            self._work(kind, name, job_id, attempt), name=f"{SERVICE}:{job_id}:{attempt}"
+        )
         self.tasks[job_id] = (attempt, task)
         task.add_done_callback(lambda t: self._forget(job_id, attempt))
 
@@ -255,8 +281,13 @@ class JobRunner:
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
 
         spec.ctx.bind(progress, self.process.clock.sleep)
+        label = f"{SERVICE}:{job_id}:{attempt}"
         tool: asyncio.Future[Any] = asyncio.ensure_future(spec.execute(spec.ctx))
-        beat = asyncio.get_running_loop().create_task(self._heartbeat(kind, name, spec, tool, lost))
+        if isinstance(tool, asyncio.Task):
+            tool.set_name(f"{label}:tool")
+        beat = asyncio.get_running_loop().create_task(
+            self._heartbeat(kind, name, spec, tool, lost), name=f"{label}:heartbeat"
+        )
         try:
             try:
                 result = await asyncio.shield(tool)
@@ -268,17 +299,15 @@ class JobRunner:
             except ModelError as exc:
                 outcome = Outcome(OutcomeStatus.FAILED, error=str(exc), retryable=exc.retryable)
             except asyncio.CancelledError:
+                await _cancel_and_wait(tool)
                 if (job_id, attempt) not in self._cancelled and not lost.is_set():
-                    tool.cancel()
                     raise  # shutdown (or a newer attempt took over): record nothing
-                tool.cancel()
                 return  # cancelled by cancel(): the record already says so
             except Exception as exc:
                 log.warning("job %s attempt %s failed", job_id, attempt, exc_info=True)
                 outcome = Outcome(OutcomeStatus.FAILED, error=error_line(exc)[:500], retryable=True)
         finally:
-            beat.cancel()
-            await asyncio.gather(beat, return_exceptions=True)
+            await _cancel_and_wait(beat)
         if lost.is_set() and outcome.status != OutcomeStatus.OK:
             return  # the record already says why (cancelled, or another attempt owns it)
 
@@ -314,3 +343,19 @@ class JobRunner:
                 lost.set()
                 tool.cancel()
                 return
+
+
+async def _cancel_and_wait(fut: asyncio.Future[Any]) -> None:
+    """Cancel ``fut`` and wait until it has ended, even when the caller is cancelled meanwhile (that
+    cancellation is raised once ``fut`` is done); its outcome is consumed."""
+    fut.cancel()
+    interrupted = False
+    while not fut.done():
+        try:
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            interrupted = True
+    if not fut.cancelled():
+        fut.exception()
+    if interrupted:
+        raise asyncio.CancelledError

@@ -36,7 +36,7 @@ from roost.agent.context import Part
 from roost.agent.models import ModelStep
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
-from roost.agent.status import ACTIVE_JOB, JobStatus, RunStatus
+from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus
 from roost.agent.store import Row, new_id
 
 __all__ = ["JobLifecycle"]
@@ -182,7 +182,7 @@ class JobLifecycle(Part, WorkerJobs):
             "tool_progress",
             run,
             item_id=job["item_id"],
-            status="running",
+            status=EventStatus.RUNNING,
             payload={
                 "tool": job["tool_name"],
                 "job_id": job_id,
@@ -285,7 +285,7 @@ class JobLifecycle(Part, WorkerJobs):
             "tool_failed",
             run,
             item_id=job["item_id"],
-            status="retrying",
+            status=EventStatus.RETRYING,
             payload={
                 "tool": job["tool_name"],
                 "error": error,
@@ -335,7 +335,7 @@ class JobLifecycle(Part, WorkerJobs):
                 "tool_started",
                 run,
                 item_id=job["item_id"],
-                status="running",
+                status=EventStatus.RUNNING,
                 payload={
                     "tool": job["tool_name"],
                     "args": shown(job["args"]),
@@ -366,7 +366,7 @@ class JobLifecycle(Part, WorkerJobs):
                     "tool_cancelled",
                     run,
                     item_id=job["item_id"],
-                    status="cancelled",
+                    status=EventStatus.CANCELLED,
                     payload={
                         "tool": job["tool_name"],
                         "job_id": job["job_id"],

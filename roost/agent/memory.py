@@ -10,6 +10,7 @@ from typing import Any
 
 from roost.actors import Principal
 from roost.agent.payloads import display
+from roost.agent.status import ApprovalStatus, ItemStatus, RunStatus
 from roost.agent.store import Row, Store
 
 __all__ = ["ensure_session", "principal_key", "recent_turns", "session_card", "short", "summarize"]
@@ -78,10 +79,13 @@ def session_card(store: Store, session_id: str, cursor: int, profile: dict[str, 
     profile and the summary. Built from the runs and approvals themselves, so it cannot drift."""
     row = store.get("sessions", session_id)
     runs = store.select(
-        "runs", "session_id = ? AND status IN ('queued', 'in_progress')", (session_id,), order="ordinal"
+        "runs",
+        "session_id = ? AND status IN (?, ?)",
+        (session_id, RunStatus.QUEUED, RunStatus.IN_PROGRESS),
+        order="ordinal",
     )
     approvals = store.select(
-        "approvals", "session_id = ? AND status = 'pending'", (session_id,), order="created_at"
+        "approvals", "session_id = ? AND status = ?", (session_id, ApprovalStatus.PENDING), order="created_at"
     )
     rank = {r["run_id"]: r["ordinal"] for r in runs}
     approvals.sort(key=lambda a: (a["created_at"], rank.get(a["run_id"], 0)))
@@ -113,7 +117,7 @@ def session_card(store: Store, session_id: str, cursor: int, profile: dict[str, 
 def _turn_card(store: Store, run: Row) -> dict[str, Any]:
     turn = store.get("turns", run["turn_id"])
     items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
-    current = next((i for i in items if i["status"] not in ("completed", "skipped")), None)
+    current = next((i for i in items if i["status"] not in (ItemStatus.COMPLETED, ItemStatus.SKIPPED)), None)
     job = None
     if current is not None:
         jobs = store.select("jobs", "item_id = ?", (current["item_id"],), order="created_at DESC LIMIT 1")
@@ -127,7 +131,7 @@ def _turn_card(store: Store, run: Row) -> dict[str, Any]:
         "status": turn["status"] if turn else run["status"],
         "waiting": run["waiting"],
         "input": short(turn["input_text"]) if turn else None,
-        "steps": {"done": sum(i["status"] == "completed" for i in items), "total": len(items)},
+        "steps": {"done": sum(i["status"] == ItemStatus.COMPLETED for i in items), "total": len(items)},
         "current": None
         if current is None
         else {

@@ -22,6 +22,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from roost.agent.catalog import Catalog
+from roost.agent.status import ItemStatus
 
 __all__ = [
     "DeterministicPlanner",
@@ -117,7 +118,7 @@ class DeterministicPlanner:
     def _summary(request: ModelRequest) -> str:
         parts = []
         for s in request.steps:
-            if s.status != "completed":
+            if s.status != ItemStatus.COMPLETED:
                 outcome = s.status
             elif isinstance(s.result, dict) and isinstance(s.result.get("summary"), str):
                 outcome = s.result["summary"]

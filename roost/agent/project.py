@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from roost.agent.context import Part
-from roost.agent.status import FINISHED, RunStatus, Waiting
+from roost.agent.status import FINISHED, EventStatus, RunStatus, Waiting
 from roost.agent.store import Row
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Project(Part):
             other = self.store.get("runs", holder)
             if other is not None and other["status"] not in FINISHED:
                 self.set_run(run, status=RunStatus.QUEUED, waiting=Waiting.PROJECT)
-                self.event("run_queued", run, status="queued", payload={"behind_run_id": holder})
+                self.event("run_queued", run, status=EventStatus.QUEUED, payload={"behind_run_id": holder})
                 return False
         if holder != run["run_id"]:
             self.store.update(
@@ -76,7 +76,7 @@ class Project(Part):
         waiting = self.store.select("runs", "waiting = ?", (Waiting.PROJECT,), order="ordinal LIMIT 1")
         if waiting:
             nxt = self.set_run(waiting[0], status=RunStatus.IN_PROGRESS, waiting=None)
-            self.event("run_started", nxt, status="in_progress", payload={"after_run_id": run_id})
+            self.event("run_started", nxt, status=EventStatus.IN_PROGRESS, payload={"after_run_id": run_id})
             self.released.append(nxt["run_id"])
 
     def add_files(self, files: list[str]) -> None:

@@ -24,7 +24,7 @@ from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
-from roost.agent.status import FINISHED, ItemStatus, RunStatus, TurnStatus
+from roost.agent.status import FINISHED, EventStatus, ItemStatus, RunStatus, TurnStatus, Waiting
 from roost.agent.store import Row, new_id
 
 __all__ = ["Runs"]
@@ -106,7 +106,12 @@ class Runs(Part):
         store.update(
             "sessions", session_id, active_turn_id=turn_id, turns=session["turns"] + 1, updated_at=now
         )
-        self.event("turn_started", run, status="created", payload={"input": clean, "session_id": session_id})
+        self.event(
+            "turn_started",
+            run,
+            status=EventStatus.CREATED,
+            payload={"input": clean, "session_id": session_id},
+        )
         if background:
             await agent.schedule(0, "agent_advance", {"run_id": run_id})
         else:
@@ -151,7 +156,7 @@ class Runs(Part):
         self.set_run(run, status=RunStatus.CANCELLED, waiting=None, finished_at=now)
         self.set_turn(run, status=TurnStatus.CANCELLED)
         store.update("sessions", run["session_id"], updated_at=now)
-        self.event("turn_cancelled", run, status="cancelled", payload={})
+        self.event("turn_cancelled", run, status=EventStatus.CANCELLED, payload={})
         orc.project.release_heavy(run["run_id"])
         await orc.steps.drain_released()
         return self.reply(run["run_id"])
@@ -189,7 +194,7 @@ class Runs(Part):
         )
         self.set_turn(run, status=TurnStatus.RUNNING, error=None)
         store.update("sessions", run["session_id"], active_turn_id=run["turn_id"], updated_at=now)
-        self.event("run_continued", run, status="in_progress", payload={"after_step_index": last})
+        self.event("run_continued", run, status=EventStatus.IN_PROGRESS, payload={"after_step_index": last})
         await self.orchestrator.steps.advance(run_id)
         return self.reply(run_id)
 
@@ -197,7 +202,7 @@ class Runs(Part):
         """``provide_input``: answer a run waiting for input; it goes on."""
         run = self.run(run_id)
         self.guard(run["principal"], write=True)
-        if run["waiting"] != "input":
+        if run["waiting"] != Waiting.INPUT:
             raise InvalidTransition(message=f"run {run_id} is not waiting for input")
         try:
             kept = self.records.keep(payload)
@@ -205,7 +210,7 @@ class Runs(Part):
             raise InvalidArguments(message=f"payload: {exc}") from None
         self.set_run(run, waiting=None, question=None, inputs=[*run["inputs"], kept])
         self.set_turn(run, status=TurnStatus.RUNNING)
-        self.event("input_received", run, status="in_progress", payload={"input": shown(kept)})
+        self.event("input_received", run, status=EventStatus.IN_PROGRESS, payload={"input": shown(kept)})
         await self.orchestrator.steps.advance(run_id)
         return self.reply(run_id)
 
@@ -263,7 +268,7 @@ class Runs(Part):
         self.event(
             "turn_completed" if completed else "turn_failed",
             run,
-            status=turn_status,
+            status=EventStatus.COMPLETED if completed else EventStatus.FAILED,
             payload=payload,
         )
         self.orchestrator.project.release_heavy(run["run_id"])

@@ -20,6 +20,7 @@ __all__ = [
     "ACTIVE_JOB",
     "FINISHED",
     "ApprovalStatus",
+    "EventStatus",
     "ItemStatus",
     "JobStatus",
     "RunStatus",
@@ -114,6 +115,34 @@ class VerificationResult(StrEnum):
     """``runs.verification_result``: what verification found."""
 
     PASS = "pass"
+    FAIL = "fail"
+    WARNING = "warning"
+    BLOCKED = "blocked"
+
+
+class EventStatus(StrEnum):
+    """An event's own ``status``: what the event reports (``None`` for events that report none).
+
+    The turn's status for ``turn_*`` events, the step's for ``tool_*``, and for the others what the
+    run or approval became; ``verification_completed`` carries the :class:`VerificationResult`.
+    """
+
+    CREATED = "created"  # turn_started
+    PLANNED = "planned"  # plan_ready
+    RUNNING = "running"  # tool_started
+    RETRYING = "retrying"  # tool_failed, will retry
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    AWAITING_APPROVAL = "awaiting_approval"  # approval_requested
+    GRANTED = "granted"  # approval_granted
+    REUSED = "reused"  # approval_granted: a live grant covered the step
+    DENIED = "denied"  # approval_denied
+    WAITING_FOR_INPUT = "waiting_for_input"  # input_requested
+    IN_PROGRESS = "in_progress"  # input_received, run_started, run_continued
+    QUEUED = "queued"  # run_queued
+    VERIFYING = "verifying"  # verification_started
+    PASS = "pass"  # verification_completed: the VerificationResult
     FAIL = "fail"
     WARNING = "warning"
     BLOCKED = "blocked"

@@ -23,7 +23,7 @@ from roost.agent.context import Part
 from roost.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
 from roost.agent.payloads import PayloadError, error_line
 from roost.agent.records import Records
-from roost.agent.status import ACTIVE_JOB, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.agent.status import ACTIVE_JOB, EventStatus, ItemStatus, RunStatus, TurnStatus, Waiting
 from roost.agent.store import Row, new_id
 
 __all__ = ["Steps"]
@@ -96,7 +96,7 @@ class Steps(Part):
                 "tool_started",
                 run,
                 item_id=item["item_id"],
-                status="running",
+                status=EventStatus.RUNNING,
                 payload={
                     "tool": tool.name,
                     "args": shown(item["args"]),
@@ -109,7 +109,7 @@ class Steps(Part):
             "tool_started",
             run,
             item_id=item["item_id"],
-            status="running",
+            status=EventStatus.RUNNING,
             payload={"tool": tool.name, "args": shown(item["args"])},
         )
         try:
@@ -141,7 +141,7 @@ class Steps(Part):
             "tool_completed",
             run,
             item_id=item["item_id"],
-            status="completed",
+            status=EventStatus.COMPLETED,
             payload={"tool": tool.name, "result": clean},
         )
         if tool.heavy:
@@ -158,7 +158,7 @@ class Steps(Part):
             "tool_failed",
             run,
             item_id=item["item_id"],
-            status="failed",
+            status=EventStatus.FAILED,
             payload={"tool": tool.name, "error": error, "retryable": retryable, "will_retry": False},
         )
         self.orchestrator.runs.fail(run, f"{tool.name} failed: {error}", retryable=retryable)
@@ -266,7 +266,9 @@ class Steps(Part):
             )
         self.set_run(run, hops=run["hops"] + 1)
         self.set_turn(run, status=TurnStatus.PLANNED)
-        self.event("plan_ready", run, status="planned", payload={"hop": run["hops"], "items": planned})
+        self.event(
+            "plan_ready", run, status=EventStatus.PLANNED, payload={"hop": run["hops"], "items": planned}
+        )
         return True
 
     def model_failed(self, run: Row, error: str, retryable: bool, *, will_retry: bool, **extra: Any) -> None:
@@ -274,7 +276,7 @@ class Steps(Part):
         self.event(
             "model_step_failed",
             run,
-            status="retrying" if will_retry else "failed",
+            status=EventStatus.RETRYING if will_retry else EventStatus.FAILED,
             payload={"error": self.err(error), "retryable": retryable, "will_retry": will_retry, **extra},
         )
         if not will_retry:
@@ -291,6 +293,6 @@ class Steps(Part):
             "input_requested",
             run,
             item_id=item["item_id"] if item else None,
-            status="waiting_for_input",
+            status=EventStatus.WAITING_FOR_INPUT,
             payload={"question": self.err(question, 1000)},
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost.actors.extension import TurnContext
 from roost.agent.records import Records
+from roost.agent.status import EventStatus
 
 if TYPE_CHECKING:
     from roost.agent.store import Row
@@ -67,7 +68,7 @@ class Telemetry:
         run: Row,
         *,
         item_id: str | None = None,
-        status: str | None = None,
+        status: EventStatus | None = None,
         payload: dict[str, Any] | None = None,
     ) -> int:
         """Log and send one event of ``run``; returns its ``seq``."""

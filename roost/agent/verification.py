@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from roost.agent.context import Part
 from roost.agent.interfaces import Verdict
-from roost.agent.status import RunStatus, VerificationResult
+from roost.agent.status import EventStatus, RunStatus, VerificationResult
 from roost.agent.store import Row
 
 __all__ = ["Verdict", "Verification"]
@@ -22,7 +22,10 @@ class Verification(Part):
         """Verify the run and end it: ``completed`` if it passed, else ``failed``."""
         orc = self.orchestrator
         self.event(
-            "verification_started", run, status="verifying", payload={"stop_condition": run["stop_condition"]}
+            "verification_started",
+            run,
+            status=EventStatus.VERIFYING,
+            payload={"stop_condition": run["stop_condition"]},
         )
         items = self.store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
         try:
@@ -36,7 +39,7 @@ class Verification(Part):
         self.event(
             "verification_completed",
             run,
-            status=verdict.result,
+            status=EventStatus(verdict.result),
             payload={
                 "verification_result": verdict.result,
                 "verifier": verdict.verifier,
