@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import ActorNotFound, RpcError
+from roost.actors import ActorNotFound, RpcError, ScheduleStatus
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 
 if TYPE_CHECKING:
@@ -100,7 +100,9 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     )
     head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
     counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
-    active = conn.execute("SELECT count(*) FROM roost_schedules WHERE status = 'active'").fetchone()[0]
+    active = conn.execute(
+        "SELECT count(*) FROM roost_schedules WHERE status = ?", (ScheduleStatus.ACTIVE.value,)
+    ).fetchone()[0]
     integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
     return {
         "kind": kind,
