@@ -108,3 +108,35 @@ async def test_a_call_to_a_missing_method_of_a_new_actor_creates_nothing(data_di
         assert app.registry.directory is not None
         assert app.registry.directory.get("counter", "never-made") is None
     assert not actor_path(data_dir, "counter", "never-made").exists()
+
+
+async def test_a_tenants_client_sees_its_names_as_it_sent_them_with_the_documented_length(
+    data_dir: Path,
+) -> None:
+    """Inside a tenant, a 404 names the actor as the client sent it (not ``tenant NUL name``), and a
+    name may be 256 characters long, as docs/protocol.md says, not 256 minus the tenant's length."""
+    from roost.transport.security import claims_authorize, token_authenticate
+    from roost.transport.tokens import TokenSigner
+
+    signer = TokenSigner("s" * 40)
+    token = signer.issue("ann", ttl=600, tenant="acme")
+    app = create_app(
+        KINDS, data_dir=data_dir, authenticate=token_authenticate(signer), authorize=claims_authorize
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    long_name = "n" * 256
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        missing = await http.get("/agents/counter/pub-never", headers=headers)
+        assert missing.status_code == 404
+        assert "'pub-never'" in missing.json()["error"]["message"]
+        assert "\x00" not in missing.text
+        assert "acme" not in missing.json()["error"]["message"]
+        made = await http.post(f"/agents/counter/{long_name}/rpc/increment", json=[], headers=headers)
+        assert made.status_code == 200, made.text
+        assert made.json()["result"] == 1
+        too_long = await http.post(f"/agents/counter/{long_name}n/rpc/increment", json=[], headers=headers)
+        assert too_long.status_code == 400
+        async with connect(f"ws://{addr}/agents/counter/{long_name}?token={token}") as ws:
+            welcome = await ws.recv()
+        assert welcome["type"] == "welcome"
+        assert welcome["actor"]["name"] == long_name

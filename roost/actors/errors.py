@@ -53,6 +53,7 @@ __all__ = [
     "StateError",
     "StorageError",
     "UnknownKind",
+    "shown_name",
 ]
 
 
@@ -66,9 +67,15 @@ class UnknownKind(ActorError, LookupError):
         self.kind = kind
 
 
+def shown_name(name: str) -> str:
+    """An actor's name as its client sent it: a tenant's actor is stored as ``tenant NUL name``, and
+    messages to clients never show the tenant's prefix."""
+    return name.rpartition("\x00")[2]
+
+
 class ActorNotFound(ActorError, LookupError):
     def __init__(self, kind: str, name: str) -> None:
-        super().__init__(f"actor {kind}/{name!r} does not exist")
+        super().__init__(f"actor {kind}/{shown_name(name)!r} does not exist")
         self.kind = kind
         self.name = name
 

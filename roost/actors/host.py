@@ -57,7 +57,7 @@ from roost.actors import alarms, sqlguard, statelog
 from roost.actors.actor import Actor
 from roost.actors.connection import Connection, Principal
 from roost.actors.decorators import CallableInfo
-from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, StateError
+from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, StateError, shown_name
 from roost.actors.handlers import dispatch, maybe_await
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
 from roost.actors.outputs import Close, Frame, OutputGate
@@ -178,9 +178,9 @@ class ActorHost:
         """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping, ``Overloaded`` if
         its mailbox holds ``max_inbox`` inputs (a disconnect or a delivery is always accepted)."""
         if self.lifecycle is HostState.STOPPED:
-            raise ActorUnavailable(message=f"actor {self.kind}/{self.name!r} is stopping")
+            raise ActorUnavailable(message=f"actor {self.kind}/{shown_name(self.name)!r} is stopping")
         if len(self.mailbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver):
-            raise Overloaded(message=f"mailbox of {self.kind}/{self.name!r} is full")
+            raise Overloaded(message=f"mailbox of {self.kind}/{shown_name(self.name)!r} is full")
         self.mailbox.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():

@@ -54,6 +54,7 @@ from roost.actors.errors import (
     Overloaded,
     ReentrantCall,
     UnknownKind,
+    shown_name,
 )
 from roost.actors.extension import Process, Service
 from roost.actors.host import ActorHost
@@ -350,7 +351,7 @@ class Registry:
         """Call a method in process; returns ``(result, chunks)`` once the callee has committed."""
         if (kind, name) in chain:
             raise ReentrantCall(
-                message=f"{kind}/{name!r} is already in this call chain; it would wait on itself"
+                message=f"{kind}/{shown_name(name)!r} is already in this call chain; it would wait on itself"
             )
         if self.callable_info(self.kind_of(kind).kind, method) is None:
             # refused before activation: a call to a missing method creates nothing

@@ -36,7 +36,9 @@ def validate_name(name: object) -> str:
         raise InvalidActorAddress("name", "must be a string")
     if not name:
         raise InvalidActorAddress("name", "must not be empty")
-    if len(name) > MAX_NAME_CHARS:
+    # a tenant's actor is stored as ``tenant NUL name``: the limit is the name's, as its client sent
+    # it (tenants are at most 128 characters, checked where tokens are)
+    if len(name.rpartition("\x00")[2]) > MAX_NAME_CHARS:
         raise InvalidActorAddress("name", f"longer than {MAX_NAME_CHARS} characters")
     try:
         name.encode("utf-8")
