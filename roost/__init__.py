@@ -52,43 +52,16 @@ try:
 except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
     __version__ = "0+unknown"
 
-#: Where each public name lives. They load on first use, so that ``import roost.storage`` (or the
-#: ``roost`` command, which must configure websockets before it is imported) does not import the
-#: whole server.
-_HOMES = {
-    name: "roost.actors"
-    for name in (
-        "ANONYMOUS",
-        "Actor",
-        "ActorError",
-        "ActorNotFound",
-        "ActorRef",
-        "ActorUnavailable",
-        "CallTimeout",
-        "Connection",
-        "DeadLetter",
-        "InvalidActorAddress",
-        "Misfire",
-        "Principal",
-        "Registry",
-        "Reject",
-        "RetryPolicy",
-        "RoostError",
-        "RpcError",
-        "RuntimeConfig",
-        "Schedule",
-        "UnknownKind",
-        "callable",
-        "wakeup",
-    )
-} | {name: "roost.transport" for name in ("Authenticate", "CloseCode", "RoostApp", "allow_all", "create_app")}
+#: The public names of ``__all__`` that live in :mod:`roost.transport`; the others live in
+#: :mod:`roost.actors`. They load on first use, so that ``import roost.storage`` (or the ``roost``
+#: command, which must configure websockets before it is imported) does not import the whole server.
+_TRANSPORT = ("Authenticate", "CloseCode", "RoostApp", "allow_all", "create_app")
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
+    if name not in __all__ or name == "__version__":
         raise AttributeError(f"module 'roost' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
+    value = getattr(import_module("roost.transport" if name in _TRANSPORT else "roost.actors"), name)
     globals()[name] = value
     return value
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from roost.actors.connection import Connection, Principal
+from roost.actors.errors import shown_name
 from roost.actors.interfaces import RegistryApi
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from roost.actors.sql import Sql
@@ -108,7 +109,7 @@ class Actor:
     @property
     def local_name(self) -> str:
         """The name as clients of its tenant address it."""
-        return self._host.name.rpartition("\x00")[2]
+        return shown_name(self._host.name)
 
     @property
     def state(self) -> Any:

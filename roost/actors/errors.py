@@ -32,6 +32,7 @@ from roost.storage.errors import (
     RoostError,
     StorageError,
 )
+from roost.storage.paths import local_name
 
 __all__ = [
     "ActorError",
@@ -67,10 +68,8 @@ class UnknownKind(ActorError, LookupError):
         self.kind = kind
 
 
-def shown_name(name: str) -> str:
-    """An actor's name as its client sent it: a tenant's actor is stored as ``tenant NUL name``, and
-    messages to clients never show the tenant's prefix."""
-    return name.rpartition("\x00")[2]
+#: An actor's name as its client sent it: messages to clients never show a tenant's prefix.
+shown_name = local_name
 
 
 class ActorNotFound(ActorError, LookupError):

@@ -40,6 +40,7 @@ from roost.actors.errors import (
     MethodNotFound,
     Reject,
     RpcError,
+    shown_name,
 )
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
 from roost.actors.outputs import Close, Failure, Frame, Result
@@ -191,7 +192,7 @@ def _welcome(host: HostCore, conn: Connection, cursor: int | None) -> tuple[str,
     if resume.replay_after is not None:
         subs = conn.subscriptions
         replay = [f for _, k, f in host.file.replay(resume.replay_after) if subs.wants(k)]
-    name = host.name.rpartition("\x00")[2]  # as the client named it
+    name = shown_name(host.name)  # as the client named it
     welcome = frames.welcome(
         conn.id, host.kind, name, host.state_json, host.seq, host.oldest, resume.mode, resume.reason
     )

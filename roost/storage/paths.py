@@ -17,10 +17,15 @@ from pathlib import Path
 
 from roost.storage.errors import InvalidActorAddress
 
-__all__ = ["MAX_NAME_CHARS", "actor_digest", "actor_path", "validate_kind", "validate_name"]
+__all__ = ["MAX_NAME_CHARS", "actor_digest", "actor_path", "local_name", "validate_kind", "validate_name"]
 
 MAX_NAME_CHARS = 256
 _KIND_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+
+
+def local_name(name: str) -> str:
+    """An actor's name as its client sent it: a tenant's actor is stored as ``tenant NUL name``."""
+    return name.rpartition("\x00")[2]
 
 
 def validate_kind(kind: object) -> str:
@@ -38,7 +43,7 @@ def validate_name(name: object) -> str:
         raise InvalidActorAddress("name", "must not be empty")
     # a tenant's actor is stored as ``tenant NUL name``: the limit is the name's, as its client sent
     # it (tenants are at most 128 characters, checked where tokens are)
-    if len(name.rpartition("\x00")[2]) > MAX_NAME_CHARS:
+    if len(local_name(name)) > MAX_NAME_CHARS:
         raise InvalidActorAddress("name", f"longer than {MAX_NAME_CHARS} characters")
     try:
         name.encode("utf-8")
