@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench soak clean
+.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench bench-versus soak clean
 
 BASE   := $(VENV)/.base
 
@@ -62,6 +62,11 @@ python-%: FORCE
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Durable RPC of this checkout against another commit, both served at once (bench/versus.py).
+BASE ?= 14f9b97
+bench-versus: $(STAMP)
+	$(BIN)/python -m bench.versus --base $(BASE)
 
 # Ten minutes of chaos (docs/security.md); a 60-second smoke of it runs in `make test`.
 soak: $(STAMP)

@@ -6,6 +6,8 @@ Modes (every loop is bounded by a deadline and a count):
   ``send frame → await reply`` for ``duration`` seconds. Reports ops/s, p50/p99 latency of every round
   trip, reply errors, and the server's and this client's CPU per operation. A point with ``pin`` runs
   with this client and the server on two different CPUs (see :func:`pinned`).
+- ``ab``: the same request/response points against several servers at once, interleaved in short
+  slices (see :func:`run_ab`): for comparing two builds of one server on a shared machine.
 - ``fanout``: ``subs`` connections subscribed to one actor count the frames they receive while one
   driver connection calls ``increment`` in a loop for ``duration`` seconds.
 - ``hold``: open idle connections in steps (each does one request), print ``{"ready": n}`` after each
@@ -141,6 +143,45 @@ async def run_rr(spec: Spec) -> dict[str, Any]:
     return out
 
 
+async def run_ab(spec: Spec) -> dict[str, Any]:
+    """Several servers, one client: each round runs every point against every target for one short
+    slice, targets in rotated order, so that a burst of load from elsewhere on the machine hits all of
+    them within a round. Returns ``{"rounds": [{target: {point: result}}]}``."""
+    frame = masked_frame(str(spec["frame"]).encode())
+    size = len(str(spec["frame"]).encode())
+    targets: list[Spec] = spec["targets"]
+    conns: dict[str, list[WsConn]] = {}
+    rounds: list[dict[str, Any]] = []
+    slice_s = float(spec["slice"])
+    try:
+        for t in targets:
+            n = max(int(p["conns"]) for p in spec["points"])
+            conns[t["name"]] = await connect_many(
+                int(t["port"]), _paths(str(t["path"]), n), welcome=bool(t["welcome"])
+            )
+            check = _reply_ok(str(t["expect"]), size)
+            await rr_point(conns[t["name"]], frame, check, float(spec["warmup"]), int(t["pid"]))
+        for r in range(int(spec["rounds"])):
+            k = r % len(targets)
+            one: dict[str, Any] = {}
+            for t in targets[k:] + targets[:k]:
+                check = _reply_ok(str(t["expect"]), size)
+                one[t["name"]] = res = {}
+                for p in spec["points"]:
+                    pid = int(t["pid"])
+                    with pinned(pid, bool(p.get("pin"))):
+                        res[p["name"]] = await rr_point(
+                            conns[t["name"]][: int(p["conns"])], frame, check, slice_s, pid
+                        )
+            rounds.append(one)
+    finally:
+        for group in conns.values():
+            for c in group:
+                c.close()
+        await asyncio.sleep(0.05)
+    return {"rounds": rounds}
+
+
 async def run_fanout(spec: Spec) -> dict[str, Any]:
     port = int(spec["port"])
     frame = masked_frame(str(spec["frame"]).encode())
@@ -236,11 +277,11 @@ async def run_hold(spec: Spec) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.loadgen")
-    ap.add_argument("mode", choices=["rr", "fanout", "hold"])
+    ap.add_argument("mode", choices=["rr", "ab", "fanout", "hold"])
     ap.add_argument("--spec", required=True, help="JSON object with the mode's parameters")
     a = ap.parse_args()
     spec: Spec = json.loads(a.spec)
-    runner = {"rr": run_rr, "fanout": run_fanout, "hold": run_hold}[a.mode]
+    runner = {"rr": run_rr, "ab": run_ab, "fanout": run_fanout, "hold": run_hold}[a.mode]
     result = uvloop.run(runner(spec))
     print(json.dumps(result), flush=True)
 

@@ -88,15 +88,23 @@ def http_json(port: int, path: str, body: bytes | None = None, timeout: float = 
 class Server:
     """A server child process on ``port``; :meth:`stop` ends exactly this PID."""
 
-    def __init__(self, name: str, argv: Sequence[str], port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        port: int,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
         self.name = name
         self.port = port
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 list(argv),
-                cwd=ROOT,
-                env=child_env({"WEBSOCKETS_MAX_LINE_LENGTH": "32768"}),
+                cwd=cwd,
+                env=child_env({"WEBSOCKETS_MAX_LINE_LENGTH": "32768", **(env or {})}),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
