@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test chromium screenshot lint typecheck unit bench bench-versus soak clean
+.PHONY: demo demo-crash test test-public chromium screenshot lint typecheck unit bench bench-versus soak clean
 
 BASE   := $(VENV)/.base
 
@@ -42,6 +42,11 @@ chromium:
 
 unit: $(STAMP) chromium
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
+
+# The whole suite again on the public path: the fast paths on private internals switched off
+# (ROOST_FAST_PATHS=0; docs/design.md, "Fast paths"). .ci/run runs it after `make test`.
+test-public: $(STAMP) chromium
+	ROOST_FAST_PATHS=0 PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
 
 screenshot: $(STAMP) chromium
 	ROOST_SCREENSHOT=docs/demo-page.png $(BIN)/python -m pytest -q tests/test_browser.py -k flow

@@ -70,6 +70,7 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            self.log.append(line)
             m = re.search(r"Uvicorn running on http://([\d.]+:\d+)", line)
             if m:
                 self.addr = m.group(1)

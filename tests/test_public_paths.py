@@ -1,20 +1,17 @@
-"""Roost runs on other libraries' public APIs, with one documented, pinned exception.
+"""What holds on uvicorn's own protocols and on the versions Roost is pinned to.
 
-- **No private asyncio or uvicorn names**: no module of ``roost`` imports a ``_private`` name from
-  another package or names asyncio's task bookkeeping (``_enter_task``/``_leave_task``) or uvicorn's
-  ``send_receive_event_to_app`` (the inline turns and the direct frame path that used them were worth
-  under 10 % of durable RPC throughput: ``bench/RESULTS.md``).
-- **The WebSocket protocol overrides only the asyncio.Protocol interface** of uvicorn's class
-  (``connection_made``, ``data_received``: the answer to a handshake the parser refused).
-- **No connection is offered the removed direct path**, and a call is answered over a real socket, in
-  process and by ``roost serve``.
+- **Roost's protocol overrides only what it documents** of uvicorn's class: the ``asyncio.Protocol``
+  interface (``connection_made``, ``data_received``: the answer to a handshake the parser refused) and
+  the direct frame path's two methods (``handle_connect``, ``send_receive_event_to_app``), and nothing
+  else (``tests/test_fast_paths.py`` has the rest of the exception).
 - **The pins hold what was tested**: the installed uvicorn and websockets are inside the ranges
   ``pyproject.toml`` pins (``roost.transport.uvicorn_ws`` documents what depends on them).
+- **Roost's classes are chosen only on a tested uvicorn**, else uvicorn's own, which serve a call and a
+  resume by replay (the public path), as ``roost serve`` does over a real socket.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import importlib.metadata
 import tomllib
@@ -25,50 +22,25 @@ import orjson
 import pytest
 import websockets
 from packaging.requirements import Requirement
-from starlette.requests import HTTPConnection
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from roost.actors import ANONYMOUS, Principal
 from roost.examples.kinds import KINDS
 from roost.testing import serve
 from roost.transport import create_app, uvicorn_protocols
 from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 from tests.conftest import NO_RATE_LIMITS
-from tests.support import ServerProcess, serve_in_process
+from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN = ("_enter_task", "_leave_task", "send_receive_event_to_app")
 
 
-def private_uses(path: Path) -> list[str]:
-    """``_private`` names imported from another package, and the forbidden names, in one module."""
-    found: list[str] = []
-    tree = ast.parse(path.read_text(), str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.module.startswith("roost"):
-            found += [f"from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
-        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN:
-            found.append(f".{node.attr}")
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN:
-            found.append(node.id)
-        elif isinstance(node, ast.FunctionDef) and node.name in FORBIDDEN:
-            found.append(f"def {node.name}")
-    return [f"{path.relative_to(ROOT)}: {f}" for f in found]
-
-
-def test_no_module_of_roost_uses_private_asyncio_or_uvicorn_names() -> None:
-    uses = [u for path in sorted((ROOT / "roost").rglob("*.py")) for u in private_uses(path)]
-    assert uses == []
-
-
-def test_the_websocket_protocol_overrides_only_the_asyncio_protocol_interface_of_uvicorns_class() -> None:
+def test_roosts_websocket_protocol_overrides_only_what_it_documents_of_uvicorns_class() -> None:
     overridden = {
         name
         for name in vars(RoostWebSocketProtocol)
         if hasattr(WebSocketsSansIOProtocol, name) and not name.startswith("__")
     }
-    assert overridden == {"connection_made", "data_received"}
-    assert all(hasattr(asyncio.Protocol, name) for name in overridden)
+    assert overridden == {"connection_made", "data_received", "handle_connect", "send_receive_event_to_app"}
 
 
 async def call_once(url: str) -> dict[str, Any]:
@@ -78,22 +50,6 @@ async def call_once(url: str) -> dict[str, Any]:
         await ws.send(orjson.dumps({"type": "rpc", "id": "1", "method": "increment", "args": [2]}).decode())
         reply: dict[str, Any] = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
     return reply
-
-
-async def test_no_connection_is_offered_the_removed_direct_path_and_a_call_is_answered_in_process(
-    data_dir: Path,
-) -> None:
-    offered: list[bool] = []
-
-    async def authenticate(conn: HTTPConnection) -> Principal:
-        offered.append("roost.direct" in conn.scope.get("extensions", {}))
-        return ANONYMOUS
-
-    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS, authenticate=authenticate)
-    async with serve_in_process(app) as addr:
-        reply = await call_once(f"ws://{addr}/agents/counter/public?subscribe=none")
-    assert reply == {"type": "rpc_result", "id": "1", "ok": True, "result": 2}
-    assert offered == [False]
 
 
 @pytest.mark.slow

@@ -43,12 +43,14 @@ from roost.actors.errors import (
     StorageError,
     UnknownKind,
 )
+from roost.actors.inline import INLINE_TURNS, FastPath
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
 
 __all__ = [
     "ANONYMOUS",
+    "INLINE_TURNS",
     "MAX_CONNECTION_STATE_BYTES",
     "Actor",
     "ActorError",
@@ -64,6 +66,7 @@ __all__ = [
     "DeadLetter",
     "Deliver",
     "Disconnect",
+    "FastPath",
     "HandlerError",
     "Input",
     "InvalidActorAddress",

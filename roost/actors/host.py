@@ -45,6 +45,7 @@ Guarantees (each has a test named after it in ``tests/``):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import logging
 import sqlite3
@@ -59,6 +60,8 @@ from roost.actors.connection import Connection, Principal
 from roost.actors.decorators import CallableInfo
 from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, StateError, shown_name
 from roost.actors.handlers import dispatch, maybe_await
+from roost.actors.inline import AVAILABLE as _INLINE
+from roost.actors.inline import Resume, Suspended, step_as
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
 from roost.actors.outputs import Close, Frame, OutputGate
 from roost.actors.refs import Key
@@ -80,10 +83,27 @@ __all__ = [
     "Message",
     "Task",
     "Wake",
+    "turn_runner",
 ]
 
 log = logging.getLogger("roost.actor")
 _UNSET: Any = object()
+#: The host whose mailbox task's context this is (set once per host, in its own context copy).
+_HOST: contextvars.ContextVar[ActorHost] = contextvars.ContextVar("roost_actor_host")
+
+
+def turn_runner() -> str:
+    """Who runs the current turn at this moment (a hook for tests of the inline path):
+
+    ``"inline"`` (``run_now`` stepping it in a socket's reader), ``"resumed"`` (the mailbox task
+    continuing an inline turn that suspended), ``"mailbox"`` (the mailbox task, from the start), or
+    ``""`` outside every actor's turn."""
+    host = _HOST.get(None)
+    if host is None or not host.gate.turn_open:
+        return ""
+    if host.stepping:
+        return "inline"
+    return "resumed" if host.resuming else "mailbox"
 
 
 class HostState(enum.Enum):
@@ -98,8 +118,11 @@ class HostState(enum.Enum):
 class ActorHost:
     """One live actor. Created and owned by the :class:`~roost.actors.registry.Registry`.
 
-    Besides :attr:`lifecycle`, one transient flag is not lifecycle and stays a named field:
-    ``checkpointing`` (the WAL is being checkpointed in a worker thread; inputs wait meanwhile).
+    Besides :attr:`lifecycle`, a few transient flags are not lifecycle and stay named fields:
+    ``stepping`` (``run_now`` is running a turn inline), ``resuming`` (the mailbox task continues
+    one that suspended), ``checkpointing`` (the WAL is being
+    checkpointed in a worker thread), ``flush_queued`` (the registry will call :meth:`flush_soon` at
+    the end of this loop iteration), ``adopt`` (an inline turn that suspended, for the mailbox task).
     """
 
     def __init__(
@@ -139,7 +162,11 @@ class ActorHost:
         self.turn = Turn(core)
         self.mailbox: deque[Input] = deque()
         self.current: Input | None = None  # the input being handled
+        self.stepping = False
+        self.resuming = False  # the mailbox task is continuing a suspended inline turn
         self.checkpointing = False
+        self.flush_queued = False
+        self.adopt: Suspended | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._batch = 0
         self._checkpoint_refused = False  # said once in the log
@@ -156,7 +183,11 @@ class ActorHost:
         # the state hooks are called only where the kind defines them (most do not)
         self.validates = actor_cls.validate_state is not Actor.validate_state
         self.watches = actor_cls.on_state_changed is not Actor.on_state_changed
-        self.task: asyncio.Task[None] = self.loop.create_task(self._run(), name=f"actor:{kind}/{name}")
+        self._context = contextvars.copy_context()  # the mailbox task's, for turns run inline
+        self._context.run(_HOST.set, self)
+        self.task: asyncio.Task[None] = self.loop.create_task(
+            self._run(), name=f"actor:{kind}/{name}", context=self._context
+        )
 
     # -- the lifecycle, as the rest of the runtime asks about it ------------------------------------
     @property
@@ -185,6 +216,79 @@ class ActorHost:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def run_now(self, item: Call | Message) -> None:
+        """Queue an input, or run its turn at once when the mailbox task is parked with nothing queued.
+
+        The turn runs in the caller's task (a socket's reader) on behalf of the mailbox task: its
+        context, ``asyncio.current_task()`` is the mailbox task, so its timeout and cancellation work as
+        in the mailbox. Order is kept (nothing is queued before it), and so is group commit: its writes
+        join the open batch, which commits at the end of this loop iteration with any other turn that
+        joined it, before any output is released. A turn that suspends is handed to the mailbox task,
+        which continues it where it stopped. Raises what :meth:`submit` raises.
+        """
+        waiter = self._waiter
+        if (
+            waiter is None
+            or waiter.done()
+            or self.mailbox
+            or self.gate.turn_open
+            or self.checkpointing
+            or self.lifecycle is not HostState.LIVE
+            or not _INLINE
+        ):
+            self.submit(item)
+            return
+        self.stepping = True
+        try:
+            suspended = step_as(self.task, self._context, self._inline(item))
+        finally:
+            self.stepping = False
+        if suspended is not None:
+            if self.gate.turn_open:  # what Turn.begin leaves to the loop otherwise: arm the timeout …
+                self.turn.on_suspend(self.turn.id)
+            self.adopt = suspended
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _inline(self, item: Call | Message) -> None:
+        """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`flush_soon`."""
+        try:
+            self.current = item
+            await dispatch(self, item)
+            self.current = None
+            self._batch += 1
+            if self._batch >= self.max_batch:
+                if not self.flush():
+                    self.task.cancel()  # the actor failed: end its parked mailbox task
+                    return
+            if not self.flush_queued and (self.gate.held or self.file.in_transaction):
+                self.flush_queued = True
+                self.registry.flush_soon(self, self.loop)
+        except asyncio.CancelledError:
+            if self.lifecycle is not HostState.STOPPED:
+                self.fail(ActorUnavailable(message="actor task cancelled"))
+            if self.stepping:  # raised, not delivered: the task itself was not cancelled; end it
+                self.task.cancel()
+                return
+            raise
+        except BaseException as exc:  # a bug in the runtime itself: never leave callers hanging
+            log.exception("actor %s/%r crashed", self.kind, self.name)
+            self.fail(ActorUnavailable(message=f"actor crashed: {type(exc).__name__}"))
+            self.task.cancel()
+
+    def flush_soon(self) -> None:
+        """End of the loop iteration that ran inline turns (called by the registry): commit their
+        batch and release it, unless the mailbox task is running (or about to): it commits before it
+        parks."""
+        self.flush_queued = False
+        if self.gate.turn_open or self.adopt is not None or self.stopping or self.file.closed:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if not self._settle():
+            self.task.cancel()
 
     def _settle(self) -> bool:
         """Nothing more to run now: commit the batch and release it, note the time, and start a
@@ -239,6 +343,7 @@ class ActorHost:
             and not self.mailbox
             and not self.gate.held
             and not self.file.in_transaction
+            and self.adopt is None
             and not self.checkpointing
         )
 
@@ -259,10 +364,23 @@ class ActorHost:
                     if self.lifecycle is HostState.DRAINING and not self.checkpointing:
                         return
                     self._waiter = loop.create_future()
+                    cancel: asyncio.CancelledError | None = None
                     try:
                         await self._waiter
-                    finally:
+                    except asyncio.CancelledError as exc:
                         self._waiter = None
+                        if self.adopt is None:
+                            raise
+                        cancel = exc  # it reaches the inline turn at its await
+                    self._waiter = None
+                    adopt = self.adopt
+                    if adopt is not None:  # an inline turn suspended: continue it here
+                        self.adopt = None
+                        self.resuming = True
+                        try:
+                            await Resume(adopt, cancel)
+                        finally:
+                            self.resuming = False
                     continue
                 item = self.mailbox.popleft()
                 self.current = item

@@ -100,3 +100,7 @@ class Mailbox(Protocol):
 
     def submit(self, item: Input) -> None:
         """Queue an input; raises ``ActorUnavailable`` (stopping) or ``Overloaded`` (mailbox full)."""
+
+    def run_now(self, item: Call | Message) -> None:
+        """Run a call's or a message's turn at once if the actor is parked with nothing queued (an
+        inline turn), else queue it as :meth:`submit` does; raises what :meth:`submit` raises."""

@@ -45,6 +45,10 @@ class RegistryCore(RegistryApi, Protocol):
     def forget(self, host: HostCore) -> None:
         """A host that stopped after a failure leaves the registry's table."""
 
+    def flush_soon(self, host: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Call ``host.flush_soon()`` at the end of this loop iteration (one callback for every host
+        that ran a turn inline in it)."""
+
 
 class SavepointApi(Protocol):
     """A nested savepoint of the open turn (:class:`~roost.actors.turn.Savepoint`)."""
@@ -100,6 +104,8 @@ class HostCore(HostApi, Protocol):
     alarm_dirty: bool
     #: What this host last wrote as its directory alarm (None: unknown or none).
     dir_alarm: float | None
+    #: ``run_now`` is running a turn inline (it arms the turn's timeout itself if the turn suspends).
+    stepping: bool
 
     @property
     def kind(self) -> str: ...

@@ -105,8 +105,10 @@ class Registry:
         self.background: list[asyncio.Task[None]] = []
         self.sweeps = 0
         self.activations = 0
+        self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         #: Files of deactivated actors being closed in worker threads (see :meth:`release_file`).
         self.file_releases = FileReleases(max(16, self.config.max_active // 10))
+        self._flush_handle: asyncio.Handle | None = None
         #: Per-process services layered on the registry (e.g. the agent runtime's job worker), by
         #: name; each is stopped (``await service.stop()``) before the actors drain.
         self.services: dict[str, Service] = {}
@@ -313,6 +315,22 @@ class Registry:
         """The four threads that run actor WAL checkpoints: their own, so that other ``to_thread`` work
         never keeps an actor waiting for its checkpoint to start."""
         return self.file_releases.pool("checkpoint")
+
+    def flush_soon(self, host: ActorHost, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit ``host``'s batch at the end of this loop iteration. One callback serves every actor
+        that ran a turn inline in the iteration (see ``ActorHost.run_now``)."""
+        self._to_flush.append(host)
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_handle = None
+        hosts, self._to_flush = self._to_flush, []
+        for host in hosts:
+            try:
+                host.flush_soon()
+            except Exception:  # one actor's failure is its own (it stops); the others commit
+                log.exception("flush of %s/%r failed", host.kind, host.name)
 
     def _make_room(self) -> None:
         """Deactivate the least recently active idle actors: a tenth of the bound at once, so that the

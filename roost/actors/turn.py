@@ -148,7 +148,8 @@ class Turn:
         self.id += 1
         self._started = clock.monotonic()
         self._changes = host.file.conn.total_changes
-        host.loop.call_soon(self.on_suspend, self.id)
+        if not host.stepping:  # run_now sees a suspension itself
+            host.loop.call_soon(self.on_suspend, self.id)
 
     def commit(self) -> None:
         """The turn's writes stay in the batch transaction; its outputs join the batch's."""

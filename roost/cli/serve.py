@@ -124,6 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
             "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer): %s",
             protocols.fallback,
         )
+    logging.getLogger("roost.serve").info("%s", uvicorn_protocols.fast_paths(protocols))
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,

@@ -2,7 +2,12 @@
 
 A raw ASGI application (no per-frame wrapper). Per connection there are two tasks: the handler reading
 frames and a :class:`~roost.transport.sink.SocketSink` writer draining the outbound queue, so a slow
-client never blocks the actor. The endpoint needs the app's runtime, not the app: it is given a
+client never blocks the actor. Under ``roost serve``'s protocol class the endpoint takes the direct
+frame path (:mod:`roost.transport.uvicorn_ws`): text frames come from the protocol's
+``data_received`` instead of ``receive()``, and a call's or a message's turn runs at once when the
+actor is idle (``run_now``, an inline turn), so a reply needs no task switch; the reader then sees
+only disconnects, and frames queued behind one that waits for an asynchronous verdict. The endpoint
+needs the app's runtime, not the app: it is given a
 :class:`~roost.transport.interfaces.Runtime` (registry, access gate, limits, open sockets). It decides
 nothing itself: two sans-I/O state machines do, and it carries out the actions they return.
 
@@ -52,6 +57,7 @@ from roost.transport.admission import (
     NeedVerdict,
     Refuse,
 )
+from roost.transport.direct import DirectPath, offered
 from roost.transport.protocol import Action, Close, ConnectionProtocol, Reply, Verify
 from roost.transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 from roost.transport.sink import SocketSink
@@ -64,6 +70,9 @@ if TYPE_CHECKING:
 __all__ = ["WebSocketEndpoint"]
 
 log = logging.getLogger("roost.ws")
+
+#: The reader's queue item for a frame taken by the direct path that waits for an async verdict.
+_HELD = "roost.held"
 
 
 class WebSocketEndpoint:
@@ -141,7 +150,15 @@ class WebSocketEndpoint:
                 close_code = await self._drain_until_disconnect(receive)
                 return
             run = _Executor(protocol, host, sink, app.access.clock)
-            close_code = await run.serve(receive)
+            direct = offered(conn.scope)
+            if direct is not None:
+                sink.direct = direct
+                direct.frame_handler = run.direct_handler(direct)
+            try:
+                close_code = await run.serve(receive)
+            finally:  # nothing the client sends after its disconnect is acted on
+                if direct is not None:
+                    direct.frame_handler = None
         finally:
             app.sinks.discard(sink)
             gone = protocol.disconnected(close_code)
@@ -186,7 +203,7 @@ class _Executor:
     """Carries out a connection's actions: frames in from the reader, actions out to the actor and
     the sink. Decides nothing itself (:class:`ConnectionProtocol` does)."""
 
-    __slots__ = ("clock", "host", "protocol", "sink")
+    __slots__ = ("clock", "host", "protocol", "sink", "waits")
 
     def __init__(
         self, protocol: ConnectionProtocol, host: Mailbox, sink: SocketSink, clock: Callable[[], float]
@@ -195,6 +212,9 @@ class _Executor:
         self.host = host
         self.sink = sink
         self.clock = clock
+        #: Frames that wait for an asynchronous verdict (in the reader, or queued for it by the direct
+        #: path): while there is one, the direct path declines later frames, which queue behind it.
+        self.waits = 0
 
     def execute(self, action: Action) -> Verify | None:
         """Carry out one action; a :class:`Verify` is returned for the caller to wait on
@@ -203,7 +223,7 @@ class _Executor:
             kind = type(action)
             if kind is Call or kind is Message:
                 try:
-                    self.host.submit(action)  # type: ignore[arg-type]
+                    self.host.run_now(action)  # type: ignore[arg-type]
                     return None
                 except (Overloaded, ActorUnavailable) as exc:
                     action = self.protocol.refused(action, exc.code, exc.message)  # type: ignore[arg-type]
@@ -230,6 +250,22 @@ class _Executor:
         refused = await pending.pending
         self.execute(self.protocol.verdict(pending, refused))
 
+    def direct_handler(self, direct: DirectPath) -> Callable[[str], bool]:
+        """The direct path's frame handler: runs in the protocol's ``data_received``. A frame that
+        must wait for an asynchronous verdict is handed to the reader task (behind whatever is
+        queued there), and frames after it are declined until it is done, so they queue behind it."""
+
+        def on_frame(text: str) -> bool:
+            if self.waits:
+                return False
+            pending = self.execute(self.protocol.receive_text(text, self.clock()))
+            if pending is not None:
+                self.waits += 1
+                direct.hand_to_reader({"type": _HELD, "pending": pending})
+            return True
+
+        return on_frame
+
     async def serve(self, receive: Receive) -> int:
         """Read frames until the socket closes; a frame that waits for an asynchronous verdict is waited
         for before the next one is read, so frames are acted on in the order they were sent."""
@@ -240,6 +276,16 @@ class _Executor:
             kind = msg["type"]
             if kind == "websocket.disconnect":
                 return int(msg.get("code", 1006))
+            if kind == _HELD:  # a frame the direct path took waits for its verdict
+                try:
+                    await self.verify(msg["pending"])
+                finally:
+                    self.waits -= 1
+                continue
             pending = self.execute(protocol.receive_text(msg.get("text"), clock()))
-            if pending is not None:
-                await self.verify(pending)
+            if pending is not None:  # the direct path declines later frames meanwhile
+                self.waits += 1
+                try:
+                    await self.verify(pending)
+                finally:
+                    self.waits -= 1

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from roost.actors import (
+    INLINE_TURNS,
     ActorNotFound,
     InvalidActorAddress,
     Principal,
@@ -284,5 +285,11 @@ async def healthz(request: Request) -> Response:
             "protocol": PROTOCOL_VERSION,
             "active_actors": len(registry.hosts),
             "connections": len(app.sinks),
+            # the fast paths (docs/design.md): whether turns run inline in this process, and how many
+            # open connections the direct frame path serves
+            "fast_paths": {
+                "inline_turns": INLINE_TURNS.on,
+                "direct_connections": sum(sink.direct is not None for sink in app.sinks),
+            },
         }
     )

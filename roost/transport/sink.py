@@ -1,7 +1,9 @@
 """The outbound side of one WebSocket: :class:`SocketSink`, a queue drained by its own writer task.
 
 ``send_text`` never blocks the actor that sends: frames wait in the sink's queue and a writer task
-writes them to the socket in order, through ASGI ``send``.
+writes them to the socket in order, through ASGI ``send``. Under ``roost serve``'s protocol class
+(the direct frame path, :mod:`roost.transport.uvicorn_ws`) a frame is written at once instead when
+the writer has nothing queued and the socket takes it, so order is the same either way.
 
 Guarantee (test in ``tests/test_input_bounds.py``):
 
@@ -22,6 +24,7 @@ from roost.protocol.codes import CloseCode
 if TYPE_CHECKING:
     from starlette.types import Send
 
+    from roost.transport.direct import DirectPath
     from roost.transport.protocol import ConnectionProtocol
 
 __all__ = ["SocketSink"]
@@ -39,6 +42,7 @@ class SocketSink:
         "_send",
         "_wake",
         "closed",
+        "direct",
         "max_queue",
         "protocol",
         "task",
@@ -57,6 +61,9 @@ class SocketSink:
         self.task: asyncio.Task[None] | None = None
         #: The connection's rules, told when the welcome goes out and when the server closes.
         self.protocol: ConnectionProtocol | None = None
+        #: The server protocol's direct path, when it offers one: a frame is written at once when the
+        #: writer has nothing queued and the socket takes it.
+        self.direct: DirectPath | None = None
 
     @property
     def closing(self) -> bool:
@@ -76,6 +83,17 @@ class SocketSink:
             self.welcomed = True
             if self.protocol is not None:
                 self.protocol.welcomed()
+        direct = self.direct
+        if direct is not None and not self._queue:
+            wake = self._wake
+            if wake is not None and not wake.done():  # the writer is parked: nothing is in flight
+                written = direct.write_text(text)
+                if written:
+                    return
+                if written is None:  # the client is gone; the reader sees the disconnect
+                    self._gone()
+                    self._poke()
+                    return
         self._queue.append(text)
         if self._blocked and len(self._queue) > self.max_queue:
             self._queue.clear()
@@ -115,7 +133,7 @@ class SocketSink:
                     code, reason = self._closing
                     await send({"type": "websocket.close", "code": code, "reason": reason})
                     return
-                if self.closed:  # finish() was called: the socket is gone
+                if self.closed:  # finish() was called, or a direct write found the client gone
                     return
                 self._wake = loop.create_future()
                 await self._wake

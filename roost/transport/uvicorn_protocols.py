@@ -17,7 +17,10 @@ import importlib
 import importlib.metadata
 from typing import NamedTuple
 
-__all__ = ["TESTED_UVICORN", "Protocols", "choose"]
+from roost.actors import INLINE_TURNS
+from roost.transport.direct import switched_off
+
+__all__ = ["TESTED_UVICORN", "Protocols", "choose", "fast_paths"]
 
 #: The uvicorn versions Roost's protocol classes were tested with: ``>= low, < high``.
 TESTED_UVICORN = ((0, 54), (0, 55))
@@ -31,7 +34,7 @@ _NEEDS = (
     (
         "uvicorn.protocols.websockets.websockets_sansio_impl",
         "WebSocketsSansIOProtocol",
-        ("connection_made", "data_received"),
+        ("connection_made", "data_received", "handle_connect", "send_receive_event_to_app"),
     ),
 )
 
@@ -75,3 +78,17 @@ def choose(uvicorn_version: str | None = None) -> Protocols:
         if missing:
             return Protocols("httptools", "websockets-sansio", f"{class_name} has no {', '.join(missing)}")
     return ROOST
+
+
+def fast_paths(protocols: Protocols) -> str:
+    """One line saying which fast paths a server on ``protocols`` takes, and why one is off: inline
+    turns (``roost.actors.inline``) and the direct frame path (``roost.transport.uvicorn_ws``, Roost's
+    WebSocket protocol only)."""
+    inline = "on" if INLINE_TURNS.on else f"off ({INLINE_TURNS.why_not})"
+    if protocols.fallback is not None:
+        direct = f"off ({protocols.fallback})"
+    elif switched_off():
+        direct = "off (ROOST_FAST_PATHS=0)"
+    else:
+        direct = "on"
+    return f"fast paths: inline turns {inline}, direct frames {direct}"

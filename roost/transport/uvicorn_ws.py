@@ -1,38 +1,98 @@
-"""uvicorn's sans-I/O WebSocket protocol, answering the handshakes it cannot parse.
+"""uvicorn's sans-I/O WebSocket protocol, with a direct frame path for Roost's endpoint.
 
 ``roost serve`` uses this class; to use it under your own uvicorn, pass
 ``ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol"``. Under uvicorn's own classes, or any other
-ASGI server, the endpoint works the same through plain ASGI ``receive``/``send``; only a refused
-handshake goes unanswered (below).
+ASGI server, the endpoint works the same through plain ASGI ``receive``/``send``, only slower.
 
-**Handshakes it cannot parse are answered.** When the ``websockets`` parser refuses an upgrade request
-(request line or header over its limit), it prepares an HTTP error response (414 or 431) but uvicorn's
-adapter never writes it, leaving the client hanging with an open socket. This class writes that
-response and closes the connection. It overrides only ``connection_made`` and ``data_received`` (the
-``asyncio.Protocol`` interface uvicorn's class implements) and calls websockets' public
-``ServerProtocol.handshake_exc`` and ``data_to_send()``. Two names are uvicorn's own and undocumented:
-the module this class comes from, and ``conn``, the ``ServerProtocol`` its class drives. That is a
-correctness fix, not a speed-up; the pin in ``pyproject.toml`` (``uvicorn>=0.54,<0.55``) keeps to the
-version it was tested with, and ``tests/test_address_refusals.py`` checks the answer on a real server.
+Two things differ from uvicorn's own class:
 
-**No fast path on private internals.** A direct frame path used to live here (an override of
-uvicorn's ``send_receive_event_to_app`` reading its ``frames``, ``queue``, ``writable`` and
-``close_sent``, and RFC 6455 frame headers built by hand). Measured against the public path it was
-worth under 10 % of durable RPC throughput (``bench/RESULTS.md``, "Paths on other libraries' private
-internals") and was removed.
+- **Handshakes it cannot parse are answered.** When the ``websockets`` parser refuses an upgrade
+  request (request line or header over its limit), it prepares an HTTP error response (414 or 431)
+  but uvicorn's adapter never writes it, leaving the client hanging with an open socket. This class
+  writes that response (websockets' public ``ServerProtocol.handshake_exc`` and ``data_to_send()``)
+  and closes the connection. That is a correctness fix, not a speed-up.
+- **The direct frame path.** An accepted connection's scope carries the ASGI extension
+  ``"roost.direct"`` (this protocol object). The endpoint may then set :attr:`frame_handler`: each
+  complete text message is handed to it from ``data_received`` instead of being queued for
+  ``receive()``: no queue, no task switch per message (with an inline turn, a call's turn, its commit
+  and its reply all run in the same callback). The handler returns ``False`` to decline a frame,
+  which then goes the ASGI way. Frames keep their order: while anything is queued for ``receive()``,
+  later frames are queued behind it. :meth:`write_text` writes a frame at once when the socket takes
+  it, with the two- to ten-byte RFC 6455 header built here when nothing can change the frame's bytes.
+  Binary frames, disconnects, closes and everything else still go through ``receive()``.
+
+**A measured exception to "public APIs only".** The direct path overrides uvicorn's undocumented
+``handle_connect`` and ``send_receive_event_to_app`` and reads its ``frames``, ``curr_msg_data_type``,
+``queue``, ``writable``, ``close_sent``, ``disconnected`` and ``conn``. With inline turns
+(``roost.actors.inline``) it is worth more than the 10 % of durable RPC throughput such a path must
+earn (``bench/RESULTS.md``, "Fast paths"). So: uvicorn is pinned to the versions it was tested with
+(``uvicorn>=0.54,<0.55``); :func:`roost.transport.uvicorn_protocols.choose` picks this class only on
+such a version with those methods, else uvicorn's own; the attributes are checked on the first
+connection (:func:`direct_available`), before any frame takes the path; ``ROOST_FAST_PATHS=0`` turns
+the path off (the connection is then served the ASGI way). The whole suite runs both ways
+(``make test``, ``make test-public``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import struct
+from collections.abc import Callable
 from typing import cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
+from websockets.http11 import Request
+from websockets.protocol import State
 
-__all__ = ["RoostWebSocketProtocol"]
+from roost.transport.direct import DIRECT, switched_off
+
+__all__ = ["RoostWebSocketProtocol", "direct_available", "missing_attributes"]
+
+log = logging.getLogger("roost.ws")
+
+#: What the direct path reads of uvicorn's protocol object (checked on the first connection).
+_ATTRIBUTES = (
+    "frames",
+    "curr_msg_data_type",
+    "queue",
+    "writable",
+    "close_sent",
+    "disconnected",
+    "conn",
+    "scope",
+    "transport",
+)
+_HEAD16 = struct.Struct("!BBH")  # FIN + text opcode, length 126, 16-bit length
+_HEAD64 = struct.Struct("!BBQ")  # FIN + text opcode, length 127, 64-bit length
+
+_checked: bool | None = None  # the attributes were found on the first connection (None: not yet)
+
+
+def missing_attributes(protocol: object) -> list[str]:
+    """What the direct path reads that ``protocol`` (uvicorn's protocol object) does not have."""
+    return [a for a in _ATTRIBUTES if not hasattr(protocol, a)]
+
+
+def direct_available(protocol: object | None = None) -> bool:
+    """Whether connections are offered the direct path: not when :func:`switched_off`, and only if
+    uvicorn's protocol object has every attribute the path reads (checked once, on ``protocol``, the
+    first connection's; logged once when one is missing)."""
+    global _checked
+    if switched_off():
+        return False
+    if _checked is None and protocol is not None:
+        missing = missing_attributes(protocol)
+        _checked = not missing
+        if missing:
+            log.warning("the direct frame path is off: uvicorn's protocol has no %s", ", ".join(missing))
+    return bool(_checked)
 
 
 class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
+    #: Takes a complete text message; returns False to have it queued for ``receive()`` instead.
+    frame_handler: Callable[[str], bool] | None = None
     _socket: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -50,3 +110,61 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
         if output:
             socket.write(b"".join(output))
         socket.close()
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        # accepted for the app: the scope exists and the app's task has not run yet
+        if not self.close_sent and direct_available(self):
+            self.scope["extensions"][DIRECT] = {"protocol": self}
+
+    def send_receive_event_to_app(self) -> None:
+        handler = self.frame_handler
+        if handler is None or self.close_sent or self.curr_msg_data_type != "text" or not self.queue.empty():
+            super().send_receive_event_to_app()
+            return
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            super().send_receive_event_to_app()  # uvicorn closes with 1007
+            return
+        if handler(text):
+            self.frames = []
+        else:
+            super().send_receive_event_to_app()
+
+    def hand_to_reader(self, message: dict[str, object]) -> None:
+        """Queue a message of the endpoint's own for its reader's ``receive()``, behind the frames
+        already queued (a frame taken directly that must wait for an asynchronous verdict)."""
+        self.queue.put_nowait(message)  # type: ignore[arg-type]
+
+    def write_text(self, text: str) -> bool | None:
+        """Write a text frame now if the socket takes it: True when written, False when the caller
+        must wait (the transport's buffer is full, or a close is under way), None when the
+        connection is gone.
+
+        The frame is built here when nothing can change its bytes (no extension negotiated, no
+        fragmented message under way, the connection open): a server frame is a two- to ten-byte
+        header and the payload, unmasked (RFC 6455 §5.2)."""
+        if self.disconnected:
+            return None
+        if self.close_sent or not self.writable.is_set():
+            return False
+        conn = self.conn
+        data = text.encode()
+        if conn.state is State.OPEN and not conn.extensions and not conn.expect_continuation_frame:
+            size = len(data)
+            if size < 126:
+                head = bytes((0x81, size))
+            elif size < 65536:
+                head = _HEAD16.pack(0x81, 126, size)
+            else:
+                head = _HEAD64.pack(0x81, 127, size)
+            self.transport.write(head + data)
+            return True
+        try:
+            conn.send_text(data)
+        except InvalidState:
+            return None
+        self.transport.write(b"".join(conn.data_to_send()))
+        return True
