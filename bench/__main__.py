@@ -118,6 +118,20 @@ def _merge(path: Path, new: dict[str, Any], only: tuple[str, ...]) -> dict[str, 
     return prev
 
 
+#: In RESULTS.md, what follows this line is written by hand (comparisons, decisions) and kept by a run.
+KEPT = "<!-- Below: written by hand, kept when make bench rewrites the sections above. -->"
+
+
+def _kept(out: Path) -> str:
+    """The hand-written part of the file a run replaces (from :data:`KEPT` on), or nothing."""
+    try:
+        text = out.read_text()
+    except OSError:
+        return ""
+    at = text.find(KEPT)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     s = settings_for(a.quick, a.reps, a.data_dir)
@@ -134,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         results = _merge(s.data_dir / _results_name(s), results, only)
     (s.data_dir / _results_name(s)).write_text(json.dumps(results, indent=1))
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(render(results))
+    a.out.write_text(render(results) + _kept(a.out))
     log(f"bench: wrote {a.out} ({results['wall_s']:.0f} s)")
     if results["errors"]:
         log(

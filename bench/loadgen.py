@@ -143,10 +143,16 @@ async def run_rr(spec: Spec) -> dict[str, Any]:
     return out
 
 
+def _points_of(target: Spec, spec: Spec) -> list[Spec]:
+    points: list[Spec] = target["points"] if "points" in target else spec["points"]
+    return points
+
+
 async def run_ab(spec: Spec) -> dict[str, Any]:
-    """Several servers, one client: each round runs every point against every target for one short
-    slice, targets in rotated order, so that a burst of load from elsewhere on the machine hits all of
-    them within a round. Returns ``{"rounds": [{target: {point: result}}]}``."""
+    """Several servers, one client: each round runs every point (a target's own ``points``, else the
+    spec's) against every target for one short slice, targets in rotated order, so that a burst of
+    load from elsewhere on the machine hits all of them within a round.
+    Returns ``{"rounds": [{target: {point: result}}]}``."""
     frame = masked_frame(str(spec["frame"]).encode())
     size = len(str(spec["frame"]).encode())
     targets: list[Spec] = spec["targets"]
@@ -155,7 +161,7 @@ async def run_ab(spec: Spec) -> dict[str, Any]:
     slice_s = float(spec["slice"])
     try:
         for t in targets:
-            n = max(int(p["conns"]) for p in spec["points"])
+            n = max(int(p["conns"]) for p in _points_of(t, spec))
             conns[t["name"]] = await connect_many(
                 int(t["port"]), _paths(str(t["path"]), n), welcome=bool(t["welcome"])
             )
@@ -167,7 +173,7 @@ async def run_ab(spec: Spec) -> dict[str, Any]:
             for t in targets[k:] + targets[:k]:
                 check = _reply_ok(str(t["expect"]), size)
                 one[t["name"]] = res = {}
-                for p in spec["points"]:
+                for p in _points_of(t, spec):
                     pid = int(t["pid"])
                     with pinned(pid, bool(p.get("pin"))):
                         res[p["name"]] = await rr_point(

@@ -11,7 +11,8 @@ Ratios are paired per round (``head ÷ base``, each ``÷ echo``); the median ove
 interquartile range are printed as a Markdown table.
 
 The frame is the ``rpc`` section's (``counter.increment``, ``?subscribe=none``, connection *i* on its
-own actor ``rpc-i``), with the rate and connection limits off as there.
+own actor ``rpc-i``) at 1, 10 and 100 connections, and 100 connections on one actor (``hot``, compared
+with the echo at 100), with the rate and connection limits off as there.
 """
 
 from __future__ import annotations
@@ -31,7 +32,20 @@ from bench.stats import pct, pluck, ratios
 
 __all__ = ["main"]
 
-_POINTS = [{"name": "c10", "conns": 10}, {"name": "c1", "conns": 1, "pin": True}]
+_POINTS = [
+    {"name": "c10", "conns": 10},
+    {"name": "c1", "conns": 1, "pin": True},
+    {"name": "c100", "conns": 100},
+]
+#: One hot actor: 100 connections calling the same actor (``hot``), against the echo at 100.
+_HOT = [{"name": "hot", "conns": 100}]
+#: Table rows: (label, target suffix, point, the echo's point it is compared with).
+_ROWS = [
+    ("c=1", "", "c1", "c1"),
+    ("c=10", "", "c10", "c10"),
+    ("c=100", "", "c100", "c100"),
+    ("one hot actor, 100 connections", "-hot", "hot", "c100"),
+]
 
 
 def _checkout(rev: str, into: Path) -> str:
@@ -81,15 +95,19 @@ def _server(name: str, tree: Path, data: Path, logs: Path) -> Server:
     return Server(name, argv, port, logs / f"{name}.log", env=env, cwd=tree)
 
 
-def _target(name: str, srv: Server, echo: bool) -> dict[str, Any]:
-    return {
-        "name": name,
-        "port": srv.port,
-        "pid": srv.pid,
-        "path": "/echo" if echo else "/agents/counter/rpc-{i}?subscribe=none",
-        "welcome": not echo,
-        "expect": "echo" if echo else "rpc_ok",
-    }
+def _targets(servers: dict[str, Server]) -> list[dict[str, Any]]:
+    """The echo, and each Roost server twice: connection *i* on its own actor, and all on one."""
+    out: list[dict[str, Any]] = []
+    for name, srv in servers.items():
+        echo = name == "echo"
+        one = {"port": srv.port, "pid": srv.pid, "welcome": not echo, "expect": "echo" if echo else "rpc_ok"}
+        own = "/echo" if echo else "/agents/counter/rpc-{i}?subscribe=none"
+        out.append({"name": name, "path": own, **one})
+        if not echo:
+            out.append(
+                {"name": f"{name}-hot", "path": "/agents/counter/hot?subscribe=none", "points": _HOT, **one}
+            )
+    return out
 
 
 def _med_iqr(values: list[float]) -> str:
@@ -116,13 +134,13 @@ def measure(base: str, head: str, rounds: int, slice_s: float, data_dir: Path) -
     }
     spec = {
         "frame": RPC_FRAME,
-        "targets": [_target(n, srv, n == "echo") for n, srv in servers.items()],
+        "targets": _targets(servers),
         "points": _POINTS,
         "warmup": 1.0,
         "slice": slice_s,
         "rounds": rounds,
     }
-    timeout = 120 + rounds * len(servers) * len(_POINTS) * (slice_s + 0.3)
+    timeout = 120 + rounds * (len(servers) * len(_POINTS) + 2) * (slice_s + 0.3)
     with running(*servers.values()):
         res = run_client(["ab", "--spec", json.dumps(spec)], timeout=timeout)
     shutil.rmtree(root, ignore_errors=True)
@@ -143,15 +161,15 @@ def render(res: dict[str, Any]) -> str:
         "base server CPU/op µs | head server CPU/op µs |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for p in _POINTS:
-        name = str(p["name"])
-        ops = {k: pluck(reps, k, name, "ops_s") for k in ("echo", "base", "head")}
+    for label, suffix, name, echo_point in _ROWS:
+        ops = {k: pluck(reps, k + suffix, name, "ops_s") for k in ("base", "head")}
+        ops["echo"] = pluck(reps, "echo", echo_point, "ops_s")
         cpu = {
-            k: [v for v in pluck(reps, k, name, "srv_cpu_us_per_op") if v is not None]
+            k: [v for v in pluck(reps, k + suffix, name, "srv_cpu_us_per_op") if v is not None]
             for k in ("base", "head")
         }
         lines.append(
-            f"| c={p['conns']} | {pct([v for v in ops['base'] if v], 50):,.0f} | "
+            f"| {label} | {pct([v for v in ops['base'] if v], 50):,.0f} | "
             f"{pct([v for v in ops['head'] if v], 50):,.0f} | {_med_iqr(ratios(ops['head'], ops['base']))} | "
             f"{_med_iqr(ratios(ops['base'], ops['echo']))} | {_med_iqr(ratios(ops['head'], ops['echo']))} | "
             f"{pct(cpu['base'], 50):.1f} | {pct(cpu['head'], 50):.1f} |"
