@@ -22,8 +22,7 @@ import base64
 import os
 import sqlite3
 import struct
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +31,6 @@ import orjson
 import pytest
 import websockets
 from starlette.requests import HTTPConnection
-from websockets.asyncio.client import ClientConnection
 
 from roost.actors import ANONYMOUS, Actor, Principal, callable
 from roost.actors.registry import RuntimeConfig
@@ -45,25 +43,12 @@ from roost.testing import ping_frame as ping
 from roost.testing import rpc_frame as rpc
 from roost.transport import create_app
 from tests.conftest import NO_RATE_LIMITS
-from tests.support import ServerProcess, serve_in_process
+from tests.support import ServerProcess, Statements, actor_state, call, recv, serve_in_process
 
 Frame = dict[str, Any]
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-async def recv(ws: ClientConnection, timeout: float = 10.0) -> Frame:
-    frame: Frame = orjson.loads(await asyncio.wait_for(ws.recv(), timeout))
-    return frame
-
-
-async def call(ws: ClientConnection, call_id: str, method: str, *args: Any) -> Frame:
-    """One call on a ``subscribe=none`` connection: its reply is the next frame, and a success."""
-    await ws.send(rpc(call_id, method, *args))
-    frame = await recv(ws)
-    assert (frame["type"], frame["id"], frame["ok"]) == ("rpc_result", call_id, True), frame
-    return frame
-
-
 def uvicorn_protocol() -> Any:
     """The uvicorn protocol object of this loop's one open WebSocket connection (the ``self`` of the
     ``run_asgi`` task it runs the app in), to see what the server has read: the frames it read and
@@ -249,40 +234,8 @@ def fresh_kinds() -> Iterator[None]:
     SlowStart.gate = None
 
 
-class Statements:
-    """What SQLite ran on one connection (its trace callback): commits, and where checkpoints ran."""
-
-    def __init__(self, conn: sqlite3.Connection, file: ActorFile, state: Callable[[], int]) -> None:
-        self.file = file
-        self.state = state
-        self.loop_thread = threading.get_ident()
-        self.commits = 0
-        self.committed = 0  # the state as of the latest commit
-        self.checkpoint_threads: list[int] = []
-        self.turns_during_checkpoint = 0
-        conn.set_trace_callback(self._trace)
-
-    def _trace(self, statement: str) -> None:
-        if statement == "COMMIT":
-            self.commits += 1
-            self.committed = self.state()
-        elif statement.startswith("PRAGMA wal_checkpoint"):
-            self.checkpoint_threads.append(threading.get_ident())
-        elif statement in ("BEGIN", "SAVEPOINT turn") and self.file.checkpointing:
-            self.turns_during_checkpoint += 1  # a turn began while a checkpoint held the file
-
-
 def file_size(path: Path) -> int:
     return path.stat().st_size
-
-
-def actor_state(data_dir: Path, kind: str, name: str) -> Any:
-    """The actor's durable state, read from its file once no server holds it."""
-    file = ActorFile.open(actor_path(data_dir, kind, name), kind, name)
-    try:
-        return orjson.loads(file.current_state()[0])
-    finally:
-        file.close()
 
 
 # -- 1. frames keep their order -------------------------------------------------------------------
