@@ -1,19 +1,23 @@
-"""The fast paths keep the guarantees users rely on.
+"""Checkpoints and page sizes (``roost.storage.actor_file``): the WAL stays bounded without SQLite's
+automatic checkpoint, checkpoints run off the event loop, and each file keeps its page size.
 
-- **Checkpoints off the loop** (``roost.storage.actor_file``): the WAL stays bounded without SQLite's
-  automatic
-  checkpoint, checkpoints run in a worker thread while the actor takes no turn, and new files use 1 KiB
-  pages while old files keep theirs.
+- **The WAL stays bounded**: SQLite's automatic checkpoint is off; ``checkpoint_due`` follows the WAL
+  (commits that write nothing do not put it off) and ``checkpoint`` empties it; one long turn that
+  commits again and again, with no point between turns to checkpoint at, bounds it at its commits.
+- **Checkpoints run off the loop**: in a worker thread, while the actor takes no turn, and the file
+  stays sound; an actor whose checkpoint cannot start keeps serving, and a commit stands when the
+  checkpoint it ran itself fails.
+- **Page sizes**: new files of small-state kinds use 1 KiB pages, agent kinds SQLite's 4 KiB
+  (``Actor.page_size``), and older files keep theirs; a page size SQLite would ignore is refused.
 
-Real servers on 127.0.0.1 in this process, real SQLite files.
-Waiting is on frames, events and conditions; the only timeouts bound how long a failure takes.
+Real servers on 127.0.0.1 in this process, real SQLite files (opened directly where no server is
+needed). Waiting is on frames and conditions; the only timeouts bound how long a failure takes.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 import websockets
@@ -26,15 +30,20 @@ from roost.transport import create_app
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import Statements, actor_state, call, recv, serve_in_process
 
-Frame = dict[str, Any]
-
 
 # -- helpers ------------------------------------------------------------------------------------------
 def file_size(path: Path) -> int:
     return path.stat().st_size
 
 
-# -- 4. checkpoints off the loop, page size -----------------------------------------------------------
+def commit_one(file: ActorFile, seq: int) -> None:
+    file.begin_turn()
+    file.append_log(seq, "state", encode({"type": "state", "seq": seq, "state": {"count": seq}}), 0.0)
+    file.end_turn()
+    file.commit()
+
+
+# -- the WAL bounded by checkpoints off the loop, page sizes ------------------------------------------
 async def test_the_wal_stays_bounded_checkpoints_run_in_a_worker_thread_and_the_file_stays_sound(
     data_dir: Path,
 ) -> None:
@@ -69,13 +78,6 @@ async def test_the_wal_stays_bounded_checkpoints_run_in_a_worker_thread_and_the_
     finally:
         db.close()
     assert actor_state(data_dir, "counter", "wal") == {"count": increments}
-
-
-def commit_one(file: ActorFile, seq: int) -> None:
-    file.begin_turn()
-    file.append_log(seq, "state", encode({"type": "state", "seq": seq, "state": {"count": seq}}), 0.0)
-    file.end_turn()
-    file.commit()
 
 
 def test_checkpoint_due_follows_the_wal_and_checkpoint_clears_it(data_dir: Path) -> None:
@@ -145,7 +147,7 @@ async def test_new_actor_files_use_1k_pages_and_older_files_keep_theirs(data_dir
     assert PAGE_SIZE == 1024
 
 
-# -- found by review: each of these failed before its fix --------------------------------------------
+# -- found by review: each of these failed before its fix ---------------------------------------------
 def test_commits_that_write_nothing_do_not_put_off_the_next_checkpoint(data_dir: Path) -> None:
     """Read-only turns commit empty transactions: they must not teach ``checkpoint_due`` that a commit
     adds a fraction of a page (it then waited 10,000 commits while big frames filled the WAL)."""
