@@ -1,25 +1,33 @@
-"""Test support: real servers on 127.0.0.1, in this process or as a child process we can SIGKILL."""
+"""Test support: real servers on 127.0.0.1, in this process or as a child process we can SIGKILL; a
+call over a plain ``websockets`` connection; what an actor's file holds and what SQLite ran on it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
+from websockets.asyncio.client import ClientConnection
 
-from roost.testing import serve
+from roost.storage import ActorFile, actor_path
+from roost.testing import rpc_frame, serve
 from roost.transport import RoostApp
 
 ROOT = Path(__file__).resolve().parent.parent
+
+Frame = dict[str, Any]
 
 
 #: ``async with serve_in_process(app) as addr`` (``host:port``): see :func:`roost.testing.serve`.
@@ -140,3 +148,49 @@ async def get_json(url: str) -> Any:
     async with httpx.AsyncClient(timeout=10) as client:
         response = await client.get(url)
         return response.json()
+
+
+async def recv(ws: ClientConnection, timeout: float = 10.0) -> Frame:
+    """The next frame on a plain ``websockets`` connection, decoded."""
+    frame: Frame = orjson.loads(await asyncio.wait_for(ws.recv(), timeout))
+    return frame
+
+
+async def call(ws: ClientConnection, call_id: str, method: str, *args: Any) -> Frame:
+    """One call on a ``subscribe=none`` connection: its reply is the next frame, and a success."""
+    await ws.send(rpc_frame(call_id, method, *args))
+    frame = await recv(ws)
+    assert (frame["type"], frame["id"], frame["ok"]) == ("rpc_result", call_id, True), frame
+    return frame
+
+
+def actor_state(data_dir: Path, kind: str, name: str) -> Any:
+    """The actor's durable state, read from its file once no server holds it."""
+    file = ActorFile.open(actor_path(data_dir, kind, name), kind, name)
+    try:
+        return orjson.loads(file.current_state()[0])
+    finally:
+        file.close()
+
+
+class Statements:
+    """What SQLite ran on one connection (its trace callback): commits, and where checkpoints ran."""
+
+    def __init__(self, conn: sqlite3.Connection, file: ActorFile, state: Callable[[], int]) -> None:
+        self.file = file
+        self.state = state
+        self.loop_thread = threading.get_ident()
+        self.commits = 0
+        self.committed = 0  # the state as of the latest commit
+        self.checkpoint_threads: list[int] = []
+        self.turns_during_checkpoint = 0
+        conn.set_trace_callback(self._trace)
+
+    def _trace(self, statement: str) -> None:
+        if statement == "COMMIT":
+            self.commits += 1
+            self.committed = self.state()
+        elif statement.startswith("PRAGMA wal_checkpoint"):
+            self.checkpoint_threads.append(threading.get_ident())
+        elif statement in ("BEGIN", "SAVEPOINT turn") and self.file.checkpointing:
+            self.turns_during_checkpoint += 1  # a turn began while a checkpoint held the file
