@@ -117,7 +117,11 @@ def _med_iqr(values: list[float]) -> str:
 def _tree(rev: str, into: Path) -> tuple[Path, str]:
     """A directory is used as it is (a working tree with changes); anything else is a commit."""
     if Path(rev).is_dir():
-        return Path(rev), f"{rev} (as it is)"
+        tree = Path(rev)
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True, check=False
+        ).stdout.strip()
+        return tree, f"{sha or tree.name} (a working tree, as it is)"
     return into, _checkout(rev, into)[:7]
 
 
