@@ -259,3 +259,40 @@ def test_roost_serve_says_which_fast_paths_it_takes(data_dir: Path) -> None:
     else:
         assert "inline turns on, direct frames on" in said[0]
     assert health["fast_paths"]["inline_turns"] is INLINE_TURNS.on
+
+
+@pytest.mark.parametrize("ws", ["roost", "websockets-sansio"])
+@pytest.mark.parametrize("hook", ["sync", "async"])
+async def test_an_authorize_hook_that_raises_closes_only_its_connection_with_1011_on_either_path(
+    data_dir: Path, ws: str, hook: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the application's ``authorize`` hook is logged and ends the one connection with 1011
+    (on the direct path it runs inside uvicorn's ``data_received``, where an exception would otherwise
+    kill the transport with 1006); other connections go on."""
+
+    def authorize(principal: Any, kind: str, name: str, action: str) -> Any:
+        if name != "bad" or action != "call:get":
+            return True
+        if hook == "sync":
+            raise RuntimeError("hook bug")
+
+        async def later() -> bool:
+            raise RuntimeError("hook bug")
+
+        return later()
+
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATE_LIMITS, authorize=authorize)
+    async with serve(app, ws=None if ws == "roost" else ws) as addr:
+        async with (
+            websockets.connect(f"ws://{addr}/agents/counter/bad?subscribe=none") as bad,
+            websockets.connect(f"ws://{addr}/agents/counter/good?subscribe=none") as good,
+        ):
+            assert orjson.loads(await bad.recv())["type"] == "welcome"
+            assert orjson.loads(await good.recv())["type"] == "welcome"
+            await bad.send(rpc("1", "get"))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(bad.recv(), 10)
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 1011
+            assert await call(good, "2", "get") == 0
+    assert any("authorize hook raised" in r.getMessage() and r.exc_info for r in caplog.records)

@@ -47,6 +47,16 @@ class Ballast(Actor):
         return n
 
 
+class Shouter(Actor):
+    """Broadcasts big messages (not logged): the send queue, not the log, is what holds them."""
+
+    kind = "shouter"
+
+    @callable
+    def shout(self, size: int) -> int:
+        return self.broadcast({"blob": "y" * size})
+
+
 # -- per connection and per mailbox ---------------------------------------------------------------------
 async def test_calls_beyond_the_in_flight_bound_are_refused_promptly_and_the_rest_succeed(
     data_dir: Path, holder: type[Holder]
@@ -234,3 +244,36 @@ async def test_a_client_that_does_not_read_is_closed_1013_and_resumes_by_replay(
             assert welcome["cursor"] == total
             seqs = [(await again.recv())["seq"] for _ in range(total - last)]
             assert seqs == list(range(last + 1, total + 1))
+
+
+async def test_a_slow_consumer_is_closed_1013_by_the_byte_bound_and_its_queue_never_holds_more(
+    data_dir: Path,
+) -> None:
+    """Big broadcasts to a member that does not read: the frame count stays far under ``send_queue``,
+    but past ``send_queue_bytes`` of waiting frames the member is closed with 1013; the bytes waiting
+    for it never exceed the bound (plus the one frame that crossed it), and the others go on."""
+    bound, size = 1 << 20, 100_000
+    app = create_app([Shouter], data_dir=data_dir, send_queue=1024, send_queue_bytes=bound)
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/shouter/room"
+        sock = small_window_socket(addr)
+        async with (
+            connect(url, sock=sock, max_queue=1, max_size=None, compression=None) as slow,
+            connect(f"{url}?subscribe=none", compression=None) as driver,
+        ):
+            await slow.recv()
+            await driver.recv()
+            peak = 0
+            for i in range(1, 200):
+                frame = await driver.rpc("shout", size, id=str(i))
+                assert frame["ok"], frame
+                peak = max([peak, *(sink.queued_bytes for sink in app.sinks)])
+                if any(sink.closing for sink in app.sinks):  # the slow member is being closed
+                    break
+            else:
+                pytest.fail("the slow member was never closed")
+            assert peak <= bound + size + 1000
+            # it reads again: what was already on its way, then the close
+            _, code = await slow.read_until_closed()
+            assert code == 1013
+            assert (await driver.rpc("shout", 10, id="after"))["ok"]

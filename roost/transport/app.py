@@ -49,6 +49,7 @@ class RoostApp(Starlette):
     max_frame_bytes: int
     max_in_flight: int
     send_queue: int
+    send_queue_bytes: int
     sinks: set[SocketSink]
     _started: bool
     _start_lock: asyncio.Lock
@@ -138,6 +139,7 @@ def create_app(
     clock: Clock | None = None,
     max_frame_bytes: int = 1 << 20,
     send_queue: int = 1024,
+    send_queue_bytes: int = 4 << 20,
     max_in_flight: int = 256,
     web_dir: str | os.PathLike[str] | None = None,
     debug: bool = False,
@@ -145,8 +147,9 @@ def create_app(
     """Build the ASGI app serving ``kinds``.
 
     ``data_dir`` defaults to ``$ROOST_DATA`` or ``./data``. ``max_frame_bytes`` bounds one client
-    frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client (more: close
-    1013; kept below the default log retention so that such a client can resume by replay);
+    frame (larger: close 1009); ``send_queue`` bounds frames waiting for one slow client and
+    ``send_queue_bytes`` their size in memory (4 MiB; more of either: close 1013; kept below the
+    default log retention so that such a client can resume by replay);
     ``max_in_flight`` bounds the calls and messages one connection has queued at the actor (more
     are answered ``overloaded``). ``web_dir``: a directory with an ``index.html`` (and its scripts and
     styles) served at ``/`` and ``/web/{file}`` — ``roost serve`` uses it for the demo page.
@@ -180,6 +183,7 @@ def create_app(
     )
     app.max_frame_bytes = max_frame_bytes
     app.send_queue = send_queue
+    app.send_queue_bytes = send_queue_bytes
     app.max_in_flight = max_in_flight
     app.sinks = set()
     app._started = False

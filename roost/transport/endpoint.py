@@ -23,8 +23,9 @@ Guarantees:
 
 - A bad frame (not JSON, not an object, binary, wrong field types, unknown type) gets an ``error`` frame
   and the connection stays open; a frame over the size limit closes with 1009. Nothing reaches the actor.
-- A client that does not read fast enough is closed with 1013 once ``send_queue`` frames are waiting,
-  instead of growing memory; it can reconnect and resume from its cursor.
+- A client that does not read fast enough is closed with 1013 once ``send_queue`` frames or
+  ``send_queue_bytes`` bytes are waiting, instead of growing memory; it can reconnect and resume from
+  its cursor.
 - Server shutdown closes every connection with 1001 after the frames already released were sent.
 """
 
@@ -48,6 +49,7 @@ from roost.actors import (
     Overloaded,
     UnknownKind,
 )
+from roost.protocol.codes import CloseCode
 from roost.transport.admission import (
     Accept,
     Admission,
@@ -121,7 +123,7 @@ class WebSocketEndpoint:
         if SUBPROTOCOL in offered_subprotocols(conn):
             accept["subprotocol"] = SUBPROTOCOL
         await send(accept)
-        sink = SocketSink(send, app.send_queue)
+        sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(
             uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=admitted.subscriptions
         )
@@ -245,10 +247,27 @@ class _Executor:
                 return None
         return None
 
+    def frame(self, text: str | None) -> Verify | None:
+        """One client frame, by either path: the protocol's action, carried out. An ``authorize`` hook
+        that raises closes this connection with 1011 (logged with its traceback); the server goes on."""
+        try:
+            return self.execute(self.protocol.receive_text(text, self.clock()))
+        except Exception:
+            self._hook_failed()
+            return None
+
     async def verify(self, pending: Verify) -> None:
         """Wait for a verdict (frames that arrive meanwhile are held), then act on it."""
-        refused = await pending.pending
+        try:
+            refused = await pending.pending
+        except Exception:
+            self._hook_failed()
+            return
         self.execute(self.protocol.verdict(pending, refused))
+
+    def _hook_failed(self) -> None:
+        log.exception("the authorize hook raised; closing the connection with 1011")
+        _close(self.sink, Close(CloseCode.INTERNAL_ERROR, "internal error"))
 
     def direct_handler(self, direct: DirectPath) -> Callable[[str], bool]:
         """The direct path's frame handler: runs in the protocol's ``data_received``. A frame that
@@ -258,7 +277,7 @@ class _Executor:
         def on_frame(text: str) -> bool:
             if self.waits:
                 return False
-            pending = self.execute(self.protocol.receive_text(text, self.clock()))
+            pending = self.frame(text)
             if pending is not None:
                 self.waits += 1
                 direct.hand_to_reader({"type": _HELD, "pending": pending})
@@ -269,8 +288,6 @@ class _Executor:
     async def serve(self, receive: Receive) -> int:
         """Read frames until the socket closes; a frame that waits for an asynchronous verdict is waited
         for before the next one is read, so frames are acted on in the order they were sent."""
-        protocol = self.protocol
-        clock = self.clock
         while True:
             msg = await receive()
             kind = msg["type"]
@@ -282,7 +299,7 @@ class _Executor:
                 finally:
                     self.waits -= 1
                 continue
-            pending = self.execute(protocol.receive_text(msg.get("text"), clock()))
+            pending = self.frame(msg.get("text"))
             if pending is not None:  # the direct path declines later frames meanwhile
                 self.waits += 1
                 try:

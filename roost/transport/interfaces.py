@@ -47,6 +47,10 @@ class Runtime(Protocol):
         """The frames that may wait for one slow client."""
 
     @property
+    def send_queue_bytes(self) -> int:
+        """The bytes of frames (their size in memory) that may wait for one slow client."""
+
+    @property
     def sinks(self) -> set[SocketSink]:
         """The open sockets' outbound sides: an endpoint adds its socket's on accept and removes it
         when the socket ends; shutdown closes every one with 1001."""

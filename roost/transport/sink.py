@@ -7,15 +7,17 @@ the writer has nothing queued and the socket takes it, so order is the same eith
 
 Guarantee (test in ``tests/test_input_bounds.py``):
 
-- A client that does not read is closed with 1013 once more than ``max_queue`` frames wait while the
-  socket does not take them (a burst the socket drains is not a reason to close); it can reconnect
-  and resume by replay.
+- A client that does not read is closed with 1013 once more than ``max_queue`` frames, or more than
+  ``max_bytes`` bytes of frames, wait while the socket does not take them (a burst the socket drains
+  is not a reason to close); it can reconnect and resume by replay. The bytes are the queued strings'
+  own size in memory (``sys.getsizeof``), so the bound holds for wide (non-Latin) text too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -39,31 +41,40 @@ class SocketSink:
         "_blocked",
         "_closing",
         "_queue",
+        "_queued_bytes",
         "_send",
         "_wake",
         "closed",
         "direct",
+        "max_bytes",
         "max_queue",
         "protocol",
         "task",
         "welcomed",
     )
 
-    def __init__(self, send: Send, max_queue: int) -> None:
+    def __init__(self, send: Send, max_queue: int, max_bytes: int = 4 << 20) -> None:
         self._send = send
         self._queue: deque[str] = deque()
+        self._queued_bytes = 0  # sys.getsizeof of every queued frame
         self._wake: asyncio.Future[None] | None = None
         self._closing: tuple[int, str] | None = None
         self.closed = False
         self.welcomed = False  # the actor's first frame (always the welcome) was queued
         self._blocked = False  # the writer waits on the socket: the client is not reading
         self.max_queue = max_queue
+        self.max_bytes = max_bytes
         self.task: asyncio.Task[None] | None = None
         #: The connection's rules, told when the welcome goes out and when the server closes.
         self.protocol: ConnectionProtocol | None = None
         #: The server protocol's direct path, when it offers one: a frame is written at once when the
         #: writer has nothing queued and the socket takes it.
         self.direct: DirectPath | None = None
+
+    @property
+    def queued_bytes(self) -> int:
+        """The size in memory of the frames waiting in the queue (what ``max_bytes`` bounds)."""
+        return self._queued_bytes
 
     @property
     def closing(self) -> bool:
@@ -75,8 +86,8 @@ class SocketSink:
 
     def send_text(self, text: str) -> None:
         """Queue a frame. A client is a slow consumer, and is closed with 1013, only when more than
-        ``max_queue`` frames wait *while the socket does not take them*: a burst (a long replay) that
-        the socket drains is not a reason to close."""
+        ``max_queue`` frames or ``max_bytes`` bytes wait *while the socket does not take them*: a
+        burst (a long replay) that the socket drains is not a reason to close."""
         if self._closing is not None or self.closed:
             return
         if not self.welcomed:
@@ -95,8 +106,10 @@ class SocketSink:
                     self._poke()
                     return
         self._queue.append(text)
-        if self._blocked and len(self._queue) > self.max_queue:
+        self._queued_bytes += sys.getsizeof(text)
+        if self._blocked and (len(self._queue) > self.max_queue or self._queued_bytes > self.max_bytes):
             self._queue.clear()
+            self._queued_bytes = 0
             self.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: send queue full")
             return
         self._poke()
@@ -127,7 +140,9 @@ class SocketSink:
             while True:
                 while queue:
                     self._blocked = True  # stays True only while send() is suspended on the socket
-                    await send({"type": "websocket.send", "text": queue.popleft()})
+                    text = queue.popleft()
+                    self._queued_bytes -= sys.getsizeof(text)
+                    await send({"type": "websocket.send", "text": text})
                     self._blocked = False
                 if self._closing is not None:
                     code, reason = self._closing
@@ -145,6 +160,7 @@ class SocketSink:
         finally:
             self._gone()
             queue.clear()
+            self._queued_bytes = 0
 
     async def finish(self) -> None:
         """Stop the writer (used when the socket is already gone)."""
