@@ -1,4 +1,10 @@
-"""Wake-up edge cases found in review: self-cancel, key reuse, coalesced retries, DST folds."""
+"""Wake-up edge cases found in review: self-cancel, key reuse, coalesced retries, DST folds.
+
+Schedule keys (``docs/protocol.md``, "Wake-ups"): a key dedupes while its schedule is pending, the
+same spec returning the pending schedule (a delay asked for again is the same time); a pending key
+with another spec is an ``idempotency_conflict``; a key whose schedule fired (or was cancelled)
+schedules anew.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from roost.actors import Actor, callable, wakeup
+from roost.actors import Actor, IdempotencyConflict, callable, wakeup
 from roost.scheduler import Dispatcher, FakeClock, make_trigger, next_fire
 from roost.storage import Directory
 from roost.testing import ActorKit, until
@@ -31,6 +37,14 @@ class Ticker(Actor):
         return (await self.schedule(seconds, "tick", key=key)).id
 
     @callable
+    async def later_with(self, seconds: float, key: str, callback: str, payload: Any) -> str:
+        return (await self.schedule(seconds, callback, payload, key=key)).id
+
+    @callable
+    async def at(self, when: float, key: str) -> str:
+        return (await self.schedule(datetime.fromtimestamp(when, UTC), "tick", key=key)).id
+
+    @callable
     async def cancel(self, key: str) -> bool:
         return await self.cancel_schedule(key)
 
@@ -43,6 +57,10 @@ class Ticker(Actor):
     async def runs(self) -> int:
         n: int = self.state["runs"]
         return n
+
+    @wakeup
+    async def tock(self, payload: Any = None) -> None:
+        self.set_state({"runs": self.state["runs"] + 100})
 
     @wakeup
     async def tick(self) -> None:
@@ -81,6 +99,62 @@ async def test_a_key_can_schedule_again_after_a_cancel(tmp_path: Path) -> None:
         clock.advance(6)
         await kit.registry.wake("ticker", "reuse")
         assert await kit.call("ticker", "reuse", "runs") == 1
+
+
+async def test_a_key_whose_one_shot_fired_schedules_again_and_fires_again(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        first = await kit.call("ticker", "again", "later", 5, "k1")
+        clock.advance(6)
+        await kit.registry.wake("ticker", "again")
+        assert await kit.call("ticker", "again", "runs") == 1
+        second = await kit.call("ticker", "again", "later", 5, "k1")
+        assert second != first, "the fired schedule was returned instead of a new one"
+        info = await kit.call("ticker", "again", "info", "k1")
+        assert info is not None
+        assert info["id"] == second
+        assert info["status"] == "active"
+        assert info["next_fire"] == clock.now() + 5
+        clock.advance(6)
+        await kit.registry.wake("ticker", "again")
+        assert await kit.call("ticker", "again", "runs") == 2
+        done = await kit.call("ticker", "again", "info", first)
+        assert done is not None
+        assert (done["status"], done["key"]) == ("done", None), "the finished record keeps its id"
+
+
+async def test_a_pending_key_with_another_spec_is_an_idempotency_conflict_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        first = await kit.call("ticker", "clash", "later_with", 5, "k", "tock", {"a": 1})
+        for other in ((9, "tock", {"a": 1}), (5, "tick", {"a": 1}), (5, "tock", {"a": 2})):
+            with pytest.raises(IdempotencyConflict):
+                await kit.call("ticker", "clash", "later_with", other[0], "k", other[1], other[2])
+        assert await kit.call("ticker", "clash", "later_with", 5, "k", "tock", {"a": 1}) == first
+        info = await kit.call("ticker", "clash", "info", "k")
+        assert info is not None
+        assert (info["id"], info["callback"], info["payload"]) == (first, "tock", {"a": 1})
+        clock.advance(6)
+        await kit.registry.wake("ticker", "clash")
+        assert await kit.call("ticker", "clash", "runs") == 100, "one fire of the first spec"
+
+
+async def test_a_delay_or_an_instant_asked_for_again_is_the_same_pending_schedule(tmp_path: Path) -> None:
+    """``schedule(5, key=k)`` in ``on_start`` after a restart names a later instant than the first
+    call did, yet the same schedule; so does the same aware datetime."""
+    clock = FakeClock()
+    async with kit_for(tmp_path, clock) as kit:
+        first = await kit.call("ticker", "same", "later", 5, "d")
+        clock.advance(2)
+        assert await kit.call("ticker", "same", "later", 5, "d") == first
+        when = clock.now() + 60
+        at = await kit.call("ticker", "same", "at", when, "t")
+        clock.advance(1)
+        assert await kit.call("ticker", "same", "at", when, "t") == at
+        with pytest.raises(IdempotencyConflict):
+            await kit.call("ticker", "same", "at", when + 30, "t")
 
 
 async def test_a_coalesced_run_that_fails_and_retries_still_runs_once(tmp_path: Path) -> None:

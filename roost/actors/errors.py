@@ -41,6 +41,7 @@ __all__ = [
     "ActorUnavailable",
     "CallTimeout",
     "HandlerError",
+    "IdempotencyConflict",
     "InvalidActorAddress",
     "InvalidArguments",
     "MethodNotFound",
@@ -101,6 +102,13 @@ class InvalidArguments(RpcError, TypeError):
 
 class HandlerError(RpcError):
     code = "handler_error"
+
+
+class IdempotencyConflict(RpcError, ValueError):
+    """A key already names a pending thing that differs from what is asked now (a schedule's key
+    with another callback, payload, time or policy)."""
+
+    code = "idempotency_conflict"
 
 
 class CallTimeout(RpcError, TimeoutError):

@@ -7,6 +7,7 @@ See ``docs/design.md`` (*Wake-ups*) for the flow and :mod:`roost.actors.host` fo
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from roost.actors.errors import IdempotencyConflict
 from roost.scheduler.triggers import Trigger, next_fire, occurrences
 
 __all__ = ["DeadLetter", "Misfire", "RetryPolicy", "Schedule", "ScheduleStatus", "ScheduleStore"]
@@ -120,6 +122,26 @@ _COLUMNS = (
 )
 
 
+def same_trigger(existing: Schedule, trigger: Trigger, now: float) -> bool:
+    """Whether ``trigger``, asked for at ``now``, names what ``existing``'s trigger names: the same
+    kind and interval or cron expression, and the same time, either as an instant or as the same
+    delay from when each was asked for (a delay asked for twice is the same schedule)."""
+    held = existing.trigger
+    if held.get("type") != trigger.get("type"):
+        return False
+    kind = trigger.get("type")
+
+    def same_time(field: str) -> bool:
+        old, new = float(held[field]), float(trigger[field])
+        return math.isclose(old, new) or math.isclose(old - existing.created_at, new - now, abs_tol=1e-6)
+
+    if kind == "date":
+        return same_time("at")
+    if kind == "interval":
+        return math.isclose(float(held["seconds"]), float(trigger["seconds"])) and same_time("start")
+    return held == trigger  # cron: the expression and its time zone
+
+
 def _row(row: tuple[Any, ...], actor: dict[str, str]) -> Schedule:
     values = list(row)
     values[3] = orjson.loads(values[3])
@@ -150,11 +172,43 @@ class ScheduleStore:
         trace_id: str,
         now: float,
     ) -> tuple[Schedule, bool]:
-        """Insert a schedule; with a ``key`` that exists, return the existing one. ``(schedule, new)``."""
+        """Insert a schedule. ``(schedule, new)``.
+
+        With a ``key``: while the key's schedule is pending (``active``) the same spec returns it
+        unchanged and adds nothing (so ``schedule(…, key=…)`` is safe to repeat, e.g. in
+        ``on_start``), and a different spec raises :class:`IdempotencyConflict`; once it is finished
+        (``done``, ``dead``; a cancel already released the key) the key schedules anew, and the
+        finished record keeps its id but no longer its key. The spec is the callback, the payload,
+        the trigger, the misfire and retry policies and the timeout; a delay (``schedule(5, …)``)
+        names the same time as one asked for earlier when it was asked for with the same delay
+        (:func:`same_trigger`)."""
         if key is not None:
             existing = self.get_by_key(key)
-            if existing is not None:
+            if existing is not None and existing.status is ScheduleStatus.ACTIVE:
+                asked = (
+                    callback,
+                    orjson.loads(orjson.dumps(payload)),
+                    misfire,
+                    misfire_grace,
+                    retry,
+                    timeout,
+                )
+                held = (
+                    existing.callback,
+                    existing.payload,
+                    existing.misfire,
+                    existing.misfire_grace,
+                    existing.retry,
+                    existing.timeout,
+                )
+                if asked != held or not same_trigger(existing, trigger, now):
+                    raise IdempotencyConflict(
+                        message=f"schedule key {key!r} is pending with another callback, payload, "
+                        "time or policy; cancel it first, or use another key"
+                    )
                 return existing, False
+            if existing is not None:  # finished: the key is free for a new schedule
+                self.conn.execute("UPDATE roost_schedules SET key = NULL WHERE id = ?", (existing.id,))
         first = next_fire(trigger, previous=None, now=now)
         sid = f"s-{uuid.uuid4().hex[:16]}"
         self.conn.execute(
