@@ -69,9 +69,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 # Durable RPC of this checkout against another commit, both served at once (bench/versus.py).
-BASE ?= 14f9b97
+VERSUS_BASE ?= 14f9b97
 bench-versus: $(STAMP)
-	$(BIN)/python -m bench.versus --base $(BASE)
+	$(BIN)/python -m bench.versus --base $(VERSUS_BASE)
 
 # Ten minutes of chaos (docs/security.md); a 60-second smoke of it runs in `make test`.
 soak: $(STAMP)

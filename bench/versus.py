@@ -8,7 +8,8 @@ client in interleaved slices (``bench.loadgen`` mode ``ab``): every round gives 
 slice at 10 connections and one at 1 (client and server pinned to different CPUs, as in ``rpc``),
 servers in rotated order, so a burst of load from elsewhere hits all three within the same second.
 Ratios are paired per round (``head ÷ base``, each ``÷ echo``); the median over rounds and its
-interquartile range are printed as a Markdown table.
+interquartile range are printed as a Markdown table. ``--base .`` with ``--base-env
+ROOST_FAST_PATHS=0`` measures one build against itself with the fast paths off.
 
 The frame is the ``rpc`` section's (``counter.increment``, ``?subscribe=none``, connection *i* on its
 own actor ``rpc-i``) at 1, 10 and 100 connections, and 100 connections on one actor (``hot``, compared
@@ -75,9 +76,9 @@ def _cli_module(tree: Path) -> str:
     return "transport.cli"
 
 
-def _server(name: str, tree: Path, data: Path, logs: Path) -> Server:
+def _server(name: str, tree: Path, data: Path, logs: Path, extra: dict[str, str]) -> Server:
     module = _cli_module(tree)
-    env = {"PYTHONPATH": str(tree)}
+    env = {"PYTHONPATH": str(tree), **extra}
     where = subprocess.run(  # the child must import the tree's code, not the installed package
         [sys.executable, "-c", f"import {module} as m; print(m.__file__)"],
         cwd=tree,
@@ -125,7 +126,15 @@ def _tree(rev: str, into: Path) -> tuple[Path, str]:
     return into, _checkout(rev, into)[:7]
 
 
-def measure(base: str, head: str, rounds: int, slice_s: float, data_dir: Path) -> dict[str, Any]:
+def measure(
+    base: str,
+    head: str,
+    rounds: int,
+    slice_s: float,
+    data_dir: Path,
+    base_env: dict[str, str] | None = None,
+    head_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     root = data_dir / "versus"
     base_tree, base_name = _tree(base, root / "base-tree")
     head_tree, head_name = _tree(head, root / "head-tree")
@@ -133,8 +142,8 @@ def measure(base: str, head: str, rounds: int, slice_s: float, data_dir: Path) -
     s = settings_for(False, data_dir=data_dir)
     servers = {
         "echo": echo_server(s, "starlette"),
-        "base": _server("base", base_tree, root / "base-data", logs),
-        "head": _server("head", head_tree, root / "head-data", logs),
+        "base": _server("base", base_tree, root / "base-data", logs, base_env or {}),
+        "head": _server("head", head_tree, root / "head-data", logs, head_env or {}),
     }
     spec = {
         "frame": RPC_FRAME,
@@ -152,6 +161,14 @@ def measure(base: str, head: str, rounds: int, slice_s: float, data_dir: Path) -
     errors = sum(int(p["errors"]) for one in reps for srv in one.values() for p in srv.values())
     if errors:
         raise RuntimeError(f"{errors} replies were not the expected answer")
+    for name, env in (("base", base_env), ("head", head_env)):
+        if env:
+            shown = " ".join(f"{k}={v}" for k, v in env.items())
+            base_name, head_name = (
+                (f"{base_name} with {shown}", head_name)
+                if name == "base"
+                else (base_name, f"{head_name} with {shown}")
+            )
     return {"base": base_name, "head": head_name, "rounds": reps, "slice_s": slice_s}
 
 
@@ -181,16 +198,32 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _env(ap: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            ap.error(f"expected NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True, help="a commit, or a directory holding a checkout")
     ap.add_argument("--head", default=str(ROOT), help="the same (default: this checkout, as it is)")
+    ap.add_argument(
+        "--base-env", action="append", default=[], metavar="NAME=VALUE", help="environment of the base server"
+    )
+    ap.add_argument(
+        "--head-env", action="append", default=[], metavar="NAME=VALUE", help="environment of the head server"
+    )
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--slice", type=float, default=0.3, help="seconds per server and point in a round")
     ap.add_argument("--data-dir", type=Path, default=BENCH_DIR / ".data")
     ap.add_argument("--json", type=Path, help="also write the raw rounds here")
     a = ap.parse_args(argv)
-    res = measure(a.base, a.head, a.rounds, a.slice, a.data_dir)
+    res = measure(a.base, a.head, a.rounds, a.slice, a.data_dir, _env(ap, a.base_env), _env(ap, a.head_env))
     if a.json:
         a.json.write_text(json.dumps(res))
     log("versus: done")

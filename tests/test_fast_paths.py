@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,17 +33,18 @@ import orjson
 import pytest
 import websockets
 
-from roost.actors import INLINE_TURNS, Actor, callable, inline
+from roost.actors import INLINE_TURNS, Actor, callable, fast_paths_off, inline
 from roost.actors.host import turn_runner
 from roost.examples.kinds import KINDS
-from roost.testing import serve
+from roost.testing import rpc_frame, serve
 from roost.transport import RoostApp, create_app, uvicorn_protocols
 from roost.transport.uvicorn_ws import missing_attributes
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess
+from tests.support import call as support_call
 
 ROOT = Path(__file__).resolve().parent.parent
-SWITCHED_OFF = os.environ.get("ROOST_FAST_PATHS", "1") == "0"
+SWITCHED_OFF = fast_paths_off() is not None
 #: Each private name, and the modules that may name it: the fast path's own, and the start-up check
 #: that looks for it (``uvicorn_protocols.choose``).
 PRIVATE = {
@@ -102,9 +102,22 @@ def test_inline_turns_are_on_only_on_a_tested_python_with_the_names_and_without_
     assert (enter is not None and leave is not None) is (why_not == "")
 
 
+@pytest.mark.parametrize(
+    ("value", "off"),
+    [("0", True), ("false", True), ("OFF", True), ("no", True), ("", False), ("1", False), ("yes", False)],
+)
+def test_the_switch_reads_the_usual_spellings_of_off(value: str, off: bool) -> None:
+    assert (fast_paths_off({"ROOST_FAST_PATHS": value}) is not None) is off
+
+
+def test_an_unknown_switch_value_leaves_the_paths_on_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    assert fast_paths_off({"ROOST_FAST_PATHS": "maybe"}) is None
+    assert any("ROOST_FAST_PATHS='maybe'" in r.getMessage() for r in caplog.records)
+
+
 def test_this_process_reports_the_side_it_runs_on() -> None:
     assert INLINE_TURNS.on is (not SWITCHED_OFF)
-    assert INLINE_TURNS.why_not == ("ROOST_FAST_PATHS=0" if SWITCHED_OFF else "")
+    assert INLINE_TURNS.why_not == (fast_paths_off() or "")
 
 
 class Runner(Actor):
@@ -137,17 +150,8 @@ class Runner(Actor):
         return n
 
 
-def rpc(call_id: str, method: str) -> str:
-    return orjson.dumps({"type": "rpc", "id": call_id, "method": method, "args": []}).decode()
-
-
 async def call(ws: Any, call_id: str, method: str) -> Any:
-    await ws.send(rpc(call_id, method))
-    while True:
-        frame = orjson.loads(await ws.recv())
-        if frame.get("type") == "rpc_result" and frame.get("id") == call_id:
-            assert frame["ok"], frame
-            return frame["result"]
+    return (await support_call(ws, call_id, method))["result"]
 
 
 @pytest.mark.parametrize("ws", ["roost", "websockets-sansio"])
@@ -194,13 +198,14 @@ async def test_a_connection_takes_the_direct_path_only_under_roosts_protocol_and
     async with serve(app, ws=None if ws == "roost" else ws) as addr:
         async with websockets.connect(f"ws://{addr}/agents/counter/d?subscribe=none") as conn:
             assert orjson.loads(await conn.recv())["type"] == "welcome"
-            await conn.send(rpc("1", "get"))
+            await conn.send(rpc_frame("1", "get"))
             assert orjson.loads(await conn.recv())["id"] == "1"
             offered = ws == "roost" and not SWITCHED_OFF
             assert direct_connections(app) == (1 if offered else 0)
             async with httpx.AsyncClient() as http:
                 health = (await http.get(f"http://{addr}/healthz")).json()
             assert health["fast_paths"] == {
+                "switched_off": SWITCHED_OFF,
                 "inline_turns": INLINE_TURNS.on,
                 "direct_connections": 1 if offered else 0,
             }
@@ -255,7 +260,8 @@ def test_roost_serve_says_which_fast_paths_it_takes(data_dir: Path) -> None:
     said = [line for line in server.log if "fast paths:" in line]
     assert said == ["INFO roost.serve: " + uvicorn_protocols.fast_paths(uvicorn_protocols.choose()) + "\n"]
     if SWITCHED_OFF:
-        assert "inline turns off (ROOST_FAST_PATHS=0), direct frames off (ROOST_FAST_PATHS=0)" in said[0]
+        why = fast_paths_off()
+        assert f"inline turns off ({why}), direct frames off ({why})" in said[0]
     else:
         assert "inline turns on, direct frames on" in said[0]
     assert health["fast_paths"]["inline_turns"] is INLINE_TURNS.on
@@ -289,7 +295,7 @@ async def test_an_authorize_hook_that_raises_closes_only_its_connection_with_101
         ):
             assert orjson.loads(await bad.recv())["type"] == "welcome"
             assert orjson.loads(await good.recv())["type"] == "welcome"
-            await bad.send(rpc("1", "get"))
+            await bad.send(rpc_frame("1", "get"))
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await asyncio.wait_for(bad.recv(), 10)
             assert closed.value.rcvd is not None

@@ -27,6 +27,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from roost.examples.kinds import KINDS
 from roost.testing import serve
 from roost.transport import create_app, uvicorn_protocols
+from roost.transport.uvicorn_http import RoostHttpToolsProtocol
 from roost.transport.uvicorn_ws import RoostWebSocketProtocol
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ServerProcess
@@ -34,13 +35,65 @@ from tests.support import ServerProcess
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def overridden(cls: type, base: type) -> set[str]:
+    return {name for name in vars(cls) if hasattr(base, name) and not name.startswith("__")}
+
+
 def test_roosts_websocket_protocol_overrides_only_what_it_documents_of_uvicorns_class() -> None:
-    overridden = {
-        name
-        for name in vars(RoostWebSocketProtocol)
-        if hasattr(WebSocketsSansIOProtocol, name) and not name.startswith("__")
+    assert overridden(RoostWebSocketProtocol, WebSocketsSansIOProtocol) == {
+        "connection_made",
+        "data_received",
+        "handle_connect",
+        "send_receive_event_to_app",
     }
-    assert overridden == {"connection_made", "data_received", "handle_connect", "send_receive_event_to_app"}
+
+
+@pytest.mark.parametrize("which", ["http", "ws"])
+def test_start_up_detection_checks_every_method_roosts_protocols_override(which: str) -> None:
+    """``choose`` falls back when one of them is missing, so it must know all of them."""
+    needs = {f"{module}.{cls}": set(methods) for module, cls, methods in uvicorn_protocols._NEEDS}
+    roost_cls = RoostHttpToolsProtocol if which == "http" else RoostWebSocketProtocol
+    (base,) = roost_cls.__bases__
+    assert overridden(roost_cls, base) == needs[f"{base.__module__}.{base.__name__}"]
+
+
+FALLBACK_SITE = """
+import importlib.abc, importlib.metadata, sys
+
+_version = importlib.metadata.version
+importlib.metadata.version = lambda name: "0.99.0" if name == "uvicorn" else _version(name)
+
+
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "roost.transport.uvicorn_http":
+            raise ImportError("Roost's HTTP protocol is not to be used on the fallback")
+        return None
+
+
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+@pytest.mark.slow
+async def test_roost_serve_on_an_untested_uvicorn_falls_back_to_its_own_protocols_and_serves(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """On a uvicorn version outside the pin, ``roost serve`` says so, runs uvicorn's own classes
+    without loading Roost's (whose module imports uvicorn internals), and answers a call."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FALLBACK_SITE)
+    env = {"PYTHONPATH": f"{site}:{ROOT}", "ROOST_FAST_PATHS": "1"}
+    server = await asyncio.to_thread(ServerProcess(data_dir, env=env).start)
+    try:
+        reply = await call_once(f"{server.ws}/agents/counter/fallback?subscribe=none")
+    finally:
+        server.kill()
+    assert reply == {"type": "rpc_result", "id": "1", "ok": True, "result": 2}
+    log = "".join(server.log)
+    assert "uvicorn 0.99.0 is not a tested version" in log
+    assert "direct frames off (uvicorn 0.99.0 is not a tested version)" in log
 
 
 async def call_once(url: str) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from roost.actors.errors import (
     StorageError,
     UnknownKind,
 )
-from roost.actors.inline import INLINE_TURNS, FastPath
+from roost.actors.inline import INLINE_TURNS, FastPath, fast_paths_off
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
@@ -100,5 +100,6 @@ __all__ = [
     "Wake",
     "callable",
     "callables_of",
+    "fast_paths_off",
     "wakeup",
 ]

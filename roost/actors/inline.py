@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Generator, Mapping
@@ -38,11 +39,34 @@ __all__ = [
     "Resume",
     "Suspended",
     "detect",
+    "fast_paths_off",
     "step_as",
 ]
 
 #: The Python versions inline turns were tested on (``make test``, ``make python-3.12``/``3.13``).
 TESTED_PYTHONS = ((3, 11), (3, 12), (3, 13))
+
+
+_OFF = ("0", "false", "off", "no")
+_ON = ("", "1", "true", "on", "yes")
+_said: set[str] = set()
+
+
+def fast_paths_off(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ROOST_FAST_PATHS`` as the switch of both fast paths: the reason they are off
+    (``"ROOST_FAST_PATHS=0"``) when it is ``0``, ``false``, ``off`` or ``no`` (any case), else None.
+    Another value leaves them on and says so once in the log."""
+    environ = environ if environ is not None else os.environ
+    raw = environ.get("ROOST_FAST_PATHS", "")
+    value = raw.strip().lower()
+    if value in _OFF:
+        return f"ROOST_FAST_PATHS={raw}"
+    if value not in _ON and raw not in _said:
+        _said.add(raw)
+        logging.getLogger("roost").warning(
+            "ROOST_FAST_PATHS=%r is not 0/false/off/no or 1/true/on/yes: the fast paths stay on", raw
+        )
+    return None
 
 
 def detect(
@@ -55,8 +79,9 @@ def detect(
     ``None, None`` and the reason."""
     version = version if version is not None else (sys.version_info[0], sys.version_info[1])
     environ = environ if environ is not None else os.environ
-    if environ.get("ROOST_FAST_PATHS", "1") == "0":
-        return None, None, "ROOST_FAST_PATHS=0"
+    off = fast_paths_off(environ)
+    if off is not None:
+        return None, None, off
     if version not in TESTED_PYTHONS:
         return None, None, f"Python {version[0]}.{version[1]} is not a tested version"
     enter = getattr(tasks, "_enter_task", None)

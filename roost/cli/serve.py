@@ -142,10 +142,12 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    from roost.transport import uvicorn_http
     from roost.transport.security import redact_logs
 
-    uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
+    if protocols.fallback is None:  # Roost's classes (the module imports uvicorn's internal one)
+        from roost.transport import uvicorn_http
+
+        uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
     # belt and braces: no token reaches a log line, whoever writes it (uvicorn set up its handlers
     # when its Config was made, just above)
     redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")

@@ -7,9 +7,10 @@ so they load, and serve the ASGI way, on any ASGI server and on a uvicorn withou
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from roost.actors import fast_paths_off
 
 __all__ = ["DIRECT", "DirectPath", "offered", "switched_off"]
 
@@ -17,9 +18,10 @@ __all__ = ["DIRECT", "DirectPath", "offered", "switched_off"]
 DIRECT = "roost.direct"
 
 
-def switched_off() -> bool:
-    """``ROOST_FAST_PATHS=0`` is in the environment: no connection is offered the direct path."""
-    return os.environ.get("ROOST_FAST_PATHS", "1") == "0"
+def switched_off() -> str | None:
+    """Why no connection is offered the direct path by the switch (``ROOST_FAST_PATHS=0``, see
+    :func:`roost.actors.fast_paths_off`), or None."""
+    return fast_paths_off()
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from roost.actors import (
     Principal,
     RpcError,
     UnknownKind,
+    fast_paths_off,
 )
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
@@ -288,6 +289,7 @@ async def healthz(request: Request) -> Response:
             # the fast paths (docs/design.md): whether turns run inline in this process, and how many
             # open connections the direct frame path serves
             "fast_paths": {
+                "switched_off": fast_paths_off() is not None,  # ROOST_FAST_PATHS=0
                 "inline_turns": INLINE_TURNS.on,
                 "direct_connections": sum(sink.direct is not None for sink in app.sinks),
             },

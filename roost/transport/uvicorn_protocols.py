@@ -29,7 +29,7 @@ _NEEDS = (
     (
         "uvicorn.protocols.http.httptools_impl",
         "HttpToolsProtocol",
-        ("connection_made", "on_headers_complete"),
+        ("connection_made", "on_headers_complete", "on_response_complete", "connection_lost"),
     ),
     (
         "uvicorn.protocols.websockets.websockets_sansio_impl",
@@ -87,8 +87,8 @@ def fast_paths(protocols: Protocols) -> str:
     inline = "on" if INLINE_TURNS.on else f"off ({INLINE_TURNS.why_not})"
     if protocols.fallback is not None:
         direct = f"off ({protocols.fallback})"
-    elif switched_off():
-        direct = "off (ROOST_FAST_PATHS=0)"
+    elif (off := switched_off()) is not None:
+        direct = f"off ({off})"
     else:
         direct = "on"
     return f"fast paths: inline turns {inline}, direct frames {direct}"

@@ -80,7 +80,7 @@ def direct_available(protocol: object | None = None) -> bool:
     uvicorn's protocol object has every attribute the path reads (checked once, on ``protocol``, the
     first connection's; logged once when one is missing)."""
     global _checked
-    if switched_off():
+    if switched_off() is not None:
         return False
     if _checked is None and protocol is not None:
         missing = missing_attributes(protocol)
