@@ -153,6 +153,49 @@ async def test_bad_calls_get_their_error_codes(
     await bystander.check()
 
 
+#: Decodes (orjson takes 1,024 levels of nesting) but could not be encoded again (about 255 levels).
+NESTED = "[" * 1000 + "]" * 1000
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type":"ping","id":' + NESTED + "}",
+        '{"type":"rpc","id":' + NESTED + ',"method":"get"}',
+    ],
+    ids=["ping", "rpc"],
+)
+async def test_an_id_nested_too_deeply_to_echo_gets_an_error_frame_and_the_connection_goes_on(
+    served: tuple[str, Bystander], frame: str
+) -> None:
+    """The id rule (docs/protocol.md, *Client frames*): an id the server would echo back must be a short
+    scalar; a nested one is ``bad_frame``, not a reply that fails to encode and drops the connection."""
+    addr, bystander = served
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
+        await ws.send(frame)
+        error = await ws.recv()
+        assert (error["type"], error["code"]) == ("error", "bad_frame")
+        assert "id" in error["message"]
+        assert (await ws.rpc("get"))["ok"] is True  # the same connection still answers a call
+    await bystander.check()
+
+
+async def test_message_data_too_deep_to_send_back_fails_the_turn_and_the_connection_goes_on(
+    served: tuple[str, Bystander],
+) -> None:
+    """A message's data goes to the actor as it is; a room broadcasting it back cannot encode it, so
+    the turn fails (``handler_error``) and the sender's connection goes on."""
+    addr, bystander = served
+    async with connect(f"ws://{addr}/agents/room/deep") as ws:
+        await ws.recv()
+        await ws.send('{"type":"message","data":' + NESTED + "}")
+        error = await ws.wait_for(lambda f: f["type"] == "error")
+        assert error["code"] == "handler_error"
+        assert (await ws.rpc("history"))["ok"] is True
+    await bystander.check()
+
+
 async def test_a_huge_frame_closes_1009(served: tuple[str, Bystander]) -> None:
     addr, bystander = served
     async with connect(f"ws://{addr}/agents/counter/h", max_size=None) as ws:
