@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roost.actors import Actor, callable
 from roost.examples.kinds import KINDS
 from roost.testing import WsClient, connect, ping_frame
 from roost.transport import create_app
@@ -194,6 +196,52 @@ async def test_message_data_too_deep_to_send_back_fails_the_turn_and_the_connect
         assert error["code"] == "handler_error"
         assert (await ws.rpc("history"))["ok"] is True
     await bystander.check()
+
+
+def deepest_encodable() -> int:
+    """The deepest nesting of lists orjson encodes (it decodes deeper)."""
+    depth = 0
+    value: Any = None
+    while True:
+        try:
+            orjson.dumps([value])
+        except TypeError:
+            return depth
+        depth, value = depth + 1, [value]
+
+
+class Echo(Actor):
+    kind = "echo"
+    initial_state = {"echoed": 0}
+
+    @callable
+    def echo(self, value: Any) -> Any:
+        self.set_state({"echoed": self.state["echoed"] + 1})
+        return value
+
+
+async def test_an_http_result_too_deep_for_its_response_fails_its_turn_with_handler_error(
+    data_dir: Path,
+) -> None:
+    """A result the HTTP answer could not carry (the answer nests it one level deeper) fails the turn
+    (``handler_error``, rolled back), as an ``rpc_result`` too deep to encode does over WebSocket."""
+    depth = deepest_encodable()
+    value: Any = None
+    for _ in range(depth):
+        value = [value]
+    orjson.dumps(value)  # encodes on its own ...
+    with pytest.raises(TypeError):
+        orjson.dumps({"ok": True, "result": value})  # ... but not inside the answer
+    app = create_app([Echo], data_dir=data_dir)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        args = "[" * (depth + 1) + "null" + "]" * (depth + 1)  # [value], written out: too deep to encode
+        r = await http.post("/agents/echo/e/rpc/echo", content=args)
+        assert r.status_code == 500
+        assert r.json()["error"]["code"] == "handler_error"
+        r = await http.get("/agents/echo/e")
+        assert r.json()["state"] == {"echoed": 0}, "the turn was rolled back"
+        r = await http.post("/agents/echo/e/rpc/echo", json=["fine"])
+        assert r.json() == {"ok": True, "result": "fine"}
 
 
 async def test_a_huge_frame_closes_1009(served: tuple[str, Bystander]) -> None:
