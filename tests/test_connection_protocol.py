@@ -110,6 +110,8 @@ def rpc(call_id: str = "1", method: str = "increment", *args: Any) -> str:
 
 
 PING = '{"type":"ping","id":7}'
+#: Decodes (orjson takes 1,024 levels of nesting) but could not be encoded again (about 255 levels).
+NESTED = "[" * 1000 + "]" * 1000
 
 
 def reply(action: Action) -> dict[str, Any]:
@@ -246,6 +248,9 @@ def test_a_subscribe_frame_changes_the_subscriptions_at_once_and_omitted_fields_
         ('{"type":"rpc","id":1,"method":"m"}', "bad_frame"),
         ('{"type":"nope"}', "unknown_type"),
         (None, "bad_frame"),
+        # ids nested deeper than a reply can echo (the id rule): refused, never a pong that cannot encode
+        pytest.param('{"type":"ping","id":' + NESTED + "}", "bad_frame", id="nested ping id"),
+        pytest.param('{"type":"rpc","id":' + NESTED + ',"method":"get"}', "bad_frame", id="nested rpc id"),
     ],
 )
 def test_a_bad_frame_is_answered_at_once_once_welcomed_and_nothing_reaches_the_actor(

@@ -5,6 +5,8 @@
   frame of the failed batch leaves, and the actor reloads from its file with only committed turns.
 - An actor that fails to activate (a bad migration, a constructor that raises) answers
   ``actor_unavailable`` (WebSocket close 1013, HTTP 503) and other actors are served.
+- So does a new actor the directory cannot record (a full disk): nothing of it is created, and it is
+  created once there is room again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from roost.actors import Actor, Connection, RpcError, callable
 from roost.examples.kinds import Counter
+from roost.storage import Directory, actor_digest, actor_path
 from roost.testing import ActorKit, connect
 from roost.transport import create_app
 from tests.support import serve_in_process
@@ -177,3 +180,62 @@ async def test_an_actor_that_fails_to_activate_answers_actor_unavailable_and_oth
             assert r.json() == {"ok": True, "result": 1}
         async with connect(f"ws://{addr}/agents/counter/fine") as ws:
             assert (await ws.recv())["state"] == {"count": 1}
+
+
+#: SQLite's own ceiling for ``max_page_count`` (2**32 - 2 pages): no limit.
+_NO_PAGE_LIMIT = 4294967294
+
+
+def _fill(directory: Directory, now: float) -> None:
+    """Make the directory database full, for real: its connection may not grow the file past the pages
+    it has now (``PRAGMA max_page_count``, a per-connection limit, so it is set on the directory's own
+    connection), and actors are registered until SQLite answers "database or disk is full", with names
+    of 200, then 40, then 8 characters, so that no row with a longer name fits any more."""
+    conn: sqlite3.Connection = directory._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    assert conn.execute(f"PRAGMA max_page_count = {pages}").fetchone()[0] == pages
+    n, full = 0, ""
+    for width in (200, 40, 8):
+        while True:
+            name = f"{n:0{width}d}"
+            try:
+                directory.register("counter", name, actor_digest("counter", name), now)
+            except sqlite3.OperationalError as exc:
+                full = str(exc)
+                break
+            n += 1
+        assert full == "database or disk is full"
+
+
+async def test_a_new_actor_the_full_directory_cannot_record_answers_actor_unavailable_and_others_are_served(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app([Counter], data_dir=data_dir)
+    name = "created-after-the-disk-filled"  # longer than any filler row that still fitted
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/agents/counter/fine/rpc/increment")
+        assert r.json() == {"ok": True, "result": 1}, "an actor created before the disk filled"
+        directory = app.registry.directory
+        assert directory is not None
+        _fill(directory, app.registry.clock.now())
+
+        r = await http.post(f"/agents/counter/{name}/rpc/increment")
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "actor_unavailable"
+        assert "database or disk is full" in r.json()["error"]["message"]
+        async with connect(f"ws://{addr}/agents/counter/{name}") as ws:
+            frame = await ws.recv()
+            assert (frame["type"], frame["code"]) == ("error", "actor_unavailable")
+            assert await ws.close_code() == 1013
+        assert not actor_path(data_dir, "counter", name).exists(), "no file without its directory row"
+        assert directory.get("counter", name) is None
+        assert ("counter", name) not in app.registry.hosts
+
+        r = await http.post("/agents/counter/fine/rpc/increment")
+        assert r.json() == {"ok": True, "result": 2}, "the server keeps serving the others"
+
+        directory._conn.execute(f"PRAGMA max_page_count = {_NO_PAGE_LIMIT}")  # room again
+        r = await http.post(f"/agents/counter/{name}/rpc/increment")
+        assert r.json() == {"ok": True, "result": 1}
+        assert directory.get("counter", name) is not None
+    assert any("the directory cannot record it" in r.getMessage() for r in caplog.records)

@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roost.actors import Actor, callable
 from roost.examples.kinds import KINDS
 from roost.testing import WsClient, connect, ping_frame
 from roost.transport import create_app
@@ -151,6 +153,95 @@ async def test_bad_calls_get_their_error_codes(
         assert frame["ok"] is False
         assert frame["error"]["code"] == code
     await bystander.check()
+
+
+#: Decodes (orjson takes 1,024 levels of nesting) but could not be encoded again (about 255 levels).
+NESTED = "[" * 1000 + "]" * 1000
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type":"ping","id":' + NESTED + "}",
+        '{"type":"rpc","id":' + NESTED + ',"method":"get"}',
+    ],
+    ids=["ping", "rpc"],
+)
+async def test_an_id_nested_too_deeply_to_echo_gets_an_error_frame_and_the_connection_goes_on(
+    served: tuple[str, Bystander], frame: str
+) -> None:
+    """The id rule (docs/protocol.md, *Client frames*): an id the server would echo back must be a short
+    scalar; a nested one is ``bad_frame``, not a reply that fails to encode and drops the connection."""
+    addr, bystander = served
+    async with connect(f"ws://{addr}/agents/counter/h") as ws:
+        await ws.recv()
+        await ws.send(frame)
+        error = await ws.recv()
+        assert (error["type"], error["code"]) == ("error", "bad_frame")
+        assert "id" in error["message"]
+        assert (await ws.rpc("get"))["ok"] is True  # the same connection still answers a call
+    await bystander.check()
+
+
+async def test_message_data_too_deep_to_send_back_fails_the_turn_and_the_connection_goes_on(
+    served: tuple[str, Bystander],
+) -> None:
+    """A message's data goes to the actor as it is; a room broadcasting it back cannot encode it, so
+    the turn fails (``handler_error``) and the sender's connection goes on."""
+    addr, bystander = served
+    async with connect(f"ws://{addr}/agents/room/deep") as ws:
+        await ws.recv()
+        await ws.send('{"type":"message","data":' + NESTED + "}")
+        error = await ws.wait_for(lambda f: f["type"] == "error")
+        assert error["code"] == "handler_error"
+        assert (await ws.rpc("history"))["ok"] is True
+    await bystander.check()
+
+
+def deepest_encodable() -> int:
+    """The deepest nesting of lists orjson encodes (it decodes deeper)."""
+    depth = 0
+    value: Any = None
+    while True:
+        try:
+            orjson.dumps([value])
+        except TypeError:
+            return depth
+        depth, value = depth + 1, [value]
+
+
+class Echo(Actor):
+    kind = "echo"
+    initial_state = {"echoed": 0}
+
+    @callable
+    def echo(self, value: Any) -> Any:
+        self.set_state({"echoed": self.state["echoed"] + 1})
+        return value
+
+
+async def test_an_http_result_too_deep_for_its_response_fails_its_turn_with_handler_error(
+    data_dir: Path,
+) -> None:
+    """A result the HTTP answer could not carry (the answer nests it one level deeper) fails the turn
+    (``handler_error``, rolled back), as an ``rpc_result`` too deep to encode does over WebSocket."""
+    depth = deepest_encodable()
+    value: Any = None
+    for _ in range(depth):
+        value = [value]
+    orjson.dumps(value)  # encodes on its own ...
+    with pytest.raises(TypeError):
+        orjson.dumps({"ok": True, "result": value})  # ... but not inside the answer
+    app = create_app([Echo], data_dir=data_dir)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        args = "[" * (depth + 1) + "null" + "]" * (depth + 1)  # [value], written out: too deep to encode
+        r = await http.post("/agents/echo/e/rpc/echo", content=args)
+        assert r.status_code == 500
+        assert r.json()["error"]["code"] == "handler_error"
+        r = await http.get("/agents/echo/e")
+        assert r.json()["state"] == {"echoed": 0}, "the turn was rolled back"
+        r = await http.post("/agents/echo/e/rpc/echo", json=["fine"])
+        assert r.json() == {"ok": True, "result": "fine"}
 
 
 async def test_a_huge_frame_closes_1009(served: tuple[str, Bystander]) -> None:

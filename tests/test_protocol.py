@@ -91,11 +91,37 @@ def test_subscribe_frame_omitted_fields_stay_none_so_they_keep_their_value() -> 
     assert (frame.state, frame.events, frame.messages) == (False, None, True)
 
 
-@pytest.mark.parametrize("ping_id", [None, 1, "abc", [1, {"a": 2}], {"k": "v"}])
-def test_ping_frame_echoes_any_json_id(ping_id: Any) -> None:
+@pytest.mark.parametrize("ping_id", [None, 0, -7, 2**64 - 1, 1.5, "", "abc", "é" * 128])
+def test_a_ping_id_is_absent_a_number_or_a_string_of_at_most_128_characters(ping_id: Any) -> None:
     frame = parse_client_frame(json.dumps({"type": "ping", "id": ping_id}))
     assert isinstance(frame, PingFrame)
     assert frame.id == ping_id
+    assert type(frame.id) is type(ping_id)
+
+
+def test_a_ping_without_an_id_has_id_none() -> None:
+    frame = parse_client_frame('{"type":"ping"}')
+    assert isinstance(frame, PingFrame)
+    assert frame.id is None
+
+
+@pytest.mark.parametrize(
+    "ping_id",  # as JSON text
+    [
+        '[1,{"a":2}]',
+        '{"k":"v"}',
+        "[]",
+        "true",
+        "false",
+        pytest.param('"' + "x" * 129 + '"', id="129 characters"),
+        pytest.param("[" * 1000 + "]" * 1000, id="nested 1000 deep"),
+    ],
+)
+def test_a_ping_id_that_is_not_a_short_scalar_is_bad_frame(ping_id: str) -> None:
+    """The id rule (docs/protocol.md, *Client frames*): the pong echoes the id, so it must encode."""
+    error = protocol_error('{"type":"ping","id":' + ping_id + "}")
+    assert error.code == "bad_frame"
+    assert error.message.startswith("ping: id:")
 
 
 def test_unknown_fields_in_client_frames_are_ignored() -> None:

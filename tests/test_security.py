@@ -322,6 +322,8 @@ async def test_read_only_principals_change_nothing_and_create_nothing(data_dir: 
         )
         assert (code, frame["code"]) == (4403, "forbidden")  # no actor created by looking
         assert not app.registry.exists("ledger", "new")
+        assert app.registry.directory is not None
+        assert app.registry.directory.get("ledger", "new") is None  # not even a directory row
         async with connect(
             f"ws://{addr}/agents/ledger/l", additional_headers={"Authorization": f"Bearer {writer}"}
         ) as ws:

@@ -17,8 +17,9 @@ from starlette.routing import Mount
 from roost.actors import Actor, callable
 from roost.examples.kinds import KINDS, Counter
 from roost.scheduler import FakeClock
+from roost.storage import actor_path
 from roost.testing import connect, open_files, until
-from roost.transport import create_app
+from roost.transport import RoostApp, create_app
 from tests.support import serve_in_process
 
 
@@ -275,6 +276,31 @@ async def test_http_endpoints(server: str) -> None:
         assert health["ok"] is True
         assert health["protocol"] == 1
         assert health["active_actors"] >= 1
+
+
+async def test_a_read_only_http_call_to_an_actor_never_created_answers_404_and_creates_nothing(
+    app: RoostApp, server: str, data_dir: Path
+) -> None:
+    """``POST …/rpc/get`` (``@callable(readonly=True)``) creates no actor, as ``GET /agents/…`` does not:
+    no file, no directory row (so nothing shows in ``roost ls``). A call that is not read-only creates it."""
+    directory = app.registry.directory
+    assert directory is not None
+    path = actor_path(data_dir, "counter", "never2")
+    async with httpx.AsyncClient(base_url=f"http://{server}") as http:
+        r = await http.post("/agents/counter/never2/rpc/get")
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "not_found"
+        assert "never2" in r.json()["error"]["message"]
+        assert not path.exists()
+        assert directory.get("counter", "never2") is None
+        assert not app.registry.exists("counter", "never2")
+
+        r = await http.post("/agents/counter/never2/rpc/increment")
+        assert r.json() == {"ok": True, "result": 1}
+        assert path.exists()
+        assert directory.get("counter", "never2") is not None
+        r = await http.post("/agents/counter/never2/rpc/get")
+        assert r.json() == {"ok": True, "result": 1}, "once it exists, a read-only call is answered"
 
 
 async def test_the_app_mounts_inside_another_asgi_app(data_dir: Path) -> None:

@@ -102,7 +102,7 @@ async def _call(host: HostCore, item: Call) -> None:
         if conn is not None:
             host.gate.turn.append(Frame(conn, frames.rpc_ok(item.id, result)))
         elif item.reply is not None:
-            host.gate.turn.append(Result(item.reply, orjson.loads(orjson.dumps(result))))
+            host.gate.turn.append(Result(item.reply, _as_sent(result)))
 
 
 def _call_failed(host: HostCore, item: Call, exc: BaseException) -> None:
@@ -136,7 +136,7 @@ async def _invoke(host: HostCore, item: Call) -> Any:
         if item.conn is not None:
             host.gate.turn.append(Frame(item.conn, frames.rpc_chunk(item.id, chunk)))
         elif item.chunks is not None:
-            item.chunks.append(orjson.loads(orjson.dumps(chunk)))
+            item.chunks.append(_as_sent(chunk))
         host.turn.checkpoint()
     return None
 
@@ -228,6 +228,16 @@ def _task_failed(host: HostCore, item: Task, exc: BaseException) -> None:
 
 
 # -- shared ---------------------------------------------------------------------------------------
+def _as_sent(value: Any) -> Any:
+    """A result or chunk for a caller in this process, as a caller over a socket would get it: encoded
+    and decoded again (a copy, JSON only), inside its turn. Like an ``rpc_result`` frame, which is
+    encoded in the turn, a value that cannot be encoded fails the turn (``TypeError``, rolled back);
+    room is kept for the two levels of nesting a transport puts around it (HTTP's ``{"result": …}``
+    and ``{"chunks": […]}``), so that a value which passes here is never one the answer cannot carry
+    (orjson encodes only about 255 levels)."""
+    return orjson.loads(orjson.dumps([[value]]))[0][0]
+
+
 def as_rpc_error(host: HostCore, exc: BaseException) -> RpcError:
     """What a caller is told of a failed turn."""
     if isinstance(exc, RpcError):

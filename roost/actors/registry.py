@@ -245,7 +245,13 @@ class Registry:
         return actor_path(self.config.data_dir, kind, name).exists()
 
     def get(self, kind: str, name: str) -> ActorHost:
-        """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await."""
+        """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await.
+
+        Every failure to start is ``ActorUnavailable`` (logged with its cause; the transport answers
+        503 or an ``error`` frame and close 1013), and leaves nothing live: the directory cannot
+        record a new actor (a full disk, a read-only database: then no file is created either), its
+        file cannot be opened or migrated, or its class cannot be constructed. ``ActorLocked`` (another
+        process has it) is ``ActorUnavailable`` too; ``Overloaded`` when every live actor is busy."""
         host = self.hosts.get((kind, name))
         if host is not None and not host.stopping:
             return host
@@ -257,7 +263,13 @@ class Registry:
         assert self.directory is not None, "Registry.start() was not called"
         if not path.exists():
             # registered before the file exists: the directory never misses an actor
-            self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+            try:
+                self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+            except (sqlite3.Error, OSError) as exc:  # a full disk, a read-only or broken directory
+                log.exception("actor %s/%r: the directory cannot record it", kind, name)
+                raise ActorUnavailable(
+                    message=f"actor failed to start: the directory cannot record it: {exc}"
+                ) from exc
         try:
             file = ActorFile.open(
                 path,

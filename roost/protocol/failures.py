@@ -62,7 +62,8 @@ FAILURES: dict[str, Failure] = _table(
     # the address
     Failure("bad_address", 400, CloseCode.BAD_ADDRESS),
     Failure("unknown_kind", 404, CloseCode.UNKNOWN_KIND),
-    Failure("not_found", 404, None),  # HTTP GET of an actor never created (a connection creates it)
+    # HTTP GET of an actor never created, or a read-only HTTP call to one (a connection creates it)
+    Failure("not_found", 404, None),
 )
 
 #: A code the table does not know (an actor's own ``RpcError(code, ...)``): a client error.

@@ -4,7 +4,10 @@ Each builder returns the text of one WebSocket frame. JSON that is already encod
 event, which the actor's log stores as text) is spliced in as it is, never decoded and encoded again.
 
 Guarantee: every builder returns one JSON object whose ``type`` is the frame's name, and encoding it
-never raises for JSON values (``tests/test_protocol_frames.py``).
+never raises for JSON values orjson encodes (``tests/test_protocol_frames.py``). orjson decodes 1,024
+levels of nesting but encodes only about 255, so a value a client sent is not always one: the ids the
+server echoes back are short scalars (the id rule, ``docs/protocol.md`` *Client frames*), and a value
+an actor sends is encoded inside its turn, which fails if it cannot be.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ def error(code: str, text: str) -> str:
     return encode({"type": "error", "code": code, "message": text})
 
 
-def pong(ping_id: Any) -> str:
-    """The answer to a ``ping``, after every frame sent before it."""
+def pong(ping_id: str | int | float | None) -> str:
+    """The answer to a ``ping``, after every frame sent before it; ``ping_id`` is the ping's own (a
+    short scalar: the id rule)."""
     return encode({"type": "pong", "id": ping_id})

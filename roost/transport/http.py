@@ -106,19 +106,27 @@ async def get_actor(request: Request) -> Response:
 
 
 async def post_rpc(request: Request) -> Response:
-    """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs)."""
+    """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs).
+
+    A call creates the actor it calls, unless it cannot change it: a read-only call (the method is
+    ``@callable(readonly=True)``) to an actor never created answers 404 ``not_found`` and creates
+    nothing, no file and no directory row, as ``GET /agents/{kind}/{name}`` does. A read-only
+    principal is refused ``forbidden`` before that (a method that is not read-only, or an actor never
+    created: read-only principals create nothing, over WebSocket either)."""
     app: Runtime = request.app.state.roost
     method = request.path_params["method"]
     addr = await _guard(app, request, 2, f"call:{method}")
     if isinstance(addr, Response):
         return addr
     kind, _, name, principal = addr
+    info = app.registry.callable_info(kind, method)
     if principal.claims.get("read_only"):
-        info = app.registry.callable_info(kind, method)
         if info is not None and not info.readonly:
             return _error("forbidden", f"read-only: {method} is not a read-only method")
         if not app.registry.exists(kind, name):
             return _error("forbidden", "read-only principals cannot create actors")
+    elif info is not None and info.readonly and not app.registry.exists(kind, name):
+        return _error("not_found", str(ActorNotFound(kind, name)))
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
@@ -140,7 +148,6 @@ async def post_rpc(request: Request) -> Response:
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}
-    info = app.registry.callable_info(kind, method)
     if info is not None and info.streaming:
         content["chunks"] = chunks
     return JSONResponse(content)

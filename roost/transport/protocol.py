@@ -17,6 +17,9 @@ Server frames are built by :mod:`roost.protocol.frames`, close codes come from t
 Guarantees:
 
 - :func:`parse_client_frame` never raises anything but :class:`ProtocolError`, whatever the input.
+- Every client id a frame it returns carries (an ``rpc`` or ``ping`` id, echoed in the replies) is a
+  short scalar (the id rule, ``docs/protocol.md`` *Client frames*), so no reply that echoes one can
+  fail to encode.
 - :func:`parse_actor_path` returns names exactly as the client percent-encoded them, refuses a name that
   is not one path segment or not UTF-8, and never normalises ``.`` or ``..``.
 - :meth:`ConnectionProtocol.receive_text` never raises for any input (unless an ``authorize`` hook
@@ -82,8 +85,9 @@ class _Frame(BaseModel):
 
 class RpcFrame(NamedTuple):
     """``{"type":"rpc","id":str,"method":str,"args"?:list,"kwargs"?:object}``; ``id`` and ``method``
-    are 1 to 128 characters. The most frequent frame by far, so it is checked by hand (five type tests
-    cost a fifth of a pydantic validation); the other frames are pydantic models."""
+    are 1 to 128 characters (the ``id`` is echoed in the call's replies: the id rule). The most
+    frequent frame by far, so it is checked by hand (five type tests cost a fifth of a pydantic
+    validation); the other frames are pydantic models."""
 
     type: Literal["rpc"]
     id: str
@@ -115,6 +119,20 @@ _MAX_NAME = 128
 _NAME_RULE = f"must be a string of 1 to {_MAX_NAME} characters"
 _ABSENT: Any = object()
 
+# The id rule (docs/protocol.md, *Client frames*): a client id the server echoes back is a short
+# scalar, so that no id can make the reply carrying it fail to encode (orjson decodes 1,024 levels of
+# nesting but encodes only about 255). An ``rpc`` frame's ``id`` is a string of 1 to 128 characters; a
+# ``ping`` frame's ``id`` is absent (``null``), a number, or a string of at most 128 characters.
+# Anything else is ``bad_frame``.
+_PING_ID_RULE = f"must be a number or a string of at most {_MAX_NAME} characters"
+
+
+def _echoable_id(value: object) -> bool:
+    """Whether ``value`` may be a ``ping`` id (the id rule above; ``bool`` is not a number here)."""
+    if isinstance(value, str):
+        return len(value) <= _MAX_NAME
+    return type(value) is int or type(value) is float
+
 
 class MessageFrame(_Frame):
     type: Literal["message"]
@@ -129,8 +147,11 @@ class SubscribeFrame(_Frame):
 
 
 class PingFrame(_Frame):
+    """``{"type":"ping","id"?:number|str}``; the ``id`` is echoed in the ``pong``: absent (``None``), a
+    number, or a string of at most 128 characters (the id rule, checked by :func:`parse_client_frame`)."""
+
     type: Literal["ping"]
-    id: Any = None
+    id: str | int | float | None = None
 
 
 ClientFrame = RpcFrame | MessageFrame | SubscribeFrame | PingFrame
@@ -155,6 +176,10 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise ProtocolError("unknown_type", f"unknown frame type {str(kind)[:64]!r}")
+    if kind == "ping":
+        ping_id = obj.get("id")
+        if ping_id is not None and not _echoable_id(ping_id):
+            raise ProtocolError("bad_frame", f"ping: id: {_PING_ID_RULE}")
     try:
         frame = model.model_validate(obj)
     except ValidationError as exc:
