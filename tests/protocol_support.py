@@ -1,5 +1,6 @@
-"""Helpers of the sans-I/O connection tests (``tests/test_connection_protocol.py``): a protocol for
-one connection, fed events by hand, and readers of the actions it returns."""
+"""Helpers of the sans-I/O connection tests (``tests/test_connection_protocol.py``,
+``tests/test_connection_expiry.py``): a protocol for one connection, fed events by hand, and readers of
+the actions it returns."""
 
 from __future__ import annotations
 
@@ -54,8 +55,10 @@ def make(
     clock: Clock | None = None,
     access: Access | None = None,
     welcomed: bool = True,
+    expires: float | None = None,
 ) -> ConnectionProtocol:
-    """A protocol for a connection to ``counter/x``, accepted and (by default) welcomed."""
+    """A protocol for a connection of ``principal`` to ``counter/x``, accepted and (by default)
+    welcomed; its token expires at ``expires`` on the clock of ``now`` (None: never)."""
     if access is None:
         registry = Registry(KINDS, RuntimeConfig(data_dir=tmp_path / "data"))
         access = Access(registry, allow_all, authorize, None, limits, clock=clock or Clock())
@@ -67,6 +70,7 @@ def make(
         None,
         max_frame_bytes=max_frame_bytes,
         max_in_flight=max_in_flight,
+        expires=expires,
     )
     protocol.accept()
     if welcomed:
