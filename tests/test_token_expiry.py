@@ -9,15 +9,17 @@ sleeping for it.
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from roost.client import Backoff, Client, RpcError, actor_url
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
-from roost.testing import WsClient, connect
+from roost.testing import WsClient, connect, until
 from roost.transport import RoostApp, create_app
 from roost.transport.security import claims_authorize, token_authenticate
 from roost.transport.tokens import TokenSigner
@@ -142,3 +144,25 @@ async def test_a_refused_renewal_is_answered_and_one_for_another_subject_closes_
             assert (await ws.recv())["type"] == "welcome"
             await ws.send({"type": "auth", "token": elsewhere, "id": "elsewhere"})
             assert await ws.close_code(timeout=5) == 4403
+
+
+async def test_the_python_clients_renew_keeps_the_connection_and_its_reconnects_going(data_dir: Path) -> None:
+    clock = FakeClock()
+    first = signer.issue("alice", ttl=3, now=clock.now())
+    async with serve_in_process(app_for(data_dir, clock)) as addr:
+        url = f"{actor_url(f'ws://{addr}', 'counter', 'client')}?token={first}"
+        backoff = Backoff(base=0.01, cap=0.05)
+        async with Client(url, backoff=backoff, rng=random.Random(7)) as client:
+            await client.wait_connected(5)
+            clock.advance(2)
+            second = signer.issue("alice", ttl=10, now=clock.now())
+            assert await client.renew(second) == clock.now() + 10
+            clock.advance(2)  # past the first token's exp
+            assert await client.call("increment") == 1
+            client.drop()  # the reconnect presents the renewed token, not the expired one in the URL
+            await until(lambda: client.reconnects == 1 and client.connected)
+            assert await client.call("increment") == 2
+            with pytest.raises(RpcError) as refused:
+                await client.renew(first)  # expired by now: refused, and the connection goes on
+            assert refused.value.code == "unauthenticated"
+            assert await client.call("increment") == 3
