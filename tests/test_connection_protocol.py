@@ -8,7 +8,7 @@ the time, the welcome, a close), actions come out. The rules are the ones ``docs
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -42,7 +42,6 @@ from roost.transport.auth import allow_all
 from roost.transport.limits import Limits, TokenBucket
 from roost.transport.protocol import (
     HOLD,
-    Action,
     Close,
     ConnectionProtocol,
     ConnectionState,
@@ -51,92 +50,11 @@ from roost.transport.protocol import (
     Verify,
     refusal,
 )
-from roost.transport.security import Authorize, scoped_name
+from roost.transport.security import scoped_name
+from tests.protocol_support import NO_LIMITS, PING, Clock, Recorder, delivered, make, reply, rpc, run
 
-NO_LIMITS = Limits(conn_rate=None, principal_rate=None)
-
-
-class Recorder:
-    """A sink that keeps what it is given (the protocol never writes to it: the endpoint does)."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.closed: tuple[int, str] | None = None
-
-    def send_text(self, text: str) -> None:
-        self.sent.append(text)
-
-    def close(self, code: int, reason: str) -> None:
-        self.closed = (code, reason)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(
-    tmp_path: Path,
-    *,
-    limits: Limits = NO_LIMITS,
-    authorize: Authorize | None = None,
-    principal: Principal = ANONYMOUS,
-    max_in_flight: int = 8,
-    max_frame_bytes: int = 1 << 20,
-    clock: Clock | None = None,
-    access: Access | None = None,
-    welcomed: bool = True,
-) -> ConnectionProtocol:
-    """A protocol for a connection to ``counter/x``, accepted and (by default) welcomed."""
-    if access is None:
-        registry = Registry(KINDS, RuntimeConfig(data_dir=tmp_path / "data"))
-        access = Access(registry, allow_all, authorize, None, limits, clock=clock or Clock())
-    conn = Connection("c1", Recorder(), principal=principal, subscriptions=Subscriptions())
-    gate = access.frame_gate(principal, "counter", "x", "127.0.0.1")
-    protocol = ConnectionProtocol(
-        conn, gate, None, max_frame_bytes=max_frame_bytes, max_in_flight=max_in_flight
-    )
-    protocol.accept()
-    if welcomed:
-        protocol.welcomed()
-    return protocol
-
-
-def rpc(call_id: str = "1", method: str = "increment", *args: Any) -> str:
-    return orjson.dumps({"type": "rpc", "id": call_id, "method": method, "args": list(args)}).decode()
-
-
-PING = '{"type":"ping","id":7}'
 #: Decodes (orjson takes 1,024 levels of nesting) but could not be encoded again (about 255 levels).
 NESTED = "[" * 1000 + "]" * 1000
-
-
-def reply(action: Action) -> dict[str, Any]:
-    """The frame of a ``Reply`` (an answer sent at once)."""
-    assert isinstance(action, Reply), action
-    decoded: dict[str, Any] = orjson.loads(action.text)
-    return decoded
-
-
-def delivered(action: Action) -> dict[str, Any]:
-    """The frame of a ``Deliver`` (queued at the actor, behind earlier inputs)."""
-    assert isinstance(action, Deliver), action
-    decoded: dict[str, Any] = orjson.loads(action.text)
-    return decoded
-
-
-def run(awaitable: Awaitable[Any]) -> Any:
-    """Drive a coroutine that never suspends to its result, without an event loop."""
-    assert isinstance(awaitable, Coroutine)
-    try:
-        awaitable.send(None)
-    except StopIteration as done:
-        return done.value
-    raise AssertionError("the coroutine suspended")
-
 
 # -- the connection's life ---------------------------------------------------------------------------
 
@@ -251,6 +169,7 @@ def test_a_subscribe_frame_changes_the_subscriptions_at_once_and_omitted_fields_
         # ids nested deeper than a reply can echo (the id rule): refused, never a pong that cannot encode
         pytest.param('{"type":"ping","id":' + NESTED + "}", "bad_frame", id="nested ping id"),
         pytest.param('{"type":"rpc","id":' + NESTED + ',"method":"get"}', "bad_frame", id="nested rpc id"),
+        pytest.param('{"type":"auth","token":"t","id":' + NESTED + "}", "bad_frame", id="nested auth id"),
     ],
 )
 def test_a_bad_frame_is_answered_at_once_once_welcomed_and_nothing_reaches_the_actor(

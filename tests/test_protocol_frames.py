@@ -30,6 +30,7 @@ def test_every_builder_returns_one_json_object_named_after_its_frame(value: Any)
         "rpc_chunk": frames.rpc_chunk("1", value),
         "error": frames.error("bad_frame", "no"),
         "pong": frames.pong(value),
+        "auth_result": frames.auth_ok(value, 1.5),
     }
     for name, frame in built.items():
         obj = orjson.loads(frame)
@@ -42,6 +43,13 @@ def test_every_builder_returns_one_json_object_named_after_its_frame(value: Any)
         "id": "7",
         "ok": False,
         "error": {"code": "timeout", "message": "late"},
+    }
+    refused = orjson.loads(frames.auth_error(value, "unauthenticated", "no"))
+    assert refused == {
+        "type": "auth_result",
+        "id": value,
+        "ok": False,
+        "error": {"code": "unauthenticated", "message": "no"},
     }
 
 

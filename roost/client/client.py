@@ -45,7 +45,7 @@ from .errors import CallTimeout, ClientError, ConnectionLost
 from .frames import JSON, Frame, encode_frame
 from .resume import ResumeState
 from .updates import DEFAULT_QUEUE_SIZE, Updates
-from .urls import SUBSCRIPTION_KINDS, format_subscribe, parse_subscribe
+from .urls import SUBSCRIPTION_KINDS, format_subscribe, parse_subscribe, with_token
 
 #: Largest frame accepted from the server.
 MAX_FRAME_SIZE = 8 * 1024 * 1024
@@ -282,6 +282,28 @@ class Client:
             if pending is not None:
                 pending.release()
         return loop.time() - start
+
+    async def renew(self, token: str, *, timeout: float = 10.0) -> JSON:
+        """Go on with a new token on the open connection (an ``auth`` frame), before the old one
+        expires (the server closes the connection with 4401 then); returns the new token's ``exp``.
+
+        Raises ``RpcError`` (``unauthenticated``) when the server refuses the token: the connection
+        goes on with the one it had. A token of another principal, or one that does not allow this
+        actor, closes the connection (4403: ``TerminalClose``). When the client's URL carries a
+        ``token`` query parameter, later reconnects present the new token.
+        """
+        pending: PendingCall | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                pending = await self._send_request({"type": "auth", "token": token}, want_chunks=False)
+                exp = await pending.result()
+        except TimeoutError:
+            raise CallTimeout(f"auth: no answer within {timeout} s") from None
+        finally:
+            if pending is not None:
+                pending.release()
+        self._connector.url = with_token(self._connector.url, token)
+        return exp
 
     async def send_message(self, data: JSON, *, timeout: float = 10.0) -> None:
         """Send a ``message`` frame (the actor's ``on_message``); no reply, no delivery guarantee.

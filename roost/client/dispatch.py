@@ -80,7 +80,7 @@ class Dispatcher:
         if kind in UPDATE_TYPES:
             if self.resume.on_frame(frame):
                 self._deliver(frame)
-        elif kind in ("rpc_chunk", "rpc_result", "pong"):
+        elif kind in ("rpc_chunk", "rpc_result", "pong", "auth_result"):
             self._reply(pending, frame)
         elif kind == "error":
             self.record_error(frame)
@@ -115,7 +115,7 @@ class Dispatcher:
         if kind == "rpc_chunk":
             pending.chunk(frame.get("chunk"))
         elif kind == "pong" or frame.get("ok") is True:
-            pending.resolve(frame.get("result"))
+            pending.resolve(frame.get("exp" if kind == "auth_result" else "result"))
         else:
             error = frame.get("error")
             if isinstance(error, dict):

@@ -55,6 +55,17 @@ def format_subscribe(kinds: frozenset[str]) -> str:
     return ",".join(kind for kind in SUBSCRIPTION_KINDS if kind in kinds)
 
 
+def with_token(url: str, token: str) -> str:
+    """``url`` with the value of its ``token`` query parameter replaced by ``token`` (after a renewal,
+    so that a reconnect presents the new token); ``url`` itself when it has no ``token``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if not any(k == "token" for k, _ in query):
+        return url
+    query = [(k, token if k == "token" else v) for k, v in query]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query, safe=","), parts.fragment))
+
+
 def connect_url(url: str, *, cursor: int | None, subscribe: frozenset[str] | None) -> str:
     """``url`` with the client's ``cursor`` and ``subscribe`` query parameters set.
 

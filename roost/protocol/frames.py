@@ -18,6 +18,8 @@ import orjson
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "auth_error",
+    "auth_ok",
     "encode",
     "error",
     "event",
@@ -106,3 +108,16 @@ def pong(ping_id: str | int | float | None) -> str:
     """The answer to a ``ping``, after every frame sent before it; ``ping_id`` is the ping's own (a
     short scalar: the id rule)."""
     return encode({"type": "pong", "id": ping_id})
+
+
+def auth_ok(auth_id: Any, exp: float | None) -> str:
+    """The answer to an accepted ``auth`` frame: the connection now runs on the new token, which
+    expires at ``exp`` (seconds since the epoch; ``None``: it does not expire)."""
+    return encode({"type": "auth_result", "id": auth_id, "ok": True, "exp": exp})
+
+
+def auth_error(auth_id: Any, code: str, text: str) -> str:
+    """The answer to a refused ``auth`` frame: the connection goes on with the token it had."""
+    return encode(
+        {"type": "auth_result", "id": auth_id, "ok": False, "error": {"code": code, "message": text}}
+    )

@@ -13,6 +13,11 @@ Order of checks for a new connection or request (each refusal is logged without 
 Then per frame (:class:`FrameGate`): token buckets per connection and per principal
 (``rate_limited``), read-only principals (only ``@callable(readonly=True)`` methods; no messages;
 ``forbidden``), and ``authorize`` with ``"call:<method>"`` / ``"message"`` (``forbidden``).
+
+A token sent on an open connection (an ``auth`` frame) is checked as the handshake's was
+(:meth:`Access.renew`: steps 3 and 5); the connection's rules decide what follows
+(:meth:`roost.transport.protocol.ConnectionProtocol.renewed`), and :meth:`FrameGate.use` puts the new
+principal's claims in force for later frames.
 Anonymous principals have their own per-address bucket and connection count (IPv6 by /64; behind a
 reverse proxy, uvicorn's proxy headers give the client's address), off by default.
 """
@@ -25,6 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import HTTPConnection
 
@@ -123,6 +129,31 @@ class Access:
             return Refused("forbidden", f"{action} on {kind}/{name} is not allowed")
         return Admitted(principal, scoped_name(principal, name))
 
+    async def renew(self, conn: HTTPConnection, token: str, kind: str, name: str) -> Principal | Refused:
+        """Verify a token sent on the open connection ``conn`` to ``kind``/``name`` (the name as the
+        client asked for it) exactly as a handshake's token: ``authenticate`` is asked with the
+        handshake's request carrying this token instead of its own (in ``scope["roost.token"]``, where
+        a ``?token=`` is found; the ``Authorization`` header and ``roost.token.`` subprotocol offers
+        are left out, so that the old token cannot answer for the new one), then
+        ``authorize(principal, kind, name, "connect")``. The principal, or the refusal:
+        ``unauthenticated`` or ``forbidden``. Whether it may replace the connection's principal is the
+        connection's rule (:meth:`~roost.transport.protocol.ConnectionProtocol.renewed`)."""
+        principal = await run_authenticate(self.authenticate, HTTPConnection(_renewal_scope(conn, token)))
+        if principal is None:
+            return Refused("unauthenticated", "the renewal's token was refused")
+        if not await self.allowed(principal, kind, name, "connect"):
+            client = conn.client.host if conn.client else "?"
+            log.warning(
+                "refused the renewal on %s/%r for %r (tenant %r) from %s",
+                kind,
+                name,
+                principal.id,
+                principal.tenant,
+                client,
+            )
+            return Refused("forbidden", f"connect on {kind}/{name} is not allowed with this token")
+        return principal
+
     async def allowed(self, principal: Principal, kind: str, name: str, action: str) -> bool:
         if self.authorize is None:
             return True
@@ -180,6 +211,21 @@ class Access:
         return FrameGate(self, principal, kind, name, conn_bucket, self.principal_bucket(principal, client))
 
 
+def _renewal_scope(conn: HTTPConnection, token: str) -> dict[str, Any]:
+    """The handshake's scope with ``token`` as its only token (see :meth:`Access.renew`)."""
+    headers = []
+    for key, value in conn.scope.get("headers", ()):
+        if key == b"authorization":
+            continue
+        if key == b"sec-websocket-protocol":
+            offers = [p.strip() for p in value.split(b",")]
+            value = b", ".join(p for p in offers if p and not p.startswith(b"roost.token."))
+            if not value:
+                continue
+        headers.append((key, value))
+    return {**conn.scope, "headers": headers, "roost.token": token, "roost.token_from": "auth frame"}
+
+
 class FrameGate:
     """Per-connection checks of calls and messages (see the module doc)."""
 
@@ -200,6 +246,12 @@ class FrameGate:
         self.name = name  # as the client named it (authorize sees names within the tenant)
         self.conn_bucket = conn_bucket
         self.principal_bucket = principal_bucket
+        self.read_only = bool(principal.claims.get("read_only"))
+
+    def use(self, principal: Principal) -> None:
+        """Judge later frames by ``principal``'s claims (a renewal of the same subject and tenant, so
+        the rate shared by the principal's connections stays the same)."""
+        self.principal = principal
         self.read_only = bool(principal.claims.get("read_only"))
 
     def rate(self, now: float) -> Refused | None:

@@ -27,13 +27,18 @@ Guarantees:
   ``send_queue_bytes`` bytes are waiting, instead of growing memory; it can reconnect and resume from
   its cursor.
 - Server shutdown closes every connection with 1001 after the frames already released were sent.
+- A connection is closed with 4401 when its principal's token expires (its ``exp`` claim), by a
+  timer on the runtime's clock (:attr:`Registry.clock <roost.actors.Registry>`, so a test's
+  :class:`~roost.scheduler.FakeClock` fires it) that an accepted renewal (an ``auth`` frame) moves;
+  a principal without ``exp`` has no timer.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
@@ -47,9 +52,11 @@ from roost.actors import (
     Mailbox,
     Message,
     Overloaded,
+    Principal,
     UnknownKind,
 )
 from roost.protocol.codes import CloseCode
+from roost.transport.access import Refused
 from roost.transport.admission import (
     Accept,
     Admission,
@@ -60,13 +67,22 @@ from roost.transport.admission import (
     Refuse,
 )
 from roost.transport.direct import DirectPath, offered
-from roost.transport.protocol import Action, Close, ConnectionProtocol, Reply, Verify
+from roost.transport.protocol import (
+    Action,
+    Close,
+    ConnectionProtocol,
+    Renew,
+    Reply,
+    Verify,
+    token_deadline,
+)
 from roost.transport.security import SUBPROTOCOL, hide_token, offered_subprotocols
 from roost.transport.sink import SocketSink
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
+    from roost.scheduler.clock import Clock, TimerHandle
     from roost.transport.interfaces import Runtime
 
 __all__ = ["WebSocketEndpoint"]
@@ -128,12 +144,14 @@ class WebSocketEndpoint:
             uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=admitted.subscriptions
         )
         gate = app.access.frame_gate(principal, kind, admitted.public, client)
+        timers = app.registry.clock
         protocol = ConnectionProtocol(
             connection,
             gate,
             admitted.cursor,
             max_frame_bytes=app.max_frame_bytes,
             max_in_flight=app.max_in_flight,
+            expires=token_deadline(principal, timers.now(), timers.monotonic()),
         )
         sink.protocol = protocol
         sink.start()
@@ -151,14 +169,17 @@ class WebSocketEndpoint:
                 _close(sink, protocol.connect_failed("bad_address", str(exc)))
                 close_code = await self._drain_until_disconnect(receive)
                 return
-            run = _Executor(protocol, host, sink, app.access.clock)
+            renew = functools.partial(app.access.renew, conn, kind=kind, name=admitted.public)
+            run = _Executor(protocol, host, sink, app.access.clock, timers, renew)
             direct = offered(conn.scope)
             if direct is not None:
                 sink.direct = direct
                 direct.frame_handler = run.direct_handler(direct)
+            run.arm()
             try:
                 close_code = await run.serve(receive)
             finally:  # nothing the client sends after its disconnect is acted on
+                run.disarm()
                 if direct is not None:
                     direct.frame_handler = None
         finally:
@@ -201,26 +222,69 @@ def _close(sink: SocketSink, close: Close) -> None:
     sink.close(close.code, close.reason)
 
 
+#: A token sent in an ``auth`` frame → its principal, or the refusal (:meth:`Access.renew`).
+Renewal = Callable[[str], Awaitable[Principal | Refused]]
+
+
 class _Executor:
     """Carries out a connection's actions: frames in from the reader, actions out to the actor and
-    the sink. Decides nothing itself (:class:`ConnectionProtocol` does)."""
+    the sink, and the expiry timer of the principal's token. Decides nothing itself
+    (:class:`ConnectionProtocol` does).
 
-    __slots__ = ("clock", "host", "protocol", "sink", "waits")
+    ``clock`` is the access gate's (the time of frames); deadlines are read from ``timers``, the
+    runtime's clock, and its expiry timer runs there. The app gives the access gate that clock's
+    ``monotonic`` (:func:`roost.transport.app.create_app`), so a frame and the timer see one time."""
+
+    __slots__ = ("clock", "host", "protocol", "renewal", "sink", "timer", "timers", "waits")
 
     def __init__(
-        self, protocol: ConnectionProtocol, host: Mailbox, sink: SocketSink, clock: Callable[[], float]
+        self,
+        protocol: ConnectionProtocol,
+        host: Mailbox,
+        sink: SocketSink,
+        clock: Callable[[], float],
+        timers: Clock,
+        renewal: Renewal,
     ) -> None:
         self.protocol = protocol
         self.host = host
         self.sink = sink
         self.clock = clock
+        self.timers = timers
+        self.renewal = renewal
+        #: The armed expiry timer, if any (:meth:`arm`).
+        self.timer: TimerHandle | None = None
         #: Frames that wait for an asynchronous verdict (in the reader, or queued for it by the direct
         #: path): while there is one, the direct path declines later frames, which queue behind it.
         self.waits = 0
 
-    def execute(self, action: Action) -> Verify | None:
-        """Carry out one action; a :class:`Verify` is returned for the caller to wait on
-        (:meth:`verify`)."""
+    # -- the token's expiry --------------------------------------------------------------------------
+    def arm(self) -> None:
+        """Arm the expiry timer at the protocol's deadline (replacing one armed before); none without
+        a deadline or once the connection is closing."""
+        self.disarm()
+        deadline = self.protocol.deadline
+        if deadline is not None and self.protocol.state.value < 3:
+            self.timer = self.timers.call_at(deadline, self._expire)
+
+    def disarm(self) -> None:
+        """Cancel the expiry timer (the socket is gone, or the deadline moved)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expire(self) -> None:
+        self.timer = None
+        close = self.protocol.tick(self.timers.monotonic())
+        if close is None:  # early by a rounding of the clocks, or the deadline moved: wait on
+            self.arm()
+        else:
+            self.execute(close)
+
+    # -- actions -------------------------------------------------------------------------------------
+    def execute(self, action: Action) -> Verify | Renew | None:
+        """Carry out one action; a :class:`Verify` or a :class:`Renew` is returned for the caller to
+        wait on (:meth:`verify`)."""
         while action is not None:
             kind = type(action)
             if kind is Call or kind is Message:
@@ -241,13 +305,13 @@ class _Executor:
             elif kind is Close:
                 _close(self.sink, action)  # type: ignore[arg-type]
                 return None
-            elif kind is Verify:
+            elif kind is Verify or kind is Renew:
                 return action  # type: ignore[return-value]
             else:  # HOLD: the reader waits for a pending verdict before it reads on, so never here
                 return None
         return None
 
-    def frame(self, text: str | None) -> Verify | None:
+    def frame(self, text: str | None) -> Verify | Renew | None:
         """One client frame, by either path: the protocol's action, carried out. An ``authorize`` hook
         that raises closes this connection with 1011 (logged with its traceback); the server goes on."""
         try:
@@ -256,9 +320,19 @@ class _Executor:
             self._hook_failed()
             return None
 
-    async def verify(self, pending: Verify) -> None:
-        """Wait for a verdict (frames that arrive meanwhile are held), then act on it."""
+    async def verify(self, pending: Verify | Renew) -> None:
+        """Wait for a verdict (frames that arrive meanwhile are held), then act on it. For a renewal,
+        the new token's deadline goes to the protocol with it, and the expiry timer follows the
+        protocol's deadline. A hook that raises meanwhile closes the connection with 1011."""
         try:
+            if isinstance(pending, Renew):
+                verdict = await self.renewal(pending.frame.token)
+                expires = None
+                if isinstance(verdict, Principal):
+                    expires = token_deadline(verdict, self.timers.now(), self.timers.monotonic())
+                self.execute(self.protocol.renewed(pending, verdict, expires))
+                self.arm()
+                return
             refused = await pending.pending
         except Exception:
             self._hook_failed()

@@ -24,6 +24,10 @@ Guarantees:
   is not one path segment or not UTF-8, and never normalises ``.`` or ``..``.
 - :meth:`ConnectionProtocol.receive_text` never raises for any input (unless an ``authorize`` hook
   does), and acts on nothing once the server closed the connection.
+- A connection whose principal's token has expired acts on nothing: the first frame at or after the
+  deadline, or :meth:`ConnectionProtocol.tick` at it, closes the connection with 4401; before the
+  deadline neither does. An accepted renewal (an ``auth`` frame) moves the deadline and puts the new
+  token's claims in force for every later frame.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import parse_qs, unquote_to_bytes
 
 import orjson
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
-from roost.actors import Call, Connect, Connection, Deliver, Disconnect, Message
+from roost.actors import Call, Connect, Connection, Deliver, Disconnect, Message, Principal
 from roost.protocol import frames
 from roost.protocol.codes import CloseCode
 from roost.protocol.failures import close_code
@@ -47,6 +51,7 @@ __all__ = [
     "HOLD",
     "PROTOCOL_VERSION",
     "Action",
+    "AuthFrame",
     "ClientFrame",
     "Close",
     "ConnectParams",
@@ -56,6 +61,7 @@ __all__ = [
     "MessageFrame",
     "PingFrame",
     "ProtocolError",
+    "Renew",
     "Reply",
     "RpcFrame",
     "SubscribeFrame",
@@ -67,6 +73,7 @@ __all__ = [
     "parse_client_frame",
     "parse_connect_query",
     "refusal",
+    "token_deadline",
 ]
 
 
@@ -154,11 +161,21 @@ class PingFrame(_Frame):
     id: str | int | float | None = None
 
 
-ClientFrame = RpcFrame | MessageFrame | SubscribeFrame | PingFrame
+class AuthFrame(_Frame):
+    """``{"type":"auth","token":str,"id"?:number|str}``: go on with a new token (a renewal); the
+    answer, an ``auth_result``, echoes ``id`` (the id rule, as for a ping)."""
+
+    type: Literal["auth"]
+    token: StrictStr = Field(min_length=1)
+    id: str | int | float | None = None
+
+
+ClientFrame = RpcFrame | MessageFrame | SubscribeFrame | PingFrame | AuthFrame
 _MODELS: dict[str, type[_Frame]] = {
     "message": MessageFrame,
     "subscribe": SubscribeFrame,
     "ping": PingFrame,
+    "auth": AuthFrame,
 }
 
 
@@ -176,17 +193,17 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise ProtocolError("unknown_type", f"unknown frame type {str(kind)[:64]!r}")
-    if kind == "ping":
-        ping_id = obj.get("id")
-        if ping_id is not None and not _echoable_id(ping_id):
-            raise ProtocolError("bad_frame", f"ping: id: {_PING_ID_RULE}")
+    if kind == "ping" or kind == "auth":  # both echo their id, under the same rule
+        echoed = obj.get("id")
+        if echoed is not None and not _echoable_id(echoed):
+            raise ProtocolError("bad_frame", f"{kind}: id: {_PING_ID_RULE}")
     try:
         frame = model.model_validate(obj)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ProtocolError("bad_frame", f"{kind}: {where}: {first['msg']}") from None
-    assert isinstance(frame, MessageFrame | SubscribeFrame | PingFrame)
+    assert isinstance(frame, MessageFrame | SubscribeFrame | PingFrame | AuthFrame)
     return frame
 
 
@@ -303,12 +320,36 @@ class Hold:
 
 HOLD = Hold()
 
+
+class Renew(NamedTuple):
+    """Verify ``frame.token`` as a handshake's token is verified
+    (:meth:`roost.transport.access.Access.renew`), then hand the principal or the refusal to
+    :meth:`ConnectionProtocol.renewed`. Until then the protocol holds every later frame (:data:`HOLD`),
+    so the frames sent after a renewal are judged by the new token."""
+
+    frame: AuthFrame
+
+
 #: What the endpoint does for an event. ``Call`` and ``Message``: run at the actor
 #: (``Mailbox.submit``); ``Deliver``: queue at the actor, behind every earlier input (a pong, or an
 #: answer of the transport's own before the welcome). Each of these three was counted against the
 #: connection's in-flight bound; if the actor refuses it, tell :meth:`ConnectionProtocol.refused`.
 #: ``None``: nothing to do.
-Action = Call | Message | Deliver | Reply | Close | Verify | Hold | None
+Action = Call | Message | Deliver | Reply | Close | Verify | Renew | Hold | None
+
+
+def _exp(principal: Principal) -> float | None:
+    exp = principal.claims.get("exp")
+    return None if isinstance(exp, bool) or not isinstance(exp, int | float) else exp
+
+
+def token_deadline(principal: Principal, wall: float, now: float) -> float | None:
+    """When ``principal``'s token expires, on the clock ``now`` is read from: its ``exp`` claim is in
+    seconds since the epoch, as ``wall`` (read at the same moment as ``now``), so the deadline is
+    ``exp - wall`` seconds after ``now``. None when the principal has no numeric ``exp`` (one that an
+    ``authenticate`` hook made without it never expires)."""
+    exp = _exp(principal)
+    return None if exp is None else now + (exp - wall)
 
 
 def refusal(code: str, message: str) -> Close:
@@ -330,21 +371,27 @@ class ConnectionProtocol:
     - :meth:`accept` → the ``Connect`` input; :meth:`connect_failed` when the actor cannot take it;
     - :meth:`receive_text` for every data frame (text, or ``None`` for binary), with the time;
     - :meth:`verdict` once a :class:`Verify` is decided; :meth:`refused` when the actor refuses an input;
+    - :meth:`renewed` once a :class:`Renew` is decided; :meth:`tick` at the :attr:`deadline` (the
+      principal's token expires then: ``expires``, on the clock of ``now``; None: never);
     - :meth:`welcomed` when the first frame (always the welcome) goes out, :meth:`closing` when the
       server closes, :meth:`disconnected` when the socket is gone (→ the ``Disconnect`` input, if any).
 
     Per frame, in this order (``docs/protocol.md``, *Connection rules*):
 
     1. after the server closed the connection, nothing is acted on;
-    2. a frame over ``max_frame_bytes`` (UTF-8) closes with 1009;
-    3. every frame, good or bad, takes a token from the rate limits; without one it is answered
-       ``rate_limited`` (a failed ``rpc_result`` for a call, an ``error`` frame otherwise) and dropped;
-    4. a frame that does not parse is answered with an ``error`` frame (``bad_frame``/``unknown_type``);
-    5. a call, a message or a ping while ``max_in_flight`` inputs of this connection are queued or
+    2. at or after the deadline (the token expired) the connection closes with 4401;
+    3. a frame over ``max_frame_bytes`` (UTF-8) closes with 1009;
+    4. every frame, good or bad, takes a token from the rate limits; without one it is answered
+       ``rate_limited`` (a failed ``rpc_result`` for a call, a failed ``auth_result`` for an
+       ``auth``, an ``error`` frame otherwise) and dropped;
+    5. a frame that does not parse is answered with an ``error`` frame (``bad_frame``/``unknown_type``);
+    6. a call, a message or a ping while ``max_in_flight`` inputs of this connection are queued or
        running at the actor is answered ``overloaded``; a call or message refused by the gate
        (read-only, ``authorize``) is answered ``forbidden``; otherwise it goes to the actor;
-    6. a ping is answered by a ``pong`` queued at the actor, after every reply to an earlier frame;
-    7. a ``subscribe`` frame changes the connection's subscriptions at once.
+    7. a ping is answered by a ``pong`` queued at the actor, after every reply to an earlier frame;
+    8. a ``subscribe`` frame changes the connection's subscriptions at once;
+    9. an ``auth`` frame's token is verified (:class:`Renew`, later frames held meanwhile), and
+       :meth:`renewed` decides.
 
     Answers of the transport's own go out at once once the connection is welcomed (a refusal does not
     wait behind the backlog it refuses). Before the welcome they queue at the actor behind it, counted
@@ -352,12 +399,14 @@ class ConnectionProtocol:
 
     Guarantees: :meth:`receive_text` never raises (unless an ``authorize`` hook does) and, per rpc
     frame, allocates nothing beyond parsing but the frame's ``Call`` (the action is the input itself);
-    while a :class:`Verify` is pending every frame gets :data:`HOLD`, so frames are acted on in the
-    order they arrived; the connection's in-flight count is raised for every input handed to the actor
-    and lowered again by :meth:`refused`.
+    while a :class:`Verify` or a :class:`Renew` is pending every frame gets :data:`HOLD`, so frames
+    are acted on in the order they arrived; the connection's in-flight count is raised for every input
+    handed to the actor and lowered again by :meth:`refused`; nothing is acted on at or after the
+    :attr:`deadline`.
     """
 
     __slots__ = (
+        "_expires",
         "_gate",
         "_joined",
         "_max_bytes",
@@ -377,17 +426,25 @@ class ConnectionProtocol:
         *,
         max_frame_bytes: int,
         max_in_flight: int,
+        expires: float | None = None,
     ) -> None:
         self.connection = connection
         self.cursor = cursor
         self.state = ConnectionState.HANDSHAKE
-        #: A :class:`Verify` is pending: later frames are held.
+        #: A :class:`Verify` or a :class:`Renew` is pending: later frames are held.
         self.waiting = False
         self._joined = False  # the actor was handed the connection
         self._gate = gate
         self._max_bytes = max_frame_bytes
         self._max_text = max_frame_bytes // 4  # up to this many characters no text can be too big
         self._max_in_flight = max_in_flight
+        self._expires = expires
+
+    @property
+    def deadline(self) -> float | None:
+        """When the principal's token expires, on the clock of ``now`` (None: never). The endpoint
+        calls :meth:`tick` then, and again after a :meth:`renewed` that moved it."""
+        return self._expires
 
     # -- the connection's life -------------------------------------------------------------------------
     def accept(self) -> Connect:
@@ -415,6 +472,14 @@ class ConnectionProtocol:
         if self.state.value < _CLOSING.value:
             self.state = _CLOSING
 
+    def tick(self, now: float) -> Close | None:
+        """The time is ``now``: at or past the deadline, the connection closes with 4401 (an ``error``
+        frame ``unauthenticated`` first); before it, or without one, nothing happens."""
+        expires = self._expires
+        if expires is None or now < expires or self.state.value >= 3:
+            return None
+        return self._expired()
+
     def disconnected(self, code: int) -> Disconnect | None:
         """The socket is gone (``code`` as the client closed it, 1006 without a close): the input that
         tells the actor, or None if the actor never had the connection."""
@@ -429,6 +494,9 @@ class ConnectionProtocol:
             return HOLD
         if self.state.value >= 3:  # CLOSING, CLOSED
             return None
+        expires = self._expires
+        if expires is not None and now >= expires:
+            return self._expired()
         if text is not None and len(text) > self._max_text:
             max_bytes = self._max_bytes
             if len(text) > max_bytes or len(text.encode()) > max_bytes:
@@ -471,6 +539,9 @@ class ConnectionProtocol:
                 )
             conn.in_flight += 1
             return Deliver(conn, frames.pong(frame.id))
+        elif isinstance(frame, AuthFrame):
+            self.waiting = True
+            return Renew(frame)
         else:
             assert isinstance(frame, SubscribeFrame)
             subs = conn.subscriptions
@@ -501,6 +572,38 @@ class ConnectionProtocol:
             return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
         return Message(conn, frame.data)
 
+    def renewed(self, pending: Renew, verdict: Principal | Refused, expires: float | None = None) -> Action:
+        """The verdict on a :class:`Renew`'s token is in (``expires``: the new token's deadline, as
+        :func:`token_deadline` gives it). Held frames may come again after this.
+
+        - refused as ``unauthenticated`` (expired, forged, malformed): answered with a failed
+          ``auth_result``; the connection goes on with the token it had, and its deadline;
+        - refused otherwise (``forbidden``: ``authorize`` does not allow this connection with the new
+          token): closed with that failure's close code (4403);
+        - a principal of another subject or tenant: closed with 4403 (a connection never changes hands);
+        - else the new principal replaces the connection's (the actor sees it from its next turn; the
+          gate judges every later frame by its claims), the deadline moves to ``expires``, and the
+          answer is an ``auth_result`` with the new ``exp``.
+        """
+        self.waiting = False
+        if self.state.value >= 3:
+            return None
+        frame = pending.frame
+        if isinstance(verdict, Refused):
+            if verdict.code == "unauthenticated":
+                return self._answer(frames.auth_error(frame.id, verdict.code, verdict.message))
+            return self._close(
+                close_code(verdict.code), verdict.message[:120], frames.error(verdict.code, verdict.message)
+            )
+        conn = self.connection
+        if verdict.id != conn.principal.id or verdict.tenant != conn.principal.tenant:
+            message = "a renewal must be for the connection's own subject and tenant"
+            return self._close(CloseCode.FORBIDDEN, message, frames.error("forbidden", message))
+        conn.principal = verdict
+        self._gate.use(verdict)
+        self._expires = expires
+        return self._answer(frames.auth_ok(frame.id, _exp(verdict)))
+
     def refused(self, item: Call | Message | Deliver, code: str, message: str) -> Action:
         """The actor refused an input this protocol handed it: ``overloaded`` (its mailbox is full) is
         answered and the connection goes on; ``actor_unavailable`` (it is stopping) closes with 1013."""
@@ -519,7 +622,14 @@ class ConnectionProtocol:
         """A refused frame's answer: a failed ``rpc_result`` for a call, an ``error`` frame otherwise."""
         if isinstance(frame, RpcFrame):
             return self._answer(frames.rpc_error(frame.id, code, message))
+        if isinstance(frame, AuthFrame):
+            return self._answer(frames.auth_error(frame.id, code, message))
         return self._answer(frames.error(code, message))
+
+    def _expired(self) -> Close:
+        return self._close(
+            CloseCode.UNAUTHENTICATED, "token expired", frames.error("unauthenticated", "token expired")
+        )
 
     def _answer(self, text: str) -> Action:
         """An answer of the transport's own: at once when welcomed, else queued behind the welcome."""

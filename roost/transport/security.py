@@ -3,7 +3,9 @@
 - :func:`token_authenticate` is an ``authenticate`` hook for :mod:`roost.transport.tokens`: the token comes
   from ``Authorization: Bearer <token>``, from the ``Sec-WebSocket-Protocol`` header (a browser offers
   ``["roost", "roost.token.<token>"]``; the server answers ``roost``), or from ``?token=<token>``.
-  Expired, forged or malformed tokens are refused; the log names the reason, never the token.
+  Expired, forged or malformed tokens are refused; the log names the reason, never the token. A token
+  sent on an open connection (an ``auth`` frame) reaches the hook as ``scope["roost.token"]``, alone
+  (:meth:`roost.transport.access.Access.renew`); the log says it came from the ``auth frame``.
 - ``authorize(principal, kind, name, action) -> bool`` is checked on connect (``"connect"``), on every
   call (``"call:<method>"``), every message (``"message"``) and every HTTP request (``"read"`` for GET,
   ``"call:<method>"`` for POST). :func:`claims_authorize`, the default with tokens, allows the kinds
@@ -127,7 +129,7 @@ def redact_logs(*loggers: str) -> None:
 def _token_of(conn: HTTPConnection) -> tuple[str | None, str]:
     hidden = conn.scope.get("roost.token")
     if isinstance(hidden, str):
-        return hidden, "query"
+        return hidden, str(conn.scope.get("roost.token_from", "query"))
     auth = conn.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip(), "authorization header"
