@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from roost.actors.connection import Principal
 from roost.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
 from roost.agent.catalog import InvalidToolCall
+from roost.agent.config import ConfigError
 from roost.agent.errors import PolicyRefused
 from roost.agent.payloads import (
     MAX_DEPTH,
@@ -207,7 +208,7 @@ def test_config_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.chdir(tmp_path)
     assert load_config().lease_ttl == 1.0  # ./roost.toml
     path.write_text("[agent]\nmax_tool_hop = 3\n")
-    with pytest.raises(ValidationError, match="max_tool_hop"):
+    with pytest.raises(ConfigError, match="max_tool_hop: Extra inputs are not permitted"):
         load_config(path)
     with pytest.raises(ValidationError, match="two heartbeat"):
         AgentConfig(heartbeat_interval=1.0, lease_ttl=1.5)

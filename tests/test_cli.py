@@ -64,6 +64,11 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["serve", "--data", str(tmp / "afile"), "--port", "0"], {}, USAGE, "not a directory"),
         (["serve", "--data", "/proc/nowhere/data", "--port", "0"], {}, FAILURE, "cannot create it"),
         (["serve", "--config", str(tmp / "nope.toml"), "--port", "0"], {}, USAGE, "no such file"),
+        (["serve", "--port", "0"], {"ROOST_CONFIG": str(tmp / "nope.toml")}, USAGE, "no such file"),
+        (["serve", "--config", str(tmp / "extra.toml"), "--port", "0"], {}, USAGE, "bogus: Extra inputs"),
+        (["serve", "--config", str(tmp / "type.toml"), "--port", "0"], {}, USAGE, "max_tool_hops"),
+        (["serve", "--config", str(tmp / "table.toml"), "--port", "0"], {}, USAGE, "unknown table [agnet]"),
+        (["serve", "--config", str(tmp / "syntax.toml"), "--port", "0"], {}, USAGE, "not TOML"),
         (["backup", "--out", str(tmp / "b"), "--server", "http://127.0.0.1:1"], {}, FAILURE, "no answer"),
         (["backup", "--data", missing, "--out", str(tmp / "c")], {}, FAILURE, "no data directory"),
         (["ls", "--data", missing], {}, FAILURE, "no data directory"),
@@ -75,6 +80,10 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
 
 def test_every_subcommand_given_bad_input_says_one_line_and_exits_1_or_2(data: Path, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("not a directory")
+    (tmp_path / "extra.toml").write_text("[agent]\nmax_tool_hops = 4\nbogus = 1\n")
+    (tmp_path / "type.toml").write_text('[agent]\nmax_tool_hops = "four"\n')
+    (tmp_path / "table.toml").write_text("[agnet]\nmax_tool_hops = 4\n")
+    (tmp_path / "syntax.toml").write_text("[agent\n")
     for args, env, code, words in _cases(data, tmp_path):
         out = roost(*args, env=env, cwd=tmp_path)
         where = f"roost {' '.join(args)!r}: {out.stderr!r}"

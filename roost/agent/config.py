@@ -29,9 +29,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["AgentConfig", "load_config"]
+__all__ = ["TABLES", "AgentConfig", "ConfigError", "load_config"]
 
 
 class AgentConfig(BaseModel):
@@ -64,13 +64,41 @@ class AgentConfig(BaseModel):
         return dict(self.tools.get(tool, {}))
 
 
+class ConfigError(ValueError):
+    """``roost.toml`` cannot be used: missing, not TOML, an unknown table or key, a value of the wrong
+    type. The message names the file and what is wrong, in one line."""
+
+
+#: The tables ``roost.toml`` may have (an unknown one is refused: a misspelt ``[agnet]`` would be
+#: ignored otherwise).
+TABLES = frozenset({"agent"})
+
+
 def load_config(path: str | Path | None = None) -> AgentConfig:
-    """Settings from ``path``, else ``$ROOST_CONFIG``, else ``./roost.toml`` if it exists, else defaults."""
+    """Settings from ``path``, else ``$ROOST_CONFIG``, else ``./roost.toml`` if it exists, else defaults.
+    Raises :class:`ConfigError` for a file that cannot be used (``roost serve`` checks it at
+    start-up, so a bad file stops the server there rather than failing every agent's first turn)."""
     chosen = path or os.environ.get("ROOST_CONFIG")
     if chosen is None and Path("roost.toml").is_file():
         chosen = "roost.toml"
     if chosen is None:
         return AgentConfig()
-    with open(chosen, "rb") as f:
-        data = tomllib.load(f)
-    return AgentConfig.model_validate(data.get("agent", {}))
+    try:
+        with open(chosen, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{chosen}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{chosen}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{chosen}: not TOML: {exc}") from None
+    unknown = sorted(set(data) - TABLES)
+    if unknown:
+        raise ConfigError(f"{chosen}: unknown table {', '.join(f'[{t}]' for t in unknown)} (known: [agent])")
+    try:
+        return AgentConfig.model_validate(data.get("agent", {}))
+    except ValidationError as exc:
+        wrong = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"{chosen}: [agent] {wrong}") from None

@@ -91,6 +91,12 @@ def _serve(args: argparse.Namespace) -> int:
         if not Path(args.config).is_file():
             raise UsageError(f"--config {args.config}: no such file")
         os.environ["ROOST_CONFIG"] = args.config
+    from roost.agent.config import ConfigError, load_config
+
+    try:  # --config, $ROOST_CONFIG or ./roost.toml: refused here, not at every agent's first turn
+        load_config()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     if args.data is not None:
         if Path(args.data).exists() and not Path(args.data).is_dir():
             raise UsageError(f"--data {args.data}: not a directory")
