@@ -44,7 +44,6 @@ from roost.actors.errors import (
     ActorUnavailable,
     CallTimeout,
     HandlerError,
-    InvalidArguments,
     MethodNotFound,
     Reject,
     RpcError,
@@ -127,20 +126,16 @@ async def _invoke(host: HostCore, item: Call) -> Any:
     info = host.callables.get(item.method)
     if info is None:
         raise MethodNotFound(message=f"no callable method {item.method!r}")
-    fn = getattr(host.actor, item.method)
-    try:
-        res = fn(*item.args, **item.kwargs)
-    except TypeError as exc:
-        try:
-            info.signature.bind(None, *item.args, **item.kwargs)
-        except TypeError:
-            raise InvalidArguments(message=str(exc)) from None
-        raise
+    args, kwargs = info.arguments(item.args, item.kwargs)  # InvalidArguments before any user code
+    res = getattr(host.actor, item.method)(*args, **kwargs)
+    check = info.result
     if not info.streaming:
         if type(res) is CoroutineType or isinstance(res, Awaitable):
-            return await res
-        return res
+            res = await res
+        return res if check is None else check(res)
     async for chunk in res:
+        if check is not None:
+            chunk = check(chunk)
         if item.conn is not None:
             host.gate.turn.append(Frame(item.conn, frames.rpc_chunk(item.id, chunk)))
         elif item.chunks is not None:
