@@ -359,9 +359,9 @@ async def test_bad_calls_get_clear_errors(data_dir: Path) -> None:
         for method, args, code in [
             ("turn", ("",), "policy_refused"),
             ("turn", ("x" * 5000,), "policy_refused"),
-            ("turn", (42,), "policy_refused"),
+            ("turn", (42,), "invalid_arguments"),  # turn(text: str)
             ("get_turn", ("nope",), "not_found"),
-            ("get_run", (None,), "not_found"),
+            ("get_run", (None,), "invalid_arguments"),  # get_run(run_id: str)
             ("approve", ("nope", "grant"), "not_found"),
             ("cancel", ("nope",), "not_found"),
             ("session", ("",), "invalid_arguments"),

@@ -140,7 +140,7 @@ async def test_connection_state_accepts_small_json_and_refuses_more_than_16_kib(
         c.message({"set": largest + "x"})
         error = await c.wait_for(lambda f: f["type"] == "error")
         assert error["code"] == "handler_error"
-        assert error["message"].startswith("ValueError: ")
+        assert error["message"].startswith("internal error in on_message (ref ")
         assert isinstance(Badge.errors["badge-1"][-1], ValueError)
 
         c.message({})  # the refused state did not replace the previous one

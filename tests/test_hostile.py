@@ -140,7 +140,7 @@ async def test_malformed_frames_get_an_error_frame_and_the_connection_goes_on(
         ("__init__", [], "method_not_found"),
         ("__class__", [], "method_not_found"),
         ("increment", [1, 2, 3], "invalid_arguments"),
-        ("increment", ["three"], "handler_error"),
+        ("increment", ["three"], "invalid_arguments"),
     ],
 )
 async def test_bad_calls_get_their_error_codes(

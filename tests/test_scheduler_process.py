@@ -188,7 +188,7 @@ async def test_sigkill_inside_the_callback_redelivers_and_the_effect_happens_onc
 
 
 # -- 3. idempotency ----------------------------------------------------------------------------------------
-async def test_same_key_over_http_gives_one_schedule_and_one_increment_while_pending(data_dir: Path) -> None:
+async def test_same_key_over_http_gives_one_schedule_and_one_increment(data_dir: Path) -> None:
     with server_process(data_dir) as server:
         async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
             first = await rpc(client, "counter", "idem", "increment_later", [1, 1, "k"])
@@ -206,22 +206,12 @@ async def test_same_key_over_http_gives_one_schedule_and_one_increment_while_pen
             await until(lambda: pending_alarms(data_dir) == 0, timeout=15, interval=0.25)
             assert await state_of(client, "counter", "idem") == {"count": 1}
             assert await rpc(client, "counter", "idem", "schedules", []) == []
-            # the key's schedule fired: the same key schedules anew (it dedupes only while pending)
-            again = await rpc(client, "counter", "idem", "increment_later", [0.2, 1, "k"])
-            assert again != first
-            (pending,) = await rpc(client, "counter", "idem", "schedules", [])
-            assert (pending["id"], pending["key"]) == (again, "k")
-
-            async def fired_again() -> bool:
-                s = await state_of(client, "counter", "idem")
-                return s is not None and s["count"] >= 2
-
-            await until(fired_again, timeout=10, interval=0.25)
-            await until(lambda: pending_alarms(data_dir) == 0, timeout=15, interval=0.25)
-            assert await state_of(client, "counter", "idem") == {"count": 2}
-    assert [f.schedule_id for f in fires(data_dir, "counter", "idem")] == [first, again], "one fire each"
-    rows = sorted((r.id, r.status, r.runs) for r in schedule_rows(data_dir, "counter", "idem"))
-    assert rows == sorted([(first, "done", 1), (again, "done", 1)])
+            # the key is spent: the same key again returns the finished schedule, adds nothing
+            assert await rpc(client, "counter", "idem", "increment_later", [0.2, 1, "k"]) == first
+            assert await rpc(client, "counter", "idem", "schedules", []) == [], "a new wake-up is pending"
+            assert pending_alarms(data_dir) == 0, "a new alarm is set"
+            assert await state_of(client, "counter", "idem") == {"count": 1}
+    assert fired_once(data_dir, "counter", "idem", first), "the key gave a second schedule or fire"
 
 
 # -- 4. two processes, one data directory -------------------------------------------------------------------

@@ -81,10 +81,11 @@ def roost_file_facts(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("statement", "params"), REFUSED_SQL, ids=[s for s, _ in REFUSED_SQL])
 async def test_self_sql_refuses_transaction_control_pragmas_and_runtime_tables(
-    tmp_path: Path, statement: str, params: list[Any]
+    tmp_path: Path, statement: str, params: list[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Each refused statement fails its call with ``handler_error`` and changes nothing; reading the
-    runtime's log and writing the kind's own tables work; the seq goes on without a gap."""
+    """Each refused statement fails its call with ``handler_error`` and changes nothing (the refusal
+    is in the server's log, under the reference the caller got); reading the runtime's log and
+    writing the kind's own tables work; the seq goes on without a gap."""
     data = tmp_path / "data"
     async with ActorKit([Scribe], data, call_timeout=2.0, turn_timeout=2.0) as kit:
         c = kit.connect("scribe", "guard")
@@ -93,7 +94,10 @@ async def test_self_sql_refuses_transaction_control_pragmas_and_runtime_tables(
         with pytest.raises(RpcError) as info:  # in process, as from HTTP or another actor
             await kit.call("scribe", "guard", "attempt", statement, params)
         assert info.value.code == "handler_error"
-        assert "not authorized" in info.value.message
+        ref = info.value.message.removeprefix("internal error in attempt (ref ").removesuffix(")")
+        assert "not authorized" not in info.value.message
+        assert any(f"(ref {ref})" in r.getMessage() and r.exc_info for r in caplog.records)
+        assert "not authorized" in caplog.text
         assert await c.call("note", "after") == 2, "the seq continues with no gap"
         assert await c.call("log_rows") == 2
         assert await c.call("notes") == ["before", "after"]

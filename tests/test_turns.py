@@ -47,7 +47,7 @@ async def test_set_state_refused_by_validate_state_writes_and_sends_nothing(tmp_
 
         err = await call_error(c, "add", -10)
         assert err.code == "handler_error"
-        assert err.message == "ValueError: count must not be negative"
+        assert err.message.startswith("internal error in add (ref ")  # the text is only in the log
 
         # validate ran before anything was persisted: it saw the old seq in memory and in the file
         assert Guarded.seen_by_validate["validate-1"] == [(0, 0), (1, 1)]
@@ -99,7 +99,7 @@ async def test_failed_turn_rolls_back_sql_state_seq_and_outputs(tmp_path: Path) 
 
         err = await call_error(c, "write", "second", fail=True)
         assert err.code == "handler_error"
-        assert err.message == "RuntimeError: changed my mind"
+        assert err.message.startswith("internal error in write (ref ")
         assert await c.call("snapshot") == before
         await kit.settle()
         assert seqs(c) == [1, 2]  # nothing of the failed turn was sent
@@ -149,7 +149,7 @@ async def test_streaming_call_that_raises_keeps_the_writes_of_sent_chunks_on_dis
         c = kit.connect("streamer", "stream-fail-1")
         err = await call_error(c, "tick_then_fail", 2)
         assert err.code == "handler_error"
-        assert err.message == "RuntimeError: stream broke"
+        assert err.message.startswith("internal error in tick_then_fail (ref ")
         assert [f["chunk"] for f in of_type(c, "rpc_chunk")] == [1, 2]
         assert seqs(c) == [1, 2]
 

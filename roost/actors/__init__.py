@@ -3,7 +3,8 @@
 See :mod:`roost.actors.actor` for the API a user writes against, :mod:`roost.actors.host` for one
 live actor (its lifecycle and mailbox task), :mod:`roost.actors.turn` for the one template every turn
 runs in, :mod:`roost.actors.outputs` for the output gate, :mod:`roost.actors.handlers` for what each
-kind of input does, :mod:`roost.actors.registry` for activation and dormancy, and
+kind of input does, :mod:`roost.actors.arguments` for how a call's arguments are checked against
+the method's signature, :mod:`roost.actors.registry` for activation and dormancy, and
 :mod:`roost.actors.errors` for the error hierarchy. The modules import each other as a tree: where
 two need each other, the lower one uses a protocol of the other's shape (:mod:`roost.actors.interfaces`
 for the actor's faces and the registry, :mod:`roost.actors.parts` for the host's parts).

@@ -3,6 +3,10 @@
 Only methods marked with it can be called over the wire; names starting with ``_`` are refused even if
 marked. A method that is an async generator is a *streaming* callable: each ``yield`` is sent as an
 ``rpc_chunk`` frame after the writes made before it are committed.
+
+A call's arguments are bound to the method's signature and validated against its annotations before
+the method runs (:mod:`roost.actors.arguments`); the checks are built once, when the kind is
+registered (:func:`callables_of`), so an annotation that cannot be checked fails there.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from roost.actors.arguments import Arguments, Check, result_check
+
 __all__ = ["CallableInfo", "callable", "callables_of", "wakeup"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -19,19 +25,30 @@ _MARK = "__roost_callable__"
 
 
 @overload
-def callable(fn: F, *, readonly: bool = False) -> F: ...
+def callable(fn: F, *, readonly: bool = False, validate_result: bool = False) -> F: ...
 
 
 @overload
-def callable(fn: None = None, *, readonly: bool = False) -> Callable[[F], F]: ...
+def callable(
+    fn: None = None, *, readonly: bool = False, validate_result: bool = False
+) -> Callable[[F], F]: ...
 
 
-def callable(fn: F | None = None, *, readonly: bool = False) -> F | Callable[[F], F]:
+def callable(
+    fn: F | None = None, *, readonly: bool = False, validate_result: bool = False
+) -> F | Callable[[F], F]:
     """Mark ``fn`` as callable by clients (RPC): ``@callable`` or ``@callable(readonly=True)``.
+
+    The arguments of a call are validated against the method's annotations before it runs
+    (``invalid_arguments`` if they do not fit; see :mod:`roost.actors.arguments`).
 
     ``readonly`` declares that the method changes nothing: read-only principals may call it (and only
     such methods). For a read-only caller the turn is read-only: ``set_state``, ``emit``, schedules
     and ``self.sql`` writes raise, and the turn is rolled back.
+
+    ``validate_result`` also validates what the method returns (each chunk of a streaming one)
+    against its return annotation, and sends its JSON form (a model's fields, say); a result that
+    does not fit fails the call with ``handler_error`` and rolls the turn back.
     """
 
     def mark(f: F) -> F:
@@ -39,6 +56,7 @@ def callable(fn: F | None = None, *, readonly: bool = False) -> F | Callable[[F]
             raise ValueError(f"private method {f.__name__!r} cannot be @callable")
         setattr(f, _MARK, True)
         setattr(f, "__roost_readonly__", readonly)  # noqa: B010
+        setattr(f, "__roost_validate_result__", validate_result)  # noqa: B010
         return f
 
     return mark(fn) if fn is not None else mark
@@ -67,21 +85,34 @@ class CallableInfo:
     name: str
     streaming: bool
     signature: inspect.Signature
+    arguments: Arguments  #: binds and validates a call's arguments (built once, at registration)
     readonly: bool = False
+    result: Check | None = None  #: validates the result (``validate_result=True``), else None
 
 
 def callables_of(cls: type) -> dict[str, CallableInfo]:
-    """The ``@callable`` methods of an actor class, by name (inherited ones included)."""
+    """The ``@callable`` methods of an actor class, by name (inherited ones included), each with its
+    argument check. Raises ``TypeError`` for an annotation that cannot be resolved or validated."""
     found: dict[str, CallableInfo] = {}
     for name in dir(cls):
         if name.startswith("_"):
             continue
         fn = getattr(cls, name, None)
         if fn is not None and getattr(fn, _MARK, False):
+            streaming = inspect.isasyncgenfunction(fn)
             found[name] = CallableInfo(
                 name=name,
-                streaming=inspect.isasyncgenfunction(fn),
+                streaming=streaming,
                 signature=inspect.signature(fn),
+                arguments=Arguments(name, fn, has_self=not _static(cls, name)),
                 readonly=bool(getattr(fn, "__roost_readonly__", False)),
+                result=result_check(name, fn, streaming)
+                if getattr(fn, "__roost_validate_result__", False)
+                else None,
             )
     return found
+
+
+def _static(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` is a staticmethod or classmethod (its signature has no ``self``)."""
+    return isinstance(inspect.getattr_static(cls, name, None), staticmethod | classmethod)

@@ -18,6 +18,19 @@ Deliver       no turn: the frame joins the held ones
 ============  =======================================  ==============================================
 
 Failures other than ``RpcError`` go to the actor's ``on_error`` (outside any turn).
+
+What a caller is told of a failure (:func:`as_rpc_error`, the one place that decides it, for a client
+over WebSocket or HTTP, a streaming call, another actor or a task alike): an ``RpcError`` the actor
+(or the runtime) raised on purpose keeps its code and message; the turn's timeout is ``timeout``; any
+other exception is *unexpected*: it is logged with its traceback under a short reference id
+(:func:`~roost.actors.turn.log_failure`) and the caller gets ``handler_error`` with a generic
+message carrying that id, ``internal error in say (ref 3f9a12bc)``, never the exception's text. A
+failed ``on_connect`` (but a ``Reject``) or ``on_close`` is logged the same way.
+
+**A stream yields to the loop between chunks** (test in ``tests/test_streaming_turns.py``): after
+each chunk's checkpoint the turn gives the event loop a turn, so other clients are served while a
+long stream runs, its chunks are written as they come (and count against the connection's send
+bound), and ``turn_timeout`` cuts it: the chunks before are committed, the caller gets ``timeout``.
 """
 
 from __future__ import annotations
@@ -36,7 +49,6 @@ from roost.actors.errors import (
     ActorUnavailable,
     CallTimeout,
     HandlerError,
-    InvalidArguments,
     MethodNotFound,
     Reject,
     RpcError,
@@ -44,7 +56,7 @@ from roost.actors.errors import (
 )
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
 from roost.actors.outputs import Close, Failure, Frame, Result
-from roost.actors.turn import report
+from roost.actors.turn import log_failure, report
 from roost.protocol import CloseCode, frames
 from roost.protocol.resume import decide_resume
 
@@ -106,8 +118,8 @@ async def _call(host: HostCore, item: Call) -> None:
 
 
 def _call_failed(host: HostCore, item: Call, exc: BaseException) -> None:
-    err = as_rpc_error(host, exc)
-    if not isinstance(err, RpcError) or isinstance(err, HandlerError):
+    err = as_rpc_error(host, exc, item.method)
+    if isinstance(err, HandlerError):
         report(host, exc, item.conn)
     if item.conn is not None:
         host.gate.held.append(Frame(item.conn, frames.rpc_error(item.id, err.code, err.message)))
@@ -119,25 +131,25 @@ async def _invoke(host: HostCore, item: Call) -> Any:
     info = host.callables.get(item.method)
     if info is None:
         raise MethodNotFound(message=f"no callable method {item.method!r}")
-    fn = getattr(host.actor, item.method)
-    try:
-        res = fn(*item.args, **item.kwargs)
-    except TypeError as exc:
-        try:
-            info.signature.bind(None, *item.args, **item.kwargs)
-        except TypeError:
-            raise InvalidArguments(message=str(exc)) from None
-        raise
+    args, kwargs = info.arguments(item.args, item.kwargs)  # InvalidArguments before any user code
+    res = getattr(host.actor, item.method)(*args, **kwargs)
+    check = info.result
     if not info.streaming:
         if type(res) is CoroutineType or isinstance(res, Awaitable):
-            return await res
-        return res
+            res = await res
+        return res if check is None else check(res)
     async for chunk in res:
+        if check is not None:
+            chunk = check(chunk)
         if item.conn is not None:
             host.gate.turn.append(Frame(item.conn, frames.rpc_chunk(item.id, chunk)))
         elif item.chunks is not None:
             item.chunks.append(_as_sent(chunk))
         host.turn.checkpoint()
+        # between two chunks the loop runs: other actors and clients are served, the chunk is written
+        # (or counts against the connection's send bound), and the turn's timeout can cut the stream
+        # (a generator that never awaits anything would otherwise hold the loop to its end)
+        await asyncio.sleep(0)
     return None
 
 
@@ -152,7 +164,7 @@ async def _message(host: HostCore, item: Message) -> None:
 
 def _message_failed(host: HostCore, item: Message, exc: BaseException) -> None:
     report(host, exc, item.conn)
-    err = as_rpc_error(host, exc)
+    err = as_rpc_error(host, exc, "on_message")
     host.gate.held.append(Frame(item.conn, frames.error(err.code, err.message)))
 
 
@@ -181,8 +193,11 @@ def _connect_failed(host: HostCore, item: Connect, exc: BaseException) -> None:
     if isinstance(exc, Reject):
         host.gate.held.append(Close(conn, exc.code, exc.reason))
     else:
+        reason = "on_connect failed"
+        if not isinstance(exc, asyncio.CancelledError):
+            reason += f" (ref {log_failure(host, exc, 'on_connect')})"
         report(host, exc, conn)
-        host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, "on_connect failed"))
+        host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, reason))
 
 
 def _welcome(host: HostCore, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
@@ -212,6 +227,8 @@ async def _disconnect(host: HostCore, item: Disconnect) -> None:
 
 
 def _disconnect_failed(host: HostCore, item: Disconnect, exc: BaseException) -> None:
+    if not isinstance(exc, asyncio.CancelledError | RpcError):
+        log_failure(host, exc, "on_close")
     report(host, exc, item.conn)
 
 
@@ -224,7 +241,7 @@ async def _task(host: HostCore, item: Task) -> None:
 
 
 def _task_failed(host: HostCore, item: Task, exc: BaseException) -> None:
-    host.gate.held.append(Failure(item.reply, as_rpc_error(host, exc)))
+    host.gate.held.append(Failure(item.reply, as_rpc_error(host, exc, "task")))
 
 
 # -- shared ---------------------------------------------------------------------------------------
@@ -238,15 +255,17 @@ def _as_sent(value: Any) -> Any:
     return orjson.loads(orjson.dumps([[value]]))[0][0]
 
 
-def as_rpc_error(host: HostCore, exc: BaseException) -> RpcError:
-    """What a caller is told of a failed turn."""
+def as_rpc_error(host: HostCore, exc: BaseException, where: str) -> RpcError:
+    """What a caller is told of a failed turn that ran ``where`` (a method's name, ``on_message``):
+    an ``RpcError`` as it is; any exception other than the turn's timeout or a stop is logged (see
+    :func:`~roost.actors.turn.log_failure`) and told only as ``handler_error`` with its reference id."""
     if isinstance(exc, RpcError):
         return exc
     if isinstance(exc, TimeoutError):
         return CallTimeout(message=f"turn exceeded {host.turn_timeout} s")
     if isinstance(exc, asyncio.CancelledError):
         return ActorUnavailable(message="actor is stopping")
-    return HandlerError(message=f"{type(exc).__name__}: {exc}"[:500])
+    return HandlerError(message=f"internal error in {where} (ref {log_failure(host, exc, where)})")
 
 
 async def maybe_await(value: Any) -> Any:

@@ -58,7 +58,7 @@ from roost.actors import alarms, sqlguard, statelog
 from roost.actors.actor import Actor
 from roost.actors.connection import Connection, Principal
 from roost.actors.decorators import CallableInfo
-from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, StateError, shown_name
+from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, RoostError, StateError, shown_name
 from roost.actors.handlers import dispatch, maybe_await
 from roost.actors.inline import AVAILABLE as _INLINE
 from roost.actors.inline import Resume, Suspended, step_as
@@ -66,7 +66,7 @@ from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Messa
 from roost.actors.outputs import Close, Frame, OutputGate
 from roost.actors.refs import Key
 from roost.actors.schedules import ScheduleStore
-from roost.actors.turn import Turn, report
+from roost.actors.turn import Turn, log_failure, report
 from roost.protocol import CloseCode, frames
 from roost.storage import ActorFile
 
@@ -418,9 +418,9 @@ class ActorHost:
             alarm = alarms.alarm_before_commit(self) if self.alarm_dirty else _UNSET
             self.file.commit()
         except Exception as exc:
-            log.exception("commit failed for %s/%r", self.kind, self.name)
+            ref = log_failure(self, exc, "commit")
             # nothing held is released: fail answers the held replies and drops the frames
-            self.fail(ActorUnavailable(message=f"commit failed: {exc}"))
+            self.fail(ActorUnavailable(message=f"commit failed (ref {ref})"))
             return False
         if alarm is not _UNSET:
             alarms.alarm_after_commit(self, alarm)
@@ -533,6 +533,8 @@ class ActorHost:
 
 
 def _start_failed(host: HostCore, item: None, exc: BaseException) -> None:
-    log.exception("on_start failed for %s/%r", host.kind, host.name, exc_info=exc)
+    ref = log_failure(host, exc, "on_start")
     report(host, exc, None)
-    host.fail(ActorUnavailable(message=f"on_start failed: {type(exc).__name__}: {exc}"))
+    # Roost's own errors (a state newer than the code) say what is wrong; others only where to look
+    why = f": {exc}" if isinstance(exc, RoostError) else ""
+    host.fail(ActorUnavailable(message=f"on_start failed{why} (ref {ref})"))

@@ -53,6 +53,7 @@ from roost.actors.errors import (
     MigrationError,
     Overloaded,
     ReentrantCall,
+    RoostError,
     UnknownKind,
     shown_name,
 )
@@ -61,6 +62,7 @@ from roost.actors.host import ActorHost
 from roost.actors.inputs import Call, Input, Task, Wake
 from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
+from roost.actors.turn import log_failure
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
@@ -285,14 +287,12 @@ class Registry:
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
         except (MigrationError, sqlite3.Error, OSError) as exc:
-            log.exception("actor %s/%r failed to open", kind, name)
-            raise ActorUnavailable(message=f"actor failed to start: {exc}") from exc
+            raise _start_failed(kind, name, exc, "open") from exc
         try:
             host = ActorHost(self, cls, kind, name, file, self._callables[kind])
         except Exception as exc:  # the kind's __init__ or a corrupt state row
             file.close()
-            log.exception("actor %s/%r failed to start", kind, name)
-            raise ActorUnavailable(message=f"actor failed to start: {type(exc).__name__}: {exc}") from exc
+            raise _start_failed(kind, name, exc, "start") from exc
         self.hosts[(kind, name)] = host
         self.directory.touch(kind, name, self.clock.now())
         self.activations += 1
@@ -450,6 +450,15 @@ class Registry:
     @property
     def connection_count(self) -> int:
         return sum(len(h.connections) for h in self.hosts.values())
+
+
+def _start_failed(kind: str, name: str, exc: Exception, step: str) -> ActorUnavailable:
+    """What the callers of an actor that failed to ``step`` (open its file, start) are told: Roost's
+    own errors (a failed migration) say what is wrong; other exceptions (the kind's ``__init__``, a
+    corrupt file) are logged and told only by their reference id."""
+    ref = log_failure((kind, name), exc, step)
+    why = f": {exc}" if isinstance(exc, RoostError) else ""
+    return ActorUnavailable(message=f"actor failed to start{why} (ref {ref})")
 
 
 def _last_active(host: ActorHost) -> float:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from roost.scheduler.clock import TimerHandle
 if TYPE_CHECKING:
     from roost.actors.parts import Failed, HostCore
 
-__all__ = ["Savepoint", "Turn", "TurnMark", "report"]
+__all__ = ["Savepoint", "Turn", "TurnMark", "log_failure", "report"]
 
 log = logging.getLogger("roost.actor")
 
@@ -281,6 +282,17 @@ class Savepoint:
     def release(self) -> None:
         """Keep what was done since the savepoint (as part of the turn)."""
         self._turn.host.file.conn.execute(f"RELEASE {self._name}")
+
+
+def log_failure(actor: HostCore | tuple[str, str], exc: BaseException, where: str) -> str:
+    """Log an unexpected failure ``where`` in an actor (its host, or its ``(kind, name)`` before it
+    has one) on logger ``roost.actor``, level ERROR, with the traceback, under a new short reference
+    id, and return the id. A client is told only the id (``internal error in say (ref 3f9a12bc)``),
+    never the exception's text: the operator finds the rest in the log by the id."""
+    kind, name = actor if isinstance(actor, tuple) else (actor.kind, actor.name)
+    ref = secrets.token_hex(4)
+    log.error("%s failed in %s/%r (ref %s)", where, kind, name, ref, exc_info=exc)
+    return ref
 
 
 def report(host: HostCore, exc: BaseException, conn: Connection | None) -> None:

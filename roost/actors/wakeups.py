@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule, ScheduleStatus
-from roost.actors.turn import report
+from roost.actors.turn import log_failure, report
 
 if TYPE_CHECKING:
     from roost.actors.parts import HostCore
@@ -98,7 +98,11 @@ async def _fire_schedule(host: HostCore, s: Schedule, now: float) -> None:
             await _invoke(host, s)
     except Exception as exc:  # includes the timeout; cancellation of the turn goes up
         savepoint.rollback()
-        error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, TimeoutError) else "timeout"
+        if isinstance(exc, TimeoutError):
+            error = "timeout"
+        else:
+            log_failure(host, exc, f"wake-up {s.callback}")
+            error = f"{type(exc).__name__}: {exc}"
         _failed(host, s, nominal, error, now)
         report(host, exc, None)
         return

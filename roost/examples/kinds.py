@@ -24,8 +24,6 @@ class Counter(Actor):
 
     @callable
     async def increment(self, by: int = 1) -> int:
-        if not isinstance(by, int) or isinstance(by, bool):
-            raise TypeError("by must be an integer")
         self.set_state({"count": self.state["count"] + by})
         count: int = self.state["count"]
         return count
