@@ -1,9 +1,9 @@
 """Wake-up edge cases found in review: self-cancel, key reuse, coalesced retries, DST folds.
 
-Schedule keys (``docs/protocol.md``, "Wake-ups"): a key dedupes while its schedule is pending, the
-same spec returning the pending schedule (a delay asked for again is the same time); a pending key
-with another spec is an ``idempotency_conflict``; a key whose schedule fired (or was cancelled)
-schedules anew.
+Schedule keys (``docs/design.md``, "Wake-ups"): a key dedupes while its schedule is pending and for
+``KEY_WINDOW`` after it finished, the same spec returning that schedule (a delay asked for again is
+the same time); another spec under a key in use is an ``idempotency_conflict``; after the window, or
+a cancel, the key schedules anew.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from roost.actors import Actor, IdempotencyConflict, callable, wakeup
+from roost.actors.schedules import KEY_WINDOW
 from roost.scheduler import Dispatcher, FakeClock, make_trigger, next_fire
 from roost.storage import Directory
 from roost.testing import ActorKit, until
@@ -101,20 +102,27 @@ async def test_a_key_can_schedule_again_after_a_cancel(tmp_path: Path) -> None:
         assert await kit.call("ticker", "reuse", "runs") == 1
 
 
-async def test_a_key_whose_one_shot_fired_schedules_again_and_fires_again(tmp_path: Path) -> None:
+async def test_a_fired_key_answers_a_repeat_within_the_window_and_schedules_anew_after_it(
+    tmp_path: Path,
+) -> None:
+    """A client re-sending a request after its wake-up fired (it lost the answer to a crash) gets the
+    finished schedule, not a second fire; another spec under that key is a conflict; after
+    ``KEY_WINDOW`` the key schedules anew and fires again."""
     clock = FakeClock()
     async with kit_for(tmp_path, clock) as kit:
         first = await kit.call("ticker", "again", "later", 5, "k1")
         clock.advance(6)
         await kit.registry.wake("ticker", "again")
         assert await kit.call("ticker", "again", "runs") == 1
+        assert await kit.call("ticker", "again", "later", 5, "k1") == first, "a repeat fired twice"
+        with pytest.raises(IdempotencyConflict):
+            await kit.call("ticker", "again", "later", 9, "k1")
+        clock.advance(KEY_WINDOW)
         second = await kit.call("ticker", "again", "later", 5, "k1")
-        assert second != first, "the fired schedule was returned instead of a new one"
+        assert second != first, "the key was never released"
         info = await kit.call("ticker", "again", "info", "k1")
         assert info is not None
-        assert info["id"] == second
-        assert info["status"] == "active"
-        assert info["next_fire"] == clock.now() + 5
+        assert (info["id"], info["status"], info["next_fire"]) == (second, "active", clock.now() + 5)
         clock.advance(6)
         await kit.registry.wake("ticker", "again")
         assert await kit.call("ticker", "again", "runs") == 2

@@ -180,9 +180,10 @@ class Actor:
     ) -> Schedule:
         """Wake this actor: ``when`` is seconds from now (sub-second allowed), an aware ``datetime``,
         or a cron string (5 or 6 fields, in ``tz``). ``callback`` names a ``@wakeup`` method; ``payload``
-        is JSON. Written in this turn's transaction. With a ``key`` whose schedule is pending, the same
-        spec returns that schedule and adds nothing (safe to call in ``on_start``), another spec raises
-        ``IdempotencyConflict``; a key whose schedule fired or was cancelled schedules anew."""
+        is JSON. Written in this turn's transaction. With a ``key`` whose schedule is pending or
+        finished less than 24 h ago, the same spec returns that schedule and adds nothing (safe to
+        call in ``on_start``, or to re-send), another spec raises ``IdempotencyConflict``; after that,
+        or after a cancel, the key schedules anew."""
         trigger = make_trigger(when, now=self._host.turn_now, tz=tz)
         return self._schedule(trigger, callback, payload, key, misfire, misfire_grace, retry, timeout)
 

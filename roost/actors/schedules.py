@@ -20,7 +20,15 @@ import orjson
 from roost.actors.errors import IdempotencyConflict
 from roost.scheduler.triggers import Trigger, next_fire, occurrences
 
-__all__ = ["DeadLetter", "Misfire", "RetryPolicy", "Schedule", "ScheduleStatus", "ScheduleStore"]
+__all__ = [
+    "KEY_WINDOW",
+    "DeadLetter",
+    "Misfire",
+    "RetryPolicy",
+    "Schedule",
+    "ScheduleStatus",
+    "ScheduleStore",
+]
 
 #: A run_all catch-up fires at most this many missed times per wake; the rest follow at once.
 MAX_CATCH_UP = 1000
@@ -122,6 +130,18 @@ _COLUMNS = (
 )
 
 
+#: How long a finished schedule keeps its key (seconds after its last fire, or its creation): within
+#: it, the same request is answered with the finished schedule instead of a second one.
+KEY_WINDOW = 24 * 3600.0
+
+
+def _in_use(schedule: Schedule, now: float) -> bool:
+    if schedule.status is ScheduleStatus.ACTIVE:
+        return True
+    ended = schedule.last_fire if schedule.last_fire is not None else schedule.created_at
+    return schedule.status is not ScheduleStatus.CANCELLED and now - ended < KEY_WINDOW
+
+
 def same_trigger(existing: Schedule, trigger: Trigger, now: float) -> bool:
     """Whether ``trigger``, asked for at ``now``, names what ``existing``'s trigger names: the same
     kind and interval or cron expression, and the same time, either as an instant or as the same
@@ -174,17 +194,21 @@ class ScheduleStore:
     ) -> tuple[Schedule, bool]:
         """Insert a schedule. ``(schedule, new)``.
 
-        With a ``key``: while the key's schedule is pending (``active``) the same spec returns it
-        unchanged and adds nothing (so ``schedule(…, key=…)`` is safe to repeat, e.g. in
-        ``on_start``), and a different spec raises :class:`IdempotencyConflict`; once it is finished
-        (``done``, ``dead``; a cancel already released the key) the key schedules anew, and the
-        finished record keeps its id but no longer its key. The spec is the callback, the payload,
-        the trigger, the misfire and retry policies and the timeout; a delay (``schedule(5, …)``)
-        names the same time as one asked for earlier when it was asked for with the same delay
-        (:func:`same_trigger`)."""
+        With a ``key``, a request repeated with the same spec is the same schedule, and a different
+        spec under a key still in use is refused:
+
+        - while the key's schedule is pending (``active``), or finished (``done``, ``dead``) less than
+          :data:`KEY_WINDOW` ago (a client that lost the answer to a crash re-sends with the same key
+          after the fire: nothing is done twice), the same spec returns that schedule and adds nothing;
+          another spec raises :class:`IdempotencyConflict`;
+        - after the window, or once cancelled (a cancel releases the key at once), the key schedules
+          anew; the finished record keeps its id and loses the key.
+
+        The spec is the callback, the payload, the trigger, the misfire and retry policies and the
+        timeout; a delay (``schedule(5, …)``) asked for again is the same time (:func:`same_trigger`)."""
         if key is not None:
             existing = self.get_by_key(key)
-            if existing is not None and existing.status is ScheduleStatus.ACTIVE:
+            if existing is not None and _in_use(existing, now):
                 asked = (
                     callback,
                     orjson.loads(orjson.dumps(payload)),
@@ -203,11 +227,11 @@ class ScheduleStore:
                 )
                 if asked != held or not same_trigger(existing, trigger, now):
                     raise IdempotencyConflict(
-                        message=f"schedule key {key!r} is pending with another callback, payload, "
-                        "time or policy; cancel it first, or use another key"
+                        message=f"schedule key {key!r} is in use by a schedule with another callback, "
+                        "payload, time or policy; cancel it first, or use another key"
                     )
                 return existing, False
-            if existing is not None:  # finished: the key is free for a new schedule
+            if existing is not None:  # finished long enough ago: the key is free for a new schedule
                 self.conn.execute("UPDATE roost_schedules SET key = NULL WHERE id = ?", (existing.id,))
         first = next_fire(trigger, previous=None, now=now)
         sid = f"s-{uuid.uuid4().hex[:16]}"
