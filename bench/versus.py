@@ -126,6 +126,11 @@ def _tree(rev: str, into: Path) -> tuple[Path, str]:
     return into, _checkout(rev, into)[:7]
 
 
+def _with(env: dict[str, str] | None) -> str:
+    """How a side's own environment is named in the report (nothing without one)."""
+    return " with " + " ".join(f"{k}={v}" for k, v in env.items()) if env else ""
+
+
 def measure(
     base: str,
     head: str,
@@ -161,15 +166,12 @@ def measure(
     errors = sum(int(p["errors"]) for one in reps for srv in one.values() for p in srv.values())
     if errors:
         raise RuntimeError(f"{errors} replies were not the expected answer")
-    for name, env in (("base", base_env), ("head", head_env)):
-        if env:
-            shown = " ".join(f"{k}={v}" for k, v in env.items())
-            base_name, head_name = (
-                (f"{base_name} with {shown}", head_name)
-                if name == "base"
-                else (base_name, f"{head_name} with {shown}")
-            )
-    return {"base": base_name, "head": head_name, "rounds": reps, "slice_s": slice_s}
+    return {
+        "base": base_name + _with(base_env),
+        "head": head_name + _with(head_env),
+        "rounds": reps,
+        "slice_s": slice_s,
+    }
 
 
 def render(res: dict[str, Any]) -> str:

@@ -26,6 +26,18 @@ def orchestrator_of(actor: Actor) -> Orchestrator:
     return actor.orchestrator
 
 
+async def take_over(kit: ActorKit, kind: str, name: str, job_id: str) -> None:
+    """Claim the job anew inside a turn of its agent: what the lease wake-up does after expiry."""
+
+    async def claim(actor: Actor) -> None:
+        orch = orchestrator_of(actor)
+        row = orch.jobs.store.get("jobs", job_id)
+        assert row is not None
+        await orch.jobs.claim(row)
+
+    await kit.registry.run(kind, name, claim)
+
+
 REQUEST = "analyze the documents and make a report"
 
 
@@ -146,13 +158,7 @@ async def test_a_worker_that_lost_its_lease_cannot_write(data_dir: Path) -> None
         assert isinstance(runner, JobRunner)
         job = (await c.call("get_run", reply["run_id"]))["jobs"][0]
 
-        async def take_over(actor: Actor) -> None:  # what the lease wake-up does after expiry
-            orch = orchestrator_of(actor)
-            row = orch.jobs.store.get("jobs", job["job_id"])
-            assert row is not None
-            await orch.jobs.claim(row)
-
-        await kit.registry.run("docs", "acme", take_over)
+        await take_over(kit, "docs", "acme", job["job_id"])
 
         async def stale_progress(actor: Actor) -> bool:
             orch = orchestrator_of(actor)
@@ -215,13 +221,7 @@ async def test_no_task_of_the_runner_outlives_it(data_dir: Path) -> None:
         assert {f"{SERVICE}:{job['job_id']}:1", f"{SERVICE}:{job['job_id']}:1:tool"} <= names
         assert any(n.endswith(":presence") for n in names)
 
-        async def take_over(actor: Actor) -> None:  # what the lease wake-up does after expiry
-            orch = orchestrator_of(actor)
-            row = orch.jobs.store.get("jobs", job["job_id"])
-            assert row is not None
-            await orch.jobs.claim(row)
-
-        await kit.registry.run("tidy", "t", take_over)
+        await take_over(kit, "tidy", "t", job["job_id"])
         assert f"{SERVICE}:{job['job_id']}:2" in {t.get_name() for t in runner_tasks()}
     assert all(t.done() for t in first)
     assert runner_tasks() == set()

@@ -56,20 +56,19 @@ PRIVATE = {
 
 
 def names_used(path: Path) -> set[str]:
+    """The private names of :data:`PRIVATE` a module names: as an attribute, a name, a function it
+    defines or a string (what ``getattr`` would look up)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute | ast.Name | ast.FunctionDef | ast.Constant):
-            name = (
-                node.attr
-                if isinstance(node, ast.Attribute)
-                else node.id
-                if isinstance(node, ast.Name)
-                else node.name
-                if isinstance(node, ast.FunctionDef)
-                else node.value
-            )
-            if isinstance(name, str) and name in PRIVATE:
-                found.add(name)
+        match node:
+            case ast.Attribute(attr=name) | ast.Name(id=name) | ast.FunctionDef(name=name):
+                pass
+            case ast.Constant(value=str() as name):
+                pass
+            case _:
+                continue
+        if name in PRIVATE:
+            found.add(name)
     return found
 
 

@@ -1,4 +1,5 @@
-"""The direct frame path as the endpoint sees it: the scope extension, the switch, the interface.
+"""The direct frame path as the endpoint sees it: the scope extension and the interface (the switch
+is :func:`roost.actors.fast_paths_off`, as for inline turns).
 
 The path itself lives in :mod:`roost.transport.uvicorn_ws` (uvicorn's protocol class, which imports
 uvicorn's internal modules); the endpoint, the sink and the start-up report import only this module,
@@ -10,18 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from roost.actors import fast_paths_off
-
-__all__ = ["DIRECT", "DirectPath", "offered", "switched_off"]
+__all__ = ["DIRECT", "DirectPath", "offered"]
 
 #: The ASGI scope extension naming the protocol object that offers the direct frame path.
 DIRECT = "roost.direct"
-
-
-def switched_off() -> str | None:
-    """Why no connection is offered the direct path by the switch (``ROOST_FAST_PATHS=0``, see
-    :func:`roost.actors.fast_paths_off`), or None."""
-    return fast_paths_off()
 
 
 @runtime_checkable

@@ -17,8 +17,7 @@ import importlib
 import importlib.metadata
 from typing import NamedTuple
 
-from roost.actors import INLINE_TURNS
-from roost.transport.direct import switched_off
+from roost.actors import INLINE_TURNS, fast_paths_off
 
 __all__ = ["TESTED_UVICORN", "Protocols", "choose", "fast_paths"]
 
@@ -87,7 +86,7 @@ def fast_paths(protocols: Protocols) -> str:
     inline = "on" if INLINE_TURNS.on else f"off ({INLINE_TURNS.why_not})"
     if protocols.fallback is not None:
         direct = f"off ({protocols.fallback})"
-    elif (off := switched_off()) is not None:
+    elif (off := fast_paths_off()) is not None:
         direct = f"off ({off})"
     else:
         direct = "on"

@@ -46,7 +46,8 @@ from websockets.exceptions import InvalidState
 from websockets.http11 import Request
 from websockets.protocol import State
 
-from roost.transport.direct import DIRECT, switched_off
+from roost.actors import fast_paths_off
+from roost.transport.direct import DIRECT
 
 __all__ = ["RoostWebSocketProtocol", "direct_available", "missing_attributes"]
 
@@ -76,11 +77,12 @@ def missing_attributes(protocol: object) -> list[str]:
 
 
 def direct_available(protocol: object | None = None) -> bool:
-    """Whether connections are offered the direct path: not when :func:`switched_off`, and only if
+    """Whether connections are offered the direct path: not when the switch is off
+    (:func:`roost.actors.fast_paths_off`), and only if
     uvicorn's protocol object has every attribute the path reads (checked once, on ``protocol``, the
     first connection's; logged once when one is missing)."""
     global _checked
-    if switched_off() is not None:
+    if fast_paths_off() is not None:
         return False
     if _checked is None and protocol is not None:
         missing = missing_attributes(protocol)
