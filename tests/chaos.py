@@ -20,7 +20,9 @@ Invariants checked:
    starts while another run's heavy step is open.
 6. **SQLite integrity** of every file after every kill.
 7. **No file outside the data directory** (the soak's own log aside).
-8. **Bounded memory**: the server's resident memory stays under a bound across the run.
+8. **Bounded memory**: the server's resident memory stays under a bound across the run, with slow
+   readers on (connections that resume from cursor 0 and then never read, so the server holds what
+   their send bound allows and closes them with 1013 past it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from typing import Any
 
 import httpx
 import orjson
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from roost.client import Client
 from roost.client.errors import ClientError
@@ -74,6 +78,8 @@ class Stats:
     violations: list[str] = field(default_factory=list)
     frames_seen: int = 0
     snapshots: int = 0
+    slow_readers: int = 0  # connections opened that never read
+    slow_closed: dict[int, int] = field(default_factory=dict)  # close code → slow readers closed with it
 
 
 class Server:
@@ -255,6 +261,27 @@ async def watcher(
             stats.violations.append(f"{w.name}: {client.duplicates} frames received twice")
 
 
+async def slow_reader(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random) -> None:
+    """Connects to a counter with ``cursor=0`` (a replay of its whole log) and then reads nothing for a
+    while: the websockets client stops reading its socket once its small queue is full, so every frame
+    after that waits in the server's send queue for this connection. Then it reads what is left and
+    notes the code the server closed it with, if the server did, and connects again."""
+    while not stop.is_set():
+        try:
+            async with connect(f"{url}/agents/counter/{name}?cursor=0", max_queue=4, max_size=None) as ws:
+                stats.slow_readers += 1
+                await asyncio.sleep(rng.uniform(2.0, 15.0))
+                with contextlib.suppress(TimeoutError, ConnectionClosed):  # read what is left, and the close
+                    async with asyncio.timeout(5.0):
+                        async for _ in ws:
+                            pass
+                if ws.close_code is not None:
+                    code = int(ws.close_code)
+                    stats.slow_closed[code] = stats.slow_closed.get(code, 0) + 1
+        except (OSError, WebSocketException, ConnectionClosed):
+            await asyncio.sleep(0.2)
+
+
 async def agent_user(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random) -> None:
     """Starts heavy analyses on a docs agent, now and then, in the background."""
     runs = stats.runs.setdefault(name, set())
@@ -342,6 +369,7 @@ async def soak(seconds: float, seed: int, root: Path, *, quiet: bool = False) ->
     tasks += [asyncio.create_task(watcher(url, "counter", n, stats, stop, rng)) for n in counters[:3]]
     tasks += [asyncio.create_task(watcher(url, "docs", n, stats, stop, rng)) for n in agents]
     tasks += [asyncio.create_task(agent_user(url, n, stats, stop, rng)) for n in agents]
+    tasks += [asyncio.create_task(slow_reader(url, n, stats, stop, rng)) for n in counters[:4]]
     started = time.monotonic()
     chaos_until = seconds * 0.8  # the last fifth runs without kills: one long-lived server process
 
@@ -440,6 +468,8 @@ def report(stats: Stats, seconds: float) -> str:
         f"{sum(len(r) for r in stats.runs.values())} agent runs)",
         f"frames checked by watchers: {stats.frames_seen} (snapshot welcomes: {stats.snapshots})",
         f"kills survived: {stats.kills}",
+        f"slow readers: {stats.slow_readers} connections that never read (closed by the server: "
+        f"{dict(sorted(stats.slow_closed.items())) or 'none'})",
         f"server memory: max {stats.max_rss_mb:.0f} MB (bound {MEMORY_BOUND_MB} MB)",
         f"invariant violations: {len(stats.violations)}",
     ]

@@ -139,6 +139,7 @@ def test_chaos_soak_smoke(tmp_path: Path) -> None:
     assert stats.violations == []
     assert stats.kills >= 3
     assert stats.frames_seen > 0
+    assert stats.slow_readers > 0
     assert sum(len(k) for k in stats.keys.values()) > 0
     assert sum(len(r) for r in stats.runs.values()) > 0
     assert stats.acks
