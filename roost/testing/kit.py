@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 
@@ -38,6 +39,7 @@ from roost.actors import (
     Subscriptions,
 )
 from roost.scheduler import Clock, FakeClock
+from roost.transport.handshake import connect_request
 
 __all__ = ["ActorKit", "FaultySink", "KitConnection", "RecordingSink"]
 
@@ -208,15 +210,26 @@ class ActorKit:
         principal: Principal = ANONYMOUS,
         sink: RecordingSink | None = None,
     ) -> KitConnection:
+        query: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
         """Connect to ``kind/name`` as a WebSocket client would; ``sink`` (a :class:`FaultySink`, say)
-        receives its frames."""
+        receives its frames. ``query`` and ``headers`` make the connection's ``conn.request`` as the
+        server would from a handshake (:func:`~roost.transport.handshake.connect_request`: credentials
+        left out); its path is ``/agents/{kind}/{name}``, its client ``("127.0.0.1", 0)``."""
         sink = sink if sink is not None else RecordingSink()
         conn = Connection(
+        scope = {
+            "path": f"/agents/{kind}/{name}",
+            "query_string": urlencode(list((query or {}).items())).encode(),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+            "client": ("127.0.0.1", 0),
+        }
             f"k{next(self._ids)}",
             sink,
             principal=principal,
             subscriptions=Subscriptions.parse(subscribe),
         )
+            request=connect_request(scope),
         self.registry.submit(kind, name, Connect(conn, cursor))
         return KitConnection(self, kind, name, conn, sink)
 
