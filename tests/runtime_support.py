@@ -247,6 +247,12 @@ class Caller(Actor):
         return result
 
     @callable
+    async def peek(self, target: str) -> int:
+        """A read-only call to another actor (``counter.get``)."""
+        result: int = await self.actor("counter", target).call("get")
+        return result
+
+    @callable
     async def ping(self, partner: str) -> Any:
         return await self.actor("partner", partner).call("back", self.name)
 

@@ -346,7 +346,7 @@ async def test_activation_when_every_live_actor_is_busy_raises_overloaded(tmp_pa
         await kit.settle()
 
         with pytest.raises(Overloaded) as info:
-            await kit.call("counter", "busy-3", "get")
+            await kit.call("counter", "busy-3", "increment")
         assert info.value.code == "overloaded"
         with pytest.raises(Overloaded):
             kit.connect("counter", "busy-3")

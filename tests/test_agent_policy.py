@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from pydantic import BaseModel
@@ -17,7 +18,9 @@ from roost.agent.agent import Agent
 from roost.agent.models import Model
 from roost.storage import actor_path
 from roost.testing import ActorKit
+from roost.transport import create_app
 from tests.agent_support import FAST, Payloads, drive, event_types, events
+from tests.support import serve_in_process
 
 TOKEN_A = "tok-AAAAAAAAAAAAAAAAAAAA"
 TOKEN_B = "tok-BBBBBBBBBBBBBBBBBBBB"
@@ -374,6 +377,22 @@ async def test_default_sessions_cannot_be_squatted_and_tenants_are_distinct(data
         with pytest.raises(RpcError) as other_tenant:
             await sam2.call("session", "shared")
         assert other_tenant.value.code == "policy_refused"
+
+
+async def test_a_caller_that_names_no_session_is_told_its_own_over_http(data_dir: Path) -> None:
+    """An HTTP-only client sees no events, so the turn's reply names the session it ran in: the
+    caller's own (``~…``) when it named none, which its ``session`` card then shows."""
+    app = create_app([Keys], data_dir=data_dir)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        reply = (await http.post("/agents/keys/k/rpc/turn", json=["call the api with key A"])).json()
+        assert reply["ok"], reply
+        session_id = reply["result"]["session_id"]
+        assert session_id.startswith("~")
+        card = (await http.post("/agents/keys/k/rpc/session", json=[session_id])).json()
+        assert card["ok"], card
+        assert card["result"]["active_turn"]["turn_id"] == reply["result"]["turn_id"]
+        named = (await http.post("/agents/keys/k/rpc/turn", json=["call the api", "mine"])).json()
+        assert named["result"]["session_id"] == "mine"
 
 
 async def test_runs_started_by_the_server_are_not_for_remote_principals(data_dir: Path) -> None:

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from roost.actors import (
+    ActorNotFound,
     RpcError,
 )
 from roost.examples.kinds import Counter
+from roost.storage.paths import actor_path
 from tests.runtime_support import (
     Caller,
     Partner,
@@ -32,6 +34,28 @@ async def test_actor_calls_another_actor_and_gets_its_committed_result(tmp_path:
         assert await c.call("bump", "a2a-target", 3) == 3
         assert await c.call("bump", "a2a-target", 4) == 7
         assert await kit.call("counter", "a2a-target", "get") == 7
+
+
+async def test_a_read_only_call_to_an_actor_never_created_is_not_found_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """As over HTTP (404): from another actor, the caller's client is told ``not_found``; from the
+    kit (in process) ``ActorNotFound`` is raised; no file and no directory row are made."""
+    kit, _ = make_kit(tmp_path, Caller, Partner, Counter)
+    async with kit:
+        c = kit.connect("caller", "a2a-ro")
+        err = await call_error(c, "peek", "a2a-missing")
+        assert (err.code, err.message) == ("not_found", "actor counter/'a2a-missing' does not exist")
+        with pytest.raises(ActorNotFound):
+            await kit.call("counter", "a2a-missing", "get")
+        assert ("counter", "a2a-missing") not in kit.registry.hosts
+        assert not actor_path(kit.registry.config.data_dir, "counter", "a2a-missing").exists()
+        assert not kit.registry.exists("counter", "a2a-missing")
+        assert kit.registry.directory is not None
+        assert kit.registry.directory.get("counter", "a2a-missing") is None
+
+        assert await c.call("bump", "a2a-missing", 2) == 2  # a call that writes creates it
+        assert await c.call("peek", "a2a-missing") == 2  # and now it is read
 
 
 async def test_call_chain_back_to_an_actor_fails_with_reentrant_call_instead_of_hanging(

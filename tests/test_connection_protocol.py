@@ -18,7 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roost.actors import ANONYMOUS, Connection, Principal, Registry, RuntimeConfig, Subscriptions
+from roost.actors import (
+    ANONYMOUS,
+    Connection,
+    Params,
+    Principal,
+    Registry,
+    Request,
+    RuntimeConfig,
+    Subscriptions,
+)
 from roost.actors.errors import InvalidActorAddress, UnknownKind
 from roost.actors.host import Call, Connect, Deliver, Disconnect, Message
 from roost.examples.kinds import KINDS
@@ -509,7 +518,15 @@ def test_admission_checks_the_address_then_the_verdict_then_the_tenant_name_then
         NeedVerdict("counter", "x"),
         NeedValidate("counter", "x"),
         NeedSlot(ANONYMOUS, "counter", "x"),
-        Accept(ANONYMOUS, "counter", "x", "x", 5, Subscriptions(True, False, False)),
+        Accept(
+            ANONYMOUS,
+            "counter",
+            "x",
+            "x",
+            5,
+            Subscriptions(True, False, False),
+            Request("/agents/counter/x", Params([("cursor", "5"), ("subscribe", "state")])),
+        ),
     ]
 
 
@@ -519,7 +536,7 @@ def test_an_admitted_connection_addresses_the_name_within_its_tenant_and_keeps_t
     assert steps[2:] == [
         NeedValidate("counter", "t1\x00a/b"),
         NeedSlot(TENANT, "counter", "t1\x00a/b"),
-        Accept(TENANT, "counter", "a/b", "t1\x00a/b", None, Subscriptions()),
+        Accept(TENANT, "counter", "a/b", "t1\x00a/b", None, Subscriptions(), Request("/agents/counter/a/b")),
     ]
 
 
@@ -604,7 +621,7 @@ def test_a_read_only_principal_connects_to_an_actor_that_exists() -> None:
     assert steps[3:] == [
         NeedExists("counter", "x"),
         NeedSlot(READ_ONLY, "counter", "x"),
-        Accept(READ_ONLY, "counter", "x", "x", None, Subscriptions()),
+        Accept(READ_ONLY, "counter", "x", "x", None, Subscriptions(), Request("/agents/counter/x")),
     ]
 
 

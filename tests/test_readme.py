@@ -2,17 +2,21 @@
 
 Guarantee: the README's commands and code are the contract with a newcomer, so each block is executed
 here: the clone and ``make demo`` in a fresh clone of this repository, ``roost serve`` with and
-without the annotated ``myapp.py``, the agent (its first turn plans and stops at the approval it
-promises), and the FastAPI mount with its lifespan. The only liberty taken: a server's ``--port 8000``
+without the annotated ``myapp.py``, the connections example (``chat.py``, run as a script: state,
+tags, ``on_connect`` and ``on_close``, ``self.caller``, the test kit), the agent (its first turn plans
+and stops at the approval it promises), and the FastAPI mount with its lifespan, whose install line
+names an extra that installs FastAPI. The only liberty taken: a server's ``--port 8000``
 becomes ``--port 0`` (any free port), so that the test never collides with something on 8000.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +45,22 @@ SHELL = blocks("")
 PYTHON = blocks("python")
 
 
+def python_block(first_line: str) -> str:
+    """The README's Python block that starts with ``first_line``."""
+    (block,) = [b for b in PYTHON if b.startswith(first_line)]
+    return block
+
+
+MYAPP = python_block("# myapp.py\n")
+CHAT = python_block("# chat.py")
+AGENT = python_block("from pydantic import BaseModel\n")
+FASTAPI = python_block("from contextlib import asynccontextmanager\n")
+
+
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 3, SHELL
-    assert len(PYTHON) == 3, [b.splitlines()[0] for b in PYTHON]
-    assert PYTHON[0].startswith("# myapp.py\n")
+    assert len(PYTHON) == 4, [b.splitlines()[0] for b in PYTHON]
+    assert PYTHON[0] == MYAPP
 
 
 def served(command: str, cwd: Path) -> ServerProcess:
@@ -91,7 +107,7 @@ async def test_roost_serve_with_the_example_kinds_serves_the_page_and_the_counte
 
 @pytest.mark.slow
 async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> None:
-    (tmp_path / "myapp.py").write_text(PYTHON[0])
+    (tmp_path / "myapp.py").write_text(MYAPP)
     server = served(SHELL[2].strip(), tmp_path)
     try:
         url = f"ws://{server.addr}/agents/counter/c1"
@@ -118,9 +134,33 @@ async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> 
         server.terminate()
 
 
+def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:
+    (tmp_path / "chat.py").write_text(CHAT)
+    assert CHAT.startswith("# chat.py: .venv/bin/python chat.py\n")
+    out = subprocess.run(
+        [sys.executable, "chat.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == "ok\n"
+
+
+def test_the_fastapi_section_says_how_to_install_fastapi_with_an_extra_that_does() -> None:
+    section = README.split("## Mounting in FastAPI", 1)[1].split("```python", 1)[0]
+    match = re.search(r"`\.venv/bin/pip install -e '\.\[(\w+)\]'`", section)
+    assert match is not None, section
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("fastapi") for dep in extras[match.group(1)]), extras.get(match.group(1))
+
+
 async def test_the_agent_block_plans_runs_and_asks_for_the_grant_it_promises(tmp_path: Path) -> None:
     namespace: dict[str, Any] = {}
-    exec(compile(PYTHON[1], "README.md (agent)", "exec"), namespace)
+    exec(compile(AGENT, "README.md (agent)", "exec"), namespace)
     assert isinstance(namespace["app"], RoostApp)  # what `roost serve reporter:app` serves
     async with ActorKit([namespace["Reporter"]], tmp_path / "data") as kit:
         conn = kit.connect("reporter", "r1")
@@ -153,10 +193,10 @@ async def test_the_fastapi_block_mounts_roost_and_closes_it_at_shutdown(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
-    (tmp_path / "myapp.py").write_text(PYTHON[0])  # beside it, as the README has it
+    (tmp_path / "myapp.py").write_text(MYAPP)  # beside it, as the README has it
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "myapp", raising=False)
-    exec(compile(PYTHON[2], "README.md (FastAPI)", "exec"), namespace)  # on its own
+    exec(compile(FASTAPI, "README.md (FastAPI)", "exec"), namespace)  # on its own
     api, roost = namespace["api"], namespace["roost"]
     async with serve(api) as addr:
         async with httpx.AsyncClient() as http:

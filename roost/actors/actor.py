@@ -131,7 +131,10 @@ class Actor:
 
     @property
     def caller(self) -> Connection | None:
-        """The connection whose input this turn handles (None for HTTP, wake-ups, other actors)."""
+        """The connection whose input this turn handles (None for HTTP, wake-ups, other actors).
+
+        Its ``request`` is the handshake it came with. An HTTP call has no connection and so no
+        request here; ``self.principal`` says who made it."""
         return self._host.caller
 
     @property

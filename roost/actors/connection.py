@@ -1,4 +1,4 @@
-"""Connections as an actor sees them: id, principal, their own small state, tags, subscriptions.
+"""Connections as an actor sees them: id, principal, request, their own small state, tags, subscriptions.
 
 A :class:`Connection` is created by the transport for each WebSocket and handed to the actor's hooks. It
 knows nothing of sockets: frames leave through a :class:`Sink` that the transport provides. Everything an
@@ -9,6 +9,7 @@ from its connect turn on, the connection is attached to its actor's host, which 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,14 +20,20 @@ from roost.protocol import frames
 __all__ = [
     "ANONYMOUS",
     "MAX_CONNECTION_STATE_BYTES",
+    "MAX_REQUEST_BYTES",
     "Connection",
     "Gate",
+    "Params",
     "Principal",
+    "Request",
     "Sink",
     "Subscriptions",
 ]
 
 MAX_CONNECTION_STATE_BYTES = 16 * 1024
+#: The most a connection's :class:`Request` may hold: its query's and its headers' names and values, in
+#: UTF-8 bytes, credentials left out. The transport refuses a larger handshake (``bad_address``, 4400).
+MAX_REQUEST_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,84 @@ class Subscriptions:
         return self.messages
 
 
+class Params(Mapping[str, str]):
+    """Names and values in the order they came (a query's, or headers'), read-only.
+
+    ``params[name]`` and ``params.get(name)`` give the last value of ``name`` (as Starlette's
+    ``QueryParams`` do), :meth:`getlist` every one, :meth:`multi_items` every pair in order."""
+
+    __slots__ = ("_items", "_last")
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
+        self._items = tuple(items)
+        self._last = dict(self._items)
+
+    def __getitem__(self, name: str) -> str:
+        return self._last[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._last)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def getlist(self, name: str) -> list[str]:
+        """Every value of ``name``, in order (``[]`` if it is absent)."""
+        return [v for k, v in self._items if k == name]
+
+    def multi_items(self) -> list[tuple[str, str]]:
+        """Every ``(name, value)`` pair, in order, repeated names included."""
+        return list(self._items)
+
+    def nbytes(self) -> int:
+        """What the names and values take in UTF-8 (what :data:`MAX_REQUEST_BYTES` counts)."""
+        return sum(
+            len(k.encode("utf-8", "replace")) + len(v.encode("utf-8", "replace")) for k, v in self._items
+        )
+
+    def __repr__(self) -> str:
+        return f"Params({list(self._items)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The WebSocket handshake a connection came with, as ``on_connect`` (and every later hook) sees it
+    on ``conn.request`` — Cloudflare Agents' ``onConnect(connection, ctx)`` has it as ``ctx.request``.
+
+    - ``path``: the request's path, percent-decoded (a mount prefix included);
+    - ``query``: the query's names and values, percent-decoded as UTF-8 (``+`` is a space), without
+      the ``token`` parameter (in any spelling the server reads as ``token``);
+    - ``headers``: names in lower case, without the credentials: ``Authorization``,
+      ``Proxy-Authorization`` and ``Cookie`` are left out, and so are the ``roost.token.…`` entries of
+      ``Sec-WebSocket-Protocol`` (the header stays if anything else was offered);
+    - ``client``: the peer's ``(host, port)``, or None when the server does not know it.
+
+    Any query value or header that holds a Roost token (``roost1.…``) under another name is left out
+    too, so no credential the server accepts reaches the actor. A credential a custom ``authenticate``
+    hook reads from some other header or parameter is the hook's own: the request keeps it.
+
+    The transport makes it (:func:`roost.transport.handshake.connect_request`) and bounds it at
+    :data:`MAX_REQUEST_BYTES`. It lives as long as its connection: connections are not kept across
+    restarts (a restart closes them and a reconnect is a new connection with its own request), so a
+    request is never written to disk. Calls over HTTP have no connection and no request
+    (``self.caller`` is None; ``self.principal`` says who called).
+    """
+
+    path: str = "/"
+    query: Params = field(default_factory=Params)
+    headers: Params = field(default_factory=Params)
+    client: tuple[str, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON form: ``path``, ``query`` and ``headers`` as lists of pairs, ``client`` or null."""
+        return {
+            "path": self.path,
+            "query": [list(p) for p in self.query.multi_items()],
+            "headers": [list(p) for p in self.headers.multi_items()],
+            "client": list(self.client) if self.client is not None else None,
+        }
+
+
 class Sink(Protocol):
     """Where a connection's frames go. Implemented by the transport; must not block."""
 
@@ -91,7 +176,17 @@ class Gate(Protocol):
 class Connection:
     """One client connection to one actor."""
 
-    __slots__ = ("_host", "_sink", "_state", "id", "in_flight", "principal", "subscriptions", "tags")
+    __slots__ = (
+        "_host",
+        "_sink",
+        "_state",
+        "id",
+        "in_flight",
+        "principal",
+        "request",
+        "subscriptions",
+        "tags",
+    )
 
     def __init__(
         self,
@@ -100,9 +195,12 @@ class Connection:
         *,
         principal: Principal = ANONYMOUS,
         subscriptions: Subscriptions | None = None,
+        request: Request | None = None,
     ) -> None:
         self.id = id
         self.principal = principal
+        #: The handshake it came with, credentials left out (:class:`Request`).
+        self.request = request if request is not None else Request()
         self.subscriptions = subscriptions or Subscriptions()
         self.tags: set[str] = set()
         self._state: Any = None

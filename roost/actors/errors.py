@@ -7,8 +7,8 @@
     │   └── MigrationError                         a migration step failed
     └── ActorError                                 raised by the actor runtime
         ├── UnknownKind (LookupError)              no kind of that name       close 4404 / HTTP 404
-        ├── ActorNotFound (LookupError)            never created (HTTP GET)   HTTP 404
         ├── RpcError                               a call failed; ``code`` goes on the wire
+        │   ├── ActorNotFound (LookupError)        code not_found: never created  HTTP 404
         │   ├── MethodNotFound (LookupError)       code method_not_found
         │   ├── InvalidArguments (TypeError)       code invalid_arguments
         │   ├── HandlerError                       code handler_error (the method raised)
@@ -73,13 +73,6 @@ class UnknownKind(ActorError, LookupError):
 shown_name = local_name
 
 
-class ActorNotFound(ActorError, LookupError):
-    def __init__(self, kind: str, name: str) -> None:
-        super().__init__(f"actor {kind}/{shown_name(name)!r} does not exist")
-        self.kind = kind
-        self.name = name
-
-
 class RpcError(ActorError):
     """A call failed. ``code`` and ``message`` are sent to the caller as they are."""
 
@@ -90,6 +83,19 @@ class RpcError(ActorError):
             self.code = code
         super().__init__(message or self.code)
         self.message = message or self.code
+
+
+class ActorNotFound(RpcError, LookupError):
+    """The actor was never created, and what was asked cannot create it: a read (HTTP ``GET``, the
+    admin's reads) or a read-only call (``@callable(readonly=True)``) from HTTP, another actor or the
+    test kit. Nothing is created. Code ``not_found``."""
+
+    code = "not_found"
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(message=f"actor {kind}/{shown_name(name)!r} does not exist")
+        self.kind = kind
+        self.name = name
 
 
 class MethodNotFound(RpcError, LookupError):

@@ -27,6 +27,12 @@ other exception is *unexpected*: it is logged with its traceback under a short r
 message carrying that id, ``internal error in say (ref 3f9a12bc)``, never the exception's text. A
 failed ``on_connect`` (but a ``Reject``) or ``on_close`` is logged the same way.
 
+**The arriving connection is in ``self.connections`` during ``on_connect``** (tests in
+``tests/test_connect_request.py``): a broadcast from ``on_connect`` reaches it too (after its
+welcome and replay, like everything ``on_connect`` sends it), the turn's state and events only
+through its welcome and replay; a failed or rejected ``on_connect`` removes it again, and the turn's
+broadcasts are rolled back with the turn, so nobody saw them.
+
 **A stream yields to the loop between chunks** (test in ``tests/test_streaming_turns.py``): after
 each chunk's checkpoint the turn gives the event loop a turn, so other clients are served while a
 long stream runs, its chunks are written as they come (and count against the connection's send
@@ -172,23 +178,32 @@ def _message_failed(host: HostCore, item: Message, exc: BaseException) -> None:
 async def _connect(host: HostCore, item: Connect) -> None:
     conn = item.conn
     conn.attach(host)
-    with host.turn.run(conn, _connect_failed, item):
-        await maybe_await(host.actor.on_connect(conn))
-        # The welcome is this connection's first frame, whatever on_connect sent it: it reflects
-        # the state after on_connect, then the replay, then what on_connect sent.
-        welcome, replay = _welcome(host, conn, item.cursor)
-        gate = host.gate
-        mine = [out for out in gate.turn if getattr(out, "conn", None) is conn]
-        if mine:
-            gate.turn = [out for out in gate.turn if getattr(out, "conn", None) is not conn]
-        gate.turn.append(Frame(conn, welcome))
-        gate.turn.extend(Frame(conn, frame) for frame in replay)
-        gate.turn.extend(mine)
-        host.connections[conn.id] = conn
+    # The arriving connection is in self.connections while on_connect runs (as in Cloudflare's
+    # onConnect). The state and events logged in this turn reach it through its welcome and replay
+    # (built after on_connect), never as frames of their own: ``joining`` keeps them from it.
+    try:
+        with host.turn.run(conn, _connect_failed, item):
+            host.connections[conn.id] = conn
+            host.joining = (conn.id,)
+            await maybe_await(host.actor.on_connect(conn))
+            # The welcome is this connection's first frame, whatever on_connect sent it: it reflects
+            # the state after on_connect, then the replay, then what on_connect sent (and broadcast).
+            welcome, replay = _welcome(host, conn, item.cursor)
+            gate = host.gate
+            mine = [out for out in gate.turn if getattr(out, "conn", None) is conn]
+            if mine:
+                gate.turn = [out for out in gate.turn if getattr(out, "conn", None) is not conn]
+            gate.turn.append(Frame(conn, welcome))
+            gate.turn.extend(Frame(conn, frame) for frame in replay)
+            gate.turn.extend(mine)
+    finally:
+        host.joining = ()
 
 
 def _connect_failed(host: HostCore, item: Connect, exc: BaseException) -> None:
     conn = item.conn
+    if host.connections.get(conn.id) is conn:
+        del host.connections[conn.id]  # refused: no later broadcast or close turn sees it
     conn.detach()
     if isinstance(exc, Reject):
         host.gate.held.append(Close(conn, exc.code, exc.reason))

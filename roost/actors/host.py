@@ -37,7 +37,9 @@ Guarantees (each has a test named after it in ``tests/``):
   connections are closed with 1011 and the actor is stopped; the next input reactivates it from disk.
 - **Gap-free log (guarantee 4).** See :mod:`roost.actors.statelog`. A connection is added to the
   broadcast set in the same turn that sends its welcome and replay, so it sees every later frame,
-  after them, once.
+  after them, once. It is in ``self.connections`` while ``on_connect`` runs; the state and events
+  of that turn reach it in its welcome and replay only, never twice; if the turn fails (a ``Reject``
+  included) it is removed with the turn, whose broadcasts nobody saw.
 - **Every task has an owner.** The mailbox task belongs to its host: :meth:`ActorHost.stop` awaits it,
   :meth:`ActorHost.deactivate` and a failure cancel it; the registry stops every host it made.
 """
@@ -148,6 +150,7 @@ class ActorHost:
         self.max_inbox = cfg.max_inbox
         self.lifecycle = HostState.STARTING
         self.connections: dict[str, Connection] = {}
+        self.joining: tuple[str, ...] = ()  # the connection of the open connect turn (see handlers)
         self.last_active = self.clock.monotonic()
         # the open turn's context, read by the Actor API (set by Turn.begin, cleared by Turn.end)
         self.chain: tuple[Key, ...] = ()

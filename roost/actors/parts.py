@@ -100,6 +100,9 @@ class HostCore(HostApi, Protocol):
     caller: Connection | None
     principal: Principal | None
     read_only_turn: bool
+    #: The id of the connection whose connect turn is open, alone (else empty): it is in
+    #: ``connections`` already, but its welcome and replay carry that turn's logged frames.
+    joining: tuple[str, ...]
     #: A turn changed the schedules: the directory's alarm needs syncing.
     alarm_dirty: bool
     #: What this host last wrote as its directory alarm (None: unknown or none).

@@ -378,14 +378,22 @@ class Registry:
         timeout: float | None = None,
         principal: Principal | None = None,
     ) -> tuple[Any, list[Any]]:
-        """Call a method in process; returns ``(result, chunks)`` once the callee has committed."""
+        """Call a method in process; returns ``(result, chunks)`` once the callee has committed.
+
+        A call creates the actor it calls, but a read-only one (``@callable(readonly=True)``) to an
+        actor never created raises ``ActorNotFound`` (code ``not_found``) and creates nothing (no
+        file, no directory row), as the same call over HTTP answers 404; so does a call to a method
+        that does not exist (``MethodNotFound``)."""
         if (kind, name) in chain:
             raise ReentrantCall(
                 message=f"{kind}/{shown_name(name)!r} is already in this call chain; it would wait on itself"
             )
-        if self.callable_info(self.kind_of(kind).kind, method) is None:
+        info = self.callable_info(self.kind_of(kind).kind, method)
+        if info is None:
             # refused before activation: a call to a missing method creates nothing
             raise MethodNotFound(message=f"no callable method {method!r}")
+        if info.readonly and (kind, name) not in self.hosts and not self.exists(kind, name):
+            raise ActorNotFound(kind, name)  # a read creates nothing
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         chunks: list[Any] = []
         self.submit(

@@ -63,7 +63,7 @@ def set_state(host: HostCore, state: Any, source: Connection | None) -> None:
     host.state_seq = seq
     host.state_json = text
     host.state = orjson.loads(text)
-    fanout(host, "state", frame, (), None)
+    fanout(host, "state", frame, host.joining, None)
     if not host.watches:
         return
     try:
@@ -83,7 +83,7 @@ def emit(host: HostCore, event: Any) -> int:
     seq = next_seq(host)
     frame = frames.event(seq, text)
     host.file.append_log(seq, "event", frame, host.turn.now)
-    fanout(host, "event", frame, (), None)
+    fanout(host, "event", frame, host.joining, None)
     return seq
 
 

@@ -119,11 +119,13 @@ class Runs(Part):
         return self.reply(run_id)
 
     def reply(self, run_id: str) -> dict[str, Any]:
-        """What every call that changes a run answers: ids, status, wait, and the outcome if ended."""
+        """What every call that changes a run answers: ids (the session's too, so that a caller that
+        named none, over HTTP say, can ask for its card), status, wait, and the outcome if ended."""
         run = self.run(run_id)
         out = {
             "turn_id": run["turn_id"],
             "run_id": run_id,
+            "session_id": run["session_id"],
             "status": run["status"],
             "waiting": run["waiting"],
         }

@@ -3,6 +3,10 @@
     python -m roost.client ws://127.0.0.1:8000/agents/counter/c1
     python -m roost.client --kind counter --name c1 --call increment '[2]' --count 10
     python -m roost.client URL --chaos 0.5 --seed 1
+    ROOST_TOKEN=… python -m roost.client URL          # or --token TOKEN
+
+With a token (``--token``, or ``$ROOST_TOKEN``; the option wins), the client presents it as the
+``token`` query parameter, which the server takes out of the URL before anything logs it.
 
 Every output line is one compact JSON object, printed with ``print``:
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import sys
 from collections.abc import Sequence
@@ -33,7 +38,7 @@ from websockets.uri import parse_uri
 from .client import Client
 from .errors import ClientClosed, ClientError, RpcError, TerminalClose
 from .frames import JSON, Welcome
-from .urls import actor_url, parse_subscribe
+from .urls import actor_url, parse_subscribe, with_token
 
 
 def _line(value: JSON) -> None:
@@ -60,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="actor name (instead of URL), any string")
     parser.add_argument("--cursor", type=int, help="resume after this seq")
     parser.add_argument("--subscribe", help="state,events,messages subset, or none")
+    parser.add_argument(
+        "--token", help="an access token (default: $ROOST_TOKEN), sent as the token query parameter"
+    )
     parser.add_argument("--chaos", type=float, default=0.0, metavar="SECONDS", help="mean time between drops")
     parser.add_argument(
         "--call",
@@ -167,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     url = _resolve_url(parser, ns)
+    token = ns.token if ns.token is not None else os.environ.get("ROOST_TOKEN")
+    if token:
+        url = with_token(url, token, add=True)
     try:
         parse_uri(url)
     except InvalidURI as exc:

@@ -55,13 +55,16 @@ def format_subscribe(kinds: frozenset[str]) -> str:
     return ",".join(kind for kind in SUBSCRIPTION_KINDS if kind in kinds)
 
 
-def with_token(url: str, token: str) -> str:
+def with_token(url: str, token: str, *, add: bool = False) -> str:
     """``url`` with the value of its ``token`` query parameter replaced by ``token`` (after a renewal,
-    so that a reconnect presents the new token); ``url`` itself when it has no ``token``."""
+    so that a reconnect presents the new token); ``url`` itself when it has no ``token``, unless
+    ``add``: then the parameter is added (``python -m roost.client --token``)."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     if not any(k == "token" for k, _ in query):
-        return url
+        if not add:
+            return url
+        query.append(("token", token))
     query = [(k, token if k == "token" else v) for k, v in query]
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query, safe=","), parts.fragment))
 

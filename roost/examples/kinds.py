@@ -57,15 +57,18 @@ class Counter(Actor):
 
 
 class Room(Actor):
-    """A chat room: messages are durable events; presence is connection state and broadcasts."""
+    """A chat room: messages are durable events; presence is connection state and broadcasts.
+
+    ``?nick=ann`` in the address names the connection (default: its principal's id)."""
 
     kind = "room"
     initial_state = {"topic": "", "members": 0}
     migrations = ("CREATE TABLE messages (id INTEGER PRIMARY KEY, author TEXT NOT NULL, text TEXT NOT NULL)",)
 
     def on_connect(self, conn: Connection) -> None:
-        conn.set_state({"nick": conn.principal.id})
-        self.set_state({**self.state, "members": len(self.connections) + 1})
+        nick = conn.request.query.get("nick", conn.principal.id)[:64]
+        conn.set_state({"nick": nick})
+        self.set_state({**self.state, "members": len(self.connections)})  # it is one of them
 
     def on_close(self, conn: Connection, code: int) -> None:
         self.set_state({**self.state, "members": len(self.connections)})

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 
@@ -38,6 +39,7 @@ from roost.actors import (
     Subscriptions,
 )
 from roost.scheduler import Clock, FakeClock
+from roost.transport.handshake import connect_request
 
 __all__ = ["ActorKit", "FaultySink", "KitConnection", "RecordingSink"]
 
@@ -177,18 +179,19 @@ class KitConnection:
 
 
 class ActorKit:
-    """A registry over ``data_dir`` with a fake clock by default; an async context manager."""
+    """A registry over ``data_dir`` (a path or a string) with a fake clock by default; an async
+    context manager."""
 
     def __init__(
         self,
         kinds: Iterable[type[Actor]],
-        data_dir: Path,
+        data_dir: Path | str,
         *,
         clock: Clock | None = None,
         **config: Any,
     ) -> None:
         self.clock = clock or FakeClock()
-        self.registry = Registry(kinds, RuntimeConfig(data_dir=data_dir, **config), clock=self.clock)
+        self.registry = Registry(kinds, RuntimeConfig(data_dir=Path(data_dir), **config), clock=self.clock)
         self._ids = itertools.count(1)
 
     async def __aenter__(self) -> ActorKit:
@@ -207,15 +210,26 @@ class ActorKit:
         subscribe: str | None = None,
         principal: Principal = ANONYMOUS,
         sink: RecordingSink | None = None,
+        query: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> KitConnection:
         """Connect to ``kind/name`` as a WebSocket client would; ``sink`` (a :class:`FaultySink`, say)
-        receives its frames."""
+        receives its frames. ``query`` and ``headers`` make the connection's ``conn.request`` as the
+        server would from a handshake (:func:`~roost.transport.handshake.connect_request`: credentials
+        left out); its path is ``/agents/{kind}/{name}``, its client ``("127.0.0.1", 0)``."""
         sink = sink if sink is not None else RecordingSink()
+        scope = {
+            "path": f"/agents/{kind}/{name}",
+            "query_string": urlencode(list((query or {}).items())).encode(),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+            "client": ("127.0.0.1", 0),
+        }
         conn = Connection(
             f"k{next(self._ids)}",
             sink,
             principal=principal,
             subscriptions=Subscriptions.parse(subscribe),
+            request=connect_request(scope),
         )
         self.registry.submit(kind, name, Connect(conn, cursor))
         return KitConnection(self, kind, name, conn, sink)

@@ -19,8 +19,9 @@ action                      what the endpoint does                          even
 The rules, in this order (the first that fails decides):
 
 1. the address: the path's ``kind`` and ``name`` (one path segment, UTF-8), the query's ``cursor`` and
-   ``subscribe``, then the registry's check of the kind and the name → ``bad_address`` /
-   ``unknown_kind``;
+   ``subscribe``, the size of the request the actor would see
+   (:func:`~roost.transport.handshake.connect_request`), then the registry's check of the kind and the
+   name → ``bad_address`` / ``unknown_kind``;
 2. the access gate's verdict (name, ``Origin``, ``authenticate``, ``authorize(…, "connect")``) → its
    code (``bad_address``, ``origin_refused``, ``unauthenticated``, ``forbidden``);
 3. the name within the principal's tenant, checked by the registry again (the tenant's prefix may make
@@ -48,8 +49,9 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-from roost.actors import InvalidActorAddress, Principal, Subscriptions, UnknownKind
+from roost.actors import InvalidActorAddress, Principal, Request, Subscriptions, UnknownKind
 from roost.transport.access import Admitted, Refused
+from roost.transport.handshake import RequestTooLarge, connect_request
 from roost.transport.protocol import Close, ProtocolError, actor_address, parse_connect_query, refusal
 
 __all__ = [
@@ -126,6 +128,8 @@ class Accept(NamedTuple):
     name: str
     cursor: int | None
     subscriptions: Subscriptions
+    #: What the actor sees of the handshake (``conn.request``), credentials left out.
+    request: Request = Request()
 
 
 #: What the endpoint does next. ``Refuse`` and ``Accept`` end the admission.
@@ -158,7 +162,7 @@ class Admission:
     string are read); each later event answers the action returned before it.
     """
 
-    __slots__ = ("_admitted", "_cursor", "_kind", "_name", "_subscriptions", "state")
+    __slots__ = ("_admitted", "_cursor", "_kind", "_name", "_request", "_subscriptions", "state")
 
     def __init__(self) -> None:
         self.state = AdmissionState.START
@@ -166,18 +170,23 @@ class Admission:
         self._name = ""  # as the client asked
         self._cursor: int | None = None
         self._subscriptions = Subscriptions()
+        self._request = Request()
         self._admitted: Admitted | None = None
 
     def connect(self, scope: Mapping[str, Any]) -> Step:
         """A WebSocket asks to connect: its address (``raw_path`` or ``path``, the router's
-        ``path_params``) and its query (``cursor``, ``subscribe``) are parsed."""
+        ``path_params``) and its query (``cursor``, ``subscribe``) are parsed, and its request (query
+        and headers, credentials left out) is made and bounded."""
         self._expect(AdmissionState.START, "connect")
         try:
             kind, name = actor_address(scope)
             params = parse_connect_query(scope.get("query_string", b""))
             subscriptions = Subscriptions.parse(params.subscribe)
+            self._request = connect_request(scope)
         except ProtocolError as exc:
             return self._refuse("bad_address", exc.message)
+        except RequestTooLarge as exc:
+            return self._refuse("bad_address", str(exc))
         except ValueError as exc:  # the subscribe value
             return self._refuse("bad_address", str(exc))
         self._kind, self._name = kind, name
@@ -237,6 +246,7 @@ class Admission:
             admitted.name,
             self._cursor,
             self._subscriptions,
+            self._request,
         )
 
     # -- helpers ---------------------------------------------------------------------------------------

@@ -141,7 +141,11 @@ class WebSocketEndpoint:
         await send(accept)
         sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(
-            uuid.uuid4().hex[:16], sink, principal=principal, subscriptions=admitted.subscriptions
+            uuid.uuid4().hex[:16],
+            sink,
+            principal=principal,
+            subscriptions=admitted.subscriptions,
+            request=admitted.request,
         )
         gate = app.access.frame_gate(principal, kind, admitted.public, client)
         timers = app.registry.clock
