@@ -58,6 +58,17 @@ def _port(text: str) -> int:
     return port
 
 
+def _positive(text: str) -> float:
+    """A number of tokens, at least 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
+
+
 def _secure(app: RoostApp, args: argparse.Namespace) -> None:
     """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
     from roost.transport.auth import allow_all
@@ -74,6 +85,10 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
         anonymous_rate=args.anonymous_rate_limit or None,
         anonymous_burst=2 * args.anonymous_rate_limit,
         conns_per_address=args.max_conns_per_address or None,
+        anonymous_creation_rate=args.anonymous_creation_rate or None,
+        anonymous_creation_burst=args.anonymous_creation_burst,
+        creation_rate=args.creation_rate or None,
+        creation_burst=args.creation_burst,
     )
     signer = signer_from_env()
     if signer is not None and app.authenticate is allow_all:  # an app with its own hooks keeps them
@@ -202,6 +217,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=int,
         default=0,
         help="connections per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-creation-rate",
+        type=float,
+        default=1.0,
+        help="new actors/s per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-creation-burst",
+        type=_positive,
+        default=100.0,
+        help="new actors an anonymous address may create at once",
+    )
+    serve.add_argument(
+        "--creation-rate",
+        type=float,
+        default=0.0,
+        help="new actors/s per authenticated principal (0: off, the default)",
+    )
+    serve.add_argument(
+        "--creation-burst",
+        type=_positive,
+        default=1000.0,
+        help="new actors an authenticated principal may create at once",
     )
     serve.add_argument(
         "--forwarded-allow-ips",

@@ -53,10 +53,11 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
-def _error(code: str, message: str) -> JSONResponse:
+def _error(code: str, message: str, retry_after: int | None = None) -> JSONResponse:
     return JSONResponse(
         {"ok": False, "error": {"code": code, "message": message}},
         status_code=http_status(code),
+        headers=None if retry_after is None else {"Retry-After": str(retry_after)},
     )
 
 
@@ -108,7 +109,9 @@ async def get_actor(request: Request) -> Response:
 async def post_rpc(request: Request) -> Response:
     """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs).
 
-    A call creates the actor it calls, unless it cannot change it: a read-only call (the method is
+    A call creates the actor it calls, unless it cannot change it, or its principal (anonymous: its
+    address) has no creation token left: 429 ``creation_limited`` with ``Retry-After`` (calls to an
+    actor that exists never count, see :meth:`roost.transport.access.Access.creation`). A read-only call (the method is
     ``@callable(readonly=True)``) to an actor never created answers 404 ``not_found`` and creates
     nothing, no file and no directory row, as ``GET /agents/{kind}/{name}`` does. A read-only
     principal is refused ``forbidden`` before that (a method that is not read-only, or an actor never
@@ -127,6 +130,11 @@ async def post_rpc(request: Request) -> Response:
             return _error("forbidden", "read-only principals cannot create actors")
     elif info is not None and info.readonly and not app.registry.exists(kind, name):
         return _error("not_found", str(ActorNotFound(kind, name)))
+    elif info is not None:  # a missing method creates nothing (Registry.call), so costs no token
+        client = request.client.host if request.client else None
+        refused = app.access.creation(principal, kind, name, client)
+        if refused is not None:
+            return _error(refused.code, refused.message, refused.retry_after)
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
