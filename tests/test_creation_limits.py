@@ -5,6 +5,7 @@ token; one to an actor that exists takes none. Time is the app's :class:`FakeClo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,9 +31,9 @@ def created(data_dir: Path) -> int:
     return sum(1 for _ in data_dir.glob("*/**/*.sqlite")) if data_dir.exists() else 0
 
 
-async def welcomed_or_refused(url: str, **kwargs: object) -> tuple[str, int | None]:
+async def welcomed_or_refused(url: str, **kwargs: Any) -> tuple[str, int | None]:
     """``("welcome", None)``, or the refusal's error code and close code."""
-    async with connect(url, **kwargs) as ws:  # type: ignore[arg-type]
+    async with connect(url, **kwargs) as ws:
         first = await ws.recv()
         if first["type"] == "welcome":
             return "welcome", None

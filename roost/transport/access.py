@@ -198,7 +198,9 @@ class Access:
             (self.per_address if _anonymous(principal) else self.per_principal).release(who)
 
     # -- creations ------------------------------------------------------------------------------------
-    def creation(self, principal: Principal, kind: str, name: str, client: str | None = None) -> Refused | None:
+    def creation(
+        self, principal: Principal, kind: str, name: str, client: str | None = None
+    ) -> Refused | None:
         """May ``principal`` (from ``client``) create ``kind``/``name`` (the name within its tenant)?
 
         Only a request that would create the actor counts: an actor that exists (live, or dormant with

@@ -12,8 +12,8 @@ Time comes from an injectable monotonic clock: a bucket starts full at its first
 
 from __future__ import annotations
 
-import time
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
