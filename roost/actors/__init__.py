@@ -23,6 +23,7 @@ from roost.actors.connection import (
     Subscriptions,
 )
 from roost.actors.decorators import CallableInfo, callable, callables_of, wakeup
+from roost.actors.descriptors import FDS_PER_ACTOR, DescriptorBudget, fit_descriptors
 from roost.actors.errors import (
     ActorError,
     ActorLocked,
@@ -43,6 +44,7 @@ from roost.actors.errors import (
     RpcError,
     StateError,
     StorageError,
+    TooFewDescriptors,
     UnknownKind,
 )
 from roost.actors.inline import INLINE_TURNS, FastPath, fast_paths_off
@@ -52,6 +54,7 @@ from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, S
 
 __all__ = [
     "ANONYMOUS",
+    "FDS_PER_ACTOR",
     "INLINE_TURNS",
     "MAX_CONNECTION_STATE_BYTES",
     "Actor",
@@ -67,6 +70,7 @@ __all__ = [
     "Connection",
     "DeadLetter",
     "Deliver",
+    "DescriptorBudget",
     "Disconnect",
     "FastPath",
     "HandlerError",
@@ -97,10 +101,12 @@ __all__ = [
     "StorageError",
     "Subscriptions",
     "Task",
+    "TooFewDescriptors",
     "UnknownKind",
     "Wake",
     "callable",
     "callables_of",
     "fast_paths_off",
+    "fit_descriptors",
     "wakeup",
 ]

@@ -96,6 +96,23 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
     app.secure(origins=args.origin or None, limits=limits)
 
 
+def _fit_descriptors(app: RoostApp) -> None:
+    """Raise the descriptor limit and check that enough actors fit before listening: a limit too low
+    is one line and exit 1, not a traceback from the app's start-up (the app sizes ``max_active`` to
+    it again when it starts, with what it then has open)."""
+    from roost.actors import TooFewDescriptors, fit_descriptors
+
+    config = app.registry.config
+    try:
+        found = fit_descriptors(config.max_active, config.fd_reserve)
+    except TooFewDescriptors as exc:
+        raise CommandFailed(str(exc)) from None
+    if found is not None and found.raised_from is not None:
+        logging.getLogger("roost.serve").info(
+            "descriptor limit raised from %d to %d (the hard limit)", found.raised_from, found.limit
+        )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -138,6 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         max_size = 1 << 20
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if isinstance(app, RoostApp):
+        _fit_descriptors(app)
 
     protocols = uvicorn_protocols.choose()
     if protocols.fallback is not None:

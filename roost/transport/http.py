@@ -111,11 +111,11 @@ async def post_rpc(request: Request) -> Response:
 
     A call creates the actor it calls, unless it cannot change it, or its principal (anonymous: its
     address) has no creation token left: 429 ``creation_limited`` with ``Retry-After`` (calls to an
-    actor that exists never count, see :meth:`roost.transport.access.Access.creation`). A read-only call (the method is
-    ``@callable(readonly=True)``) to an actor never created answers 404 ``not_found`` and creates
-    nothing, no file and no directory row, as ``GET /agents/{kind}/{name}`` does. A read-only
-    principal is refused ``forbidden`` before that (a method that is not read-only, or an actor never
-    created: read-only principals create nothing, over WebSocket either)."""
+    actor that exists never count, see :meth:`roost.transport.access.Access.creation`). A read-only
+    call (the method is ``@callable(readonly=True)``) to an actor never created answers 404
+    ``not_found`` and creates nothing, no file and no directory row, as ``GET /agents/{kind}/{name}``
+    does. A read-only principal is refused ``forbidden`` before that (a method that is not read-only,
+    or an actor never created: read-only principals create nothing, over WebSocket either)."""
     app: Runtime = request.app.state.roost
     method = request.path_params["method"]
     addr = await _guard(app, request, 2, f"call:{method}")
@@ -292,14 +292,18 @@ def backup_root(app: Runtime) -> Path:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: liveness and a few counters."""
+    """``GET /healthz``: liveness and a few counters; ``descriptors``: the descriptor limit and the
+    ``max_active`` sized to it at start (``null`` where the process has no limit)."""
     app: Runtime = request.app.state.roost
     registry = app.registry
+    found = registry.descriptors
     return JSONResponse(
         {
             "ok": True,
             "protocol": PROTOCOL_VERSION,
             "active_actors": len(registry.hosts),
+            "max_active": registry.config.max_active,
+            "descriptors": None if found is None else found.as_json(),
             "connections": len(app.sinks),
             # the fast paths (docs/design.md): whether turns run inline in this process, and how many
             # open connections the direct frame path serves
