@@ -129,6 +129,7 @@ async def test_an_authenticated_principal_has_its_own_creation_bucket(data_dir: 
 
 async def test_without_a_creation_rate_for_principals_they_create_freely(data_dir: Path) -> None:
     """Authenticated principals are not limited by default (``Limits.creation_rate`` is None)."""
+    assert Limits().creation_rate is None
     app = create_app(
         KINDS,
         data_dir=data_dir,
