@@ -206,3 +206,16 @@ def test_roost_serve_refuses_anonymous_creation_past_its_default_burst(tmp_path:
     finally:
         server.kill()
     assert created(tmp_path / "data") == 5
+
+
+def test_roost_serve_creation_defaults_are_the_limits_defaults() -> None:
+    """``roost serve`` without creation options limits as ``Limits()`` does: anonymous clients on,
+    authenticated principals off."""
+    from roost.cli import _parser
+
+    args = _parser().parse_args(["serve"])
+    defaults = Limits()
+    assert args.anonymous_creation_rate == defaults.anonymous_creation_rate
+    assert args.anonymous_creation_burst == defaults.anonymous_creation_burst
+    assert (args.creation_rate or None) is defaults.creation_rate is None
+    assert args.creation_burst == defaults.creation_burst

@@ -246,7 +246,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument(
         "--anonymous-creation-burst",
         type=_positive,
-        default=100.0,
+        default=200.0,
         help="new actors an anonymous address may create at once",
     )
     serve.add_argument(

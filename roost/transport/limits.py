@@ -44,7 +44,7 @@ class Limits:
     #: exist yet), per second sustained and in a burst; calls to existing actors never count. On by
     #: default: every new actor is a file on disk and descriptors while it is live.
     anonymous_creation_rate: float | None = 1.0
-    anonymous_creation_burst: float = 100.0
+    anonymous_creation_burst: float = 200.0
     #: The same per authenticated principal (its token's subject within its tenant); off by default.
     creation_rate: float | None = None
     creation_burst: float = 1000.0
