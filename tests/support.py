@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -45,15 +46,18 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         argv: list[str] | None = None,
+        nofile: tuple[int, int] | None = None,
     ) -> None:
         """``argv``: run this command line as it is instead of ``python -m roost.cli serve APP --data
-        DATA --port 0 ARGS`` (it must print uvicorn's "running on" line); ``cwd``: where it runs."""
+        DATA --port 0 ARGS`` (it must print uvicorn's "running on" line); ``cwd``: where it runs;
+        ``nofile``: the child's descriptor limit (``RLIMIT_NOFILE``), soft and hard."""
         self.data_dir = data_dir
         self.env = env or {}
         self.args = list(args)
         self.app = app
         self.cwd = cwd or ROOT
         self.argv = argv
+        self.nofile = nofile
         self.proc: subprocess.Popen[str] | None = None
         self.addr = ""
         self.log: list[str] = []  # the server's log lines (stderr), as they come
@@ -74,6 +78,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=None if self.nofile is None else self._limit_descriptors,
         )
         deadline = time.monotonic() + timeout
         assert self.proc.stderr is not None
@@ -91,6 +96,10 @@ class ServerProcess:
         # keep draining stderr so the child never blocks on a full pipe
         threading.Thread(target=self._drain, daemon=True).start()
         return self
+
+    def _limit_descriptors(self) -> None:  # in the child, before it runs Python
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def _drain(self) -> None:
         assert self.proc is not None

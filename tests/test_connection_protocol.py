@@ -40,6 +40,7 @@ from roost.transport.admission import (
     Admission,
     AdmissionError,
     AdmissionState,
+    NeedCreation,
     NeedExists,
     NeedSlot,
     NeedValidate,
@@ -464,6 +465,7 @@ def admit(
     principal: Principal = ANONYMOUS,
     verdict: Refused | None = None,
     exists: bool = True,
+    creation: Refused | None = None,
     slot: bool = True,
     routed: tuple[str, str] | None = None,
 ) -> list[Step]:
@@ -492,6 +494,8 @@ def admit(
                 steps.append(admission.verdict(verdict or Admitted(principal, scoped_name(principal, name))))
             case NeedExists():
                 steps.append(admission.exists(exists))
+            case NeedCreation():
+                steps.append(admission.creation(creation))
             case NeedSlot():
                 steps.append(admission.slot(slot))
             case _:
@@ -511,12 +515,13 @@ def refused_with(steps: list[Step], code: str, close: int) -> Refuse:
     return last
 
 
-def test_admission_checks_the_address_then_the_verdict_then_the_tenant_name_then_takes_a_slot() -> None:
+def test_admission_checks_the_address_the_verdict_the_tenant_name_the_creation_then_takes_a_slot() -> None:
     steps = admit("/agents/counter/x", b"cursor=5&subscribe=state")
     assert steps == [
         NeedValidate("counter", "x"),
         NeedVerdict("counter", "x"),
         NeedValidate("counter", "x"),
+        NeedCreation(ANONYMOUS, "counter", "x"),
         NeedSlot(ANONYMOUS, "counter", "x"),
         Accept(
             ANONYMOUS,
@@ -535,6 +540,7 @@ def test_an_admitted_connection_addresses_the_name_within_its_tenant_and_keeps_t
     assert steps[1] == NeedVerdict("counter", "a/b")  # the gate sees the name as asked
     assert steps[2:] == [
         NeedValidate("counter", "t1\x00a/b"),
+        NeedCreation(TENANT, "counter", "t1\x00a/b"),
         NeedSlot(TENANT, "counter", "t1\x00a/b"),
         Accept(TENANT, "counter", "a/b", "t1\x00a/b", None, Subscriptions(), Request("/agents/counter/a/b")),
     ]
@@ -630,6 +636,18 @@ def test_only_read_only_principals_are_asked_whether_the_actor_exists() -> None:
         steps = admit("/agents/counter/x", principal=principal, exists=False)
         assert not any(isinstance(step, NeedExists) for step in steps)
         assert isinstance(steps[-1], Accept)
+
+
+def test_only_principals_that_may_write_are_asked_whether_they_may_create_the_actor() -> None:
+    steps = admit("/agents/counter/x", principal=READ_ONLY, exists=True)
+    assert not any(isinstance(step, NeedCreation) for step in steps)
+
+
+def test_a_refused_creation_is_refused_creation_limited_1013_and_takes_no_slot() -> None:
+    steps = admit("/agents/counter/x", creation=Refused("creation_limited", "retry in 3 s", 3))
+    assert steps[-2] == NeedCreation(ANONYMOUS, "counter", "x")
+    assert not any(isinstance(step, NeedSlot) for step in steps)
+    assert refused_with(steps, "creation_limited", CloseCode.TRY_AGAIN_LATER).message == "retry in 3 s"
 
 
 def test_without_a_free_connection_slot_the_connection_is_refused_too_many_connections_1013() -> None:

@@ -26,6 +26,7 @@ from roost.actors.connection import (
     Subscriptions,
 )
 from roost.actors.decorators import CallableInfo, callable, callables_of, wakeup
+from roost.actors.descriptors import FDS_PER_ACTOR, DescriptorBudget, fit_descriptors
 from roost.actors.errors import (
     ActorError,
     ActorLocked,
@@ -46,6 +47,7 @@ from roost.actors.errors import (
     RpcError,
     StateError,
     StorageError,
+    TooFewDescriptors,
     UnknownKind,
 )
 from roost.actors.inline import INLINE_TURNS, FastPath, fast_paths_off
@@ -55,6 +57,7 @@ from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, S
 
 __all__ = [
     "ANONYMOUS",
+    "FDS_PER_ACTOR",
     "INLINE_TURNS",
     "MAX_CONNECTION_STATE_BYTES",
     "MAX_REQUEST_BYTES",
@@ -71,6 +74,7 @@ __all__ = [
     "Connection",
     "DeadLetter",
     "Deliver",
+    "DescriptorBudget",
     "Disconnect",
     "FastPath",
     "HandlerError",
@@ -103,10 +107,12 @@ __all__ = [
     "StorageError",
     "Subscriptions",
     "Task",
+    "TooFewDescriptors",
     "UnknownKind",
     "Wake",
     "callable",
     "callables_of",
     "fast_paths_off",
+    "fit_descriptors",
     "wakeup",
 ]

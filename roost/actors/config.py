@@ -33,3 +33,6 @@ class RuntimeConfig:
     wakeup_lease: float = 10.0  # a claimed wake-up of a crashed process comes due again after this
     durability: Durability = "normal"
     sweep_interval: float | None = None  # default: min(idle_timeout / 2, 5 s)
+    #: Descriptors kept for sockets and the rest when ``max_active`` is sized to the descriptor
+    #: limit at start (roost.actors.descriptors); default: a quarter of the limit, at least 64.
+    fd_reserve: int | None = None

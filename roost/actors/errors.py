@@ -18,6 +18,7 @@
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
         ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
         ├── StateError (ValueError)                state not valid or not JSON
+        ├── TooFewDescriptors (RuntimeError)       the descriptor limit fits too few actors to start
         └── NotInTurn (RuntimeError)               actor API used outside a turn
 
 An actor raises ``RpcError(code, message)`` to send its own error code to the caller.
@@ -54,6 +55,7 @@ __all__ = [
     "RpcError",
     "StateError",
     "StorageError",
+    "TooFewDescriptors",
     "UnknownKind",
     "shown_name",
 ]
@@ -131,6 +133,12 @@ class Overloaded(RpcError):
 
 class ActorUnavailable(RpcError):
     code = "actor_unavailable"
+
+
+class TooFewDescriptors(ActorError, RuntimeError):
+    """The process's descriptor limit, even raised to its hard limit, leaves room for too few live
+    actors beside the reserve for sockets (:mod:`roost.actors.descriptors`): the runtime does not
+    start. The message is one line that says the numbers and what to change."""
 
 
 class Reject(ActorError):

@@ -12,6 +12,11 @@ Guarantees:
   its file with its state intact.
 - **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
   least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
+- **Bounded descriptors.** :meth:`Registry.start` raises the soft descriptor limit to the hard limit
+  and lowers ``max_active`` to what fits beside a reserve for sockets, saying so in the log (or
+  refuses to start: ``TooFewDescriptors``); :attr:`Registry.descriptors` keeps what it found. An actor
+  that cannot be opened for want of a descriptor is ``ActorUnavailable`` saying so
+  (:mod:`roost.actors.descriptors`).
 - **Every task has an owner that awaits or cancels it on stop.** The rule, for ``roost.actors`` and
   ``roost.scheduler``: a task is made only by its owner, which keeps a reference and ends it.
 
@@ -44,6 +49,7 @@ import orjson
 from roost.actors.config import RuntimeConfig
 from roost.actors.connection import Principal
 from roost.actors.decorators import CallableInfo, callables_of
+from roost.actors.descriptors import DescriptorBudget, fit_descriptors, out_of_descriptors
 from roost.actors.errors import (
     ActorLocked,
     ActorNotFound,
@@ -116,10 +122,15 @@ class Registry:
         self.services: dict[str, Service] = {}
         #: The extension API's per-process side (:class:`~roost.actors.extension.Process`).
         self.process = Process(self)
+        #: The descriptor limit and the ``max_active`` sized to it at :meth:`start` (None: no limit).
+        self.descriptors: DescriptorBudget | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the directory database and start the idle sweeper."""
+        """Size ``max_active`` to the descriptor limit (raised to the hard limit first; raises
+        ``TooFewDescriptors`` when too few actors fit), open the directory database and start the idle
+        sweeper."""
+        self._fit_descriptors()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.directory = Directory(self.config.data_dir)
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
@@ -135,6 +146,18 @@ class Registry:
                 lease=self.config.wakeup_lease,
             )
             self.background.insert(0, loop.create_task(self.dispatcher.run(), name="roost:dispatcher"))
+
+    def _fit_descriptors(self) -> None:
+        found = fit_descriptors(self.config.max_active, self.config.fd_reserve)
+        self.descriptors = found
+        if found is None:
+            return
+        if found.lowered_from is None:
+            log.info("%s", found.describe())
+            return
+        log.warning("%s", found.describe())
+        self.config.max_active = found.max_active
+        self.file_releases.max_pending = max(16, found.max_active // 10)
 
     async def stop(self) -> None:
         """Drain and close every live actor, then the directory. Close connections first."""
@@ -287,6 +310,12 @@ class Registry:
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
         except (MigrationError, sqlite3.Error, OSError) as exc:
+            if out_of_descriptors(exc):  # a capacity error, not a broken file: no traceback
+                log.warning("actor %s/%r: not opened, no file descriptor left", kind, shown_name(name))
+                raise ActorUnavailable(
+                    message=f"the server is out of file descriptors ({len(self.hosts)} actors live); "
+                    "try again later"
+                ) from exc
             raise _start_failed(kind, name, exc, "open") from exc
         try:
             host = ActorHost(self, cls, kind, name, file, self._callables[kind])

@@ -58,6 +58,17 @@ def _port(text: str) -> int:
     return port
 
 
+def _positive(text: str) -> float:
+    """A number of tokens, at least 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
+
+
 def _secure(app: RoostApp, args: argparse.Namespace) -> None:
     """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
     from roost.transport.auth import allow_all
@@ -74,11 +85,32 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
         anonymous_rate=args.anonymous_rate_limit or None,
         anonymous_burst=2 * args.anonymous_rate_limit,
         conns_per_address=args.max_conns_per_address or None,
+        anonymous_creation_rate=args.anonymous_creation_rate or None,
+        anonymous_creation_burst=args.anonymous_creation_burst,
+        creation_rate=args.creation_rate or None,
+        creation_burst=args.creation_burst,
     )
     signer = signer_from_env()
     if signer is not None and app.authenticate is allow_all:  # an app with its own hooks keeps them
         app.secure(authenticate=token_authenticate(signer), authorize=claims_authorize)
     app.secure(origins=args.origin or None, limits=limits)
+
+
+def _fit_descriptors(app: RoostApp) -> None:
+    """Raise the descriptor limit and check that enough actors fit before listening: a limit too low
+    is one line and exit 1, not a traceback from the app's start-up (the app sizes ``max_active`` to
+    it again when it starts, with what it then has open)."""
+    from roost.actors import TooFewDescriptors, fit_descriptors
+
+    config = app.registry.config
+    try:
+        found = fit_descriptors(config.max_active, config.fd_reserve)
+    except TooFewDescriptors as exc:
+        raise CommandFailed(str(exc)) from None
+    if found is not None and found.raised_from is not None:
+        logging.getLogger("roost.serve").info(
+            "descriptor limit raised from %d to %d (the hard limit)", found.raised_from, found.limit
+        )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -123,6 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         max_size = 1 << 20
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if isinstance(app, RoostApp):
+        _fit_descriptors(app)
 
     protocols = uvicorn_protocols.choose()
     if protocols.fallback is not None:
@@ -202,6 +236,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=int,
         default=0,
         help="connections per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-creation-rate",
+        type=float,
+        default=1.0,
+        help="new actors/s per address of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-creation-burst",
+        type=_positive,
+        default=200.0,
+        help="new actors an anonymous address may create at once",
+    )
+    serve.add_argument(
+        "--creation-rate",
+        type=float,
+        default=0.0,
+        help="new actors/s per authenticated principal (0: off, the default)",
+    )
+    serve.add_argument(
+        "--creation-burst",
+        type=_positive,
+        default=1000.0,
+        help="new actors an authenticated principal may create at once",
     )
     serve.add_argument(
         "--forwarded-allow-ips",

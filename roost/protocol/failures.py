@@ -58,6 +58,7 @@ FAILURES: dict[str, Failure] = _table(
     Failure("forbidden", 403, CloseCode.FORBIDDEN),
     Failure("origin_refused", 403, CloseCode.FORBIDDEN),
     Failure("rate_limited", 429, None),
+    Failure("creation_limited", 429, CloseCode.TRY_AGAIN_LATER),
     Failure("too_many_connections", 503, CloseCode.TRY_AGAIN_LATER),
     # the address
     Failure("bad_address", 400, CloseCode.BAD_ADDRESS),

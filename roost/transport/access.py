@@ -8,7 +8,10 @@ Order of checks for a new connection or request (each refusal is logged without 
 4. the name is scoped to the principal's tenant (:func:`~roost.transport.security.scoped_name`);
 5. ``authorize(principal, kind, name, action)`` with ``"connect"``, ``"read"`` or ``"call:<method>"``
    → 4403 / 403 ``forbidden``;
-6. WebSocket only: connections per actor and per principal → 1013 ``too_many_connections``.
+6. a connection or call that would create an actor that does not exist yet (live, or dormant with a
+   file) takes a token from its principal's creation bucket (:meth:`Access.creation`; anonymous
+   clients: their address's; on by default for them only) → 1013 / 429 ``creation_limited``;
+7. WebSocket only: connections per actor and per principal → 1013 ``too_many_connections``.
 
 Then per frame (:class:`FrameGate`): token buckets per connection and per principal
 (``rate_limited``), read-only principals (only ``@callable(readonly=True)`` methods; no messages;
@@ -36,7 +39,7 @@ from starlette.requests import HTTPConnection
 
 from roost.actors import ANONYMOUS, Principal, Registry
 from roost.transport.auth import Authenticate, run_authenticate
-from roost.transport.limits import Counter, Limits, TokenBucket
+from roost.transport.limits import BucketTable, Counter, Limits, TokenBucket
 from roost.transport.security import Authorize, check_client_name, origin_allowed, scoped_name
 
 __all__ = ["Access", "Admitted", "FrameGate", "Refused"]
@@ -52,8 +55,10 @@ class Admitted:
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    code: str  # bad_address | origin_refused | unauthenticated | forbidden | too_many_connections
+    code: str  # bad_address | origin_refused | unauthenticated | forbidden | too_many_connections | …
     message: str
+    #: Whole seconds after which the same request may succeed (``creation_limited``), else None.
+    retry_after: int | None = None
 
 
 def _anonymous(principal: Principal) -> bool:
@@ -101,6 +106,17 @@ class Access:
         self.per_principal = Counter(limits.conns_per_principal)
         self.per_address = Counter(limits.conns_per_address)
         self._principal_buckets: dict[object, TokenBucket] = {}
+        size = limits.creation_buckets
+        self.anonymous_creations = (
+            BucketTable(limits.anonymous_creation_rate, limits.anonymous_creation_burst, size, clock)
+            if limits.anonymous_creation_rate is not None
+            else None
+        )
+        self.principal_creations = (
+            BucketTable(limits.creation_rate, limits.creation_burst, size, clock)
+            if limits.creation_rate is not None
+            else None
+        )
 
     async def admit(self, conn: HTTPConnection, kind: str, name: str, action: str) -> Admitted | Refused:
         where = f"{kind}/{name!r}"
@@ -180,6 +196,37 @@ class Access:
         who = limit_key(principal, client)
         if who is not None:
             (self.per_address if _anonymous(principal) else self.per_principal).release(who)
+
+    # -- creations ------------------------------------------------------------------------------------
+    def creation(
+        self, principal: Principal, kind: str, name: str, client: str | None = None
+    ) -> Refused | None:
+        """May ``principal`` (from ``client``) create ``kind``/``name`` (the name within its tenant)?
+
+        Only a request that would create the actor counts: an actor that exists (live, or dormant with
+        a file) is never refused here, and costs no token. Otherwise one token is taken from the
+        principal's creation bucket (anonymous clients: their address's, IPv6 by /64); without one
+        the refusal is ``creation_limited`` with the whole seconds until the next token. No bucket
+        (the rate is off, or an anonymous client's address is unknown): always allowed."""
+        table = self.anonymous_creations if _anonymous(principal) else self.principal_creations
+        who = limit_key(principal, client)
+        if table is None or who is None or self.registry.exists(kind, name):
+            return None
+        bucket = table.get(who)
+        now = self.clock()
+        if bucket.take(now):
+            return None
+        wait = bucket.wait(now)
+        log.debug(  # not a warning: a flood of refusals must not become a flood of log lines
+            "refused to create %s/%r for %r from %s: creation rate exceeded",
+            kind,
+            name,
+            principal.id,
+            client or "?",
+        )
+        return Refused(
+            "creation_limited", f"too many new actors for this client; retry in {wait} s", retry_after=wait
+        )
 
     # -- rates ----------------------------------------------------------------------------------------
     def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:

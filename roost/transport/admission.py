@@ -11,6 +11,7 @@ action                      what the endpoint does                          even
 :class:`NeedValidate`       ``registry.validate(kind, name)``               :meth:`Admission.validated`
 :class:`NeedVerdict`        ``await access.admit(conn, kind, name, …)``     :meth:`Admission.verdict`
 :class:`NeedExists`         ``registry.exists(kind, name)``                 :meth:`Admission.exists`
+:class:`NeedCreation`       ``access.creation(principal, kind, name, …)``   :meth:`Admission.creation`
 :class:`NeedSlot`           ``access.open(principal, kind, name, client)``  :meth:`Admission.slot`
 :class:`Refuse`             accept, send ``close.frame``, close             (the end)
 :class:`Accept`             accept and hand over to the connection          (the end)
@@ -28,8 +29,10 @@ The rules, in this order (the first that fails decides):
    it too long) → ``bad_address``;
 4. a read-only principal may not create the actor: the registry is asked whether it exists, for
    read-only principals only → ``forbidden``;
-5. a connection slot of the actor and of the principal → ``too_many_connections``;
-6. otherwise :class:`Accept`, with everything the connection needs.
+5. a connection that would create the actor takes a token from its principal's (anonymous: its
+   address's) creation bucket; an actor that exists costs none → ``creation_limited``;
+6. a connection slot of the actor and of the principal → ``too_many_connections``;
+7. otherwise :class:`Accept`, with everything the connection needs.
 
 Guarantees:
 
@@ -59,6 +62,7 @@ __all__ = [
     "Admission",
     "AdmissionError",
     "AdmissionState",
+    "NeedCreation",
     "NeedExists",
     "NeedSlot",
     "NeedValidate",
@@ -92,6 +96,16 @@ class NeedExists(NamedTuple):
     """Ask the registry whether the actor was ever created (``Registry.exists``) and feed the answer to
     :meth:`Admission.exists`. Asked for read-only principals only."""
 
+    kind: str
+    name: str  # within the principal's tenant
+
+
+class NeedCreation(NamedTuple):
+    """Ask the access gate whether the connection may create the actor if it does not exist yet
+    (``Access.creation(principal, kind, name, client)``) and feed its ``Refused`` or None to
+    :meth:`Admission.creation`. Not asked for read-only principals (rule 4 settled it)."""
+
+    principal: Principal
     kind: str
     name: str  # within the principal's tenant
 
@@ -133,7 +147,7 @@ class Accept(NamedTuple):
 
 
 #: What the endpoint does next. ``Refuse`` and ``Accept`` end the admission.
-Step = NeedValidate | NeedVerdict | NeedExists | NeedSlot | Refuse | Accept
+Step = NeedValidate | NeedVerdict | NeedExists | NeedCreation | NeedSlot | Refuse | Accept
 
 
 class AdmissionState(Enum):
@@ -149,10 +163,12 @@ class AdmissionState(Enum):
     TENANT_NAME = 3
     #: Whether the actor exists, for a read-only principal (:class:`NeedExists`).
     EXISTS = 4
+    #: Whether it may create the actor (:class:`NeedCreation`).
+    CREATION = 5
     #: A connection slot (:class:`NeedSlot`).
-    SLOT = 5
+    SLOT = 6
     #: Decided: :class:`Accept` or :class:`Refuse` was returned.
-    DONE = 6
+    DONE = 7
 
 
 class Admission:
@@ -211,7 +227,8 @@ class Admission:
         if admitted.principal.claims.get("read_only"):
             self.state = AdmissionState.EXISTS
             return NeedExists(self._kind, admitted.name)
-        return self._need_slot(admitted)
+        self.state = AdmissionState.CREATION
+        return NeedCreation(admitted.principal, self._kind, admitted.name)
 
     def verdict(self, verdict: Admitted | Refused) -> Step:
         """The access gate's verdict on ``"connect"``: refused with its code, or the principal and the
@@ -228,6 +245,14 @@ class Admission:
         self._expect(AdmissionState.EXISTS, "exists")
         if not exists:
             return self._refuse("forbidden", "read-only principals cannot create actors")
+        assert self._admitted is not None
+        return self._need_slot(self._admitted)
+
+    def creation(self, refused: Refused | None) -> Step:
+        """The access gate's answer on creating the actor: its refusal (``creation_limited``), or None."""
+        self._expect(AdmissionState.CREATION, "creation")
+        if refused is not None:
+            return self._refuse(refused.code, refused.message)
         assert self._admitted is not None
         return self._need_slot(self._admitted)
 

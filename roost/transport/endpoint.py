@@ -13,8 +13,8 @@ nothing itself: two sans-I/O state machines do, and it carries out the actions t
 
 - Admission (:class:`~roost.transport.admission.Admission`): the endpoint feeds it the scope, and then
   the answer to each thing it asks for (the registry's check of the address, the access gate's
-  verdict, whether the actor exists, a connection slot), until it refuses (one ``error`` frame and
-  the failure's close code) or accepts.
+  verdict, whether the actor exists, whether it may be created, a connection slot), until it
+  refuses (one ``error`` frame and the failure's close code) or accepts.
 - The connection (:class:`~roost.transport.protocol.ConnectionProtocol`): the endpoint feeds it
   events (a frame and the time, the welcome and closes through the sink, the disconnect) and carries
   out the actions it returns (:class:`_Executor`): inputs to the actor, frames and closes to the sink.
@@ -60,6 +60,7 @@ from roost.transport.access import Refused
 from roost.transport.admission import (
     Accept,
     Admission,
+    NeedCreation,
     NeedExists,
     NeedSlot,
     NeedValidate,
@@ -119,6 +120,8 @@ class WebSocketEndpoint:
                     step = admission.verdict(await app.access.admit(conn, kind, name, "connect"))
                 case NeedExists(kind, name):
                     step = admission.exists(app.registry.exists(kind, name))
+                case NeedCreation(principal, kind, name):
+                    step = admission.creation(app.access.creation(principal, kind, name, client))
                 case NeedSlot(principal, kind, name):
                     step = admission.slot(app.access.open(principal, kind, name, client))
                 case Refuse():

@@ -53,10 +53,11 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
-def _error(code: str, message: str) -> JSONResponse:
+def _error(code: str, message: str, retry_after: int | None = None) -> JSONResponse:
     return JSONResponse(
         {"ok": False, "error": {"code": code, "message": message}},
         status_code=http_status(code),
+        headers=None if retry_after is None else {"Retry-After": str(retry_after)},
     )
 
 
@@ -108,11 +109,13 @@ async def get_actor(request: Request) -> Response:
 async def post_rpc(request: Request) -> Response:
     """``POST /agents/{kind}/{name}/rpc/{method}`` with a JSON array (args) or object (kwargs).
 
-    A call creates the actor it calls, unless it cannot change it: a read-only call (the method is
-    ``@callable(readonly=True)``) to an actor never created answers 404 ``not_found`` and creates
-    nothing, no file and no directory row, as ``GET /agents/{kind}/{name}`` does. A read-only
-    principal is refused ``forbidden`` before that (a method that is not read-only, or an actor never
-    created: read-only principals create nothing, over WebSocket either)."""
+    A call creates the actor it calls, unless it cannot change it, or its principal (anonymous: its
+    address) has no creation token left: 429 ``creation_limited`` with ``Retry-After`` (calls to an
+    actor that exists never count, see :meth:`roost.transport.access.Access.creation`). A read-only
+    call (the method is ``@callable(readonly=True)``) to an actor never created answers 404
+    ``not_found`` and creates nothing, no file and no directory row, as ``GET /agents/{kind}/{name}``
+    does. A read-only principal is refused ``forbidden`` before that (a method that is not read-only,
+    or an actor never created: read-only principals create nothing, over WebSocket either)."""
     app: Runtime = request.app.state.roost
     method = request.path_params["method"]
     addr = await _guard(app, request, 2, f"call:{method}")
@@ -127,6 +130,11 @@ async def post_rpc(request: Request) -> Response:
             return _error("forbidden", "read-only principals cannot create actors")
     elif info is not None and info.readonly and not app.registry.exists(kind, name):
         return _error("not_found", str(ActorNotFound(kind, name)))
+    elif info is not None:  # a missing method creates nothing (Registry.call), so costs no token
+        client = request.client.host if request.client else None
+        refused = app.access.creation(principal, kind, name, client)
+        if refused is not None:
+            return _error(refused.code, refused.message, refused.retry_after)
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
@@ -284,14 +292,18 @@ def backup_root(app: Runtime) -> Path:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: liveness and a few counters."""
+    """``GET /healthz``: liveness and a few counters; ``descriptors``: the descriptor limit and the
+    ``max_active`` sized to it at start (``null`` where the process has no limit)."""
     app: Runtime = request.app.state.roost
     registry = app.registry
+    found = registry.descriptors
     return JSONResponse(
         {
             "ok": True,
             "protocol": PROTOCOL_VERSION,
             "active_actors": len(registry.hosts),
+            "max_active": registry.config.max_active,
+            "descriptors": None if found is None else found.as_json(),
             "connections": len(app.sinks),
             # the fast paths (docs/design.md): whether turns run inline in this process, and how many
             # open connections the direct frame path serves

@@ -3,6 +3,8 @@
 - :class:`TokenBucket`: ``rate`` frames per second with bursts up to ``burst``; one per connection and
   one per principal (shared by all of its connections in this process).
 - :class:`Counter`: how many connections an actor and a principal hold, against a maximum.
+- :class:`BucketTable`: token buckets by key (the creations of actors per principal or address),
+  at most ``size`` of them: the least recently used is forgotten first.
 
 Time comes from an injectable monotonic clock: a bucket starts full at its first reading, and each
 :meth:`TokenBucket.take` is given the time (so the rules are tested without a clock, or a loop).
@@ -10,11 +12,13 @@ Time comes from an injectable monotonic clock: a bucket starts full at its first
 
 from __future__ import annotations
 
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Counter", "Limits", "TokenBucket"]
+__all__ = ["BucketTable", "Counter", "Limits", "TokenBucket"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,17 @@ class Limits:
     anonymous_rate: float | None = None
     anonymous_burst: float = 2000.0
     conns_per_address: int | None = None
+    #: Actors an anonymous address may create (a connection or an HTTP call to an actor that does not
+    #: exist yet), per second sustained and in a burst; calls to existing actors never count. On by
+    #: default: every new actor is a file on disk and descriptors while it is live.
+    anonymous_creation_rate: float | None = 1.0
+    anonymous_creation_burst: float = 200.0
+    #: The same per authenticated principal (its token's subject within its tenant); off by default.
+    creation_rate: float | None = None
+    creation_burst: float = 1000.0
+    #: How many creation buckets are remembered (the least recently used is forgotten first, and
+    #: starts full again when its principal or address comes back).
+    creation_buckets: int = 10_000
 
 
 @dataclass(slots=True)
@@ -61,6 +76,39 @@ class TokenBucket:
             self.tokens -= n
             return True
         return False
+
+    def wait(self, now: float, n: float = 1.0) -> int:
+        """Whole seconds from ``now`` until ``n`` tokens are there (an HTTP ``Retry-After``; at least 1
+        when they are not there yet, 0 when they are)."""
+        tokens = min(self.burst, self.tokens + max(0.0, now - self.stamp) * self.rate)
+        if tokens >= n:
+            return 0
+        return max(1, math.ceil((n - tokens) / self.rate))
+
+
+class BucketTable:
+    """Token buckets by key, made full on first use; at most ``size`` are kept, the least recently
+    used forgotten first (so memory is bounded whatever number of keys clients bring)."""
+
+    def __init__(self, rate: float, burst: float, size: int, clock: Callable[[], float]) -> None:
+        if size < 1:
+            raise ValueError("a bucket table holds at least one bucket")
+        self.rate, self.burst, self.size, self.clock = rate, burst, size, clock
+        self.buckets: OrderedDict[object, TokenBucket] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def get(self, key: object) -> TokenBucket:
+        """The bucket of ``key``, now the most recently used."""
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            if len(self.buckets) >= self.size:
+                self.buckets.popitem(last=False)
+            bucket = self.buckets[key] = TokenBucket(self.rate, self.burst, self.clock)
+        else:
+            self.buckets.move_to_end(key)
+        return bucket
 
 
 class Counter:

@@ -1,0 +1,179 @@
+"""Descriptors (``roost.actors.descriptors``): the limit is raised at start, ``max_active`` fits under
+it beside a reserve for sockets, a limit too low is refused in one line, and running out is a capacity
+error while other clients are still answered."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from roost.actors import FDS_PER_ACTOR, ActorUnavailable, Registry, RuntimeConfig, TooFewDescriptors
+from roost.actors.descriptors import MIN_ACTORS, budget, open_descriptors
+from roost.examples.kinds import KINDS
+from roost.testing import connect, open_files, until
+from tests.support import ROOT, ServerProcess
+
+
+async def test_an_active_actor_holds_FDS_PER_ACTOR_descriptors(tmp_path: Path) -> None:
+    """Measured for every example kind (the agent included), and given back once it is dormant."""
+    registry = Registry(KINDS, RuntimeConfig(data_dir=tmp_path, idle_timeout=0.0))
+    await registry.start()
+    try:
+        for kind in registry.kinds:
+            before = len(open_files())
+            for i in range(20):
+                registry.get(kind, f"{kind}{i}")
+            assert len(open_files()) - before == 20 * FDS_PER_ACTOR, kind
+            registry.sweep()  # all idle: deactivated, their files closed in release threads
+            await registry.released()
+            await until(lambda: len(open_files()) <= before)  # noqa: B023 (awaited here)
+    finally:
+        await registry.stop()
+
+
+def test_max_active_is_sized_so_actors_and_their_releases_leave_the_reserve_free() -> None:
+    for limit in (256, 1024, 4096, 65_536):
+        found = budget(limit, in_use=20, max_active=1_000_000)
+        pending = max(16, found.max_active // 10)
+        held = 20 + (found.max_active + pending) * FDS_PER_ACTOR
+        assert held <= limit - found.reserve, limit
+        assert found.lowered_from == 1_000_000
+        assert found.max_active >= MIN_ACTORS
+    roomy = budget(1 << 20, in_use=20, max_active=2000)
+    assert (roomy.max_active, roomy.lowered_from) == (2000, None)  # never raised past the setting
+
+
+def test_a_limit_that_fits_too_few_actors_is_refused_with_the_numbers() -> None:
+    with pytest.raises(TooFewDescriptors, match=r"a limit of 100 with 5 in use and 64 kept for sockets"):
+        budget(100, in_use=5, max_active=2000)
+    assert budget(160, in_use=5, max_active=2000).max_active >= MIN_ACTORS
+
+
+def test_roost_serve_refuses_to_start_in_one_line_when_too_few_actors_fit(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "roost.cli", "serve", "--data", str(tmp_path / "d"), "--port", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100)),
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("roost: too few file descriptors: a limit of 100"), lines[0]
+
+
+@contextlib.contextmanager
+def serving(data: Path, nofile: tuple[int, int]) -> Iterator[ServerProcess]:
+    """``roost serve`` under the descriptor limit ``nofile`` (soft, hard), with room for more new
+    actors than it fits (the creation rate has its own tests)."""
+    server = ServerProcess(data, "--anonymous-creation-burst", "1000", nofile=nofile).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_a_soft_limit_below_the_hard_limit_is_raised_at_start(tmp_path: Path) -> None:
+    with serving(tmp_path / "data", (256, 1024)) as server:
+        health = httpx.get(f"{server.http}/healthz", timeout=10).json()
+        assert health["descriptors"]["limit"] == 1024
+        assert (
+            health["max_active"]
+            == health["descriptors"]["max_active"]
+            == budget(1024, health["descriptors"]["in_use_at_start"], 2000).max_active
+        )
+        log = "".join(server.log)
+        assert "descriptor limit raised from 256 to 1024 (the hard limit)" in log
+        assert f"max_active lowered from 2000 to {health['max_active']} to fit" in log
+
+
+async def test_past_the_actors_that_fit_a_new_actor_is_a_capacity_error_and_a_bystander_is_served(
+    tmp_path: Path,
+) -> None:
+    """256 descriptors, soft and hard: ``max_active`` is lowered to fit; clients that each hold a
+    connection to a new actor get a welcome until it is reached, then ``overloaded`` and 1013 (every
+    handshake is answered); a bystander's handshake and call to a live actor, and ``/healthz``,
+    still succeed."""
+    with serving(tmp_path / "data", (256, 256)) as server:
+        async with contextlib.AsyncExitStack() as held, httpx.AsyncClient(timeout=10) as http:
+            answers: list[str] = []
+            for i in range(120):  # more actors than 256 descriptors allow (2 each, and a socket)
+                ws = await held.enter_async_context(connect(f"{server.ws}/agents/counter/c{i}"))
+                first = await ws.recv(timeout=10)  # a handshake without an answer fails here
+                if first["type"] == "welcome":
+                    answers.append("welcome")
+                else:
+                    answers.append(first["code"])
+                    assert await ws.close_code() == 1013
+            async with connect(f"{server.ws}/agents/counter/c0") as bystander:  # a live actor
+                assert (await bystander.recv())["type"] == "welcome"
+                assert await bystander.call("increment") == 1
+            health = (await http.get(f"{server.http}/healthz")).json()
+        fits = health["max_active"]
+        assert answers == ["welcome"] * fits + ["overloaded"] * (120 - fits)
+        assert health["active_actors"] == fits
+        assert health["descriptors"]["limit"] == 256
+        assert f"descriptor limit 256; max_active lowered from 2000 to {fits} to fit" in "".join(server.log)
+
+
+async def test_actors_created_past_the_descriptors_leave_a_bystanders_handshake_and_call_answered(
+    tmp_path: Path,
+) -> None:
+    """256 descriptors: one client creates 200 actors over one HTTP connection (each stays live
+    until it is idle for ``idle_timeout``, two descriptors each). They are all created, the idle
+    ones deactivated to make room, and a bystander's new connection is still accepted, welcomed and
+    served. (Without the sizing the actors took every descriptor: new actors failed with "unable to
+    open database file" and the bystander's handshake got no answer at all.)"""
+    with serving(tmp_path / "data", (256, 256)) as server:
+        async with httpx.AsyncClient(timeout=10) as http:
+            codes = [
+                (await http.post(f"{server.http}/agents/counter/h{i}/rpc/increment")).status_code
+                for i in range(200)
+            ]
+            assert codes == [200] * 200
+            async with connect(f"{server.ws}/agents/counter/bystander", open_timeout=10) as bystander:
+                assert (await bystander.recv())["type"] == "welcome"
+                assert await bystander.call("increment") == 1
+            health = (await http.get(f"{server.http}/healthz")).json()
+            assert health["active_actors"] <= health["max_active"] < 2000
+
+
+async def test_an_actor_that_cannot_be_opened_for_want_of_descriptors_is_actor_unavailable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every descriptor of the process in use: the actor is ``actor_unavailable`` saying so (a warning,
+    no traceback), nothing is left live, and it opens once descriptors are free again."""
+    registry = Registry(KINDS, RuntimeConfig(data_dir=tmp_path))
+    await registry.start()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_descriptors() + 16, hard))
+        with contextlib.suppress(OSError):
+            while True:  # take every descriptor left
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(ActorUnavailable, match="out of file descriptors"):
+            registry.get("counter", "starved")
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert ("counter", "starved") not in registry.hosts
+        assert not any(record.exc_info for record in caplog.records)
+        assert "no file descriptor left" in caplog.text
+        assert registry.get("counter", "starved").state == {"count": 0}
+        await asyncio.sleep(0)
+    finally:
+        await registry.stop()
