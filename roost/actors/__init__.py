@@ -14,6 +14,7 @@ the upper layers import only these names, never a module of the actor core (``ma
 """
 
 from roost.actors.actor import Actor
+from roost.actors.callkeys import KEYS_KEPT, MAX_KEY
 from roost.actors.connection import (
     ANONYMOUS,
     MAX_CONNECTION_STATE_BYTES,
@@ -53,7 +54,9 @@ from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, S
 __all__ = [
     "ANONYMOUS",
     "INLINE_TURNS",
+    "KEYS_KEPT",
     "MAX_CONNECTION_STATE_BYTES",
+    "MAX_KEY",
     "Actor",
     "ActorError",
     "ActorLocked",

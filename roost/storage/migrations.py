@@ -95,6 +95,18 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
         at          REAL NOT NULL
     );
     """,
+    # v3: idempotency keys of calls (roost.actors.callkeys): key -> the call's recorded outcome.
+    """
+    CREATE TABLE roost_call_keys (
+        id          INTEGER PRIMARY KEY,
+        key         TEXT    NOT NULL UNIQUE,
+        fingerprint TEXT    NOT NULL,
+        ok          INTEGER NOT NULL,
+        outcome     TEXT    NOT NULL,
+        created_at  REAL    NOT NULL
+    );
+    CREATE INDEX roost_call_keys_age ON roost_call_keys (created_at);
+    """,
 )
 
 

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from roost.actors import (
     INLINE_TURNS,
+    MAX_KEY,
     ActorNotFound,
     InvalidActorAddress,
     Principal,
@@ -127,6 +128,9 @@ async def post_rpc(request: Request) -> Response:
             return _error("forbidden", "read-only principals cannot create actors")
     elif info is not None and info.readonly and not app.registry.exists(kind, name):
         return _error("not_found", str(ActorNotFound(kind, name)))
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= MAX_KEY:
+        return _error("bad_frame", f"Idempotency-Key: must be 1 to {MAX_KEY} characters")
     body = await _read_body(request, app.max_frame_bytes)
     if body is None:
         return _error("too_large", f"body larger than {app.max_frame_bytes} bytes")
@@ -144,7 +148,9 @@ async def post_rpc(request: Request) -> Response:
         else:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
     try:
-        result, chunks = await app.registry.call(kind, name, method, args, kwargs, principal=principal)
+        result, chunks = await app.registry.call(
+            kind, name, method, args, kwargs, principal=principal, idempotency_key=key
+        )
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}
