@@ -22,8 +22,9 @@ Guarantees (tests in ``tests/test_call_keys.py``, ``tests/test_call_keys_crash.p
   is refused with :class:`~roost.actors.errors.IdempotencyConflict` (409) and changes nothing.
 - **Retention.** An actor keeps its newest :data:`KEYS_KEPT` records (``Actor.call_keys_kept``
   chooses per kind) and none older than :data:`KEY_WINDOW` (24 h, as schedule keys); both are
-  pruned in the transaction that records a new key, and a record past the window never answers. A
-  key older than that runs the call again.
+  pruned in the transaction that records a new key (the records past the count at once, those past
+  the window up to 8 a record, oldest first), and a record past the window never answers, pruned or
+  not. A key older than that runs the call again.
 - **Which calls.** A key on a read-only method (``@callable(readonly=True)``) or from a read-only
   principal is ignored: such a call changes nothing, so it just runs again. A key on a streaming
   method is refused (``invalid_arguments``): its chunks commit as they go, so a stream cut by a
@@ -47,6 +48,11 @@ __all__ = ["KEYS_KEPT", "KEY_WINDOW", "MAX_KEY", "CallKeys", "Recorded", "finger
 KEYS_KEPT = 10_000
 #: The longest idempotency key, in characters (as call ids and method names).
 MAX_KEY = 128
+_AGED = 8
+_PRUNE_AGED = (
+    "DELETE FROM roost_call_keys WHERE id IN "
+    f"(SELECT id FROM roost_call_keys ORDER BY id LIMIT {_AGED}) AND created_at <= ?"
+)
 #: Runtime errors that mean the call did not happen: not recorded, so the same key runs it later.
 NOT_RECORDED = frozenset({"actor_unavailable", "overloaded"})
 
@@ -115,4 +121,6 @@ class CallKeys:
         newest = cur.lastrowid or 0
         if newest > self.kept:  # ids grow by one per record: all below the newest `kept` go
             cur.execute("DELETE FROM roost_call_keys WHERE id <= ?", (newest - self.kept,))
-        cur.execute("DELETE FROM roost_call_keys WHERE created_at <= ?", (now - self.window,))
+        # the oldest records (lowest ids) past the window: at most _AGED per record, more than it adds,
+        # so the expired ones drain; a record past the window that is still there never answers
+        cur.execute(_PRUNE_AGED, (now - self.window,))
