@@ -4,6 +4,7 @@ clock. The crash between commit and reply is in tests/test_call_keys_crash.py.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,7 +14,7 @@ import pytest
 
 from roost.actors import Actor, RpcError, callable
 from roost.actors.callkeys import KEY_WINDOW
-from roost.testing import connect
+from roost.testing import connect, until
 from roost.transport.codec import ProtocolError, parse_client_frame
 from tests.runtime_support import make_dormant, make_kit
 
@@ -25,6 +26,7 @@ class Tally(Actor):
     initial_state = {"total": 0}
     call_keys_kept = 3
     attempts: ClassVar[int] = 0
+    gate: ClassVar[asyncio.Event]
 
     @callable
     async def add(self, n: int) -> int:
@@ -37,6 +39,11 @@ class Tally(Actor):
         type(self).attempts += 1
         self.set_state({"total": self.state["total"] + 1000})  # rolled back with the turn
         raise RpcError("no_way", f"refused, attempt {type(self).attempts}")
+
+    @callable
+    async def add_when_open(self, n: int) -> int:
+        await self.gate.wait()
+        return await self.add(n)
 
     @callable(readonly=True)
     async def total(self) -> int:
@@ -124,6 +131,25 @@ async def test_a_key_recorded_with_an_error_answers_the_same_error_without_runni
         assert (first.value.code, first.value.message) == (again.value.code, again.value.message)
         assert Tally.attempts == 1
         assert await kit.call("tally", "e", "total") == 0, "the failed turn was rolled back"
+
+
+async def test_a_retry_that_arrives_while_the_first_call_runs_waits_for_it_and_gets_its_result(
+    tmp_path: Path,
+) -> None:
+    kit, _ = make_kit(tmp_path, Tally)
+    Tally.gate = asyncio.Event()
+    async with kit:
+        first = asyncio.create_task(keyed(kit, "w", "add_when_open", 3, key="slow"))
+        hosts = kit.registry.hosts
+        await until(lambda: ("tally", "w") in hosts and hosts[("tally", "w")].in_turn, message="running")
+        retry = asyncio.create_task(keyed(kit, "w", "add_when_open", 3, key="slow"))
+        await until(lambda: hosts[("tally", "w")].queued == 1, message="the retry waits in the mailbox")
+        assert not first.done()
+        assert not retry.done()
+        Tally.gate.set()
+        assert await first == 3
+        assert await retry == 3
+        assert await kit.call("tally", "w", "total") == 3, "one effect"
 
 
 async def test_call_keys_survive_the_actor_going_dormant(tmp_path: Path) -> None:
