@@ -14,6 +14,13 @@ Guarantees (each relies on the server keeping protocol.md's promises):
    ``RpcError``, ``CallNotSent``/``SendTimeout`` (never sent: no effect), ``ConnectionLost``/
    ``ReplyTimeout`` (sent, the outcome unknown: ``OutcomeUnknown``), ``TerminalClose`` or
    ``ClientClosed``.
+4. **Every task has an owner.** The connection task (and the chaos task) belong to the client;
+   ``close()`` cancels and awaits them. ``close()`` is idempotent and safe to call concurrently.
+5. **Terminal closes stop the client** (codes in ``errors.TERMINAL_CLOSE_CODES``): pending and
+   later calls and ``wait_connected`` raise ``TerminalClose``; ``closed_reason`` holds it.
+6. **Deterministic with a seeded ``rng``:** backoff delays and chaos drops each draw from their own
+   generator seeded from ``rng`` at construction; call ids are ``"1"``, ``"2"``, ... Idempotency
+   keys are not drawn from ``rng``: two clients seeded alike must never share a key.
 7. **A call with an idempotency key runs at most once, across reconnects.** ``call`` gives every
    call a fresh key (a random uuid) unless ``call_with(..., idempotency_key=False)``; the server
    records its outcome under the key (``docs/protocol.md``, *Idempotency keys*). A call made while
@@ -21,12 +28,6 @@ Guarantees (each relies on the server keeping protocol.md's promises):
    at once) and is sent when it comes; a keyed call whose connection dropped after it was sent is
    sent again on the next connection with the same key, up to ``resends`` times within its
    timeout, and gets the first outcome. Without a key, a dropped call raises ``ConnectionLost``.
-4. **Every task has an owner.** The connection task (and the chaos task) belong to the client;
-   ``close()`` cancels and awaits them. ``close()`` is idempotent and safe to call concurrently.
-5. **Terminal closes stop the client** (codes in ``errors.TERMINAL_CLOSE_CODES``): pending and
-   later calls and ``wait_connected`` raise ``TerminalClose``; ``closed_reason`` holds it.
-6. **Deterministic with a seeded ``rng``:** backoff delays and chaos drops each draw from their own
-   generator seeded from ``rng`` at construction; call ids are ``"1"``, ``"2"``, ...
 
 All frames are processed synchronously, in arrival order, by the connection task: callbacks
 (``on_state``, ``on_event``, ``on_welcome``, ``on_error``) run there and must not block; an
