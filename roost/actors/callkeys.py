@@ -42,7 +42,7 @@ import orjson
 from roost.actors.errors import IdempotencyConflict
 from roost.actors.schedules import KEY_WINDOW
 
-__all__ = ["KEYS_KEPT", "KEY_WINDOW", "MAX_KEY", "CallKeys", "Recorded", "fingerprint"]
+__all__ = ["KEYS_KEPT", "KEY_WINDOW", "MAX_KEY", "NOT_RECORDED", "CallKeys", "Recorded", "fingerprint"]
 
 #: How many call keys an actor keeps by default (the newest; ``Actor.call_keys_kept``).
 KEYS_KEPT = 10_000
