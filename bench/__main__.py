@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import activation, fanout, memory, rpc, sqlite_ceiling, wakeups
+from bench import activation, callkeys, fanout, memory, rpc, sqlite_ceiling, wakeups
 from bench.dataset import Dataset, ensure_dataset
 from bench.machine import machine_info
 from bench.procs import log
@@ -48,6 +48,8 @@ def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
         return sqlite_ceiling.run(s)
     if name == "rpc":
         return rpc.run(s)
+    if name == "callkeys":
+        return callkeys.run(s)
     if name == "fanout":
         return fanout.run(s)
     if name == "activation":

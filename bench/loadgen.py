@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -48,8 +49,15 @@ def _reply_ok(expect: str, payload_len: int) -> Callable[[bytes], bool]:
 
 
 async def rr_point(
-    conns: list[WsConn], frame: bytes, check: Callable[[bytes], bool], duration: float, server_pid: int
+    conns: list[WsConn],
+    frame: bytes | Callable[[], bytes],
+    check: Callable[[bytes], bool],
+    duration: float,
+    server_pid: int,
 ) -> dict[str, Any]:
+    """One request/response point. ``frame``: the frame every request sends, or a function that makes
+    each request's own (outside the timed round trip)."""
+    make = frame if callable(frame) else None
     lat: list[int] = []
     add = lat.append
     errors = 0
@@ -62,8 +70,10 @@ async def rr_point(
         nonlocal errors
         n = 0
         while n < _MAX_OPS_PER_CONN:
+            request = make() if make is not None else frame
+            assert isinstance(request, bytes)
             t0 = clock()
-            reply = await c.request(frame)
+            reply = await c.request(request)
             t1 = clock()
             add(t1 - t0)
             n += 1
@@ -114,10 +124,21 @@ def pinned(server_pid: int, pin: bool) -> Iterator[bool]:
         os.sched_setaffinity(0, mine)
 
 
+def numbered(template: str) -> Callable[[], bytes]:
+    """Frames made from ``template`` with ``%(n)d`` replaced by 0, 1, 2 … (one per request: a new
+    idempotency key each time, say), masked as every client frame is."""
+    numbers = itertools.count()
+    return lambda: masked_frame((template % {"n": next(numbers)}).encode())
+
+
 async def run_rr(spec: Spec) -> dict[str, Any]:
+    """``spec["template"]`` (optional): each request's frame made by :func:`numbered` instead of the one
+    pre-masked ``spec["frame"]``."""
     port, pid = int(spec["port"]), int(spec["server_pid"])
     payload = str(spec["frame"]).encode()
-    frame = masked_frame(payload)
+    frame: bytes | Callable[[], bytes] = masked_frame(payload)
+    if spec.get("template"):
+        frame = numbered(str(spec["template"]))
     check = _reply_ok(str(spec["expect"]), len(payload))
     welcome = bool(spec["welcome"])
     groups: dict[str, list[WsConn]] = {}

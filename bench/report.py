@@ -19,6 +19,7 @@ HEADINGS = (
     "## Ceilings: raw SQLite commits",
     "## Durable RPC",
     "## One hot actor",
+    "## Idempotency keys",
     "## Broadcast fan-out",
     "## Cold activation",
     "## Memory",
@@ -185,6 +186,39 @@ def _hot(res: Res, sq: Res | None) -> list[str]:
     return out
 
 
+def _callkeys(res: Res) -> list[str]:
+    reps = res["reps"]
+    out = [
+        HEADINGS[6],
+        "",
+        "`counter.increment` over `roost serve` (as in *Durable RPC*; connection *i* calls "
+        "`counter/keys-i`), the same actors driven with and without an idempotency key, a new key per call "
+        f"(`{res['frames']['keyed']}`), in alternating order within each repetition. Keyed: the actor "
+        "looks the key up, runs the call and records its result in the same commit, pruning to its "
+        "retention. Ratios paired per repetition (keyed ÷ unkeyed).",
+        "",
+        "| conns | unkeyed ops/s | keyed ops/s | keyed ÷ unkeyed | srv CPU µs/call unkeyed | keyed "
+        "| CPU a key adds, µs/call | p50 µs unkeyed / keyed |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in reps[0]["unkeyed"]["points"]:
+        col = {v: ("points", c) for v in ("unkeyed", "keyed")}
+        ops = {v: pluck(reps, v, *col[v], "ops_s") for v in col}
+        cpu = {v: pluck(reps, v, *col[v], "srv_cpu_us_per_op") for v in col}
+        added = [
+            None if k is None or u is None else k - u
+            for k, u in zip(cpu["keyed"], cpu["unkeyed"], strict=True)
+        ]
+        p50 = {v: fmt(pluck(reps, v, *col[v], "p50_us")) for v in col}
+        out.append(
+            f"| {c[1:]} | {fmt(ops['unkeyed'])} | {fmt(ops['keyed'])} | "
+            f"{_ratio(ops['keyed'], ops['unkeyed'])} | "
+            f"{fmt(cpu['unkeyed'], 1)} | {fmt(cpu['keyed'], 1)} | {fmt(added, 1)} | "
+            f"{p50['unkeyed']} / {p50['keyed']} |"
+        )
+    return [*out, ""]
+
+
 def _fanout(res: Res) -> list[str]:
     reps = res["reps"]
     frames = pluck(reps, "fanout", "frames_s")
@@ -192,7 +226,7 @@ def _fanout(res: Res) -> list[str]:
     closed = sum(int(r["fanout"]["closed"]) for r in reps)
     c = res["echo_conc"]
     return [
-        HEADINGS[6],
+        HEADINGS[7],
         "",
         f"One actor `counter/fan`, {res['subs']:,} connections subscribed to state; one driver connection "
         "calls `increment` in a request/response loop; each increment is one state frame to every "
@@ -226,7 +260,7 @@ def _activation(res: Res) -> list[str]:
         ),
     }
     out = [
-        HEADINGS[7],
+        HEADINGS[8],
         "",
         f"{res['files']:,} dormant `counter` files on disk ({res['file_bytes']:,} bytes each, {built}, "
         f"`{res['root']}`): byte copies of one actor file made with `ActorFile.open`, at the paths "
@@ -248,7 +282,7 @@ def _activation(res: Res) -> list[str]:
 def _memory(res: Res) -> list[str]:
     idle, steps, dormant, n = res["idle"], res["steps"], res["dormant"], res["files"]
     out = [
-        HEADINGS[8],
+        HEADINGS[9],
         "",
         f"Server VmRSS, fresh servers per repetition: baseline {steps[0]} connections, then {steps[1]:,} and "
         f"{steps[2]:,} idle connections, each after one request. Roost: spread over 10 `counter` actors, "
@@ -292,7 +326,7 @@ def _wakeups(res: Res) -> list[str]:
     big, small = res["actors"] * per, res["small_actors"] * per
     n = len(reps)
     out = [
-        HEADINGS[9],
+        HEADINGS[10],
         "",
         f"`roost serve` over data sets of dormant `counter` actors with {per} pending one-off wake-ups each "
         f"(`add`, by 1): {res['actors']:,} actors ({big:,} wake-ups) and {res['small_actors']:,} actors "
@@ -367,7 +401,7 @@ def _wakeups(res: Res) -> list[str]:
 
 def _targets(targets: list[Target]) -> list[str]:
     out = [
-        HEADINGS[10],
+        HEADINGS[11],
         "",
         "Judged on the median over repetitions (min–max in brackets). A single figure on this machine varies "
         "by ±15–35 %; read a margin under ~15 % as noise.",
@@ -437,12 +471,13 @@ def render(results: Res) -> str:
     lines += _sqlite(sq) if sq else _not_run(HEADINGS[3], "sqlite", err)
     lines += _rpc(rpc) if rpc else _not_run(HEADINGS[4], "rpc", err)
     lines += _hot(rpc, sq) if rpc else _not_run(HEADINGS[5], "rpc", err)
-    lines += _fanout(sec["fanout"]) if "fanout" in sec else _not_run(HEADINGS[6], "fanout", err)
+    lines += _callkeys(sec["callkeys"]) if "callkeys" in sec else _not_run(HEADINGS[6], "callkeys", err)
+    lines += _fanout(sec["fanout"]) if "fanout" in sec else _not_run(HEADINGS[7], "fanout", err)
     lines += (
-        _activation(sec["activation"]) if "activation" in sec else _not_run(HEADINGS[7], "activation", err)
+        _activation(sec["activation"]) if "activation" in sec else _not_run(HEADINGS[8], "activation", err)
     )
-    lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[8], "memory", err)
-    lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[9], "wakeups", err)
+    lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[9], "memory", err)
+    lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[10], "wakeups", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

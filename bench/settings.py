@@ -11,7 +11,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
 #: Section names accepted by ``--only``, in run order.
-SECTIONS = ("sqlite", "rpc", "fanout", "activation", "memory", "wakeups")
+SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups")
 
 
 @dataclass(frozen=True, slots=True)

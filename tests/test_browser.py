@@ -148,7 +148,7 @@ async def test_the_page_is_served_with_a_strict_policy_and_no_external_resource(
 FAKE_SOCKET_CHECKS = """
 async () => {
   const roost = await import("/web/roost.js");
-  const { RoostClient, backoffDelay, isTerminalClose, ConnectionLost, actorUrl } = roost;
+  const { RoostClient, backoffDelay, isTerminalClose, ConnectionLost, CallNotSent, actorUrl } = roost;
   const sockets = [];
   class FakeSocket {
     constructor(url) { this.url = url; this.sent = []; sockets.push(this); }
@@ -176,19 +176,29 @@ async () => {
   out.state = client.state;
   out.seen = seen;
   out.duplicates = client.duplicates;
-  const pending = client.call("slow").then(
+  const pending = client.call("slow", [], {}, { idempotencyKey: false }).then(
     () => "resolved",
     (err) => (err instanceof ConnectionLost ? "lost" : String(err)),
   );
+  const keyed = client.call("inc", [1]);                               // a fresh key by default
+  const key = sockets[0].sent.at(-1).idempotency_key;
   sockets[0].close(1006, "network");                                   // transient: reconnect
   out.pending = await pending;
+  const queued = client.call("queued");                                // not connected: it waits
   await new Promise((r) => setTimeout(r, 20));
   out.sockets = sockets.length;
   out.secondUrl = sockets[1] && sockets[1].url;
+  out.sentBeforeWelcome = sockets[1].sent.length;
   sockets[1].frame(welcome(4, "replay", { count: 3 }));
+  out.keyLength = key.length;
+  out.resent = sockets[1].sent.map((f) => [f.method, f.idempotency_key === key]);
+  const answer = (f) => ({ type: "rpc_result", id: f.id, ok: true, result: f.method });
+  for (const f of sockets[1].sent) sockets[1].frame(answer(f));
+  out.answers = [await keyed, await queued];
   sockets[1].close(4401, "unauthenticated");                           // terminal: stop
   await new Promise((r) => setTimeout(r, 20));
   out.afterTerminal = sockets.length;
+  out.callAfterTerminal = await client.call("late").catch((err) => err instanceof CallNotSent);
   out.status = client.status;
   out.reconnects = client.reconnects;
   const transient = [1001, 1006, 1011, 1012, 1013, 4000, 4500];
@@ -211,8 +221,9 @@ async def test_the_browser_client_dedups_resumes_and_tells_terminal_from_transie
     browser: Browser, data_dir: Path
 ) -> None:
     """roost.js on its own, against a fake socket: dedup by seq, state never goes back during a replay,
-    the cursor on every reconnect, pending calls fail with ConnectionLost, terminal closes stop it,
-    backoff stays within its bounds."""
+    the cursor on every reconnect, a call without a key fails with ConnectionLost while a keyed one is
+    sent again with its key on the next connection, a call made while not connected waits and is sent
+    after the welcome, terminal closes stop it, backoff stays within its bounds."""
     server = ServerProcess(data_dir).start()
     try:
         page = await browser.new_page()
@@ -226,6 +237,11 @@ async def test_the_browser_client_dedups_resumes_and_tells_terminal_from_transie
     assert out["state"] == {"count": 3}
     assert out["pending"] == "lost"
     assert out["sockets"] == 2
+    assert out["sentBeforeWelcome"] == 0
+    assert out["keyLength"] == 32
+    assert out["resent"] == [["inc", True], ["queued", False]]  # the same key again; a fresh one
+    assert out["answers"] == ["inc", "queued"]
+    assert out["callAfterTerminal"] is True  # CallNotSent: never sent
     assert out["secondUrl"].endswith("?cursor=4")
     assert out["afterTerminal"] == 2  # no reconnect after 4401
     assert out["status"] == "closed"

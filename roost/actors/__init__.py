@@ -14,6 +14,7 @@ the upper layers import only these names, never a module of the actor core (``ma
 """
 
 from roost.actors.actor import Actor
+from roost.actors.callkeys import KEYS_KEPT, MAX_KEY
 from roost.actors.connection import (
     ANONYMOUS,
     MAX_CONNECTION_STATE_BYTES,
@@ -59,7 +60,9 @@ __all__ = [
     "ANONYMOUS",
     "FDS_PER_ACTOR",
     "INLINE_TURNS",
+    "KEYS_KEPT",
     "MAX_CONNECTION_STATE_BYTES",
+    "MAX_KEY",
     "MAX_REQUEST_BYTES",
     "Actor",
     "ActorError",

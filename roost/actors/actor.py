@@ -80,6 +80,9 @@ class Actor:
     page_size: ClassVar[int] = 1024
     #: How many logged frames to keep for resume (``None``: the server's default).
     log_retention: ClassVar[int | None] = None
+    #: How many idempotency keys of calls to keep, the newest (``None``: 10,000); none is kept past
+    #: 24 h (:mod:`roost.actors.callkeys`).
+    call_keys_kept: ClassVar[int | None] = None
 
     _host: HostApi
     sql: Sql

@@ -50,11 +50,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from roost.actors import wakeups
-from roost.actors.connection import Connection
+from roost.actors.callkeys import NOT_RECORDED, Recorded, fingerprint
+from roost.actors.connection import Connection, Principal
 from roost.actors.errors import (
     ActorUnavailable,
     CallTimeout,
     HandlerError,
+    IdempotencyConflict,
+    InvalidArguments,
     MethodNotFound,
     Reject,
     RpcError,
@@ -116,17 +119,77 @@ async def _call(host: HostCore, item: Call) -> None:
             host.principal = item.principal
         who = conn.principal if conn is not None else item.principal
         host.read_only_turn = who is not None and bool(who.claims.get("read_only"))
+        fp = _fingerprint(host, item, who) if item.key is not None else ""
+        if fp:
+            recorded = _recorded(host, item, fp)
+            if recorded is not None:
+                if not recorded.ok:
+                    raise RpcError(recorded.code, recorded.message)
+                _answer(host, item, orjson.loads(recorded.result_json))
+                return
         result = await _invoke(host, item)
-        if conn is not None:
-            host.gate.turn.append(Frame(conn, frames.rpc_ok(item.id, result)))
-        elif item.reply is not None:
-            host.gate.turn.append(Result(item.reply, _as_sent(result)))
+        if item.key is not None:
+            host.call_keys.record_result(item.key, fp, orjson.dumps(result).decode(), host.turn.now)
+        _answer(host, item, result)
+
+
+def _answer(host: HostCore, item: Call, result: Any) -> None:
+    if item.conn is not None:
+        host.gate.turn.append(Frame(item.conn, frames.rpc_ok(item.id, result)))
+    elif item.reply is not None:
+        host.gate.turn.append(Result(item.reply, _as_sent(result)))
+
+
+def _fingerprint(host: HostCore, item: Call, who: Principal | None) -> str:
+    """The fingerprint of a call whose key counts (:mod:`roost.actors.callkeys`), or ``""`` (and no
+    key on ``item``) for a call whose key is ignored: a read-only method or principal, or a method
+    that does not exist (it fails with ``method_not_found``, as without a key)."""
+    info = host.callables.get(item.method)
+    if info is None or info.readonly or host.read_only_turn:
+        item.key = None
+        return ""
+    if info.streaming:
+        item.key = None
+        raise InvalidArguments(message=f"{item.method} streams: a streaming call takes no idempotency key")
+    return fingerprint(item.method, item.args, item.kwargs, who.id if who is not None else None)
+
+
+def _recorded(host: HostCore, item: Call, fp: str) -> Recorded | None:
+    """The outcome recorded under the call's key, if any; once there is one (or a conflict), the call
+    records nothing more."""
+    assert item.key is not None
+    try:
+        recorded = host.call_keys.lookup(item.key, fp, host.turn.now)
+    except IdempotencyConflict:
+        item.key = None
+        raise
+    if recorded is not None:
+        item.key = None
+    return recorded
+
+
+def _record_error(host: HostCore, item: Call, err: RpcError) -> None:
+    """Record a failed call's error under its key, in the batch transaction (its turn was rolled back,
+    so the record is a write of its own); the error's reply is held until it commits."""
+    assert item.key is not None
+    conn = item.conn
+    who = conn.principal if conn is not None else item.principal
+    fp = fingerprint(item.method, item.args, item.kwargs, who.id if who is not None else None)
+    host.file.begin_turn()
+    try:
+        host.call_keys.record_error(item.key, fp, err.code, err.message, host.turn.now)
+    except BaseException:
+        host.file.abort_turn()
+        raise
+    host.file.end_turn()
 
 
 def _call_failed(host: HostCore, item: Call, exc: BaseException) -> None:
     err = as_rpc_error(host, exc, item.method)
     if isinstance(err, HandlerError):
         report(host, exc, item.conn)
+    if item.key is not None and err.code not in NOT_RECORDED and not host.file.closed:
+        _record_error(host, item, err)
     if item.conn is not None:
         host.gate.held.append(Frame(item.conn, frames.rpc_error(item.id, err.code, err.message)))
     elif item.reply is not None:

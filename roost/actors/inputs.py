@@ -56,7 +56,8 @@ class Deliver:
 
 @dataclass(slots=True)
 class Call:
-    """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future)."""
+    """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future);
+    ``key``: its idempotency key, if any (:mod:`roost.actors.callkeys`)."""
 
     method: str
     args: list[Any]
@@ -67,6 +68,7 @@ class Call:
     chunks: list[Any] | None = None
     chain: tuple[Key, ...] = ()
     principal: Principal | None = None
+    key: str | None = None
 
 
 @dataclass(slots=True)

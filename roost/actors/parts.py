@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from roost.actors.actor import Actor, Process
+    from roost.actors.callkeys import CallKeys
     from roost.actors.connection import Connection, Principal
     from roost.actors.decorators import CallableInfo
     from roost.actors.errors import ActorUnavailable
@@ -124,6 +125,10 @@ class HostCore(HostApi, Protocol):
 
     @property
     def callables(self) -> dict[str, CallableInfo]: ...
+
+    @property
+    def call_keys(self) -> CallKeys:
+        """The idempotency keys of calls recorded in the actor's file."""
 
     @property
     def clock(self) -> Clock: ...

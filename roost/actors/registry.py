@@ -406,13 +406,17 @@ class Registry:
         chain: tuple[Key, ...] = (),
         timeout: float | None = None,
         principal: Principal | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[Any, list[Any]]:
         """Call a method in process; returns ``(result, chunks)`` once the callee has committed.
 
         A call creates the actor it calls, but a read-only one (``@callable(readonly=True)``) to an
         actor never created raises ``ActorNotFound`` (code ``not_found``) and creates nothing (no
         file, no directory row), as the same call over HTTP answers 404; so does a call to a method
-        that does not exist (``MethodNotFound``)."""
+        that does not exist (``MethodNotFound``).
+
+        ``idempotency_key``: the outcome recorded under it, if the actor has one, else the call runs
+        and records it (:mod:`roost.actors.callkeys`)."""
         if (kind, name) in chain:
             raise ReentrantCall(
                 message=f"{kind}/{shown_name(name)!r} is already in this call chain; it would wait on itself"
@@ -428,7 +432,16 @@ class Registry:
         self.submit(
             kind,
             name,
-            Call(method, args, kwargs, reply=fut, chunks=chunks, chain=chain, principal=principal),
+            Call(
+                method,
+                args,
+                kwargs,
+                reply=fut,
+                chunks=chunks,
+                chain=chain,
+                principal=principal,
+                key=idempotency_key,
+            ),
         )
         return await self._wait(fut, timeout), chunks
 

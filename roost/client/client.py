@@ -11,14 +11,23 @@ Guarantees (each relies on the server keeping protocol.md's promises):
    the cursor are processed; after ``snapshot``/``fresh`` the welcome's state and cursor are taken
    as is (the server says nothing between is available, or the data went back in time).
 3. **Calls are answered at most once, never silently dropped.** A call ends with its result,
-   ``RpcError``, ``CallTimeout``, ``ConnectionLost`` (connection dropped before the reply: the
-   outcome is unknown), ``TerminalClose`` or ``ClientClosed``. Calls are never resent.
+   ``RpcError``, ``CallNotSent``/``SendTimeout`` (never sent: no effect), ``ConnectionLost``/
+   ``ReplyTimeout`` (sent, the outcome unknown: ``OutcomeUnknown``), ``TerminalClose`` or
+   ``ClientClosed``.
 4. **Every task has an owner.** The connection task (and the chaos task) belong to the client;
    ``close()`` cancels and awaits them. ``close()`` is idempotent and safe to call concurrently.
 5. **Terminal closes stop the client** (codes in ``errors.TERMINAL_CLOSE_CODES``): pending and
    later calls and ``wait_connected`` raise ``TerminalClose``; ``closed_reason`` holds it.
 6. **Deterministic with a seeded ``rng``:** backoff delays and chaos drops each draw from their own
-   generator seeded from ``rng`` at construction; call ids are ``"1"``, ``"2"``, ...
+   generator seeded from ``rng`` at construction; call ids are ``"1"``, ``"2"``, ... Idempotency
+   keys are not drawn from ``rng``: two clients seeded alike must never share a key.
+7. **A call with an idempotency key runs at most once, across reconnects.** ``call`` gives every
+   call a fresh key (a random uuid) unless ``call_with(..., idempotency_key=False)``; the server
+   records its outcome under the key (``docs/protocol.md``, *Idempotency keys*). A call made while
+   no connection is open waits for one (at most ``max_queued`` such calls; past it ``CallNotSent``
+   at once) and is sent when it comes; a keyed call whose connection dropped after it was sent is
+   sent again on the next connection with the same key, up to ``resends`` times within its
+   timeout, and gets the first outcome. Without a key, a dropped call raises ``ConnectionLost``.
 
 All frames are processed synchronously, in arrival order, by the connection task: callbacks
 (``on_state``, ``on_event``, ``on_welcome``, ``on_error``) run there and must not block; an
@@ -30,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -39,9 +50,17 @@ from websockets.uri import parse_uri
 
 from .backoff import Backoff
 from .calls import CallStream, PendingCall
-from .connection import Connector, WelcomeCallback
+from .connection import Connection, Connector, WelcomeCallback
 from .dispatch import Dispatcher, FrameCallback, PayloadCallback
-from .errors import CallTimeout, ClientError, ConnectionLost
+from .errors import (
+    CallNotSent,
+    CallTimeout,
+    ClientError,
+    ConnectionLost,
+    OutcomeUnknown,
+    ReplyTimeout,
+    SendTimeout,
+)
 from .frames import JSON, Frame, encode_frame
 from .resume import ResumeState
 from .updates import DEFAULT_QUEUE_SIZE, Updates
@@ -49,6 +68,10 @@ from .urls import SUBSCRIPTION_KINDS, format_subscribe, parse_subscribe, with_to
 
 #: Largest frame accepted from the server.
 MAX_FRAME_SIZE = 8 * 1024 * 1024
+#: How many calls may wait for a connection at once, by default (``Client(max_queued=...)``).
+MAX_QUEUED = 1000
+#: How many times a keyed call is sent again after its connection dropped, by default.
+RESENDS = 3
 
 
 class Client:
@@ -63,6 +86,9 @@ class Client:
     ``open_timeout`` bounds the TCP + WebSocket handshake and the wait for the welcome.
     Callbacks: ``on_state(state, seq)`` and ``on_event(event, seq)`` for each processed frame,
     ``on_welcome(welcome)`` for each welcome, ``on_error(frame)`` for each ``error`` frame.
+    ``max_queued``: how many calls may wait for a connection at once (past it a call raises
+    ``CallNotSent`` at once); ``resends``: how many times a keyed call whose connection dropped
+    is sent again (guarantee 7).
     """
 
     def __init__(
@@ -82,8 +108,15 @@ class Client:
         on_error: FrameCallback | None = None,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         max_size: int = MAX_FRAME_SIZE,
+        max_queued: int = MAX_QUEUED,
+        resends: int = RESENDS,
     ) -> None:
         parse_uri(url)  # raises websockets.exceptions.InvalidURI early
+        if max_queued < 0 or resends < 0:
+            raise ValueError(f"max_queued and resends must be >= 0, got {max_queued!r}, {resends!r}")
+        self._max_queued = max_queued
+        self._resends = resends
+        self._queued = 0  # calls waiting for a connection
         if not chaos >= 0:
             raise ValueError(f"chaos must be >= 0, got {chaos!r}")
         if not open_timeout > 0:
@@ -162,6 +195,11 @@ class Client:
         return self._resume.duplicates
 
     @property
+    def queued(self) -> int:
+        """How many calls wait for a connection (at most ``max_queued`` new ones)."""
+        return self._queued
+
+    @property
     def drops(self) -> int:
         """How many times ``drop()`` aborted a socket (by hand or by chaos)."""
         return self._connector.drops
@@ -222,14 +260,17 @@ class Client:
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, method: str, /, *args: JSON, timeout: float = 10.0, **kwargs: JSON) -> JSON:
-        """Call ``method`` on the actor and return its result.
+        """Call ``method`` on the actor and return its result, with a fresh idempotency key.
 
-        Waits for a connection if there is none (within ``timeout``). Raises ``RpcError`` if the
-        actor answered ``ok: false``; ``CallTimeout`` if no reply came within ``timeout`` seconds;
-        ``ConnectionLost`` if the connection dropped after the request was handed to the socket
-        and before the reply: **the outcome is then unknown** (the call may have run and
-        committed). The call is never resent. A method with keyword arguments named ``method``
-        or ``timeout`` can be called with ``call_with``. Chunks of a streaming method are ignored.
+        Waits for a connection if there is none (within ``timeout``; at most ``max_queued`` calls
+        wait at once). Raises ``RpcError`` if the actor answered ``ok: false``; ``CallNotSent``
+        (``SendTimeout`` for the timeout) if it was never sent; ``ReplyTimeout`` if it was sent and
+        no reply came within ``timeout`` seconds; ``ConnectionLost`` if every connection it was
+        sent on dropped before the reply (it is sent again with its key up to ``resends`` times):
+        for these two (``OutcomeUnknown``) **the outcome is unknown**, and the error's
+        ``idempotency_key`` lets you call again safely (``call_with``). A method with keyword
+        arguments named ``method`` or ``timeout`` can be called with ``call_with``. Chunks of a
+        streaming method are ignored (call one with ``stream``: a stream takes no key).
         """
         return await self.call_with(method, args, kwargs, timeout=timeout)
 
@@ -240,18 +281,41 @@ class Client:
         kwargs: Mapping[str, JSON] | None = None,
         *,
         timeout: float = 10.0,
+        idempotency_key: str | bool = True,
     ) -> JSON:
-        """``call`` with explicit ``args`` and ``kwargs``."""
-        frame = _rpc_frame(method, args, kwargs)
-        pending: PendingCall | None = None
+        """``call`` with explicit ``args`` and ``kwargs``. ``idempotency_key``: ``True`` (a fresh
+        random key), ``False`` (none: the call is never sent again), or the key to use, 1 to 128
+        characters (the same key again to retry a call whose outcome is unknown). The server
+        ignores the key of a read-only method."""
+        key = _key(idempotency_key)
+        frame = _rpc_frame(method, args, kwargs, key)
+        attempt = _Attempt()
         try:
             async with asyncio.timeout(timeout):
-                pending = await self._send_request(frame, want_chunks=False)
-                return await pending.result()
+                return await self._deliver(frame, attempt, resend=key is not None)
         except TimeoutError:
-            raise CallTimeout(f"{method}: no reply within {timeout} s") from None
-        finally:
-            if pending is not None:
+            if attempt.sent:
+                raise _unknown(ReplyTimeout(f"{method}: no reply within {timeout} s"), key) from None
+            raise SendTimeout(f"{method}: not sent within {timeout} s (no connection)") from None
+        except ConnectionLost as exc:
+            if not attempt.sent:
+                raise CallNotSent(f"{method}: not sent: {exc}") from exc
+            raise _unknown(ConnectionLost(str(exc)), key) from exc
+
+    async def _deliver(self, frame: Frame, attempt: _Attempt, *, resend: bool) -> JSON:
+        """Send ``frame`` and wait for its result; sent again (with its key) on the next connection
+        after a drop, up to ``resends`` times, if ``resend``."""
+        resends = 0
+        while True:
+            pending = await self._send_request(frame, want_chunks=False, bounded=not attempt.sent)
+            attempt.sent = True
+            try:
+                return await pending.result()
+            except ConnectionLost:
+                if not resend or resends >= self._resends:
+                    raise
+                resends += 1
+            finally:
                 pending.release()
 
     def stream(self, method: str, /, *args: JSON, timeout: float = 10.0, **kwargs: JSON) -> CallStream:
@@ -362,21 +426,62 @@ class Client:
 
     # -- internals ------------------------------------------------------------------------
 
-    async def _send_request(self, frame: Frame, *, want_chunks: bool) -> PendingCall:
-        conn = await self._connector.connection()
-        call_id = str(next(self._ids))
-        text = encode_frame({**frame, "id": call_id})
-        pending = PendingCall(call_id, conn.pending, want_chunks=want_chunks)
-        try:
-            await conn.ws.send(text, text=True)
-        except ConnectionClosed as exc:
-            pending.release()
-            raise ConnectionLost(f"connection lost while sending call {call_id}") from exc
-        except BaseException:
-            pending.release()
-            raise
-        return pending
+    async def _send_request(self, frame: Frame, *, want_chunks: bool, bounded: bool = True) -> PendingCall:
+        """Send a request on the connection (waiting for one, as one of at most ``max_queued``
+        calls if ``bounded``) and return its registered pending call. A socket found closed sends
+        nothing: the request waits for the next connection."""
+        closed: Connection | None = None
+        while True:
+            conn = self._connector.conn
+            if conn is None or conn is closed:
+                if bounded and self._queued >= self._max_queued:
+                    raise CallNotSent(f"{self._queued} calls already wait for a connection (max_queued)")
+                self._queued += 1
+                try:
+                    conn = await self._connector.connection(after=closed)
+                finally:
+                    self._queued -= 1
+            call_id = str(next(self._ids))
+            text = encode_frame({**frame, "id": call_id})
+            pending = PendingCall(call_id, conn.pending, want_chunks=want_chunks)
+            try:
+                await conn.ws.send(text, text=True)
+            except ConnectionClosed:
+                pending.release()  # not sent: the reader is about to see the close
+                closed = conn
+                continue
+            except BaseException:
+                pending.release()
+                raise
+            return pending
 
 
-def _rpc_frame(method: str, args: Sequence[JSON], kwargs: Mapping[str, JSON] | None) -> Frame:
-    return {"type": "rpc", "method": method, "args": list(args), "kwargs": dict(kwargs or {})}
+@dataclass(slots=True)
+class _Attempt:
+    """Whether a call was handed to a socket (at least once)."""
+
+    sent: bool = False
+
+
+def _key(choice: str | bool) -> str | None:
+    if choice is True:
+        return uuid.uuid4().hex
+    if choice is False:
+        return None
+    if not isinstance(choice, str) or not 0 < len(choice) <= 128:
+        raise ValueError("idempotency_key must be True, False or a string of 1 to 128 characters")
+    return choice
+
+
+def _unknown(error: OutcomeUnknown, key: str | None) -> OutcomeUnknown:
+    error.idempotency_key = key
+    return error
+
+
+def _rpc_frame(
+    method: str, args: Sequence[JSON], kwargs: Mapping[str, JSON] | None, key: str | None = None
+) -> Frame:
+    frame: Frame = {"type": "rpc", "method": method, "args": list(args), "kwargs": dict(kwargs or {})}
+    if key is not None:
+        frame["idempotency_key"] = key
+    return frame

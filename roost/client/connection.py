@@ -135,14 +135,15 @@ class Connector:
         ws.transport.abort()
         return True
 
-    async def connection(self) -> Connection:
-        """The welcomed connection, waiting for one; raises ``closed_reason`` once stopped."""
+    async def connection(self, after: Connection | None = None) -> Connection:
+        """The welcomed connection (one other than ``after``, a connection found closed), waiting
+        for one; raises ``closed_reason`` once stopped."""
         while True:
             if self.closed_reason is not None:
                 raise fresh_copy(self.closed_reason)
             if self._task is None:
                 raise ClientError("the client is not started: use `async with Client(...)`")
-            if self.conn is not None:
+            if self.conn is not None and self.conn is not after:
                 return self.conn
             await self._changed.wait()
 

@@ -4,11 +4,21 @@ Hierarchy::
 
     ClientError
     ├── RpcError           the server answered a call with ``ok: false``
-    ├── CallTimeout        no reply within the call's timeout (also a ``TimeoutError``)
-    ├── ConnectionLost     the connection dropped before the reply: outcome unknown
+    ├── CallNotSent        the call was never handed to a socket: it had no effect, retry freely
+    │   └── SendTimeout    … because no connection came within its timeout (also a CallTimeout)
+    ├── OutcomeUnknown     the call was sent, and no answer came: it may or may not have run
+    │   ├── ConnectionLost the connection dropped before the reply (and no resend is left)
+    │   └── ReplyTimeout   no reply within the call's timeout (also a CallTimeout)
+    ├── CallTimeout        no reply within the call's timeout (also a ``TimeoutError``): raised as
+    │                      SendTimeout or ReplyTimeout for a call, as itself for a stream's item
     ├── TerminalClose      the server closed with a code that means "stop" (see ``CloseCode``)
     ├── ClientClosed       the client was closed by its owner
     └── ProtocolViolation  the server sent something protocol.md does not allow
+
+A call with an idempotency key (``Client.call`` gives each one by default) that raised
+``OutcomeUnknown`` may be called again with the same key (``call_with(..., idempotency_key=key)``):
+the actor runs it at most once and answers the recorded outcome (``docs/protocol.md``, *Idempotency
+keys*); the error's ``idempotency_key`` is that key.
 """
 
 from __future__ import annotations
@@ -17,13 +27,17 @@ from roost.protocol.codes import TERMINAL_CLOSE_CODES, CloseCode, is_terminal
 
 __all__ = [
     "TERMINAL_CLOSE_CODES",
+    "CallNotSent",
     "CallTimeout",
     "ClientClosed",
     "ClientError",
     "CloseCode",
     "ConnectionLost",
+    "OutcomeUnknown",
     "ProtocolViolation",
+    "ReplyTimeout",
     "RpcError",
+    "SendTimeout",
     "TerminalClose",
     "close_code_for_http_status",
     "is_terminal",
@@ -68,14 +82,43 @@ class RpcError(ClientError):
 
 
 class CallTimeout(ClientError, TimeoutError):
-    """No reply arrived within the call's timeout. The outcome of the call is unknown."""
+    """No reply arrived within the call's timeout. A call raises one of its two subclasses, which
+    say whether it was sent: :class:`SendTimeout` (never sent) or :class:`ReplyTimeout` (sent, the
+    outcome unknown)."""
 
 
-class ConnectionLost(ClientError):
+class CallNotSent(ClientError):
+    """The call was never handed to a socket, so it had no effect: retrying it is safe. Raised at
+    once when ``max_queued`` calls already wait for a connection, and as :class:`SendTimeout` when
+    no connection came within the call's timeout."""
+
+
+class OutcomeUnknown(ClientError):
+    """The call was sent and no answer came: it may or may not have run and committed.
+
+    ``idempotency_key`` is the key it was sent with (``None``: none). With a key, calling again
+    with the same key is safe (the actor runs it at most once, and answers the first outcome);
+    without one, retry only calls that are idempotent anyway, or check the actor's state.
+    """
+
+    idempotency_key: str | None = None
+
+
+class SendTimeout(CallTimeout, CallNotSent):
+    """No connection came within the call's timeout: the call was never sent."""
+
+
+class ReplyTimeout(CallTimeout, OutcomeUnknown):
+    """The call was sent and no reply came within its timeout: the outcome is unknown."""
+
+
+class ConnectionLost(OutcomeUnknown):
     """The connection dropped before the reply arrived.
 
     The request may or may not have reached the actor, and may or may not have been executed and
-    committed: the outcome is unknown. Retry only idempotent calls, or check the actor's state.
+    committed: the outcome is unknown. A call with an idempotency key is sent again on the next
+    connection, with the same key (up to ``resends`` times, within its timeout), and raises this
+    only when none is left; a call without one raises it at once.
     """
 
 

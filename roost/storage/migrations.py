@@ -95,6 +95,19 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
         at          REAL NOT NULL
     );
     """,
+    # v3: idempotency keys of calls (roost.actors.callkeys): key -> the call's recorded outcome. Rows
+    # are pruned from the lowest ids (the oldest), so no index on the time: each one is a page more to
+    # write in every keyed call's commit.
+    """
+    CREATE TABLE roost_call_keys (
+        id          INTEGER PRIMARY KEY,
+        key         TEXT    NOT NULL UNIQUE,
+        fingerprint TEXT    NOT NULL,
+        ok          INTEGER NOT NULL,
+        outcome     TEXT    NOT NULL,
+        created_at  REAL    NOT NULL
+    );
+    """,
 )
 
 

@@ -56,8 +56,10 @@ class _Frame(BaseModel):
 
 
 class RpcFrame(NamedTuple):
-    """``{"type":"rpc","id":str,"method":str,"args"?:list,"kwargs"?:object}``; ``id`` and ``method``
-    are 1 to 128 characters (the ``id`` is echoed in the call's replies: the id rule). The most
+    """``{"type":"rpc","id":str,"method":str,"args"?:list,"kwargs"?:object,"idempotency_key"?:str}``;
+    ``id``, ``method`` and ``idempotency_key`` are 1 to 128 characters (the ``id`` is echoed in the
+    call's replies: the id rule; the key names the call across reconnects, ``None`` if absent or
+    ``null``: :mod:`roost.actors.callkeys`). The most
     frequent frame by far, so it is checked by hand (five type tests cost a fifth of a pydantic
     validation); the other frames are pydantic models."""
 
@@ -66,6 +68,7 @@ class RpcFrame(NamedTuple):
     method: str
     args: list[Any]
     kwargs: dict[str, Any]
+    idempotency_key: str | None = None
 
 
 def _rpc_frame(obj: dict[str, Any]) -> RpcFrame:
@@ -84,7 +87,10 @@ def _rpc_frame(obj: dict[str, Any]) -> RpcFrame:
         kwargs = {}
     elif type(kwargs) is not dict:
         raise ProtocolError("bad_frame", "rpc: kwargs: must be an object")
-    return RpcFrame("rpc", call_id, method, args, kwargs)
+    key = obj.get("idempotency_key")
+    if key is not None and (type(key) is not str or not 0 < len(key) <= _MAX_NAME):
+        raise ProtocolError("bad_frame", f"rpc: idempotency_key: {_NAME_RULE}")
+    return RpcFrame("rpc", call_id, method, args, kwargs, key)
 
 
 _MAX_NAME = 128

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from roost.actors import (
     INLINE_TURNS,
+    MAX_KEY,
     ActorNotFound,
     InvalidActorAddress,
     Principal,
@@ -122,6 +123,9 @@ async def post_rpc(request: Request) -> Response:
     if isinstance(addr, Response):
         return addr
     kind, _, name, principal = addr
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= MAX_KEY:
+        return _error("bad_frame", f"Idempotency-Key: must be 1 to {MAX_KEY} characters")
     info = app.registry.callable_info(kind, method)
     if principal.claims.get("read_only"):
         if info is not None and not info.readonly:
@@ -152,7 +156,9 @@ async def post_rpc(request: Request) -> Response:
         else:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
     try:
-        result, chunks = await app.registry.call(kind, name, method, args, kwargs, principal=principal)
+        result, chunks = await app.registry.call(
+            kind, name, method, args, kwargs, principal=principal, idempotency_key=key
+        )
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}

@@ -340,7 +340,7 @@ class ConnectionProtocol:
             check = gate.call(frame.method)
             if check is None:
                 conn.in_flight += 1  # counted here, counted down by the actor when the turn ends
-                return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+                return _call(frame, conn)
         elif isinstance(frame, MessageFrame):
             if conn.in_flight >= self._max_in_flight:
                 return self._refuse(frame, "overloaded", self._too_many_calls())
@@ -385,7 +385,7 @@ class ConnectionProtocol:
         conn = self.connection
         conn.in_flight += 1
         if isinstance(frame, RpcFrame):
-            return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id)
+            return _call(frame, conn)
         return Message(conn, frame.data)
 
     def renewed(self, pending: Renew, verdict: Principal | Refused, expires: float | None = None) -> Action:
@@ -460,6 +460,10 @@ class ConnectionProtocol:
     def _close(self, code: int, reason: str, frame: str | None = None) -> Close:
         self.state = _CLOSING
         return Close(code, reason, frame)
+
+
+def _call(frame: RpcFrame, conn: Connection) -> Call:
+    return Call(frame.method, frame.args, frame.kwargs, conn=conn, id=frame.id, key=frame.idempotency_key)
 
 
 _BINARY = ProtocolError("bad_frame", "binary frames are not accepted; send text")

@@ -11,7 +11,13 @@
 // - dedup by seq: a state/event frame is processed only if its seq is above the last processed one;
 // - `state` never goes back: a replayed state older than the welcome's does not replace it;
 // - every reconnect sends cursor=<last processed seq>, so the server replays what was missed;
-// - a call ends once: with its result, an RpcError, a timeout, or ConnectionLost (never resent);
+// - a call ends once: with its result, an RpcError, CallNotSent/SendTimeout (never sent: no
+//   effect), or ConnectionLost/ReplyTimeout (sent, the outcome unknown: OutcomeUnknown);
+// - every call carries a fresh idempotency key unless `{ idempotencyKey: false }` (the server runs a
+//   key's call at most once and answers its recorded outcome: docs/protocol.md, *Idempotency keys*);
+//   a call made while not connected waits for the connection (at most `maxQueued`; past it
+//   CallNotSent at once), and a keyed call whose connection dropped after it was sent is sent again
+//   on the next one with the same key, up to `resends` times within its timeout;
 // - terminal closes (1000, 1009, 4400-4499) stop the client; any other close reconnects with
 //   exponential backoff and full jitter.
 //
@@ -51,11 +57,51 @@ export class RpcError extends Error {
   }
 }
 
-export class ConnectionLost extends Error {
-  constructor(message = "connection lost before the reply; the call may or may not have run") {
+/** The call was never sent: it had no effect, retrying it is safe. */
+export class CallNotSent extends Error {
+  constructor(message = "the call was not sent") {
     super(message);
+    this.name = "CallNotSent";
+  }
+}
+
+/** No connection came within the call's timeout: never sent. */
+export class SendTimeout extends CallNotSent {
+  constructor(message) {
+    super(message);
+    this.name = "SendTimeout";
+  }
+}
+
+/** The call was sent and no answer came: it may or may not have run. With its `idempotencyKey`,
+ * calling again with the same key (`{ idempotencyKey: err.idempotencyKey }`) is safe. */
+export class OutcomeUnknown extends Error {
+  constructor(message = "the call was sent; its outcome is unknown", idempotencyKey = null) {
+    super(message);
+    this.name = "OutcomeUnknown";
+    this.idempotencyKey = idempotencyKey;
+  }
+}
+
+export class ConnectionLost extends OutcomeUnknown {
+  constructor(message = "connection lost before the reply; the call may or may not have run", key = null) {
+    super(message, key);
     this.name = "ConnectionLost";
   }
+}
+
+/** The call was sent and no reply came within its timeout. */
+export class ReplyTimeout extends OutcomeUnknown {
+  constructor(message, key = null) {
+    super(message, key);
+    this.name = "ReplyTimeout";
+  }
+}
+
+/** A fresh idempotency key: 32 random hex digits (crypto.getRandomValues works on plain http too). */
+export function newKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** delay(attempt) = uniform(0, min(cap, base * 2^attempt)) seconds ("full jitter"). */
@@ -65,7 +111,17 @@ export function backoffDelay(attempt, { base = 0.25, cap = 5 } = {}, random = Ma
 }
 
 export class RoostClient extends EventTarget {
-  constructor(url, { cursor = null, backoff = {}, random = Math.random, WebSocketImpl = WebSocket } = {}) {
+  constructor(
+    url,
+    {
+      cursor = null,
+      backoff = {},
+      random = Math.random,
+      WebSocketImpl = WebSocket,
+      maxQueued = 1000,
+      resends = 3,
+    } = {},
+  ) {
     super();
     this.url = url;
     this.cursor = cursor; // the last processed seq, sent on every reconnect
@@ -81,7 +137,10 @@ export class RoostClient extends EventTarget {
     this._WebSocket = WebSocketImpl;
     this._ws = null;
     this._ids = 0;
-    this._pending = new Map(); // id -> {resolve, reject, timer}
+    this._pending = new Map(); // id -> the sent call: {frame, key, sent, resends, resolve, reject, timer}
+    this._queue = []; // calls waiting for a connection, in order
+    this._maxQueued = maxQueued;
+    this._resends = resends;
     this._attempt = 0;
     this._timer = null;
     this._awayUntil = 0;
@@ -98,7 +157,7 @@ export class RoostClient extends EventTarget {
     this._stopped = true;
     clearTimeout(this._timer);
     if (this._ws) this._ws.close(1000, "client closed");
-    this._failPending(new ConnectionLost("client closed"));
+    this._failAll("client closed");
     this._setStatus("closed");
   }
 
@@ -110,18 +169,29 @@ export class RoostClient extends EventTarget {
     return true;
   }
 
-  /** Call a @callable method; resolves with its result after the server committed it. */
-  call(method, args = [], kwargs = {}, { timeout = 15000 } = {}) {
-    if (this.status !== "open") return Promise.reject(new ConnectionLost("not connected"));
-    const id = String(++this._ids);
-    const frame = { type: "rpc", id, method, args, kwargs };
+  /**
+   * Call a @callable method; resolves with its result after the server committed it. Not connected:
+   * the call waits for the connection (see the guarantees above). `idempotencyKey`: true (a fresh
+   * key), false (none: never sent again), or the key to use (1 to 128 characters).
+   */
+  call(method, args = [], kwargs = {}, { timeout = 15000, idempotencyKey = true } = {}) {
+    const key = idempotencyKey === true ? newKey() : idempotencyKey === false ? null : String(idempotencyKey);
+    const frame = { type: "rpc", method, args, kwargs };
+    if (key !== null) frame.idempotency_key = key;
+    if (this._stopped) return Promise.reject(new CallNotSent("the client is closed"));
+    if (this.status !== "open" && this._queue.length >= this._maxQueued) {
+      return Promise.reject(new CallNotSent(`${this._queue.length} calls already wait for a connection`));
+    }
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this._pending.delete(id);
-        reject(new Error(`call ${method} timed out after ${timeout} ms`));
+      const call = { id: null, frame, key, sent: false, resends: 0, resolve, reject, timer: null };
+      call.timer = setTimeout(() => {
+        this._pending.delete(call.id);
+        this._queue = this._queue.filter((c) => c !== call);
+        if (call.sent) reject(new ReplyTimeout(`call ${method}: no reply within ${timeout} ms`, key));
+        else reject(new SendTimeout(`call ${method}: not sent within ${timeout} ms (no connection)`));
       }, timeout);
-      this._pending.set(id, { resolve, reject, timer });
-      this._ws.send(JSON.stringify(frame));
+      if (this.status === "open") this._send(call);
+      else this._queue.push(call);
     });
   }
 
@@ -147,14 +217,34 @@ export class RoostClient extends EventTarget {
     ws.onerror = () => {}; // a close always follows
   }
 
+  _send(call) {
+    call.id = String(++this._ids);
+    this._pending.set(call.id, call);
+    this._ws.send(JSON.stringify({ ...call.frame, id: call.id }));
+    call.sent = true;
+  }
+
   _onClose(ws, code, reason) {
     if (ws !== this._ws) return;
     this._ws = null;
-    this._failPending(new ConnectionLost());
+    this.status = "reconnecting"; // calls made from here on wait for the next connection
+    const resend = [];
+    for (const call of this._pending.values()) {
+      if (call.key !== null && call.resends < this._resends && !this._stopped && !isTerminalClose(code)) {
+        call.resends += 1;
+        resend.push(call); // sent again, with its key, on the next connection
+      } else {
+        clearTimeout(call.timer);
+        call.reject(new ConnectionLost(undefined, call.key));
+      }
+    }
+    this._pending.clear();
+    this._queue = resend.concat(this._queue);
     this._emit("closed", { code, reason });
     if (this._stopped) return;
     if (isTerminalClose(code)) {
       this._stopped = true;
+      this._failAll(`closed by the server (${code})`);
       this._setStatus("closed", { code, reason });
       return;
     }
@@ -167,12 +257,18 @@ export class RoostClient extends EventTarget {
     this._timer = setTimeout(() => this._connect(), delay);
   }
 
-  _failPending(error) {
-    for (const { reject, timer } of this._pending.values()) {
-      clearTimeout(timer);
-      reject(error);
+  /** The client stopped: sent calls end with ConnectionLost, waiting ones with CallNotSent. */
+  _failAll(why) {
+    for (const call of this._pending.values()) {
+      clearTimeout(call.timer);
+      call.reject(new ConnectionLost(`${why} before the reply`, call.key));
     }
     this._pending.clear();
+    for (const call of this._queue) {
+      clearTimeout(call.timer);
+      call.reject(new CallNotSent(`${why}: not sent`));
+    }
+    this._queue = [];
   }
 
   _onFrame(raw) {
@@ -234,5 +330,8 @@ export class RoostClient extends EventTarget {
     this.stateSeq = welcome.cursor;
     this._setStatus("open");
     this._emit("welcome", { welcome });
+    const waiting = this._queue;
+    this._queue = [];
+    for (const call of waiting) this._send(call);
   }
 }
