@@ -184,6 +184,7 @@ async def test_a_key_on_a_read_only_call_is_ignored_and_on_a_streaming_call_refu
     kit, _ = make_kit(tmp_path, Tally)
     Tally.attempts = 0
     async with kit:
+        await kit.registry.call("tally", "ro", "add", [0], {})  # a read-only call creates no actor
         assert await keyed(kit, "ro", "total", key="t") == 0
         assert await keyed(kit, "ro", "total", key="t") == 0
         assert Tally.attempts == 2, "a read-only call runs each time"
