@@ -17,6 +17,7 @@ from roost.actors.actor import Actor
 from roost.actors.connection import (
     ANONYMOUS,
     MAX_CONNECTION_STATE_BYTES,
+    Backpressure,
     Connection,
     Principal,
     Sink,
@@ -60,6 +61,7 @@ __all__ = [
     "ActorNotFound",
     "ActorRef",
     "ActorUnavailable",
+    "Backpressure",
     "Call",
     "CallTimeout",
     "CallableInfo",

@@ -88,6 +88,11 @@ class SocketSink:
         """``(max_queue, max_bytes)``: what may wait for a client that does not read."""
         return self.max_queue, self.max_bytes
 
+    @property
+    def awaiting_drain(self) -> bool:
+        """A :meth:`when_drained` callback waits (a replay is paused until this client reads)."""
+        return self._drained is not None
+
     def when_drained(self, frames: int, nbytes: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, as soon as at most ``frames`` frames and ``nbytes`` bytes wait: at
         once if so now, else from the writer when it has taken enough; never once closing."""
