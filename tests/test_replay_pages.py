@@ -133,25 +133,29 @@ async def test_a_connection_that_never_reads_holds_at_most_the_byte_bound_whatev
 
 
 async def test_a_resume_from_cursor_0_during_broadcasts_is_gap_free_and_bounded(data_dir: Path) -> None:
-    """A reader resumes from 0 over a log ten times the bound while the actor logs 150 more frames and
+    """A reader resumes from 0 over a log a hundred times the bound while the actor logs 150 more frames and
     broadcasts 150 messages: it gets seq 1, 2, 3, … each once, every message sent after its welcome
     in order, and its queue never holds more than the bound (plus a frame)."""
-    bound = 64 << 10
+    bound = 32 << 10
     app = create_app([Archive], data_dir=data_dir, send_queue_bytes=bound)
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/archive/busy"
         async with connect(f"{url}?subscribe=none", compression=None) as driver:
             await driver.recv()
-            filled = (await driver.rpc("fill", 80, 8000))["result"]
+            filled = (await driver.rpc("fill", 400, 8000))["result"]
             async with peak_queued(app) as peak, connect(f"{url}?cursor=0", compression=None) as reader:
                 welcome = await reader.recv()
                 assert welcome["resume"] == "replay"
                 assert welcome["cursor"] == filled
 
+                conn = app.registry.hosts[("archive", "busy")].connections[welcome["connection_id"]]
+                during: list[bool] = []  # whether its replay was still being read after each frame
+
                 async def drive() -> None:
                     for i in range(150):
                         assert (await driver.rpc("increment", id=f"i{i}"))["ok"]
                         assert (await driver.rpc("shout", i, id=f"s{i}"))["ok"]
+                        during.append(conn.replay is not None)
 
                 async def read() -> list[Frame]:
                     got: list[Frame] = []
@@ -163,6 +167,8 @@ async def test_a_resume_from_cursor_0_during_broadcasts_is_gap_free_and_bounded(
                     return got
 
                 _, got = await asyncio.gather(drive(), read())
+            assert any(during), "the replay was over before the actor logged anything: nothing concurrent"
+            assert not during[-1]
             seqs = [f["seq"] for f in got if "seq" in f]
             assert seqs == list(range(1, filled + 151)), "a gap or a duplicate in the replay"
             assert [f["data"]["i"] for f in got if f["type"] == "message"] == list(range(150))

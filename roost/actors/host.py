@@ -364,8 +364,6 @@ class ActorHost:
                         return
                     if self.lifecycle is HostState.DRAINING and not self.checkpointing:
                         return
-                    if self.mailbox and not self.checkpointing:
-                        continue  # the release queued an input (a connection's next replay page)
                     self._waiter = loop.create_future()
                     cancel: asyncio.CancelledError | None = None
                     try:
@@ -493,8 +491,13 @@ class ActorHost:
         self.gate.put(Close(conn, code, reason))
 
     def read_replay(self, conn: Connection) -> None:
-        """The connection's sink has drained: queue the turn that reads its replay's next page (the
-        mailbox always takes it; a stopping actor closes its connections itself)."""
+        """The connection's sink has drained: queue the turn that reads its replay's next page, from
+        the next iteration of the loop (a page's release may ask for the next one: the loop, and every
+        other client, runs between two pages). The mailbox always takes it; a stopping actor closes
+        its connections itself."""
+        self.loop.call_soon(self._read_replay, conn)
+
+    def _read_replay(self, conn: Connection) -> None:
         try:
             self.submit(ReplayPage(conn))
         except ActorUnavailable:

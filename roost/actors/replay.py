@@ -59,7 +59,7 @@ def _read(host: HostCore, conn: Connection, replay: Replay) -> list[str]:
     page = host.file.replay_page(replay.after, rows, nbytes)
     if page:
         replay.after = page[-1][0]
-    if replay.after >= host.seq:
+    if not page or replay.after >= host.seq:  # at the head (no row after it: never read again)
         replay.reading = False
     wants = conn.subscriptions.wants
     return [frame for _, kind, frame in page if wants(kind)]
