@@ -8,6 +8,7 @@ Real server in this process, real sockets on 127.0.0.1. The log is many times ``
 - A client that resumes from ``cursor=0`` while the actor logs and broadcasts meanwhile gets every
   logged frame exactly once in ``seq`` order (gap-free), every broadcast made after its welcome, and
   never has more than the bound waiting for it.
+- What ``on_connect`` sent, a pong and a call's reply come after the replay, in their order.
 - Frames other than the replay's, held behind a paused replay, count against the same bound: past
   it the connection is closed with 1013.
 - A paused replay that retention overtakes is closed with 1013, and the client resumes by cursor
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from roost.actors import Actor, callable
+from roost.actors import Actor, Connection, callable
 from roost.testing import connect, until
 from roost.transport import RoostApp, create_app
 from tests.support import serve_in_process, small_window_socket
@@ -64,6 +65,15 @@ class ShortArchive(Archive):
 
     kind = "short-archive"
     log_retention = 20
+
+
+class Greeter(Archive):
+    """The same, greeting every connection from ``on_connect``."""
+
+    kind = "greeter"
+
+    def on_connect(self, conn: Connection) -> None:
+        conn.send({"hello": conn.id})
 
 
 @contextlib.asynccontextmanager
@@ -173,6 +183,33 @@ async def test_a_resume_from_cursor_0_during_broadcasts_is_gap_free_and_bounded(
             assert seqs == list(range(1, filled + 151)), "a gap or a duplicate in the replay"
             assert [f["data"]["i"] for f in got if f["type"] == "message"] == list(range(150))
             assert peak[0] <= bound + 9000, peak[0]
+
+
+async def test_what_on_connect_sends_a_pong_and_a_reply_follow_the_replay_in_their_order(
+    data_dir: Path,
+) -> None:
+    """A ping and a call sent at once, over a replay of many pages: the welcome, the replay, then what
+    ``on_connect`` sent, the pong, the call's reply; every ``seq`` once and in order."""
+    app = create_app([Greeter], data_dir=data_dir, send_queue_bytes=32 << 10)
+    async with serve_in_process(app) as addr:
+        url = f"ws://{addr}/agents/greeter/order"
+        async with connect(f"{url}?subscribe=none", compression=None) as driver:
+            await driver.recv()
+            filled = (await driver.rpc("fill", 200, 8000))["result"]
+        async with connect(f"{url}?cursor=0", compression=None) as client:
+            await client.send('{"type":"ping","id":"p"}')
+            await client.send_rpc("increment", id="call")
+            got = [await client.recv()]
+            while got[-1]["type"] != "rpc_result":
+                got.append(await client.recv())
+            while len([f for f in got if "seq" in f]) < filled + 1:  # its state frame, if live
+                got.append(await client.recv())
+        assert got[0]["type"] == "welcome"
+        assert [f["seq"] for f in got if "seq" in f] == list(range(1, filled + 2))
+        kinds = [f["type"] if f["type"] != "event" else f["seq"] for f in got]
+        hello, pong, reply = kinds.index("message"), kinds.index("pong"), kinds.index("rpc_result")
+        assert kinds.index(filled) < hello < pong < reply, kinds[-6:]
+        assert got[hello]["data"] == {"hello": got[0]["connection_id"]}
 
 
 async def test_frames_held_behind_a_paused_replay_past_the_bound_close_the_connection_1013(

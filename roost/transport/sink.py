@@ -115,7 +115,8 @@ class SocketSink:
     def send_text(self, text: str) -> None:
         """Queue a frame. A client is a slow consumer, and is closed with 1013, only when more than
         ``max_queue`` frames or ``max_bytes`` bytes wait *while the socket does not take them*: a
-        burst (a long replay) that the socket drains is not a reason to close."""
+        burst that the socket drains is not a reason to close (a replay never is one: it is read as
+        the queue drains, :meth:`when_drained`)."""
         if self._closing is not None or self.closed:
             return
         if not self.welcomed:
