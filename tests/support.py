@@ -9,6 +9,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -144,6 +145,15 @@ def server_process(
         yield server
     finally:
         server.kill()
+
+
+def small_window_socket(addr: str) -> socket.socket:
+    """A connected TCP socket with a small receive buffer, so an unread backlog reaches the server."""
+    host, port = addr.rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    return sock
 
 
 def queued_inputs(app: RoostApp, kind: str, name: str) -> int:

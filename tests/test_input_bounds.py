@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from roost.examples.kinds import Counter
 from roost.testing import ActorKit, connect, rpc_frame, until
 from roost.transport import create_app
 from tests.kinds import Holder
-from tests.support import queued_inputs, serve_in_process
+from tests.support import queued_inputs, serve_in_process, small_window_socket
 
 Frame = dict[str, Any]
 
@@ -198,15 +197,6 @@ async def test_nothing_sent_after_a_1009_close_is_acted_on(data_dir: Path) -> No
 
 
 # -- a client that does not read --------------------------------------------------------------------------
-def small_window_socket(addr: str) -> socket.socket:
-    """A connected TCP socket with a small receive buffer, so an unread backlog reaches the server."""
-    host, port = addr.rsplit(":", 1)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    return sock
-
-
 async def test_a_client_that_does_not_read_is_closed_1013_and_resumes_by_replay(data_dir: Path) -> None:
     total = 500
     app = create_app([Ballast], data_dir=data_dir, send_queue=50)

@@ -441,6 +441,21 @@ def test_replay_returns_frames_after_the_cursor_in_seq_order(actor_file: ActorFi
     assert actor_file.replay(100) == []
 
 
+def test_a_replay_page_is_bounded_in_rows_and_in_bytes_and_holds_at_least_one_row(
+    actor_file: ActorFile,
+) -> None:
+    actor_file.begin_turn()
+    for seq in range(1, 11):
+        actor_file.append_log(seq, "state", "x" * 1000, 0.0)
+    actor_file.commit()
+    one = sys.getsizeof("x" * 1000)
+    assert [s for s, _, _ in actor_file.replay_page(0, 4, 1 << 20)] == [1, 2, 3, 4]  # rows
+    assert [s for s, _, _ in actor_file.replay_page(2, 100, 3 * one)] == [3, 4, 5]  # bytes
+    assert [s for s, _, _ in actor_file.replay_page(6, 100, 1)] == [7]  # one row, however big
+    assert [s for s, _, _ in actor_file.replay_page(8, 100, 1 << 20)] == [9, 10]
+    assert actor_file.replay_page(10, 100, 1 << 20) == []
+
+
 def test_a_seq_is_never_logged_twice(actor_file: ActorFile) -> None:
     actor_file.begin_turn()
     actor_file.append_log(1, "state", "s1", 0.0)

@@ -9,22 +9,26 @@ from its connect turn on, the connection is attached to its actor's host, which 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from roost.protocol import frames
+from roost.protocol import CloseCode, frames
 
 __all__ = [
     "ANONYMOUS",
     "MAX_CONNECTION_STATE_BYTES",
     "MAX_REQUEST_BYTES",
+    "Backpressure",
     "Connection",
     "Gate",
     "Params",
     "Principal",
+    "Replay",
     "Request",
     "Sink",
     "Subscriptions",
@@ -163,6 +167,22 @@ class Sink(Protocol):
     def close(self, code: int, reason: str) -> None: ...
 
 
+@runtime_checkable
+class Backpressure(Protocol):
+    """A :class:`Sink` that bounds what waits in it (the transport's socket sink does): a replay is
+    read from the log only as fast as such a sink drains (``docs/design.md``, *Resume*). A sink
+    without it has its replay read page after page at once."""
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """``(frames, bytes)`` the sink lets wait for a client that does not read."""
+
+    def when_drained(self, frames: int, nbytes: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, as soon as at most ``frames`` frames and ``nbytes`` bytes wait (at
+        once if that is so now; never if the sink closes first). A later call replaces an earlier
+        one. ``callback`` must not raise."""
+
+
 class Gate(Protocol):
     """Where an attached connection's frames go: its actor's output gate (the host)."""
 
@@ -171,6 +191,58 @@ class Gate(Protocol):
 
     def gate_close(self, conn: Connection, code: int, reason: str) -> None:
         """Hold a close of ``conn`` the same way."""
+
+    def read_replay(self, conn: Connection) -> None:
+        """Queue the turn that reads the next page of ``conn``'s replay (never raises)."""
+
+
+#: A replay page is at most this share of the sink's bound (frames and bytes), at least one row …
+PAGE_SHARE = 4
+#: … and the next is read once at most this share of the bound waits in the sink.
+LOW_WATER_SHARE = 2
+#: The bound assumed for a sink without :class:`Backpressure` (frames, bytes).
+UNBOUNDED_LIMITS = (1024, 4 << 20)
+
+
+class Replay:
+    """A connection's replay from the log while it is delivered (``docs/design.md``, *Resume*).
+
+    Turn side: ``after`` is the ``seq`` the reader has read up to, and while ``reading`` the
+    connection's logged frames are not fanned out to it (the reader finds them in the log). Release
+    side: every other frame released for the connection meanwhile is ``held`` and written after the
+    page that reaches the head. Guarantees (tests in ``tests/test_replay_pages.py``): every logged
+    frame after the cursor exactly once and in ``seq`` order, then the held frames, then live ones;
+    at most the low-water mark plus one page waits in a :class:`Backpressure` sink for it; more
+    than the sink's bound held closes the connection with 1013.
+    """
+
+    __slots__ = ("after", "flow", "held", "held_bytes", "limits", "reading")
+
+    def __init__(self, after: int, flow: Backpressure | None) -> None:
+        self.after = after
+        self.reading = True
+        self.flow = flow
+        self.limits = flow.limits if flow is not None else UNBOUNDED_LIMITS
+        self.held: deque[str] = deque()
+        self.held_bytes = 0
+
+    @property
+    def page(self) -> tuple[int, int]:
+        """``(rows, bytes)`` one page may read (at least one row)."""
+        frames_, nbytes = self.limits
+        return max(1, frames_ // PAGE_SHARE), max(1, nbytes // PAGE_SHARE)
+
+    @property
+    def low_water(self) -> tuple[int, int]:
+        frames_, nbytes = self.limits
+        return frames_ // LOW_WATER_SHARE, nbytes // LOW_WATER_SHARE
+
+    def hold(self, text: str) -> bool:
+        """Hold a frame behind the replay; False if that passes the sink's bound."""
+        self.held.append(text)
+        self.held_bytes += sys.getsizeof(text)
+        frames_, nbytes = self.limits
+        return len(self.held) <= frames_ and self.held_bytes <= nbytes
 
 
 class Connection:
@@ -183,6 +255,7 @@ class Connection:
         "id",
         "in_flight",
         "principal",
+        "replay",
         "request",
         "subscriptions",
         "tags",
@@ -207,6 +280,8 @@ class Connection:
         self.in_flight = 0  # calls and messages queued for the actor, not yet handled
         self._sink = sink
         self._host: Gate | None = None
+        #: The replay being delivered, if any (from the connect turn to the page that reaches the head).
+        self.replay: Replay | None = None
 
     @property
     def state(self) -> Any:
@@ -245,10 +320,49 @@ class Connection:
     def detach(self) -> None:
         """Closed (or refused): frames go straight to the sink, and nothing of the actor is kept."""
         self._host = None
+        self.replay = None
+
+    def start_replay(self, after: int) -> Replay:
+        """From the connect turn: the replay of the logged frames after ``after`` begins."""
+        sink = self._sink
+        self.replay = replay = Replay(after, sink if isinstance(sink, Backpressure) else None)
+        return replay
 
     def deliver(self, text: str) -> None:
-        """Hand a frame to the sink now. Used by the output gate after a commit."""
-        self._sink.send_text(text)
+        """Hand a frame to the sink now, or behind the replay while one is delivered. Used by the
+        output gate after a commit."""
+        replay = self.replay
+        if replay is None:
+            self._sink.send_text(text)
+        elif not replay.hold(text):
+            self.replay = None
+            self._sink.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: frames held behind its replay")
+
+    def deliver_replayed(self, texts: list[str], done: bool) -> None:
+        """After a page's commit: write its frames; then, if it reached the head, what was held, and
+        the connection is live; else ask for the next page once the sink has drained."""
+        replay = self.replay
+        if replay is None:  # closed meanwhile
+            return
+        send = self._sink.send_text
+        for text in texts:
+            send(text)
+        if done:
+            self.replay = None
+            for text in replay.held:
+                send(text)
+            return
+        flow = replay.flow
+        if flow is None:
+            self._next_page()
+        else:
+            frames_, nbytes = replay.low_water
+            flow.when_drained(frames_, nbytes, self._next_page)
+
+    def _next_page(self) -> None:
+        host = self._host
+        if host is not None and self.replay is not None:
+            host.read_replay(self)
 
     def deliver_close(self, code: int, reason: str) -> None:
         self._sink.close(code, reason)

@@ -10,7 +10,8 @@ input         turn                                     on failure
 ============  =======================================  ==============================================
 Call          the ``@callable`` (chunks at each yield)  an ``rpc_error`` frame, or the future fails
 Message       ``on_message``                           an ``error`` frame
-Connect       ``on_connect``, then welcome and replay  close (the ``Reject``'s code, or 1011)
+Connect       ``on_connect``, welcome, replay's 1st page  close (the ``Reject``'s code, or 1011)
+ReplayPage    the next page of a connection's replay   close 1011
 Disconnect    ``on_close``                             ``on_error`` only
 Task          ``fn(actor)`` (jobs, extensions)         the future fails
 Wake          one fire turn per due wake-up            (see :mod:`roost.actors.wakeups`)
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import wakeups
+from roost.actors import replay, wakeups
 from roost.actors.callkeys import NOT_RECORDED, Recorded, fingerprint
 from roost.actors.connection import Connection, Principal
 from roost.actors.errors import (
@@ -63,7 +64,7 @@ from roost.actors.errors import (
     RpcError,
     shown_name,
 )
-from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, ReplayPage, Task, Wake
 from roost.actors.outputs import Close, Failure, Frame, Result
 from roost.actors.turn import log_failure, report
 from roost.protocol import CloseCode, frames
@@ -99,6 +100,8 @@ async def dispatch(host: HostCore, item: Input) -> None:
         item.conn.in_flight -= 1  # counted by the transport when it queued the frame
         if item.conn.id in host.connections:
             host.gate.held.append(Frame(item.conn, item.text))
+    elif isinstance(item, ReplayPage):
+        await _replay_page(host, item)
     elif isinstance(item, Wake):
         fired = await wakeups.run_due(host)
         if item.reply is not None:
@@ -250,14 +253,17 @@ async def _connect(host: HostCore, item: Connect) -> None:
             host.joining = (conn.id,)
             await maybe_await(host.actor.on_connect(conn))
             # The welcome is this connection's first frame, whatever on_connect sent it: it reflects
-            # the state after on_connect, then the replay, then what on_connect sent (and broadcast).
-            welcome, replay = _welcome(host, conn, item.cursor)
+            # the state after on_connect, then the replay, then what on_connect sent and broadcast
+            # (held behind the replay while its pages are read: see roost.actors.replay).
+            welcome, after = _welcome(host, conn, item.cursor)
             gate = host.gate
             mine = [out for out in gate.turn if getattr(out, "conn", None) is conn]
             if mine:
                 gate.turn = [out for out in gate.turn if getattr(out, "conn", None) is not conn]
-            gate.turn.append(Frame(conn, welcome))
-            gate.turn.extend(Frame(conn, frame) for frame in replay)
+            if after is None:
+                gate.turn.append(Frame(conn, welcome))
+            else:
+                replay.first_page(host, conn, after, welcome)
             gate.turn.extend(mine)
     finally:
         host.joining = ()
@@ -267,7 +273,7 @@ def _connect_failed(host: HostCore, item: Connect, exc: BaseException) -> None:
     conn = item.conn
     if host.connections.get(conn.id) is conn:
         del host.connections[conn.id]  # refused: no later broadcast or close turn sees it
-    conn.detach()
+    conn.detach()  # its replay, if one had begun, with it
     if isinstance(exc, Reject):
         host.gate.held.append(Close(conn, exc.code, exc.reason))
     else:
@@ -278,18 +284,29 @@ def _connect_failed(host: HostCore, item: Connect, exc: BaseException) -> None:
         host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, reason))
 
 
-def _welcome(host: HostCore, conn: Connection, cursor: int | None) -> tuple[str, list[str]]:
-    """The welcome frame and the frames to replay after it, per the resume rules."""
+def _welcome(host: HostCore, conn: Connection, cursor: int | None) -> tuple[str, int | None]:
+    """The welcome frame and, per the resume rules, the ``seq`` after which frames are replayed
+    (``None``: nothing to replay)."""
     resume = decide_resume(cursor, host.seq, host.oldest)
-    replay: list[str] = []
-    if resume.replay_after is not None:
-        subs = conn.subscriptions
-        replay = [f for _, k, f in host.file.replay(resume.replay_after) if subs.wants(k)]
+    after = resume.replay_after
     name = shown_name(host.name)  # as the client named it
     welcome = frames.welcome(
         conn.id, host.kind, name, host.state_json, host.seq, host.oldest, resume.mode, resume.reason
     )
-    return welcome, replay
+    return welcome, after if after is not None and after < host.seq else None
+
+
+async def _replay_page(host: HostCore, item: ReplayPage) -> None:
+    with host.turn.run(item.conn, _replay_page_failed, item):
+        replay.next_page(host, item.conn)
+
+
+def _replay_page_failed(host: HostCore, item: ReplayPage, exc: BaseException) -> None:
+    conn = item.conn
+    reason = "replay failed"
+    if not isinstance(exc, asyncio.CancelledError):
+        reason += f" (ref {log_failure(host, exc, 'replay')})"
+    host.gate.held.append(Close(conn, CloseCode.INTERNAL_ERROR, reason))
 
 
 async def _disconnect(host: HostCore, item: Disconnect) -> None:

@@ -65,7 +65,7 @@ from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, RoostEr
 from roost.actors.handlers import dispatch, maybe_await
 from roost.actors.inline import AVAILABLE as _INLINE
 from roost.actors.inline import Resume, Suspended, step_as
-from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, Task, Wake
+from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, ReplayPage, Task, Wake
 from roost.actors.outputs import Close, Frame, OutputGate
 from roost.actors.refs import Key
 from roost.actors.schedules import ScheduleStore
@@ -212,10 +212,11 @@ class ActorHost:
     # -- mailbox ---------------------------------------------------------------------------------
     def submit(self, item: Input) -> None:
         """Queue an input. Raises ``ActorUnavailable`` if the actor is stopping, ``Overloaded`` if
-        its mailbox holds ``max_inbox`` inputs (a disconnect or a delivery is always accepted)."""
+        its mailbox holds ``max_inbox`` inputs (a disconnect, a delivery or a replay page is always
+        accepted)."""
         if self.lifecycle is HostState.STOPPED:
             raise ActorUnavailable(message=f"actor {self.kind}/{shown_name(self.name)!r} is stopping")
-        if len(self.mailbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver):
+        if len(self.mailbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver | ReplayPage):
             raise Overloaded(message=f"mailbox of {self.kind}/{shown_name(self.name)!r} is full")
         self.mailbox.append(item)
         waiter = self._waiter
@@ -493,6 +494,19 @@ class ActorHost:
 
     def gate_close(self, conn: Connection, code: int, reason: str) -> None:
         self.gate.put(Close(conn, code, reason))
+
+    def read_replay(self, conn: Connection) -> None:
+        """The connection's sink has drained: queue the turn that reads its replay's next page, from
+        the next iteration of the loop (a page's release may ask for the next one: the loop, and every
+        other client, runs between two pages). The mailbox always takes it; a stopping actor closes
+        its connections itself."""
+        self.loop.call_soon(self._read_replay, conn)
+
+    def _read_replay(self, conn: Connection) -> None:
+        try:
+            self.submit(ReplayPage(conn))
+        except ActorUnavailable:
+            pass
 
     authorize = sqlguard.authorizer
     set_state = statelog.set_state

@@ -19,7 +19,19 @@ from roost.actors.refs import Key
 if TYPE_CHECKING:
     from roost.actors.actor import Actor
 
-__all__ = ["Call", "Connect", "Deliver", "Disconnect", "Input", "Key", "Mailbox", "Message", "Task", "Wake"]
+__all__ = [
+    "Call",
+    "Connect",
+    "Deliver",
+    "Disconnect",
+    "Input",
+    "Key",
+    "Mailbox",
+    "Message",
+    "ReplayPage",
+    "Task",
+    "Wake",
+]
 
 
 @dataclass(slots=True)
@@ -55,6 +67,14 @@ class Deliver:
 
 
 @dataclass(slots=True)
+class ReplayPage:
+    """Read the next page of a connection's replay (its sink has drained); at most one is queued per
+    connection, so the mailbox always takes it."""
+
+    conn: Connection
+
+
+@dataclass(slots=True)
 class Call:
     """A call from a connection (``conn`` set, reply by frame) or in-process (``reply`` future);
     ``key``: its idempotency key, if any (:mod:`roost.actors.callkeys`)."""
@@ -87,7 +107,7 @@ class Wake:
     reply: asyncio.Future[Any] | None = None
 
 
-Input = Connect | Message | Disconnect | Call | Task | Deliver | Wake
+Input = Connect | Message | Disconnect | Call | Task | Deliver | Wake | ReplayPage
 
 
 class Mailbox(Protocol):

@@ -1,8 +1,9 @@
 """The output gate: what a turn sends is held until the transaction holding its writes has committed.
 
-An output is one of four small records (a tagged union): a :class:`Frame` or a :class:`Close` for a
-connection, a :class:`Result` or a :class:`Failure` for an in-process caller's future. Each knows how
-to :meth:`release` itself; :class:`OutputGate` holds them in order.
+An output is one of five small records (a tagged union): a :class:`Frame`, a page of a replay
+(:class:`Replayed`) or a :class:`Close` for a connection, a :class:`Result` or a :class:`Failure` for
+an in-process caller's future. Each knows how to :meth:`release` itself; :class:`OutputGate` holds
+them in order.
 
 Guarantees (``tests/test_output_gate.py``):
 
@@ -27,7 +28,7 @@ from roost.actors.connection import Connection
 if TYPE_CHECKING:
     from roost.storage import ActorFile
 
-__all__ = ["Close", "Failure", "Frame", "Output", "OutputGate", "Result"]
+__all__ = ["Close", "Failure", "Frame", "Output", "OutputGate", "Replayed", "Result"]
 
 
 @dataclass(slots=True)
@@ -39,6 +40,19 @@ class Frame:
 
     def release(self) -> None:
         self.conn.deliver(self.text)
+
+
+@dataclass(slots=True)
+class Replayed:
+    """One page of a connection's replay (the connect turn's starts with the welcome); ``done``: it
+    reached the head (see :meth:`Connection.deliver_replayed`)."""
+
+    conn: Connection
+    texts: list[str]
+    done: bool
+
+    def release(self) -> None:
+        self.conn.deliver_replayed(self.texts, self.done)
 
 
 @dataclass(slots=True)
@@ -77,7 +91,7 @@ class Failure:
             self.reply.set_exception(self.error)
 
 
-Output = Frame | Close | Result | Failure
+Output = Frame | Replayed | Close | Result | Failure
 
 
 class OutputGate:

@@ -172,6 +172,8 @@ class HostCore(HostApi, Protocol):
 
     def gate_close(self, conn: Connection, code: int, reason: str) -> None: ...
 
+    def read_replay(self, conn: Connection) -> None: ...
+
 
 #: ``failed(host, item, exc)``: answer the input whose turn was rolled back (exc is converted).
 Failed = Callable[[HostCore, Any, BaseException], None]

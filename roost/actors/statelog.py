@@ -96,9 +96,13 @@ def fanout(
 ) -> int:
     n = 0
     put = host.gate.put
+    logged = kind != "message"
     for conn in host.connections.values():
         if not conn.subscriptions.wants(kind) or conn.id in exclude:
             continue
+        replay = conn.replay
+        if logged and replay is not None and replay.reading:
+            continue  # its replay's reader finds the frame in the log (roost.actors.replay)
         if tags is not None and not (tags & conn.tags):
             continue
         put(Frame(conn, frame))

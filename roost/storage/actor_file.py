@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -187,6 +188,21 @@ class ActorFile:
                 "SELECT seq, kind, frame FROM roost_log WHERE seq > ? ORDER BY seq", (after,)
             )
         ]
+
+    def replay_page(self, after: int, rows: int, nbytes: int) -> list[LogRow]:
+        """Logged frames with ``seq > after``, in order: at most ``rows`` of them, and no more once
+        their frames' size in memory (``sys.getsizeof``) reaches ``nbytes`` (at least one row). One
+        page of a replay: the query stops there, so it costs the page, not the log."""
+        page: list[LogRow] = []
+        size = 0
+        for s, k, f in self.conn.execute(
+            "SELECT seq, kind, frame FROM roost_log WHERE seq > ? ORDER BY seq LIMIT ?", (after, rows)
+        ):
+            page.append((int(s), str(k), str(f)))
+            size += sys.getsizeof(f)
+            if size >= nbytes:
+                break
+        return page
 
     # -- writing (inside a batch transaction) -------------------------------------------------------
     def commit(self) -> None:

@@ -11,6 +11,9 @@ Guarantee (test in ``tests/test_input_bounds.py``):
   ``max_bytes`` bytes of frames, wait while the socket does not take them (a burst the socket drains
   is not a reason to close); it can reconnect and resume by replay. The bytes are the queued strings'
   own size in memory (``sys.getsizeof``), so the bound holds for wide (non-Latin) text too.
+- A replay is paced by the sink (it is a :class:`roost.actors.Backpressure`): :meth:`when_drained`
+  calls back once the queue has drained to a mark, and the actor reads the next page only then, so a
+  long replay never fills the queue (``tests/test_replay_pages.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from roost.protocol.codes import CloseCode
@@ -40,6 +44,7 @@ class SocketSink:
     __slots__ = (
         "_blocked",
         "_closing",
+        "_drained",
         "_queue",
         "_queued_bytes",
         "_send",
@@ -59,6 +64,8 @@ class SocketSink:
         self._queued_bytes = 0  # sys.getsizeof of every queued frame
         self._wake: asyncio.Future[None] | None = None
         self._closing: tuple[int, str] | None = None
+        #: (frames, bytes, callback): call back once at most that much waits (:meth:`when_drained`).
+        self._drained: tuple[int, int, Callable[[], None]] | None = None
         self.closed = False
         self.welcomed = False  # the actor's first frame (always the welcome) was queued
         self._blocked = False  # the writer waits on the socket: the client is not reading
@@ -77,6 +84,27 @@ class SocketSink:
         return self._queued_bytes
 
     @property
+    def limits(self) -> tuple[int, int]:
+        """``(max_queue, max_bytes)``: what may wait for a client that does not read."""
+        return self.max_queue, self.max_bytes
+
+    @property
+    def awaiting_drain(self) -> bool:
+        """A :meth:`when_drained` callback waits (a replay is paused until this client reads)."""
+        return self._drained is not None
+
+    def when_drained(self, frames: int, nbytes: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, as soon as at most ``frames`` frames and ``nbytes`` bytes wait: at
+        once if so now, else from the writer when it has taken enough; never once closing."""
+        if self._closing is not None or self.closed:
+            return
+        if len(self._queue) <= frames and self._queued_bytes <= nbytes:
+            self._drained = None
+            callback()
+        else:
+            self._drained = (frames, nbytes, callback)
+
+    @property
     def closing(self) -> bool:
         """A close was asked for (by us): the connection is ending."""
         return self._closing is not None or self.closed
@@ -87,7 +115,8 @@ class SocketSink:
     def send_text(self, text: str) -> None:
         """Queue a frame. A client is a slow consumer, and is closed with 1013, only when more than
         ``max_queue`` frames or ``max_bytes`` bytes wait *while the socket does not take them*: a
-        burst (a long replay) that the socket drains is not a reason to close."""
+        burst that the socket drains is not a reason to close (a replay never is one: it is read as
+        the queue drains, :meth:`when_drained`)."""
         if self._closing is not None or self.closed:
             return
         if not self.welcomed:
@@ -142,6 +171,10 @@ class SocketSink:
                     self._blocked = True  # stays True only while send() is suspended on the socket
                     text = queue.popleft()
                     self._queued_bytes -= sys.getsizeof(text)
+                    drained = self._drained
+                    if drained is not None and len(queue) <= drained[0] and self._queued_bytes <= drained[1]:
+                        self._drained = None
+                        drained[2]()  # the next replay page is read (in a turn, later)
                     await send({"type": "websocket.send", "text": text})
                     self._blocked = False
                 if self._closing is not None:
@@ -161,6 +194,7 @@ class SocketSink:
             self._gone()
             queue.clear()
             self._queued_bytes = 0
+            self._drained = None
 
     async def finish(self) -> None:
         """Stop the writer (used when the socket is already gone)."""
