@@ -24,6 +24,7 @@ from roost.actors.connection import (
 )
 from roost.actors.decorators import CallableInfo, callable, callables_of, wakeup
 from roost.actors.errors import (
+    ActorDamaged,
     ActorError,
     ActorLocked,
     ActorNotFound,
@@ -55,6 +56,7 @@ __all__ = [
     "INLINE_TURNS",
     "MAX_CONNECTION_STATE_BYTES",
     "Actor",
+    "ActorDamaged",
     "ActorError",
     "ActorLocked",
     "ActorNotFound",

@@ -160,6 +160,7 @@ class WebSocketEndpoint:
         host: Mailbox | None = None
         try:
             try:
+                await app.registry.prepare(kind, name)  # a new actor's row, off the loop
                 host = app.registry.submit(kind, name, protocol.accept())
             except (ActorUnavailable, Overloaded) as exc:
                 _close(sink, protocol.connect_failed(exc.code, exc.message, exc.code))

@@ -284,15 +284,22 @@ def backup_root(app: Runtime) -> Path:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: liveness and a few counters."""
+    """``GET /healthz``: liveness and a few counters; ``directory``: touches waiting for the next
+    flush (``pending``) and writes refused so far because another process held the directory's lock
+    (``busy``: never waited for on the event loop)."""
     app: Runtime = request.app.state.roost
     registry = app.registry
+    directory = registry.directory
     return JSONResponse(
         {
             "ok": True,
             "protocol": PROTOCOL_VERSION,
             "active_actors": len(registry.hosts),
             "connections": len(app.sinks),
+            "directory": {
+                "pending": directory.pending if directory is not None else 0,
+                "busy": directory.busy if directory is not None else 0,
+            },
             # the fast paths (docs/design.md): whether turns run inline in this process, and how many
             # open connections the direct frame path serves
             "fast_paths": {
