@@ -183,6 +183,8 @@ class ActorHost:
         #: The seq as of the last commit: what the directory records as the actor's high-water seq.
         self.acked_seq = max(self.seq, self.state_seq)
         self._commit_retry: asyncio.TimerHandle | None = None
+        #: Set while the actor is being deleted: every new input is refused with it (``submit``).
+        self.refusal: str | None = None
         file.conn.set_authorizer(self.authorize)
         self.actor: Actor = actor_cls._create(self, registry.process)
         # the state hooks are called only where the kind defines them (most do not)
@@ -215,6 +217,8 @@ class ActorHost:
         its mailbox holds ``max_inbox`` inputs (a disconnect or a delivery is always accepted)."""
         if self.lifecycle is HostState.STOPPED:
             raise ActorUnavailable(message=f"actor {self.kind}/{shown_name(self.name)!r} is stopping")
+        if self.refusal is not None:
+            raise ActorUnavailable(message=self.refusal)
         if len(self.mailbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver):
             raise Overloaded(message=f"mailbox of {self.kind}/{shown_name(self.name)!r} is full")
         self.mailbox.append(item)

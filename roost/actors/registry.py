@@ -43,6 +43,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import sqlite3
@@ -75,13 +76,14 @@ from roost.actors.inputs import Call, Input, Task, Wake
 from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
 from roost.actors.turn import log_failure
+from roost.protocol import CloseCode
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, DirectoryBusy, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
 from roost.storage.damage import file_seq, keep_wal, seq_damage, unopened_damage
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
     from pathlib import Path
 
     from roost.actors.actor import Actor
@@ -117,6 +119,7 @@ class Registry:
         self.directory: Directory | None = None
         #: What may wait for the directory's lock (a new actor's row, a delete, the last flush).
         self.directory_thread: DirectoryThread | None = None
+        self._retiring: set[Key] = set()  # actors being deleted: refused until the delete is done
         self._damaged: set[tuple[Key, str]] = set()  # refusals already logged
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
@@ -304,6 +307,8 @@ class Registry:
         host = self.hosts.get((kind, name))
         if host is not None and not host.stopping:
             return host
+        if (kind, name) in self._retiring:
+            raise ActorUnavailable(message=f"actor {kind}/{shown_name(name)!r} is being deleted")
         self.file_releases.claim((kind, name))  # deactivated a moment ago: its lock goes with it
         cls = self.kind_of(kind)
         path = actor_path(self.config.data_dir, kind, name)
@@ -370,6 +375,39 @@ class Registry:
         self.directory.touch(kind, name, self.clock.now(), seq)
         self.activations += 1
         return host
+
+    @property
+    def deleting(self) -> frozenset[Key]:
+        """The actors inside :meth:`retiring` right now (refused until their delete is done)."""
+        return frozenset(self._retiring)
+
+    @contextlib.asynccontextmanager
+    async def retiring(self, kind: str, name: str) -> AsyncIterator[None]:
+        """Keep an actor from activating while its files go (a delete through the server). **A delete
+        never lets a racing input bring the old data back**: inside the block every input for it is
+        refused ``actor_unavailable`` ("being deleted"); a live actor's connections are closed (1000,
+        "actor deleted"), its mailbox drained (inputs queued before run first) and its file closed; a
+        file still being released from a deactivation is released first. After the block, the name
+        activates as a new actor, its queued directory touch dropped (it starts at seq 0)."""
+        key = (kind, name)
+        if key in self._retiring:
+            raise ActorUnavailable(message=f"actor {kind}/{shown_name(name)!r} is being deleted")
+        self._retiring.add(key)
+        try:
+            host = self.hosts.get(key)
+            if host is not None:
+                host.refusal = f"actor {kind}/{shown_name(name)!r} is being deleted"
+                for conn in list(host.connections.values()):
+                    conn.deliver_close(CloseCode.NORMAL, "actor deleted")
+                await self._stop_hosts([host])
+                if self.hosts.get(key) is host:
+                    del self.hosts[key]
+            await self.released()
+            yield
+        finally:
+            self._retiring.discard(key)
+            if self.directory is not None:
+                self.directory.discard(kind, name)
 
     def _refuse_damaged(self, kind: str, name: str, path: Path, reason: str) -> ActorDamaged:
         """The refusal of a damaged actor, logged (with its path and reason) once per process."""

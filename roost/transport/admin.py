@@ -20,7 +20,10 @@ the offline tools say so and touch nothing.
   ``heavy_since``) as ISO 8601 UTC text, as is ``exported_at``; user tables are exported as stored
   (BLOBs as hex). Kept agent secrets are exported as their digests only.
 - :func:`delete_actor`: under the actor's exclusive lock, removes its files and its directory row, then
-  appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it.
+  appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it. :func:`delete_live` does
+  the same through a running server (``DELETE /admin/actors/…``), inside
+  :meth:`Registry.retiring <roost.actors.Registry.retiring>`: the actor stopped, and kept from
+  activating until its files and row are gone.
 - **Damaged actors** (:mod:`roost.storage.damage`: a file missing, empty, or older than the seq the
   directory recorded it had committed) are shown by :func:`inspect_actor` (``damaged``: the reason,
   ``acked_seq``: the directory's high-water seq) and cleared by :func:`delete_actor`, whatever is
@@ -59,6 +62,7 @@ __all__ = [
     "backup_online",
     "copy_database",
     "delete_actor",
+    "delete_live",
     "export_actor",
     "export_live",
     "export_report",
@@ -372,6 +376,19 @@ def delete_actor(
         log.write(orjson.dumps(record) + b"\n")
         log.flush()
         os.fsync(log.fileno())
+    return record
+
+
+async def delete_live(registry: Registry, kind: str, name: str, *, reason: str, by: str) -> dict[str, Any]:
+    """:func:`delete_actor` through a running server: the actor is stopped (its connections closed
+    with 1000) and kept from activating while its files and row go (:meth:`Registry.retiring`), in a
+    thread; inputs meanwhile are refused ``actor_unavailable``, later ones make a new actor.
+    ``ActorNotFound`` for an actor never created; ``ActorLocked`` if another process serves it."""
+    if not registry.exists(kind, name):
+        raise ActorNotFound(kind, name)
+    data = registry.config.data_dir
+    async with registry.retiring(kind, name):
+        record: dict[str, Any] = await asyncio.to_thread(delete_actor, data, kind, name, reason=reason, by=by)
     return record
 
 
