@@ -1,6 +1,7 @@
 """The data tools on a running server: ``roost inspect | export --server URL`` read a live actor inside one
-of its turns (``GET /admin/actors/{kind}/{name}[/export]``), as an admin only; ``roost delete --server``
-is refused; and the export's one format (objects and ISO 8601 times in Roost's own tables), offline and
+of its turns (``GET /admin/actors/{kind}/{name}[/export]``), ``roost delete --server URL`` deletes it
+there (``DELETE /admin/actors/{kind}/{name}``), as an admin only; the hints name only options that
+exist; and the export's one format (objects and ISO 8601 times in Roost's own tables), offline and
 live."""
 
 from __future__ import annotations
