@@ -13,6 +13,7 @@ high-water seq), the new actor's row, and the earlier alarm.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from roost.testing import connect, until
-from tests.support import ServerProcess, directory_row
+from roost.actors import RpcError
+from roost.examples.kinds import KINDS
+from roost.testing import ActorKit, connect, schedule_rows, until
+from tests.support import ServerProcess, actor_state, directory_row
 
 #: Holds the directory's write lock from "locked" until a line on stdin, then says "released".
 LOCKER = """
@@ -103,3 +106,38 @@ async def test_a_second_process_holding_the_directory_lock_stalls_no_actor(data_
                 locker.kill()
             await locker.wait()
         server.kill()
+
+
+async def test_a_batch_waiting_for_a_busy_directory_is_never_committed_past_its_alarm(
+    data_dir: Path,
+) -> None:
+    """A batch that makes the actor's alarm earlier commits only after the directory took that alarm
+    (a directory alarm is never later than the truth). When the directory stays locked until a
+    shutdown gives up on it (``stop_timeout``), the batch is rolled back, never committed by the file's
+    close, and its caller is told ``actor_unavailable``; nothing of it was shown."""
+    kit = ActorKit(list(KINDS), data_dir, stop_timeout=0.2)
+    await kit.__aenter__()
+    stopped = False
+    other = sqlite3.connect(data_dir / "directory.sqlite", isolation_level=None)
+    try:
+        assert await kit.call("counter", "c1", "increment") == 1
+        other.execute("BEGIN EXCLUSIVE")  # another holder of the directory's write lock
+        later = asyncio.create_task(kit.call("counter", "c1", "increment_later", 3600, 1, "k"))
+        host = kit.registry.hosts[("counter", "c1")]
+        await until(lambda: kit.registry.directory is not None and kit.registry.directory.busy >= 2)
+        assert not later.done()  # held: its batch is open, uncommitted
+        assert host.file.in_transaction
+        stop = asyncio.create_task(kit.registry.stop())
+        await until(lambda: host.file.closed, 10)
+        with pytest.raises(RpcError) as refused:
+            await asyncio.wait_for(later, 10)
+        assert refused.value.code == "actor_unavailable"
+        other.execute("ROLLBACK")
+        await stop
+        stopped = True
+    finally:
+        other.close()
+        if not stopped:
+            await kit.registry.stop()
+    assert actor_state(data_dir, "counter", "c1") == {"count": 1}
+    assert schedule_rows(data_dir, "counter", "c1") == []  # the schedule went with the batch

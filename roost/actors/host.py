@@ -183,6 +183,7 @@ class ActorHost:
         #: The seq as of the last commit: what the directory records as the actor's high-water seq.
         self.acked_seq = max(self.seq, self.state_seq)
         self._commit_retry: asyncio.TimerHandle | None = None
+        self._deferred = False  # the open batch waits for the directory to take its earlier alarm
         #: Set while the actor is being deleted: every new input is refused with it (``submit``).
         self.refusal: str | None = None
         file.conn.set_authorizer(self.authorize)
@@ -432,6 +433,7 @@ class ActorHost:
             try:
                 alarm = alarms.alarm_before_commit(self) if self.alarm_dirty else _UNSET
             except DirectoryBusy:
+                self._deferred = True
                 self._commit_later()
                 return True
             # a directory that cannot take an earlier alarm fails the batch: nothing is committed
@@ -442,6 +444,7 @@ class ActorHost:
             self.fail(ActorUnavailable(message=f"commit failed (ref {ref})"))
             return False
         self.acked_seq = self.seq
+        self._deferred = False
         if alarm is not _UNSET:
             alarms.alarm_after_commit(self, alarm)
         self.gate.release()
@@ -564,6 +567,14 @@ class ActorHost:
             if self._commit_retry is not None:
                 self._commit_retry.cancel()
                 self._commit_retry = None
+            if self._deferred and self.file.in_transaction and not self.file.closed:
+                # stopped while the directory still refused its earlier alarm: never committed past
+                # it (the close would commit what is pending); nothing of it was shown. The state in
+                # memory is the batch's: no snapshot of it
+                self.gate.drop(ActorUnavailable(message="stopped before the directory took its alarm"))
+                self.file.conn.rollback()
+                self.file.in_transaction = False
+                self.file.close()
             if not self.file.closed:
                 try:
                     statelog.save_state(self)
