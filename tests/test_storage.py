@@ -759,3 +759,26 @@ def test_a_directory_that_does_not_wait_refuses_at_once_and_keeps_its_touches(da
     finally:
         other.close()
         directory.close()
+
+
+def test_a_touch_for_a_deleted_actor_never_lands_on_a_new_actor_of_the_same_name(data_dir: Path) -> None:
+    """A process that queued a touch (with the old actor's high-water seq) before another process
+    deleted and re-created the name must not give the new actor that seq: it would be refused as
+    damaged. The touch names its row by ``created_at``."""
+    serving = Directory(data_dir, waits=False)
+    other = Directory(data_dir)
+    try:
+        serving.register("counter", "c1", "d", 1.0)
+        serving.touch("counter", "c1", 5.0, 300, created_at=1.0)  # queued, not yet flushed
+        assert other.forget("counter", "c1")  # roost delete …
+        other.register("counter", "c1", "d", 2.0)  # … and a new actor of that name
+        serving.flush()
+        entry = other.get("counter", "c1")
+        assert entry is not None
+        assert (entry.created_at, entry.acked_seq) == (2.0, 0)
+        serving.touch("counter", "c1", 6.0, 4, created_at=2.0)
+        serving.flush()
+        assert other.get("counter", "c1").acked_seq == 4  # type: ignore[union-attr]
+    finally:
+        other.close()
+        serving.close()

@@ -184,6 +184,9 @@ class ActorHost:
         self.acked_seq = max(self.seq, self.state_seq)
         self._commit_retry: asyncio.TimerHandle | None = None
         self._deferred = False  # the open batch waits for the directory to take its earlier alarm
+        #: The ``created_at`` of the actor's directory row (None: no row), set by the registry: the
+        #: directory's touches for this actor land on that row only.
+        self.row_created: float | None = None
         #: Set while the actor is being deleted: every new input is refused with it (``submit``).
         self.refusal: str | None = None
         file.conn.set_authorizer(self.authorize)

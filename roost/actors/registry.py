@@ -201,7 +201,7 @@ class Registry:
         for h in hosts:
             h.file.close()
             if self.directory is not None:
-                self.directory.touch(h.kind, h.name, self.clock.now(), h.acked_seq)
+                self.directory.touch(h.kind, h.name, self.clock.now(), h.acked_seq, h.row_created)
 
     async def _sweep_forever(self, interval: float) -> None:
         while True:
@@ -231,7 +231,9 @@ class Registry:
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
             elif self.directory is not None:
-                self.directory.touch(host.kind, host.name, wall - (mono - host.last_active), host.acked_seq)
+                self.directory.touch(
+                    host.kind, host.name, wall - (mono - host.last_active), host.acked_seq, host.row_created
+                )
         if self.directory is not None:
             self.directory.flush()
         return n
@@ -241,7 +243,7 @@ class Registry:
             return False
         self.hosts.pop(host.key, None)
         if self.directory is not None:
-            self.directory.touch(host.kind, host.name, self.clock.now(), host.acked_seq)
+            self.directory.touch(host.kind, host.name, self.clock.now(), host.acked_seq, host.row_created)
         return True
 
     def forget(self, host: HostCore) -> None:
@@ -323,13 +325,15 @@ class Registry:
                 message=f"actor failed to start: the directory cannot be read: {exc}"
             ) from exc
         acked = entry.acked_seq if entry is not None else 0
+        row_created = entry.created_at if entry is not None else None
         damage = unopened_damage(path, acked)
         if damage is not None:
             raise self._refuse_damaged(kind, name, path, damage)
         if not path.exists() and entry is None:
             # registered before the file exists: the directory never misses an actor
+            row_created = self.clock.now()
             try:
-                self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+                self.directory.register(kind, name, actor_digest(kind, name), row_created)
             except DirectoryBusy as exc:  # another process writes it now: not waited for on the loop
                 raise ActorUnavailable(
                     message="actor failed to start: the directory is busy (another process is writing it); "
@@ -371,8 +375,9 @@ class Registry:
         except Exception as exc:  # the kind's __init__ or a corrupt state row
             file.close()
             raise _start_failed(kind, name, exc, "start") from exc
+        host.row_created = row_created
         self.hosts[(kind, name)] = host
-        self.directory.touch(kind, name, self.clock.now(), seq)
+        self.directory.touch(kind, name, self.clock.now(), seq, row_created)
         self.activations += 1
         return host
 

@@ -149,7 +149,7 @@ class Directory:
             raise
         if not waits:
             self._conn.execute("PRAGMA busy_timeout=0")
-        self._touched: dict[tuple[str, str], tuple[float, int]] = {}
+        self._touched: dict[tuple[str, str], tuple[float, int, float | None]] = {}
         self._closed = False
         #: Writes refused because another process held the lock (``waits=False`` only).
         self.busy = 0
@@ -162,14 +162,16 @@ class Directory:
             (kind, name, digest, now, now),
         )
 
-    def touch(self, kind: str, name: str, now: float, seq: int = 0) -> None:
+    def touch(self, kind: str, name: str, now: float, seq: int = 0, created_at: float | None = None) -> None:
         """Queue a last-activity update and the actor's committed ``seq`` (its high-water seq rises to
-        it); written by the next :meth:`flush`."""
+        it); written by the next :meth:`flush`. ``created_at`` names the row it is for (the actor's
+        ``created_at`` as its activation read it): **a touch for a deleted actor never lands on a new
+        actor of the same name**, whichever process deleted and re-created it."""
         key = (kind, name)
         queued = self._touched.get(key)
-        if queued is not None:
+        if queued is not None and queued[2] == created_at:
             now, seq = max(now, queued[0]), max(seq, queued[1])
-        self._touched[key] = (now, seq)
+        self._touched[key] = (now, seq, created_at)
 
     @property
     def pending(self) -> int:
@@ -186,17 +188,18 @@ class Directory:
         if not self._touched:
             return 0
         touched, self._touched = self._touched, {}
-        rows = [(t, s, k, n) for (k, n), (t, s) in touched.items()]
+        rows = [(t, s, k, n, c, c) for (k, n), (t, s, c) in touched.items()]
         try:
             with self._transaction():
                 self._conn.executemany(
                     "UPDATE actors SET last_active_at = max(last_active_at, ?), "
-                    "acked_seq = max(acked_seq, ?) WHERE kind = ? AND name = ?",
+                    "acked_seq = max(acked_seq, ?) WHERE kind = ? AND name = ? "
+                    "AND (? IS NULL OR created_at = ?)",
                     rows,
                 )
         except DirectoryBusy:
-            for (kind, name), (t, s) in touched.items():  # back in the queue, merged with newer ones
-                self.touch(kind, name, t, s)
+            for (kind, name), (t, s, c) in touched.items():  # back in the queue for the next flush
+                self.touch(kind, name, t, s, c)
             return 0
         return len(rows)
 
