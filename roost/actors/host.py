@@ -248,6 +248,7 @@ class ActorHost:
             or self.gate.turn_open
             or self.checkpointing
             or self.lifecycle is not HostState.LIVE
+            or self.refusal is not None
             or not _INLINE
         ):
             self.submit(item)
