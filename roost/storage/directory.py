@@ -341,7 +341,8 @@ class Directory:
         try:
             yield
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
 

@@ -138,6 +138,9 @@ class WebSocketEndpoint:
         accept: dict[str, Any] = {"type": "websocket.accept"}
         if SUBPROTOCOL in offered_subprotocols(conn):
             accept["subprotocol"] = SUBPROTOCOL
+        # a new actor's directory row, written off the loop before the 101: once accepted, the
+        # connection reaches its actor with nothing awaited in between
+        await app.registry.prepare(kind, name)
         await send(accept)
         sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(
@@ -160,7 +163,6 @@ class WebSocketEndpoint:
         host: Mailbox | None = None
         try:
             try:
-                await app.registry.prepare(kind, name)  # a new actor's row, off the loop
                 host = app.registry.submit(kind, name, protocol.accept())
             except (ActorUnavailable, Overloaded) as exc:
                 _close(sink, protocol.connect_failed(exc.code, exc.message, exc.code))
