@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the names below, loaded on first use (see __getattr__)
     from roost.actors import (
         ANONYMOUS,
         Actor,
+        ActorDamaged,
         ActorError,
         ActorNotFound,
         ActorRef,
@@ -69,6 +70,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ANONYMOUS",
     "Actor",
+    "ActorDamaged",
     "ActorError",
     "ActorNotFound",
     "ActorRef",

@@ -213,3 +213,14 @@ class Statements:
             self.checkpoint_threads.append(threading.get_ident())
         elif statement in ("BEGIN", "SAVEPOINT turn") and self.file.checkpointing:
             self.turns_during_checkpoint += 1  # a turn began while a checkpoint held the file
+
+
+def directory_row(data_dir: Path, kind: str, name: str) -> dict[str, Any] | None:
+    """The actor's row in the directory database, read-only (a server may hold the directory)."""
+    conn = sqlite3.connect(f"file:{data_dir / 'directory.sqlite'}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.row_factory = sqlite3.Row
+        row = conn.execute("SELECT * FROM actors WHERE kind = ? AND name = ?", (kind, name)).fetchone()
+        return None if row is None else dict(row)
+    finally:
+        conn.close()

@@ -215,9 +215,13 @@ async def test_a_new_actor_the_full_directory_cannot_record_answers_actor_unavai
     async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
         r = await http.post("/agents/counter/fine/rpc/increment")
         assert r.json() == {"ok": True, "result": 1}, "an actor created before the disk filled"
-        directory = app.registry.directory
+        directory, thread = app.registry.directory, app.registry.directory_thread
         assert directory is not None
+        assert thread is not None
         _fill(directory, app.registry.clock.now())
+        # the process's other connection to it (the directory thread's) meets the same full disk
+        pages = directory._conn.execute("PRAGMA page_count").fetchone()[0]
+        await thread.run(lambda d: d._conn.execute(f"PRAGMA max_page_count = {pages}").fetchone())
 
         r = await http.post(f"/agents/counter/{name}/rpc/increment")
         assert r.status_code == 503
@@ -235,6 +239,7 @@ async def test_a_new_actor_the_full_directory_cannot_record_answers_actor_unavai
         assert r.json() == {"ok": True, "result": 2}, "the server keeps serving the others"
 
         directory._conn.execute(f"PRAGMA max_page_count = {_NO_PAGE_LIMIT}")  # room again
+        await thread.run(lambda d: d._conn.execute(f"PRAGMA max_page_count = {_NO_PAGE_LIMIT}").fetchone())
         r = await http.post(f"/agents/counter/{name}/rpc/increment")
         assert r.json() == {"ok": True, "result": 1}
         assert directory.get("counter", name) is not None

@@ -1,11 +1,14 @@
 """The data tools on a running server: ``roost inspect | export --server URL`` read a live actor inside one
-of its turns (``GET /admin/actors/{kind}/{name}[/export]``), as an admin only; ``roost delete --server``
-is refused; and the export's one format (objects and ISO 8601 times in Roost's own tables), offline and
+of its turns (``GET /admin/actors/{kind}/{name}[/export]``), ``roost delete --server URL`` deletes it
+there (``DELETE /admin/actors/{kind}/{name}``), as an admin only; the hints name only options that
+exist; and the export's one format (objects and ISO 8601 times in Roost's own tables), offline and
 live."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,10 +24,11 @@ from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.scheduler import SystemClock
 from roost.storage import Directory, actor_path
-from roost.testing import ActorKit, serve
+from roost.testing import ActorKit, connect, serve, until
 from roost.transport import create_app
 from roost.transport.security import token_authenticate
 from roost.transport.tokens import TokenSigner
+from tests.kinds import Holder
 
 #: What a live read and an offline read of the same committed actor both report (``bytes`` and
 #: ``path`` aside: a live file's WAL is not yet checkpointed into it).
@@ -156,23 +160,88 @@ async def test_a_never_created_actor_is_not_found_and_not_created(
         directory.close()
 
 
-async def test_delete_through_the_server_is_refused_and_touches_nothing(
-    data_dir: Path, capsys: pytest.CaptureFixture[str]
+async def test_delete_through_the_server_never_lets_a_racing_call_bring_the_old_data_back(
+    data_dir: Path, holder: type[Holder], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No delete while serving: the registry cannot keep an actor from reactivating while its files go,
-    so ``roost delete --server`` says the server must be stopped, in one line, exit 2."""
-    await make_counter(data_dir)
-    app = create_app(KINDS, data_dir=data_dir)
+    """``roost delete --server URL KIND NAME --yes``: the live actor's connections are closed (1000),
+    the turn under way ends first, a call that arrives meanwhile is refused ``actor_unavailable``
+    ("being deleted") instead of reaching the old data, the file and the directory row go, the audit
+    record names the principal; the next call makes a new actor at 0."""
+    app = create_app([holder], data_dir=data_dir)
+    path = actor_path(data_dir, "holder", "s1")
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}", timeout=30) as http:
+        for n in (1, 2, 3):
+            assert (await http.post("/agents/holder/s1/rpc/add", json=[])).json()["result"] == n
+        assert await cli("delete", "holder", "s1", "--server", f"http://{addr}") == 2  # no --yes
+        assert "cannot be undone; add --yes" in capsys.readouterr().err
+        async with connect(f"ws://{addr}/agents/holder/s1") as ws:
+            await ws.recv()  # the welcome
+            held = asyncio.create_task(http.post("/agents/holder/s1/rpc/hold", json=[]))
+            await until(lambda: app.registry.hosts[("holder", "s1")].in_turn)
+            delete = asyncio.create_task(
+                cli("delete", "holder", "s1", "--yes", "--server", f"http://{addr}", "--reason", "gdpr")
+            )
+            await until(lambda: ("holder", "s1") in app.registry.deleting)
+            racing = await http.post("/agents/holder/s1/rpc/add", json=[])
+            assert racing.status_code == 503
+            assert racing.json()["error"] == {
+                "code": "actor_unavailable",
+                "message": "actor holder/'s1' is being deleted",
+            }
+            assert await ws.close_code() == 1000
+            assert holder.release is not None
+            holder.release.set()
+            assert (await held).json() == {"ok": True, "result": ""}  # the turn under way ran to its end
+            assert await delete == 0
+        out = capsys.readouterr().out
+        assert out.startswith("deleted holder/'s1' through the server")
+        record = orjson.loads(out[out.index("{") :])
+        assert (record["last_seq"], record["reason"], record["by"]) == (3, "gdpr", "anonymous")
+        assert not path.exists()
+        directory = Directory(data_dir)
+        try:
+            assert directory.get("holder", "s1") is None
+        finally:
+            directory.close()
+        assert orjson.loads((data_dir / "audit.log").read_bytes().splitlines()[-1]) == record
+        assert (await http.post("/agents/holder/s1/rpc/add", json=[])).json()["result"] == 1
+        r = await http.request("DELETE", "/admin/actors/holder/ghost")
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+    app = create_app([holder], data_dir=data_dir)  # the new actor is not damaged: its row starts at 0
     async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
-        assert (await http.post("/agents/counter/c1/rpc/increment", json=[])).json()["result"] == 4
-        assert await cli("delete", "counter", "c1", "--yes", "--server", f"http://{addr}") == 2
+        assert (await http.post("/agents/holder/s1/rpc/add", json=[])).json()["result"] == 2
+
+
+async def test_delete_through_the_server_is_for_admins_only(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await make_counter(data_dir)
+    signer = TokenSigner("b" * 40)
+    app = create_app(KINDS, data_dir=data_dir, authenticate=token_authenticate(signer))
+    async with serve(app) as addr:
+        monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60))
+        assert await cli("delete", "counter", "c1", "--yes", "--server", f"http://{addr}") == 1
         assert capsys.readouterr().err == (
-            "roost: delete cannot run while serving: stop the server, then run roost delete --data DIR\n"
+            "roost: delete failed (HTTP 403): admin only (an admin token without a tenant)\n"
         )
-        assert await cli("delete", "counter", "c1", "--yes", "--data", str(data_dir)) == 1
-        assert "(stop the server first: a delete cannot run while serving)" in capsys.readouterr().err
-        assert (await http.post("/agents/counter/c1/rpc/increment", json=[])).json()["result"] == 5
-    assert actor_path(data_dir, "counter", "c1").exists()
+        assert actor_path(data_dir, "counter", "c1").exists()
+        monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60, admin=True))
+        assert await cli("delete", "counter", "c1", "--yes", "--server", f"http://{addr}") == 0
+        assert orjson.loads(capsys.readouterr().out.split("\n", 1)[1])["by"] == "op"
+    assert not actor_path(data_dir, "counter", "c1").exists()
+
+
+def test_every_hint_names_only_options_the_command_has() -> None:
+    """A refusal's hint (a server holds the actor) names options of the same command."""
+    from roost.cli.data import _LOCKED_HINTS, add_parsers
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parsers(sub)
+    for command, hint in _LOCKED_HINTS.items():
+        options = set(sub.choices[command]._option_string_actions)
+        named = set(re.findall(r"--[a-z][a-z-]*", hint))
+        assert named, (command, hint)
+        assert named <= options, (command, hint)
 
 
 class Notes(Actor):

@@ -20,6 +20,7 @@ from roost.storage import (
     ActorFile,
     ActorLocked,
     Directory,
+    DirectoryBusy,
     Durability,
     InvalidActorAddress,
     Migration,
@@ -744,3 +745,55 @@ def test_any_valid_name_round_trips_through_the_directory(directory: Directory, 
     other = directory.get("counter", name + "\x00")
     assert other is not None
     assert other.last_active_at == 1.0
+
+
+def test_a_directory_that_does_not_wait_refuses_at_once_and_keeps_its_touches(data_dir: Path) -> None:
+    """``Directory(waits=False)`` never waits for another holder of the write lock: a write raises
+    ``DirectoryBusy``, a flush writes nothing and keeps its touches queued (merged with newer ones)
+    for the next flush, and the high-water seq only ever rises."""
+    directory = Directory(data_dir, waits=False)
+    other = sqlite3.connect(data_dir / "directory.sqlite", isolation_level=None, timeout=10)
+    try:
+        directory.register("counter", "c1", "d", 1.0)
+        directory.touch("counter", "c1", 2.0, 7)
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(DirectoryBusy):
+            directory.register("counter", "c2", "d", 1.0)
+        assert directory.flush() == 0
+        directory.touch("counter", "c1", 3.0, 5)  # newer time, an older seq: the seq stays 7
+        assert (directory.pending, directory.busy) == (1, 2)
+        other.execute("ROLLBACK")
+        assert directory.flush() == 1
+        entry = directory.get("counter", "c1")
+        assert entry is not None
+        assert (entry.last_active_at, entry.acked_seq) == (3.0, 7)
+        directory.touch("counter", "c1", 4.0, 3)
+        directory.flush()
+        assert directory.get("counter", "c1").acked_seq == 7  # type: ignore[union-attr]
+        assert directory.get("counter", "c2") is None
+    finally:
+        other.close()
+        directory.close()
+
+
+def test_a_touch_for_a_deleted_actor_never_lands_on_a_new_actor_of_the_same_name(data_dir: Path) -> None:
+    """A process that queued a touch (with the old actor's high-water seq) before another process
+    deleted and re-created the name must not give the new actor that seq: it would be refused as
+    damaged. The touch names its row by ``created_at``."""
+    serving = Directory(data_dir, waits=False)
+    other = Directory(data_dir)
+    try:
+        serving.register("counter", "c1", "d", 1.0)
+        serving.touch("counter", "c1", 5.0, 300, created_at=1.0)  # queued, not yet flushed
+        assert other.forget("counter", "c1")  # roost delete …
+        other.register("counter", "c1", "d", 2.0)  # … and a new actor of that name
+        serving.flush()
+        entry = other.get("counter", "c1")
+        assert entry is not None
+        assert (entry.created_at, entry.acked_seq) == (2.0, 0)
+        serving.touch("counter", "c1", 6.0, 4, created_at=2.0)
+        serving.flush()
+        assert other.get("counter", "c1").acked_seq == 4  # type: ignore[union-attr]
+    finally:
+        other.close()
+        serving.close()

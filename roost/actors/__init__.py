@@ -30,6 +30,7 @@ from roost.actors.connection import (
 from roost.actors.decorators import CallableInfo, callable, callables_of, wakeup
 from roost.actors.descriptors import FDS_PER_ACTOR, DescriptorBudget, fit_descriptors
 from roost.actors.errors import (
+    ActorDamaged,
     ActorError,
     ActorLocked,
     ActorNotFound,
@@ -66,6 +67,7 @@ __all__ = [
     "MAX_KEY",
     "MAX_REQUEST_BYTES",
     "Actor",
+    "ActorDamaged",
     "ActorError",
     "ActorLocked",
     "ActorNotFound",

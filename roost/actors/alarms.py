@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from roost.actors import wakeups
 from roost.actors.errors import StateError
 from roost.actors.statelog import to_json
+from roost.storage import DirectoryBusy
 
 if TYPE_CHECKING:
     from roost.actors.parts import HostCore
@@ -46,6 +47,10 @@ def alarm_after_commit(host: HostCore, alarm: float | None) -> None:
         return
     try:
         directory.set_alarm(host.kind, host.name, alarm)
+    except DirectoryBusy:  # another process holds the lock: the next batch writes it
+        log.info("alarm of %s/%r not written: the directory is busy", host.kind, host.name)
+        host.alarm_dirty = True
+        return
     except Exception:  # a later alarm not written only means a spurious wake-up
         log.exception("could not write the alarm of %s/%r", host.kind, host.name)
         host.alarm_dirty = True

@@ -16,6 +16,7 @@
         │   ├── ReentrantCall                      code reentrant_call
         │   ├── Overloaded                         code overloaded            close 1013 / HTTP 503
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
+        │       └── ActorDamaged                   code actor_damaged         close 1011 / HTTP 503
         ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
         ├── StateError (ValueError)                state not valid or not JSON
         ├── TooFewDescriptors (RuntimeError)       the descriptor limit fits too few actors to start
@@ -36,6 +37,7 @@ from roost.storage.errors import (
 from roost.storage.paths import local_name
 
 __all__ = [
+    "ActorDamaged",
     "ActorError",
     "ActorLocked",
     "ActorNotFound",
@@ -139,6 +141,24 @@ class TooFewDescriptors(ActorError, RuntimeError):
     """The process's descriptor limit, even raised to its hard limit, leaves room for too few live
     actors beside the reserve for sockets (:mod:`roost.actors.descriptors`): the runtime does not
     start. The message is one line that says the numbers and what to change."""
+
+
+class ActorDamaged(ActorUnavailable):
+    """The actor's file is missing, empty, or older than the seq the directory recorded it had
+    committed (:mod:`roost.storage.damage`): the actor is refused, never re-created or served with
+    acknowledged writes missing. ``roost inspect KIND NAME`` shows why; ``roost delete`` clears it,
+    after which the name starts afresh."""
+
+    code = "actor_damaged"
+
+    def __init__(self, kind: str, name: str, reason: str) -> None:
+        super().__init__(
+            message=f"actor {kind}/{shown_name(name)!r} is damaged: {reason} "
+            "(an operator can inspect it with roost inspect and clear it with roost delete)"
+        )
+        self.kind = kind
+        self.name = name
+        self.reason = reason
 
 
 class Reject(ActorError):

@@ -71,7 +71,7 @@ from roost.actors.refs import Key
 from roost.actors.schedules import ScheduleStore
 from roost.actors.turn import Turn, log_failure, report
 from roost.protocol import CloseCode, frames
-from roost.storage import ActorFile
+from roost.storage import ActorFile, DirectoryBusy
 
 if TYPE_CHECKING:
     from roost.actors.parts import HostCore, RegistryCore
@@ -91,6 +91,8 @@ __all__ = [
 
 log = logging.getLogger("roost.actor")
 _UNSET: Any = object()
+#: Seconds before a commit deferred by a busy directory is tried again.
+DIRECTORY_RETRY = 0.05
 #: The host whose mailbox task's context this is (set once per host, in its own context copy).
 _HOST: contextvars.ContextVar[ActorHost] = contextvars.ContextVar("roost_actor_host")
 
@@ -183,6 +185,15 @@ class ActorHost:
         self.state_json, self.state_seq = file.current_state()
         self.state: Any = orjson.loads(self.state_json)
         self.oldest, self.seq = file.log_bounds()
+        #: The seq as of the last commit: what the directory records as the actor's high-water seq.
+        self.acked_seq = max(self.seq, self.state_seq)
+        self._commit_retry: asyncio.TimerHandle | None = None
+        self._deferred = False  # the open batch waits for the directory to take its earlier alarm
+        #: The ``created_at`` of the actor's directory row (None: no row), set by the registry: the
+        #: directory's touches for this actor land on that row only.
+        self.row_created: float | None = None
+        #: Set while the actor is being deleted: every new input is refused with it (``submit``).
+        self.refusal: str | None = None
         file.conn.set_authorizer(self.authorize)
         self.actor: Actor = actor_cls._create(self, registry.process)
         # the state hooks are called only where the kind defines them (most do not)
@@ -216,6 +227,8 @@ class ActorHost:
         accepted)."""
         if self.lifecycle is HostState.STOPPED:
             raise ActorUnavailable(message=f"actor {self.kind}/{shown_name(self.name)!r} is stopping")
+        if self.refusal is not None:
+            raise ActorUnavailable(message=self.refusal)
         if len(self.mailbox) >= self.max_inbox and not isinstance(item, Disconnect | Deliver | ReplayPage):
             raise Overloaded(message=f"mailbox of {self.kind}/{shown_name(self.name)!r} is full")
         self.mailbox.append(item)
@@ -241,6 +254,7 @@ class ActorHost:
             or self.gate.turn_open
             or self.checkpointing
             or self.lifecycle is not HostState.LIVE
+            or self.refusal is not None
             or not _INLINE
         ):
             self.submit(item)
@@ -417,21 +431,47 @@ class ActorHost:
         return True
 
     def flush(self) -> bool:
-        """Commit the batch, then release its outputs in order. False if the commit failed."""
+        """Commit the batch, then release its outputs in order. False if the commit failed.
+
+        When the batch makes the actor's alarm earlier and another process holds the directory's
+        lock, the earlier alarm cannot be written first, and the batch is not committed yet either
+        (a directory alarm is never later than the truth): it stays open with its outputs held, later
+        turns join it, and the commit is tried again in :data:`DIRECTORY_RETRY` seconds. Nothing
+        waits on the loop meanwhile."""
         self._batch = 0
         try:
+            try:
+                alarm = alarms.alarm_before_commit(self) if self.alarm_dirty else _UNSET
+            except DirectoryBusy:
+                self._deferred = True
+                self._commit_later()
+                return True
             # a directory that cannot take an earlier alarm fails the batch: nothing is committed
-            alarm = alarms.alarm_before_commit(self) if self.alarm_dirty else _UNSET
             self.file.commit()
         except Exception as exc:
             ref = log_failure(self, exc, "commit")
             # nothing held is released: fail answers the held replies and drops the frames
             self.fail(ActorUnavailable(message=f"commit failed (ref {ref})"))
             return False
+        self.acked_seq = self.seq
+        self._deferred = False
         if alarm is not _UNSET:
             alarms.alarm_after_commit(self, alarm)
         self.gate.release()
         return True
+
+    def _commit_later(self) -> None:
+        """Try the deferred commit again soon (real time: it waits for another process, not for the
+        runtime's clock), from :meth:`flush_soon` if the mailbox task is parked by then."""
+        if self._commit_retry is None:
+            self._commit_retry = self.loop.call_later(DIRECTORY_RETRY, self._retry_commit)
+
+    def _retry_commit(self) -> None:
+        self._commit_retry = None
+        if self.file.in_transaction and not self.stopping:
+            self.flush_soon()
+            if self.file.in_transaction and not self.gate.turn_open:
+                self._commit_later()  # still busy, or the mailbox task commits it at its batch's end
 
     def fail(self, err: ActorUnavailable) -> None:
         """Stop after a failure: answer everything queued, close connections, release the file."""
@@ -542,8 +582,22 @@ class ActorHost:
             waiter.set_result(None)
         try:
             await self.task
+            while self.file.in_transaction and not self.file.closed and self.flush():
+                if self.file.in_transaction:  # a deferred commit (the directory is busy): not closed
+                    await asyncio.sleep(DIRECTORY_RETRY)  # uncommitted; bounded by stop_timeout
         finally:
             self.lifecycle = HostState.STOPPED
+            if self._commit_retry is not None:
+                self._commit_retry.cancel()
+                self._commit_retry = None
+            if self._deferred and self.file.in_transaction and not self.file.closed:
+                # stopped while the directory still refused its earlier alarm: never committed past
+                # it (the close would commit what is pending); nothing of it was shown. The state in
+                # memory is the batch's: no snapshot of it
+                self.gate.drop(ActorUnavailable(message="stopped before the directory took its alarm"))
+                self.file.conn.rollback()
+                self.file.in_transaction = False
+                self.file.close()
             if not self.file.closed:
                 try:
                     statelog.save_state(self)

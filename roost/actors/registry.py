@@ -10,6 +10,16 @@ Guarantees:
 - **Dormancy.** An actor with no connections and nothing to do for ``idle_timeout`` seconds is
   deactivated: its file is closed and nothing of it stays in memory. The next input reactivates it from
   its file with its state intact.
+- **Damaged files are refused, never re-created or served older (issue 13, point 10).** An actor the
+  directory lists with a high-water seq above 0 whose file is missing or empty, or holds an older
+  seq, raises :class:`~roost.actors.errors.ActorDamaged` (logged with the path and the reason, once
+  per process); nothing is created or opened for good. The high-water seq is the committed seq, carried
+  to the directory by the batched touches (the idle sweep, deactivation, shutdown): a rollback to a seq
+  above the last one recorded cannot be told (``docs/design.md``, *Damaged files*).
+- **No directory call on the event loop waits for a lock.** The registry's directory does not wait
+  (``Directory(..., waits=False)``): a flush that meets another process's lock stays queued for the
+  next sweep, an alarm stays to be written by the next batch, the dispatcher claims at its next poll;
+  what must wait (a new actor's row, the last flush) runs in the :class:`DirectoryThread`.
 - **Bounded files.** At most ``max_active`` actors are live. Activating one more first deactivates the
   least recently active idle actor; if every live actor is busy, activation fails with ``Overloaded``.
 - **Bounded descriptors.** :meth:`Registry.start` raises the soft descriptor limit to the hard limit
@@ -38,6 +48,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import sqlite3
@@ -50,7 +61,9 @@ from roost.actors.config import RuntimeConfig
 from roost.actors.connection import Principal
 from roost.actors.decorators import CallableInfo, callables_of
 from roost.actors.descriptors import DescriptorBudget, fit_descriptors, out_of_descriptors
+from roost.actors.directory_thread import DirectoryThread
 from roost.actors.errors import (
+    ActorDamaged,
     ActorLocked,
     ActorNotFound,
     ActorUnavailable,
@@ -69,12 +82,15 @@ from roost.actors.inputs import Call, Input, Task, Wake
 from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
 from roost.actors.turn import log_failure
+from roost.protocol import CloseCode
 from roost.scheduler import Clock, Dispatcher, SystemClock
-from roost.storage import ActorFile, Directory, actor_digest, actor_path, validate_kind
+from roost.storage import ActorFile, Directory, DirectoryBusy, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
+from roost.storage.damage import file_seq, keep_wal, seq_damage, unopened_damage
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+    from pathlib import Path
 
     from roost.actors.actor import Actor
     from roost.actors.parts import HostCore
@@ -107,6 +123,10 @@ class Registry:
             self._callables[kind] = callables_of(cls)
         self.hosts: dict[Key, ActorHost] = {}
         self.directory: Directory | None = None
+        #: What may wait for the directory's lock (a new actor's row, a delete, the last flush).
+        self.directory_thread: DirectoryThread | None = None
+        self._retiring: set[Key] = set()  # actors being deleted: refused until the delete is done
+        self._damaged: set[tuple[Key, str]] = set()  # refusals already logged
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
         #: The registry's own tasks (sweeper, checkpointer, dispatcher): ended by :meth:`stop`.
@@ -132,7 +152,9 @@ class Registry:
         sweeper."""
         self._fit_descriptors()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.directory = Directory(self.config.data_dir)
+        # opened (and migrated) off the loop: it may wait for another process's lock once, here
+        self.directory = await asyncio.to_thread(Directory, self.config.data_dir, waits=False)
+        self.directory_thread = DirectoryThread(self.config.data_dir)
         interval = self.config.sweep_interval or min(self.config.idle_timeout / 2, 5.0)
         loop = asyncio.get_running_loop()
         self.background.append(loop.create_task(self._sweep_forever(interval), name="roost:sweeper"))
@@ -184,9 +206,12 @@ class Registry:
         self.hosts.clear()
         await self.released()  # every file is closed on return
         self.file_releases.shutdown()
-        if self.directory is not None:
-            self.directory.close()
-            self.directory = None
+        directory, self.directory = self.directory, None
+        if self.directory_thread is not None:  # the last flush may wait for a lock: in its thread
+            await self.directory_thread.close(directory)
+            self.directory_thread = None
+        elif directory is not None:
+            directory.close()
 
     async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
         loop = asyncio.get_running_loop()
@@ -199,7 +224,7 @@ class Registry:
         for h in hosts:
             h.file.close()
             if self.directory is not None:
-                self.directory.touch(h.kind, h.name, self.clock.now())
+                self.directory.touch(h.kind, h.name, self.clock.now(), h.acked_seq, h.row_created)
 
     async def _sweep_forever(self, interval: float) -> None:
         while True:
@@ -229,7 +254,9 @@ class Registry:
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
             elif self.directory is not None:
-                self.directory.touch(host.kind, host.name, wall - (mono - host.last_active))
+                self.directory.touch(
+                    host.kind, host.name, wall - (mono - host.last_active), host.acked_seq, host.row_created
+                )
         if self.directory is not None:
             self.directory.flush()
         return n
@@ -239,7 +266,7 @@ class Registry:
             return False
         self.hosts.pop(host.key, None)
         if self.directory is not None:
-            self.directory.touch(host.kind, host.name, self.clock.now())
+            self.directory.touch(host.kind, host.name, self.clock.now(), host.acked_seq, host.row_created)
         return True
 
     def forget(self, host: HostCore) -> None:
@@ -267,7 +294,27 @@ class Registry:
         self.validate(kind, name)
         if (kind, name) in self.hosts:
             return True
-        return actor_path(self.config.data_dir, kind, name).exists()
+        if actor_path(self.config.data_dir, kind, name).exists():
+            return True
+        # a damaged actor whose file is gone still exists: asking about it is refused as damaged
+        entry = self.directory.get(kind, name) if self.directory is not None else None
+        return entry is not None and entry.acked_seq > 0
+
+    async def prepare(self, kind: str, name: str) -> None:
+        """Before a first input that may create the actor: write its directory row in the directory
+        thread (where waiting for another process's lock stalls nobody), so that :meth:`get` finds it
+        and writes nothing on the loop. Does nothing for a live actor, or one with a file or a row;
+        a failure is left for :meth:`get` to report."""
+        if (kind, name) in self.hosts or self.directory is None or self.directory_thread is None:
+            return
+        try:
+            self.validate(kind, name)
+            if actor_path(self.config.data_dir, kind, name).exists() or self.directory.get(kind, name):
+                return
+            digest, now = actor_digest(kind, name), self.clock.now()
+            await self.directory_thread.run(lambda d: d.register(kind, name, digest, now))
+        except (RoostError, sqlite3.Error, OSError):
+            log.debug("actor %s/%r: not registered ahead", kind, name, exc_info=True)
 
     def get(self, kind: str, name: str) -> ActorHost:
         """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await.
@@ -276,20 +323,45 @@ class Registry:
         503 or an ``error`` frame and close 1013), and leaves nothing live: the directory cannot
         record a new actor (a full disk, a read-only database: then no file is created either), its
         file cannot be opened or migrated, or its class cannot be constructed. ``ActorLocked`` (another
-        process has it) is ``ActorUnavailable`` too; ``Overloaded`` when every live actor is busy."""
+        process has it) is ``ActorUnavailable`` too; ``Overloaded`` when every live actor is busy.
+
+        ``ActorDamaged`` when the directory lists the actor with a high-water seq its file does not
+        reach (missing, empty, or older): the file is neither created nor kept open. A new actor's
+        row is written here only if :meth:`prepare` did not write it, without waiting: when another
+        process holds the directory's lock, that is ``ActorUnavailable`` (try again)."""
         host = self.hosts.get((kind, name))
         if host is not None and not host.stopping:
             return host
+        if (kind, name) in self._retiring:
+            raise ActorUnavailable(message=f"actor {kind}/{shown_name(name)!r} is being deleted")
         self.file_releases.claim((kind, name))  # deactivated a moment ago: its lock goes with it
         cls = self.kind_of(kind)
         path = actor_path(self.config.data_dir, kind, name)
         if len(self.hosts) >= self.config.max_active:
             self._make_room()
         assert self.directory is not None, "Registry.start() was not called"
-        if not path.exists():
+        try:  # a read: never waits for a writer (WAL)
+            entry = self.directory.get(kind, name)
+        except sqlite3.Error as exc:
+            log.exception("actor %s/%r: the directory cannot be read", kind, name)
+            raise ActorUnavailable(
+                message=f"actor failed to start: the directory cannot be read: {exc}"
+            ) from exc
+        acked = entry.acked_seq if entry is not None else 0
+        row_created = entry.created_at if entry is not None else None
+        damage = unopened_damage(path, acked)
+        if damage is not None:
+            raise self._refuse_damaged(kind, name, path, damage)
+        if not path.exists() and entry is None:
             # registered before the file exists: the directory never misses an actor
+            row_created = self.clock.now()
             try:
-                self.directory.register(kind, name, actor_digest(kind, name), self.clock.now())
+                self.directory.register(kind, name, actor_digest(kind, name), row_created)
+            except DirectoryBusy as exc:  # another process writes it now: not waited for on the loop
+                raise ActorUnavailable(
+                    message="actor failed to start: the directory is busy (another process is writing it); "
+                    "try again"
+                ) from exc
             except (sqlite3.Error, OSError) as exc:  # a full disk, a read-only or broken directory
                 log.exception("actor %s/%r: the directory cannot record it", kind, name)
                 raise ActorUnavailable(
@@ -318,14 +390,72 @@ class Registry:
                 ) from exc
             raise _start_failed(kind, name, exc, "open") from exc
         try:
+            seq = file_seq(file.conn)
+        except sqlite3.Error as exc:
+            file.close()
+            raise _start_failed(kind, name, exc, "open") from exc
+        damage = seq_damage(seq, acked)
+        if damage is not None:
+            keep_wal(path)  # closing checkpoints the WAL's readable part and drops the rest
+            file.close()
+            raise self._refuse_damaged(kind, name, path, damage)
+        try:
             host = ActorHost(self, cls, kind, name, file, self._callables[kind])
         except Exception as exc:  # the kind's __init__ or a corrupt state row
             file.close()
             raise _start_failed(kind, name, exc, "start") from exc
+        host.row_created = row_created
         self.hosts[(kind, name)] = host
-        self.directory.touch(kind, name, self.clock.now())
+        self.directory.touch(kind, name, self.clock.now(), seq, row_created)
         self.activations += 1
         return host
+
+    @property
+    def deleting(self) -> frozenset[Key]:
+        """The actors inside :meth:`retiring` right now (refused until their delete is done)."""
+        return frozenset(self._retiring)
+
+    @contextlib.asynccontextmanager
+    async def retiring(self, kind: str, name: str) -> AsyncIterator[None]:
+        """Keep an actor from activating while its files go (a delete through the server). **A delete
+        never lets a racing input bring the old data back**: inside the block every input for it is
+        refused ``actor_unavailable`` ("being deleted"); a live actor's connections are closed (1000,
+        "actor deleted"), its mailbox drained (inputs queued before run first) and its file closed; a
+        file still being released from a deactivation is released first. After the block, the name
+        activates as a new actor, its queued directory touch dropped (it starts at seq 0)."""
+        key = (kind, name)
+        if key in self._retiring:
+            raise ActorUnavailable(message=f"actor {kind}/{shown_name(name)!r} is being deleted")
+        self._retiring.add(key)
+        try:
+            host = self.hosts.get(key)
+            if host is not None:
+                host.refusal = f"actor {kind}/{shown_name(name)!r} is being deleted"
+                for conn in list(host.connections.values()):
+                    conn.deliver_close(CloseCode.NORMAL, "actor deleted")
+                await self._stop_hosts([host])
+                if self.hosts.get(key) is host:
+                    del self.hosts[key]
+            await self.released()
+            yield
+        finally:
+            self._retiring.discard(key)
+            if self.directory is not None:
+                self.directory.discard(kind, name)
+
+    def _refuse_damaged(self, kind: str, name: str, path: Path, reason: str) -> ActorDamaged:
+        """The refusal of a damaged actor, logged (with its path and reason) once per process."""
+        if ((kind, name), reason) not in self._damaged:
+            self._damaged.add(((kind, name), reason))
+            log.error(
+                "actor %s/%r refused as damaged: %s (file %s; "
+                "roost inspect shows it, roost delete clears it)",
+                kind,
+                name,
+                reason,
+                path,
+            )
+        return ActorDamaged(kind, name, reason)
 
     def release_file(
         self, key: Key, file: ActorFile, last_state: tuple[str, int, float] | None = None
@@ -427,6 +557,7 @@ class Registry:
             raise MethodNotFound(message=f"no callable method {method!r}")
         if info.readonly and (kind, name) not in self.hosts and not self.exists(kind, name):
             raise ActorNotFound(kind, name)  # a read creates nothing
+        await self.prepare(kind, name)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         chunks: list[Any] = []
         self.submit(
@@ -454,6 +585,7 @@ class Registry:
         timeout: float | None = None,
     ) -> Any:
         """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit."""
+        await self.prepare(kind, name)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.submit(kind, name, Task(fn, fut))
         return await self._wait(fut, timeout)

@@ -1,9 +1,10 @@
 """``roost inspect | export | delete | backup``: the data tools (:mod:`roost.transport.admin`), with clear
 refusals. They open actor files directly, so an actor live in a running server is refused (its file is
 locked); with ``--server URL`` they ask the server instead: ``inspect`` and ``export`` read the actor
-inside one of its turns (``GET /admin/actors/…``), ``backup`` copies while serving
-(``POST /admin/backup``). ``delete --server`` is refused: a delete needs the server stopped.
-``$ROOST_TOKEN`` (a token with the admin claim) authenticates to a server that asks for one."""
+inside one of its turns (``GET /admin/actors/…``), ``delete`` stops it there and deletes it
+(``DELETE /admin/actors/…``), ``backup`` copies while serving (``POST /admin/backup``). Every hint
+names only options the command has. ``$ROOST_TOKEN`` (a token with the admin claim) authenticates to
+a server that asks for one."""
 
 from __future__ import annotations
 
@@ -80,15 +81,13 @@ def _data_ops(args: argparse.Namespace) -> int:
 _LOCKED_HINTS = {
     "inspect": "use --server URL to read it while serving",
     "export": "use --server URL to read it while serving",
-    "delete": "stop the server first: a delete cannot run while serving",
+    "delete": "use --server URL to delete it through the server",
     "backup": "use --server URL to back up while serving",
 }
 
 
 def _online(args: argparse.Namespace) -> int:
     """The command, asked of the server at ``--server``."""
-    if args.command == "delete":
-        raise UsageError("delete cannot run while serving: stop the server, then run roost delete --data DIR")
     if args.command == "backup":
         manifest = _ask(args, "POST", "/admin/backup", {"name": args.out})
         print(
@@ -99,7 +98,13 @@ def _online(args: argparse.Namespace) -> int:
     if args.kind is None:
         raise UsageError("inspect --server takes KIND and NAME (a whole data directory is inspected offline)")
     path = f"/admin/actors/{quote(args.kind, safe='')}/{quote(args.name, safe='')}"
-    if args.command == "inspect":
+    if args.command == "delete":
+        if not args.yes:
+            raise UsageError(f"deleting {args.kind}/{args.name!r} cannot be undone; add --yes")
+        record = _ask(args, "DELETE", path, {"reason": args.reason or ""})
+        print(f"deleted {args.kind}/{args.name!r} through the server; audit record in its data directory")
+        _print_json(record)
+    elif args.command == "inspect":
         _print_json(_ask(args, "GET", path))
     else:
         exported = _ask(args, "GET", f"{path}/export")
@@ -153,8 +158,8 @@ def _actor_command(
     parser.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
     parser.add_argument(
         "--server",
-        help="URL of the running server holding the actor: read it there, inside one of its turns "
-        "($ROOST_TOKEN with the admin claim if it authenticates); refused for delete",
+        help="URL of the running server holding the actor: read it there, inside one of its turns, or "
+        "delete it there ($ROOST_TOKEN with the admin claim if it authenticates)",
     )
     parser.set_defaults(func=_data_ops, command=command)
     return parser

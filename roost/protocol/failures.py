@@ -53,6 +53,7 @@ FAILURES: dict[str, Failure] = _table(
     Failure("too_large", 413, CloseCode.MESSAGE_TOO_BIG),
     Failure("overloaded", 503, CloseCode.TRY_AGAIN_LATER),
     Failure("actor_unavailable", 503, CloseCode.TRY_AGAIN_LATER),
+    Failure("actor_damaged", 503, CloseCode.INTERNAL_ERROR),
     # the access gate (roost.transport.access)
     Failure("unauthenticated", 401, CloseCode.UNAUTHENTICATED),
     Failure("forbidden", 403, CloseCode.FORBIDDEN),

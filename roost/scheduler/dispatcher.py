@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from roost.scheduler.clock import Clock
-from roost.storage import Directory
+from roost.storage import Directory, DirectoryBusy
 
 __all__ = ["Dispatcher"]
 
@@ -86,7 +86,14 @@ class Dispatcher:
                     claimed = (
                         self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
                     )
-                except Exception:  # e.g. the directory locked by another process past its timeout
+                except DirectoryBusy:  # another process holds the lock: not waited for, asked again
+                    self.failures += 1
+                    log.warning(
+                        "wake-ups not claimed: the directory is busy; again in %s s", self.poll_interval
+                    )
+                    await self.clock.sleep(self.poll_interval)
+                    continue
+                except Exception:
                     self.failures += 1
                     log.exception("could not claim due wake-ups; trying again in %s s", self.poll_interval)
                     await self.clock.sleep(self.poll_interval)

@@ -4,7 +4,7 @@ Knows nothing of WebSockets or agents. See ``docs/design.md`` for the data flow.
 """
 
 from roost.storage.actor_file import ActorFile, Durability, LogRow
-from roost.storage.directory import ActorEntry, Directory, WorkerEntry, WorkerStatus
+from roost.storage.directory import ActorEntry, Directory, DirectoryBusy, WorkerEntry, WorkerStatus
 from roost.storage.errors import (
     ActorLocked,
     InvalidActorAddress,
@@ -21,6 +21,7 @@ __all__ = [
     "ActorFile",
     "ActorLocked",
     "Directory",
+    "DirectoryBusy",
     "Durability",
     "InvalidActorAddress",
     "LogRow",

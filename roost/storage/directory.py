@@ -1,16 +1,25 @@
 """The directory database: which actors exist, so that listing and inspecting never open every file.
 
 ``<data>/directory.sqlite`` holds one row per actor: kind, name, the digest that names its file, when it
-was created, when it was last active, and its next alarm (filled by the scheduler). It is shared by every
-process on the data directory (ordinary WAL locking, short busy timeout).
+was created, when it was last active, its next alarm (filled by the scheduler) and its *high-water
+seq*, the highest ``seq`` the actor is known to have committed (acknowledged: a reply, state or event
+leaves only after its commit). It is shared by every process on the data directory (ordinary WAL
+locking).
 
 Write discipline, to stay off the hot path:
 
 - :meth:`register` is written and committed at once, *before* a new actor's file is created, so a crash
   can never leave a file the directory does not know.
-- :meth:`touch` (last activity) only queues; :meth:`flush` writes every queued touch in one transaction.
-  The registry flushes on deactivation and periodically, so a crash loses at most one period of
-  ``last_active_at`` precision and nothing else.
+- :meth:`touch` (last activity and high-water seq) only queues; :meth:`flush` writes every queued touch
+  in one transaction. The registry flushes on deactivation and periodically, so a crash loses at most
+  one period of ``last_active_at`` precision and of the high-water seq, and nothing else. The
+  high-water seq only ever rises (``max``), so a late flush never lowers it.
+
+**Waiting on another process's lock.** ``Directory(..., waits=False)`` (the one the actor runtime uses
+on its event loop) never waits for a lock another process holds: a write that meets one raises
+:class:`DirectoryBusy` at once, and :meth:`flush` puts its touches back in the queue for the next
+flush instead. ``waits=True`` (the default: the command line, and the runtime's directory thread) waits
+up to ``busy_timeout`` seconds, as SQLite does.
 """
 
 from __future__ import annotations
@@ -22,9 +31,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from roost.storage.errors import StorageError
 from roost.storage.migrations import Migration, apply_migrations
 
-__all__ = ["ActorEntry", "Directory", "WorkerEntry"]
+__all__ = ["ActorEntry", "Directory", "DirectoryBusy", "WorkerEntry"]
+
+
+class DirectoryBusy(StorageError):
+    """Another process holds the directory's write lock, and this directory does not wait for it."""
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
 
 _MIGRATIONS: tuple[Migration, ...] = (
     """
@@ -55,7 +75,11 @@ _MIGRATIONS: tuple[Migration, ...] = (
     # v4: how long a worker may go without a heartbeat before it is stale, and when it stopped.
     "ALTER TABLE workers ADD COLUMN lease_s REAL",
     "ALTER TABLE workers ADD COLUMN stopped_at REAL",
+    # v5: the highest seq each actor is known to have committed (its file must not come back older).
+    "ALTER TABLE actors ADD COLUMN acked_seq INTEGER NOT NULL DEFAULT 0",
 )
+
+_ENTRY = "kind, name, digest, created_at, last_active_at, next_alarm_at, acked_seq"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +90,8 @@ class ActorEntry:
     created_at: float
     last_active_at: float
     next_alarm_at: float | None
+    #: The highest seq the actor is known to have committed (0: none recorded yet).
+    acked_seq: int = 0
 
 
 class WorkerStatus(StrEnum):
@@ -99,7 +125,10 @@ class WorkerEntry:
 class Directory:
     """The directory database of one data directory. One instance per process."""
 
-    def __init__(self, data_dir: Path, *, busy_timeout: float = 5.0) -> None:
+    def __init__(self, data_dir: Path, *, busy_timeout: float = 5.0, waits: bool = True) -> None:
+        """Open (creating and migrating) the directory of ``data_dir``. Opening waits up to
+        ``busy_timeout`` for the migrations' lock whatever ``waits`` says; with ``waits=False`` every
+        later call that meets another process's write lock raises :class:`DirectoryBusy` at once."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / "directory.sqlite"
         self._conn = sqlite3.connect(
@@ -118,32 +147,60 @@ class Directory:
             self._conn.execute("ROLLBACK")
             self._conn.close()
             raise
-        self._touched: dict[tuple[str, str], float] = {}
+        if not waits:
+            self._conn.execute("PRAGMA busy_timeout=0")
+        self._touched: dict[tuple[str, str], tuple[float, int, float | None]] = {}
         self._closed = False
+        #: Writes refused because another process held the lock (``waits=False`` only).
+        self.busy = 0
 
     def register(self, kind: str, name: str, digest: str, now: float) -> None:
         """Record a new actor (idempotent), committed before returning."""
-        self._conn.execute(
+        self._write(
             "INSERT INTO actors (kind, name, digest, created_at, last_active_at) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, name) DO NOTHING",
             (kind, name, digest, now, now),
         )
 
-    def touch(self, kind: str, name: str, now: float) -> None:
-        """Queue a last-activity update; written by the next :meth:`flush`."""
-        self._touched[(kind, name)] = now
+    def touch(self, kind: str, name: str, now: float, seq: int = 0, created_at: float | None = None) -> None:
+        """Queue a last-activity update and the actor's committed ``seq`` (its high-water seq rises to
+        it); written by the next :meth:`flush`. ``created_at`` names the row it is for (the actor's
+        ``created_at`` as its activation read it): **a touch for a deleted actor never lands on a new
+        actor of the same name**, whichever process deleted and re-created it."""
+        key = (kind, name)
+        queued = self._touched.get(key)
+        if queued is not None and queued[2] == created_at:
+            now, seq = max(now, queued[0]), max(seq, queued[1])
+        self._touched[key] = (now, seq, created_at)
+
+    @property
+    def pending(self) -> int:
+        """Touches queued for the next :meth:`flush`."""
+        return len(self._touched)
+
+    def discard(self, kind: str, name: str) -> None:
+        """Drop the actor's queued touch (it was deleted: a new actor of that name starts at seq 0)."""
+        self._touched.pop((kind, name), None)
 
     def flush(self) -> int:
-        """Write every queued touch in one transaction; return how many."""
+        """Write every queued touch in one transaction; return how many. If another process holds the
+        lock and this directory does not wait, nothing is written and the touches stay queued (0)."""
         if not self._touched:
             return 0
-        rows = [(t, k, n) for (k, n), t in self._touched.items()]
-        self._touched.clear()
-        with self._transaction():
-            self._conn.executemany(
-                "UPDATE actors SET last_active_at = max(last_active_at, ?) WHERE kind = ? AND name = ?",
-                rows,
-            )
+        touched, self._touched = self._touched, {}
+        rows = [(t, s, k, n, c, c) for (k, n), (t, s, c) in touched.items()]
+        try:
+            with self._transaction():
+                self._conn.executemany(
+                    "UPDATE actors SET last_active_at = max(last_active_at, ?), "
+                    "acked_seq = max(acked_seq, ?) WHERE kind = ? AND name = ? "
+                    "AND (? IS NULL OR created_at = ?)",
+                    rows,
+                )
+        except DirectoryBusy:
+            for (kind, name), (t, s, c) in touched.items():  # back in the queue for the next flush
+                self.touch(kind, name, t, s, c)
+            return 0
         return len(rows)
 
     # -- alarms (the scheduler) -----------------------------------------------------------------------
@@ -221,8 +278,7 @@ class Directory:
     def alarms(self, limit: int = 1000) -> list[ActorEntry]:
         """Actors with a pending alarm, earliest first."""
         cur = self._conn.execute(
-            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
-            "WHERE next_alarm_at IS NOT NULL ORDER BY next_alarm_at LIMIT ?",
+            f"SELECT {_ENTRY} FROM actors WHERE next_alarm_at IS NOT NULL ORDER BY next_alarm_at LIMIT ?",
             (limit,),
         )
         return [ActorEntry(*row) for row in cur]
@@ -273,19 +329,26 @@ class Directory:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        """One write transaction on the directory: committed, or rolled back if the block raises."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One write transaction on the directory: committed, or rolled back if the block raises.
+        :class:`DirectoryBusy` if another process holds the write lock (and this one does not wait)."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+            self.busy += 1
+            raise DirectoryBusy(f"the directory is locked by another process: {exc}") from exc
         try:
             yield
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
 
     def get(self, kind: str, name: str) -> ActorEntry | None:
         row = self._conn.execute(
-            "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
-            "WHERE kind = ? AND name = ?",
+            f"SELECT {_ENTRY} FROM actors WHERE kind = ? AND name = ?",
             (kind, name),
         ).fetchone()
         return ActorEntry(*row) if row else None
@@ -294,14 +357,12 @@ class Directory:
         """Actors ordered by (kind, name), optionally of one kind."""
         if kind is None:
             cur = self._conn.execute(
-                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
-                "ORDER BY kind, name LIMIT ? OFFSET ?",
+                f"SELECT {_ENTRY} FROM actors ORDER BY kind, name LIMIT ? OFFSET ?",
                 (limit, offset),
             )
         else:
             cur = self._conn.execute(
-                "SELECT kind, name, digest, created_at, last_active_at, next_alarm_at FROM actors "
-                "WHERE kind = ? ORDER BY name LIMIT ? OFFSET ?",
+                f"SELECT {_ENTRY} FROM actors WHERE kind = ? ORDER BY name LIMIT ? OFFSET ?",
                 (kind, limit, offset),
             )
         return [ActorEntry(*row) for row in cur]
@@ -334,11 +395,13 @@ class Directory:
         return int(self._conn.execute("SELECT count(*) FROM actors").fetchone()[0])
 
     def close(self) -> None:
-        """Flush queued touches and close. Idempotent."""
+        """Flush queued touches and close. Idempotent. The final flush waits up to five seconds for
+        another process's lock, whatever ``waits`` said: call it off the event loop."""
         if self._closed:
             return
         self._closed = True
         try:
+            self._conn.execute("PRAGMA busy_timeout=5000")
             self.flush()
         finally:
             self._conn.close()

@@ -20,7 +20,14 @@ the offline tools say so and touch nothing.
   ``heavy_since``) as ISO 8601 UTC text, as is ``exported_at``; user tables are exported as stored
   (BLOBs as hex). Kept agent secrets are exported as their digests only.
 - :func:`delete_actor`: under the actor's exclusive lock, removes its files and its directory row, then
-  appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it.
+  appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it. :func:`delete_live` does
+  the same through a running server (``DELETE /admin/actors/…``), inside
+  :meth:`Registry.retiring <roost.actors.Registry.retiring>`: the actor stopped, and kept from
+  activating until its files and row are gone.
+- **Damaged actors** (:mod:`roost.storage.damage`: a file missing, empty, or older than the seq the
+  directory recorded it had committed) are shown by :func:`inspect_actor` (``damaged``: the reason,
+  ``acked_seq``: the directory's high-water seq) and cleared by :func:`delete_actor`, whatever is
+  left of their file; the audit record says what was deleted, and why it was damaged.
 - :func:`backup_offline` / :func:`backup_online`: SQLite's online backup of every file into a new
   directory, with a ``manifest.json`` (counts, ``integrity_check`` of every copy).
 """
@@ -45,6 +52,7 @@ import orjson
 
 from roost.actors import ActorNotFound, RpcError, ScheduleStatus
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
+from roost.storage.damage import KEPT_WAL, file_seq, seq_damage, unopened_damage
 
 if TYPE_CHECKING:
     from roost.actors import Actor, Registry
@@ -54,6 +62,7 @@ __all__ = [
     "backup_online",
     "copy_database",
     "delete_actor",
+    "delete_live",
     "export_actor",
     "export_live",
     "export_report",
@@ -120,11 +129,38 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     }
 
 
+def _acked_seq(data: Path, kind: str, name: str) -> int | None:
+    """The directory's high-water seq of the actor; None if the directory does not list it."""
+    directory = Directory(data)
+    try:
+        entry = directory.get(kind, name)
+    finally:
+        directory.close()
+    return None if entry is None else entry.acked_seq
+
+
 def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
-    """:func:`inspect_report` of an actor no server holds (``ActorLocked`` if one does)."""
+    """:func:`inspect_report` of an actor no server holds (``ActorLocked`` if one does), with the
+    directory's high-water seq (``acked_seq``) and ``damaged``: None, or why the server refuses it.
+    A damaged actor whose file is missing or empty is reported without opening it."""
     path = actor_path(data, kind, name)
+    acked = _acked_seq(data, kind, name)
+    damage = unopened_damage(path, acked or 0)
+    if damage is not None:
+        size = path.stat().st_size if path.exists() else None
+        return {
+            "kind": kind,
+            "name": name,
+            "path": str(path),
+            "bytes": size,
+            "acked_seq": acked,
+            "damaged": damage,
+        }
     with _locked(path, kind, name) as conn:
-        return inspect_report(conn, kind, name, path, _current_state(conn, path))
+        report = inspect_report(conn, kind, name, path, _current_state(conn, path))
+        report["acked_seq"] = acked
+        report["damaged"] = seq_damage(file_seq(conn), acked or 0)
+        return report
 
 
 def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
@@ -133,15 +169,22 @@ def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
 
 
 def inspect_directory(data: Path) -> dict[str, Any]:
+    """What a data directory holds; ``damaged``: the actors whose file is missing or empty although
+    they had committed (a file that came back older shows only in its own ``inspect``)."""
     directory = Directory(data)
     try:
         kinds: dict[str, int] = {}
+        damaged: list[dict[str, str]] = []
         for entry in _all(directory):
             kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+            why = unopened_damage(actor_path(data, entry.kind, entry.name), entry.acked_seq)
+            if why is not None:
+                damaged.append({"kind": entry.kind, "name": entry.name, "damaged": why})
         return {
             "data": str(data),
             "actors": directory.count(),
             "by_kind": kinds,
+            "damaged": damaged,
             "pending_wakeups": directory.count_alarms(),
             "workers": len(directory.workers()),
             "bytes": sum(p.stat().st_size for p in data.rglob("*") if p.is_file()),
@@ -273,17 +316,46 @@ async def export_live(registry: Registry, kind: str, name: str) -> dict[str, Any
     return result
 
 
-def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[str, Any]:
-    """Delete an actor for good: files and directory row, under its lock; then the audit record."""
-    path = actor_path(data, kind, name)
-    with _locked(path, kind, name, write=True) as conn:
-        head = conn.execute("SELECT coalesce(max(seq), 0) FROM roost_log").fetchone()[0]
+def _unlink(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal", KEPT_WAL):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _last_words(conn: sqlite3.Connection, path: Path) -> tuple[int | None, str | None]:
+    """The head seq and the state digest of a file about to go; None for what it cannot tell (a
+    damaged file may not hold Roost's tables at all)."""
+    try:
+        head = int(conn.execute("SELECT coalesce(max(seq), 0) FROM roost_log").fetchone()[0])
         state = orjson.dumps(_current_state(conn, path), option=orjson.OPT_SORT_KEYS)
-        size = path.stat().st_size
-        for suffix in ("", "-wal", "-shm", "-journal"):  # unlinked while we still hold the lock
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    except (sqlite3.Error, orjson.JSONDecodeError, TypeError):
+        return None, None
+    return head, hashlib.sha256(state).hexdigest()
+
+
+def delete_actor(
+    data: Path, kind: str, name: str, *, reason: str = "", by: str | None = None
+) -> dict[str, Any]:
+    """Delete an actor for good: files and directory row, under its lock; then the audit record.
+
+    A damaged actor is deleted too: a missing or empty file needs no lock (no server opens it), and
+    what cannot be read of a file is ``None`` in the record, with the reason it was damaged."""
+    path = actor_path(data, kind, name)
     directory = Directory(data)
     try:
+        entry = directory.get(kind, name)
+        acked = entry.acked_seq if entry is not None else 0
+        damage = unopened_damage(path, acked)
+        if damage is not None or (entry is not None and not path.exists()):
+            head, digest = None, None
+            size = path.stat().st_size if path.exists() else 0
+            _unlink(path)
+        else:
+            with _locked(path, kind, name, write=True) as conn:
+                head, digest = _last_words(conn, path)
+                if head is not None:
+                    damage = seq_damage(max(head, file_seq(conn)), acked)
+                size = path.stat().st_size
+                _unlink(path)  # while we still hold the lock
         directory.forget(kind, name)
     finally:
         directory.close()
@@ -295,14 +367,29 @@ def delete_actor(data: Path, kind: str, name: str, *, reason: str = "") -> dict[
         "file": path.name,
         "bytes": size,
         "last_seq": head,
-        "state_sha256": hashlib.sha256(state).hexdigest(),
-        "by": getpass.getuser(),
+        "acked_seq": acked,
+        "damaged": damage,
+        "state_sha256": digest,
+        "by": by if by is not None else getpass.getuser(),
         "reason": reason,
     }
     with open(data / AUDIT_LOG, "ab") as log:
         log.write(orjson.dumps(record) + b"\n")
         log.flush()
         os.fsync(log.fileno())
+    return record
+
+
+async def delete_live(registry: Registry, kind: str, name: str, *, reason: str, by: str) -> dict[str, Any]:
+    """:func:`delete_actor` through a running server: the actor is stopped (its connections closed
+    with 1000) and kept from activating while its files and row go (:meth:`Registry.retiring`), in a
+    thread; inputs meanwhile are refused ``actor_unavailable``, later ones make a new actor.
+    ``ActorNotFound`` for an actor never created; ``ActorLocked`` if another process serves it."""
+    if not registry.exists(kind, name):
+        raise ActorNotFound(kind, name)
+    data = registry.config.data_dir
+    async with registry.retiring(kind, name):
+        record: dict[str, Any] = await asyncio.to_thread(delete_actor, data, kind, name, reason=reason, by=by)
     return record
 
 

@@ -2,7 +2,8 @@
 
 Routes: ``WS /agents/{kind}/{name}``, ``GET /agents/{kind}/{name}``,
 ``POST /agents/{kind}/{name}/rpc/{method}``, ``GET /healthz``; for the operator ``POST /admin/backup``,
-``GET /admin/actors/{kind}/{name}`` and ``GET /admin/actors/{kind}/{name}/export``.
+``GET /admin/actors/{kind}/{name}``, ``GET /admin/actors/{kind}/{name}/export`` and
+``DELETE /admin/actors/{kind}/{name}``.
 
 The app can be served by ``roost serve module:app`` or mounted inside any ASGI application (FastAPI
 included). Its runtime starts with the app's lifespan, or — when mounted in an app that does not forward
@@ -29,7 +30,15 @@ from roost.scheduler import Clock
 from roost.transport.access import Access
 from roost.transport.auth import Authenticate, allow_all
 from roost.transport.endpoint import WebSocketEndpoint
-from roost.transport.http import admin_backup, admin_export, admin_inspect, get_actor, healthz, post_rpc
+from roost.transport.http import (
+    admin_backup,
+    admin_delete,
+    admin_export,
+    admin_inspect,
+    get_actor,
+    healthz,
+    post_rpc,
+)
 from roost.transport.limits import Limits
 from roost.transport.security import Authorize
 from roost.transport.sink import SocketSink
@@ -199,6 +208,7 @@ def create_app(
             Route("/admin/backup", admin_backup, methods=["POST"]),
             Route("/admin/actors/{kind}/{name:path}/export", admin_export, methods=["GET"]),
             Route("/admin/actors/{kind}/{name:path}", admin_inspect, methods=["GET"]),
+            Route("/admin/actors/{kind}/{name:path}", admin_delete, methods=["DELETE"]),
         ]
     )
     if web_dir is not None:

@@ -141,6 +141,9 @@ class WebSocketEndpoint:
         accept: dict[str, Any] = {"type": "websocket.accept"}
         if SUBPROTOCOL in offered_subprotocols(conn):
             accept["subprotocol"] = SUBPROTOCOL
+        # a new actor's directory row, written off the loop before the 101: once accepted, the
+        # connection reaches its actor with nothing awaited in between
+        await app.registry.prepare(kind, name)
         await send(accept)
         sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(

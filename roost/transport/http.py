@@ -19,6 +19,7 @@ from starlette.responses import Response
 from roost.actors import (
     INLINE_TURNS,
     MAX_KEY,
+    ActorLocked,
     ActorNotFound,
     InvalidActorAddress,
     Principal,
@@ -28,7 +29,7 @@ from roost.actors import (
 )
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
-from roost.transport.admin import backup_online, export_live, inspect_live
+from roost.transport.admin import backup_online, delete_live, export_live, inspect_live
 from roost.transport.auth import allow_all, run_authenticate
 from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 from roost.transport.security import check_client_name, hide_token, origin_allowed
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JSONResponse",
     "admin_backup",
+    "admin_delete",
     "admin_export",
     "admin_inspect",
     "get_actor",
@@ -236,9 +238,9 @@ async def admin_backup(request: Request) -> Response:
 
 async def _admin_actor(
     request: Request, trailing: int, action: str
-) -> tuple[Runtime, str, str] | JSONResponse:
-    """``(app, kind, stored name)`` of ``/admin/actors/{kind}/{name}[?tenant=T]`` once the caller is
-    an admin allowed ``action`` on ``kind/name``; or the refusal."""
+) -> tuple[Runtime, str, str, Principal] | JSONResponse:
+    """``(app, kind, stored name, principal)`` of ``/admin/actors/{kind}/{name}[?tenant=T]`` once the
+    caller is an admin allowed ``action`` on ``kind/name``; or the refusal."""
     app: Runtime = request.app.state.roost
     try:
         kind, name = actor_address(request.scope, trailing)
@@ -253,10 +255,10 @@ async def _admin_actor(
         return _error("bad_address", str(exc))
     except UnknownKind as exc:
         return _error("unknown_kind", str(exc))
-    refused = await _admin(app, request, f"{kind}/{name}", action)
-    if isinstance(refused, Response):
-        return refused
-    return app, kind, name
+    principal = await _admin(app, request, f"{kind}/{name}", action)
+    if isinstance(principal, Response):
+        return principal
+    return app, kind, name, principal
 
 
 async def admin_inspect(request: Request) -> Response:
@@ -278,7 +280,7 @@ async def _admin_read(request: Request, trailing: int, action: str) -> Response:
     addr = await _admin_actor(request, trailing, action)
     if isinstance(addr, Response):
         return addr
-    app, kind, name = addr
+    app, kind, name, _ = addr
     read = inspect_live if action == "admin:inspect" else export_live
     try:
         report = await read(app.registry, kind, name)
@@ -287,6 +289,35 @@ async def _admin_read(request: Request, trailing: int, action: str) -> Response:
     except RpcError as exc:
         return _error(exc.code, exc.message)
     return JSONResponse({"ok": True, "result": report})
+
+
+async def admin_delete(request: Request) -> Response:
+    """``DELETE /admin/actors/{kind}/{name}[?tenant=T]`` with an optional body ``{"reason": "…"}``:
+    what ``roost delete KIND NAME`` does, through the server (:func:`roost.transport.admin.delete_live`):
+    a live actor is stopped and kept from activating while its file and directory row go; the audit
+    record, by the principal's id, is the answer. Who: :func:`_admin`, with ``authorize(principal,
+    "admin", "KIND/NAME", "admin:delete")``. An actor never created: 404 ``not_found``; one live in
+    another process: 503 ``actor_unavailable``."""
+    addr = await _admin_actor(request, 0, "admin:delete")
+    if isinstance(addr, Response):
+        return addr
+    app, kind, name, principal = addr
+    body = await _read_body(request, 4096)
+    try:
+        reason = orjson.loads(body).get("reason", "") if body and body.strip() else ""
+    except (orjson.JSONDecodeError, AttributeError):
+        reason = None
+    if not isinstance(reason, str):
+        return _error("bad_frame", 'expected no body, or {"reason": "<why>"}')
+    try:
+        record = await delete_live(app.registry, kind, name, reason=reason, by=principal.id)
+    except (ActorNotFound, FileNotFoundError) as exc:
+        return _error("not_found", str(exc))
+    except ActorLocked as exc:
+        return _error("actor_unavailable", str(exc))
+    except RpcError as exc:
+        return _error(exc.code, exc.message)
+    return JSONResponse({"ok": True, "result": record})
 
 
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
@@ -299,10 +330,13 @@ def backup_root(app: Runtime) -> Path:
 
 async def healthz(request: Request) -> Response:
     """``GET /healthz``: liveness and a few counters; ``descriptors``: the descriptor limit and the
-    ``max_active`` sized to it at start (``null`` where the process has no limit)."""
+    ``max_active`` sized to it at start (``null`` where the process has no limit); ``directory``:
+    touches waiting for the next flush (``pending``) and writes refused so far because another process
+    held the directory's lock (``busy``: never waited for on the event loop)."""
     app: Runtime = request.app.state.roost
     registry = app.registry
     found = registry.descriptors
+    directory = registry.directory
     return JSONResponse(
         {
             "ok": True,
@@ -311,6 +345,10 @@ async def healthz(request: Request) -> Response:
             "max_active": registry.config.max_active,
             "descriptors": None if found is None else found.as_json(),
             "connections": len(app.sinks),
+            "directory": {
+                "pending": directory.pending if directory is not None else 0,
+                "busy": directory.busy if directory is not None else 0,
+            },
             # the fast paths (docs/design.md): whether turns run inline in this process, and how many
             # open connections the direct frame path serves
             "fast_paths": {

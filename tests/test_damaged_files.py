@@ -1,0 +1,184 @@
+"""Damaged actor files are refused, never re-created or served older (issue 13, point 10).
+
+The directory keeps each actor's high-water seq (the highest seq it is known to have committed). An
+actor it lists above seq 0 whose file is missing, empty, or holds an older seq is refused
+``actor_damaged`` (HTTP 503, close 1011), with a log line naming the path and the reason; ``roost
+inspect`` shows why, ``roost delete`` clears it, and the name then starts afresh. Each damage is made
+for real: a truncated file, a file deleted beside its WAL after a SIGKILL, an older copy put back, and
+bytes of the WAL overwritten after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from roost.cli import main
+from roost.examples.kinds import KINDS
+from roost.storage import actor_path
+from roost.testing import ActorKit, connect, serve, until
+from roost.transport import create_app
+from tests.support import ServerProcess, directory_row
+
+KIND, NAME = "counter", "c1"
+
+
+async def count_to(data_dir: Path, n: int) -> None:
+    """``n`` increments of counter c1, committed, the process then stopped cleanly."""
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        for _ in range(n):
+            await kit.call(KIND, NAME, "increment")
+
+
+async def count_in_a_server_then_kill(data_dir: Path, n: int) -> None:
+    """``n`` increments in a real server process, held live by a connection, until the directory has
+    recorded seq ``n`` (the idle sweep carries it, every half second here); then SIGKILL, leaving
+    the actor's WAL behind."""
+    server = ServerProcess(data_dir, "--idle-timeout", "1").start()
+    try:
+        async with connect(f"{server.ws}/agents/{KIND}/{NAME}") as ws:
+            await ws.recv()  # the welcome
+            for i in range(1, n + 1):
+                assert await ws.call("increment") == i
+            await until(lambda: (directory_row(data_dir, KIND, NAME) or {}).get("acked_seq") == n, 30)
+            server.kill()
+    finally:
+        server.kill()
+
+
+def wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+async def assert_refused_as_damaged(
+    data_dir: Path, reason: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> dict[str, object]:
+    """Over HTTP, a WebSocket and the admin read, the actor is refused as damaged with ``reason``
+    (a regular expression), logged once with its path; the file is not re-created. Offline ``roost
+    inspect`` (beside the server: nobody holds a refused actor) says the same; its report is returned."""
+    path = actor_path(data_dir, KIND, NAME)
+    existed, size = path.exists(), path.stat().st_size if path.exists() else None
+    app = create_app(KINDS, data_dir=data_dir)
+    with caplog.at_level(logging.ERROR, logger="roost.registry"):
+        async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+            for _ in range(2):
+                r = await http.post(f"/agents/{KIND}/{NAME}/rpc/increment", json=[])
+                assert r.status_code == 503, r.text
+                error = r.json()["error"]
+                assert error["code"] == "actor_damaged"
+                assert re.search(reason, error["message"]), error["message"]
+            r = await http.get(f"/agents/{KIND}/{NAME}")
+            assert (r.status_code, r.json()["error"]["code"]) == (503, "actor_damaged")
+            async with connect(f"ws://{addr}/agents/{KIND}/{NAME}") as ws:
+                frame = await ws.recv()
+                assert (frame["type"], frame["code"]) == ("error", "actor_damaged")
+                assert await ws.close_code() == 1011
+            assert (KIND, NAME) not in app.registry.hosts
+            assert main(["inspect", KIND, NAME, "--data", str(data_dir)]) == 0
+            report: dict[str, object] = orjson.loads(capsys.readouterr().out)
+    assert path.exists() == existed  # not re-created …
+    if size in (None, 0):  # … and a missing or empty one not even opened
+        assert (path.stat().st_size if path.exists() else None) == size
+    logged = [r.getMessage() for r in caplog.records if "refused as damaged" in r.getMessage()]
+    assert len(logged) == 1, logged  # one line per process, with the path and the reason
+    assert str(path) in logged[0]
+    assert re.search(reason, logged[0])
+    assert isinstance(report["damaged"], str)
+    assert re.search(reason, report["damaged"])
+    return report
+
+
+async def assert_delete_clears_it(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    """``roost delete`` removes what is left and the row; the name then starts at 0."""
+    assert main(["delete", KIND, NAME, "--data", str(data_dir), "--yes", "--reason", "damaged"]) == 0
+    out = capsys.readouterr().out
+    record: dict[str, object] = orjson.loads(out[out.index("{") :])
+    assert directory_row(data_dir, KIND, NAME) is None
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        assert await kit.call(KIND, NAME, "increment") == 1
+    return record
+
+
+async def test_an_empty_file_is_refused_as_damaged_not_recreated(
+    data_dir: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await count_to(data_dir, 300)
+    assert directory_row(data_dir, KIND, NAME)["acked_seq"] == 300  # type: ignore[index]
+    path = actor_path(data_dir, KIND, NAME)
+    assert not wal(path).exists()
+    path.write_bytes(b"")
+    report = await assert_refused_as_damaged(
+        data_dir, r"its file is empty \(0 bytes\); it had committed seq 300", caplog, capsys
+    )
+    assert (report["acked_seq"], report["bytes"]) == (300, 0)
+    assert main(["inspect", "--data", str(data_dir)]) == 0
+    assert orjson.loads(capsys.readouterr().out)["damaged"] == [
+        {"kind": KIND, "name": NAME, "damaged": "its file is empty (0 bytes); it had committed seq 300"}
+    ]
+    record = await assert_delete_clears_it(data_dir, capsys)
+    assert (record["last_seq"], record["acked_seq"]) == (None, 300)
+    assert record["damaged"] == "its file is empty (0 bytes); it had committed seq 300"
+
+
+@pytest.mark.slow
+async def test_a_file_deleted_beside_its_wal_is_refused_as_damaged(
+    data_dir: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await count_in_a_server_then_kill(data_dir, 40)
+    path = actor_path(data_dir, KIND, NAME)
+    assert wal(path).exists()
+    path.unlink()
+    await assert_refused_as_damaged(
+        data_dir, r"its file is missing \(its -wal file remains\); it had committed seq 40", caplog, capsys
+    )
+    assert wal(path).exists()
+    await assert_delete_clears_it(data_dir, capsys)
+
+
+async def test_an_older_copy_put_back_is_refused_as_damaged(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = actor_path(data_dir, KIND, NAME)
+    await count_to(data_dir, 305)
+    shutil.copy(path, tmp_path / "older.sqlite")
+    await count_to(data_dir, 95)
+    assert directory_row(data_dir, KIND, NAME)["acked_seq"] == 400  # type: ignore[index]
+    shutil.copy(tmp_path / "older.sqlite", path)
+    report = await assert_refused_as_damaged(
+        data_dir, r"its file is at seq 305, older than the seq 400 it had committed", caplog, capsys
+    )
+    assert (report["seq"], report["state"], report["acked_seq"]) == (305, {"count": 305}, 400)
+    record = await assert_delete_clears_it(data_dir, capsys)
+    assert (record["last_seq"], record["acked_seq"]) == (305, 400)
+
+
+@pytest.mark.slow
+async def test_a_wal_damaged_after_a_kill_rolls_nothing_back_silently(
+    data_dir: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes overwritten in the middle of the WAL: SQLite stops reading at the first frame whose
+    checksum fails, so the file comes back at an older seq; it is refused, not served."""
+    await count_in_a_server_then_kill(data_dir, 120)
+    log = wal(actor_path(data_dir, KIND, NAME))
+    data = bytearray(log.read_bytes())
+    page_size = int.from_bytes(data[8:12], "big")
+    frames = (len(data) - 32) // (24 + page_size)
+    assert frames > 10
+    middle = 32 + (frames // 2) * (24 + page_size) + 24  # the page of the middle frame
+    data[middle : middle + 64] = bytes(range(64))
+    log.write_bytes(bytes(data))
+    kept = log.with_name(log.name + ".damaged")
+    report = await assert_refused_as_damaged(
+        data_dir, r"its file is at seq \d+, older than the seq 120 it had committed", caplog, capsys
+    )
+    assert isinstance(report["seq"], int)
+    assert 0 <= report["seq"] < 120
+    assert kept.read_bytes() == bytes(data)  # the WAL as it was found, for whoever looks into it
+    await assert_delete_clears_it(data_dir, capsys)
+    assert not kept.exists()
