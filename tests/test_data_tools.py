@@ -92,7 +92,7 @@ async def test_delete_needs_yes_removes_everything_and_leaves_an_audit_record(
     )
     assert '"count":' not in lines[-1].decode()  # a digest of the state, never the state
     async with ActorKit(list(KINDS), data_dir) as kit:  # the name starts afresh
-        assert await kit.call("counter", "c1", "get") == 0
+        assert await kit.call("counter", "c1", "increment") == 1
 
 
 @pytest.mark.slow
