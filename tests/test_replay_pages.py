@@ -9,8 +9,9 @@ Real server in this process, real sockets on 127.0.0.1. The log is many times ``
   logged frame exactly once in ``seq`` order (gap-free), every broadcast made after its welcome, and
   never has more than the bound waiting for it.
 - What ``on_connect`` sent, a pong and a call's reply come after the replay, in their order.
-- Frames other than the replay's, held behind a paused replay, count against the same bound: past
-  it the connection is closed with 1013.
+- Frames other than the replay's, held behind a paused replay, share one budget with its queue: what
+  the server holds for the connection (queue, held frames, page read) stays within the bound (plus a
+  frame), and past it the connection is closed with 1013.
 - A paused replay that retention overtakes is closed with 1013, and the client resumes by cursor
   (``snapshot``, ``cursor_expired``).
 """
@@ -77,13 +78,15 @@ class Greeter(Archive):
 
 
 @contextlib.asynccontextmanager
-async def peak_queued(app: RoostApp) -> AsyncIterator[list[int]]:
-    """The most bytes any one connection's send queue held, sampled at every turn of the loop."""
+async def peak_held(app: RoostApp) -> AsyncIterator[list[int]]:
+    """The most bytes the server held for any one connection (its send queue, the frames held behind
+    its replay and the page read for it: ``Connection.holding``), sampled at every turn of the loop."""
     peak = [0]
 
     async def sample() -> None:
         while True:
-            peak[0] = max([peak[0], *(sink.queued_bytes for sink in app.sinks)])
+            held = (c.holding()[1] for h in app.registry.hosts.values() for c in h.connections.values())
+            peak[0] = max([peak[0], *held])
             await asyncio.sleep(0)
 
     task = asyncio.create_task(sample())
@@ -106,7 +109,7 @@ async def test_a_connection_that_never_reads_holds_at_most_the_byte_bound_whatev
         async with connect(f"{url}?subscribe=none", compression=None) as bystander:
             await bystander.recv()
             assert (await bystander.rpc("fill", FRAMES, SIZE))["result"] == FRAMES
-            async with contextlib.AsyncExitStack() as stack, peak_queued(app) as peak:
+            async with contextlib.AsyncExitStack() as stack, peak_held(app) as peak:
                 socks = [small_window_socket(addr) for _ in range(4)]
                 slow = [
                     await stack.enter_async_context(
@@ -153,7 +156,7 @@ async def test_a_resume_from_cursor_0_during_broadcasts_is_gap_free_and_bounded(
         async with connect(f"{url}?subscribe=none", compression=None) as driver:
             await driver.recv()
             filled = (await driver.rpc("fill", 400, 8000))["result"]
-            async with peak_queued(app) as peak, connect(f"{url}?cursor=0", compression=None) as reader:
+            async with peak_held(app) as peak, connect(f"{url}?cursor=0", compression=None) as reader:
                 welcome = await reader.recv()
                 assert welcome["resume"] == "replay"
                 assert welcome["cursor"] == filled
@@ -212,11 +215,12 @@ async def test_what_on_connect_sends_a_pong_and_a_reply_follow_the_replay_in_the
         assert got[hello]["data"] == {"hello": got[0]["connection_id"]}
 
 
-async def test_frames_held_behind_a_paused_replay_past_the_bound_close_the_connection_1013(
+async def test_frames_held_behind_a_paused_replay_share_the_bound_with_its_queue_and_past_it_close_1013(
     data_dir: Path,
 ) -> None:
-    """Broadcasts to a connection whose replay waits on it are held behind the replay; past the byte
-    bound it is closed with 1013 (slow consumer), and everyone else goes on."""
+    """Broadcasts to a connection whose replay waits on it are held behind the replay; what the server
+    holds for it (its queue, the held frames, the page read) never passes the byte bound by more than
+    a frame: past it the connection is closed with 1013 (slow consumer), and everyone else goes on."""
     app = create_app([Archive], data_dir=data_dir, send_queue_bytes=BOUND)
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/archive/loud"
@@ -224,7 +228,10 @@ async def test_frames_held_behind_a_paused_replay_past_the_bound_close_the_conne
             await driver.recv()
             await driver.rpc("fill", FRAMES, SIZE)
             sock = small_window_socket(addr)
-            async with connect(f"{url}?cursor=0", sock=sock, max_queue=1, max_size=None) as slow:
+            async with (
+                peak_held(app) as peak,
+                connect(f"{url}?cursor=0", sock=sock, max_queue=1, max_size=None) as slow,
+            ):
                 await until(lambda: any(s.awaiting_drain for s in app.sinks), message="never paused")
                 for i in range(40):  # 40 × 20 KB held: past the 256 KiB bound
                     assert (await driver.rpc("shout", i, 20_000, id=str(i)))["ok"]
@@ -232,6 +239,8 @@ async def test_frames_held_behind_a_paused_replay_past_the_bound_close_the_conne
                         break
                 else:
                     raise AssertionError("the paused connection was never closed")
+                # the queue, the held frames and the page read share the bound (plus one frame)
+                assert peak[0] <= BOUND + SIZE + 1000, f"held {peak[0]} bytes for it, bound {BOUND}"
                 _, code = await slow.read_until_closed(timeout=30)
                 assert code == 1013
             assert (await driver.rpc("increment", id="after"))["ok"]

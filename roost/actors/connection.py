@@ -177,6 +177,10 @@ class Backpressure(Protocol):
     def limits(self) -> tuple[int, int]:
         """``(frames, bytes)`` the sink lets wait for a client that does not read."""
 
+    @property
+    def queued(self) -> tuple[int, int]:
+        """``(frames, bytes)`` waiting in the sink now (bytes as ``sys.getsizeof`` counts them)."""
+
     def when_drained(self, frames: int, nbytes: int, callback: Callable[[], None]) -> None:
         """Call ``callback`` once, as soon as at most ``frames`` frames and ``nbytes`` bytes wait (at
         once if that is so now; never if the sink closes first). A later call replaces an earlier
@@ -196,9 +200,9 @@ class Gate(Protocol):
         """Queue the turn that reads the next page of ``conn``'s replay (never raises)."""
 
 
-#: A replay page is at most this share of the sink's bound (frames and bytes), at least one row …
+#: A replay page is at most this share of the bound (frames and bytes), at least one row …
 PAGE_SHARE = 4
-#: … and the next is read once at most this share of the bound waits in the sink.
+#: … and the next is read once at most this share of the bound waits for the connection.
 LOW_WATER_SHARE = 2
 #: The bound assumed for a sink without :class:`Backpressure` (frames, bytes).
 UNBOUNDED_LIMITS = (1024, 4 << 20)
@@ -210,13 +214,27 @@ class Replay:
     Turn side: ``after`` is the ``seq`` the reader has read up to, and while ``reading`` the
     connection's logged frames are not fanned out to it (the reader finds them in the log). Release
     side: every other frame released for the connection meanwhile is ``held`` and written after the
-    page that reaches the head. Guarantees (tests in ``tests/test_replay_pages.py``): every logged
-    frame after the cursor exactly once and in ``seq`` order, then the held frames, then live ones;
-    at most the low-water mark plus one page waits in a :class:`Backpressure` sink for it; more
-    than the sink's bound held closes the connection with 1013.
+    page that reaches the head; a page read but not yet released is ``pending``.
+
+    Guarantees (tests in ``tests/test_replay_pages.py``): every logged frame after the cursor exactly
+    once and in ``seq`` order, then the held frames, then live ones. **One budget:** what the server
+    holds for the connection — what waits in its sink, the frames held behind the replay and the page
+    read but not yet written (:meth:`total`) — stays within the sink's bound (``limits``), plus at
+    most one frame (a page reads at least one row, and stops after the row that reaches its share):
+    a page reads no more than what the bound has left, and a held frame that would pass it closes
+    the connection with 1013.
     """
 
-    __slots__ = ("after", "flow", "held", "held_bytes", "limits", "reading")
+    __slots__ = (
+        "after",
+        "flow",
+        "held",
+        "held_bytes",
+        "limits",
+        "pending_bytes",
+        "pending_frames",
+        "reading",
+    )
 
     def __init__(self, after: int, flow: Backpressure | None) -> None:
         self.after = after
@@ -225,24 +243,56 @@ class Replay:
         self.limits = flow.limits if flow is not None else UNBOUNDED_LIMITS
         self.held: deque[str] = deque()
         self.held_bytes = 0
+        #: The page read in a turn and not yet written to the sink (its release is behind the commit).
+        self.pending_frames = 0
+        self.pending_bytes = 0
+
+    def total(self) -> tuple[int, int]:
+        """``(frames, bytes)`` the server holds for the connection: what waits in its sink, what is
+        held behind the replay and the page read but not yet written."""
+        frames_, nbytes = self.flow.queued if self.flow is not None else (0, 0)
+        return (
+            frames_ + len(self.held) + self.pending_frames,
+            nbytes + self.held_bytes + self.pending_bytes,
+        )
 
     @property
     def page(self) -> tuple[int, int]:
-        """``(rows, bytes)`` one page may read (at least one row)."""
+        """``(rows, bytes)`` the next page may read: a quarter of the bound, no more than what the
+        bound has left (:meth:`total`), and at least one row."""
         frames_, nbytes = self.limits
-        return max(1, frames_ // PAGE_SHARE), max(1, nbytes // PAGE_SHARE)
+        used_frames, used_bytes = self.total()
+        return (
+            max(1, min(frames_ // PAGE_SHARE, frames_ - used_frames)),
+            max(1, min(nbytes // PAGE_SHARE, nbytes - used_bytes)),
+        )
 
     @property
     def low_water(self) -> tuple[int, int]:
+        """``(frames, bytes)`` the sink drains to before the next page is read: half the bound, less
+        what is held behind the replay (so a page has room)."""
         frames_, nbytes = self.limits
-        return frames_ // LOW_WATER_SHARE, nbytes // LOW_WATER_SHARE
+        return (
+            max(0, frames_ // LOW_WATER_SHARE - len(self.held) - self.pending_frames),
+            max(0, nbytes // LOW_WATER_SHARE - self.held_bytes - self.pending_bytes),
+        )
+
+    def read(self, texts: list[str]) -> None:
+        """A page's frames were read (in its turn): they count as ``pending`` until written."""
+        self.pending_frames = len(texts)
+        self.pending_bytes = sum(map(sys.getsizeof, texts))
+
+    def written(self) -> None:
+        """The pending page was handed to the sink (where the sink's own count takes it over)."""
+        self.pending_frames = self.pending_bytes = 0
 
     def hold(self, text: str) -> bool:
-        """Hold a frame behind the replay; False if that passes the sink's bound."""
+        """Hold a frame behind the replay; False if the connection's total then passes the bound."""
         self.held.append(text)
         self.held_bytes += sys.getsizeof(text)
         frames_, nbytes = self.limits
-        return len(self.held) <= frames_ and self.held_bytes <= nbytes
+        used_frames, used_bytes = self.total()
+        return used_frames <= frames_ and used_bytes <= nbytes
 
 
 class Connection:
@@ -322,6 +372,15 @@ class Connection:
         self._host = None
         self.replay = None
 
+    def holding(self) -> tuple[int, int]:
+        """``(frames, bytes)`` the server holds for this connection: what waits in its sink (if the
+        sink counts it, :class:`Backpressure`) and, during a replay, the frames held behind it and the
+        page read but not yet written. The sink's bound bounds it (plus at most one frame)."""
+        if self.replay is not None:
+            return self.replay.total()
+        sink = self._sink
+        return sink.queued if isinstance(sink, Backpressure) else (0, 0)
+
     def start_replay(self, after: int) -> Replay:
         """From the connect turn: the replay of the logged frames after ``after`` begins."""
         sink = self._sink
@@ -347,6 +406,7 @@ class Connection:
         send = self._sink.send_text
         for text in texts:
             send(text)
+        replay.written()
         if done:
             self.replay = None
             for text in replay.held:

@@ -11,8 +11,12 @@ Guarantees (tests in ``tests/test_replay_pages.py``):
   reads, :func:`~roost.actors.statelog.fanout` skips the connection's logged frames, and the page
   that reaches the head (``host.seq`` in that turn) ends the reading in that same turn, so every
   logged frame after the cursor reaches the client once, by the replay or live, in order.
-- **Bounded.** A page holds at most a quarter of the sink's bound (rows and bytes, at least one row);
-  a client that does not read is paused with at most the low-water mark plus a page waiting.
+- **Bounded: one budget.** What the server holds for the connection — its sink's queue, the frames
+  held behind the replay and the page read but not yet written — stays within the sink's bound plus
+  at most one frame: a page reads at most a quarter of the bound and no more than the bound has
+  left (rows and bytes, at least one row), the next once the sink has drained to half the bound less
+  what is held; a held frame that passes the bound closes the connection with 1013. A client that
+  does not read is paused.
 - **Overtaken by retention: 1013.** If pruning removed rows the reader still needs, the connection is
   closed with 1013; it resumes with its cursor (and gets ``snapshot``).
 """
@@ -37,7 +41,10 @@ def first_page(host: HostCore, conn: Connection, after: int, welcome: str) -> No
     """In the connect turn: the replay of the frames after ``after`` begins; the welcome and the
     first page join the turn's outputs."""
     replay = conn.start_replay(after)
-    host.gate.turn.append(Replayed(conn, [welcome, *_read(host, conn, replay)], not replay.reading))
+    replay.read([welcome])  # the welcome counts against the bound the first page may use
+    texts = [welcome, *_read(host, conn, replay)]
+    replay.read(texts)
+    host.gate.turn.append(Replayed(conn, texts, not replay.reading))
 
 
 def next_page(host: HostCore, conn: Connection) -> None:
@@ -50,6 +57,7 @@ def next_page(host: HostCore, conn: Connection) -> None:
         host.gate.turn.append(Close(conn, CloseCode.TRY_AGAIN_LATER, OVERTAKEN))
         return
     texts = _read(host, conn, replay)
+    replay.read(texts)
     host.gate.turn.append(Replayed(conn, texts, not replay.reading))
 
 

@@ -12,8 +12,10 @@ Guarantee (test in ``tests/test_input_bounds.py``):
   is not a reason to close); it can reconnect and resume by replay. The bytes are the queued strings'
   own size in memory (``sys.getsizeof``), so the bound holds for wide (non-Latin) text too.
 - A replay is paced by the sink (it is a :class:`roost.actors.Backpressure`): :meth:`when_drained`
-  calls back once the queue has drained to a mark, and the actor reads the next page only then, so a
-  long replay never fills the queue (``tests/test_replay_pages.py``).
+  calls back once the queue has drained to a mark, and the actor reads the next page only then, no
+  larger than the bound has left once :attr:`queued` and the frames held behind the replay are
+  counted, so a long replay never holds more than the bound for one connection
+  (``tests/test_replay_pages.py``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ class SocketSink:
     def queued_bytes(self) -> int:
         """The size in memory of the frames waiting in the queue (what ``max_bytes`` bounds)."""
         return self._queued_bytes
+
+    @property
+    def queued(self) -> tuple[int, int]:
+        """``(frames, bytes)`` waiting in the queue now (a replay counts them in its budget)."""
+        return len(self._queue), self._queued_bytes
 
     @property
     def limits(self) -> tuple[int, int]:
