@@ -7,7 +7,8 @@ Guarantees (``roost.actors.Request``, ``roost.transport.handshake``, ``roost.act
   handshake, in ``on_connect`` and every later hook.
 - **No credential reaches the actor**: no ``token`` parameter in any spelling the server reads, no
   ``Authorization``, ``Proxy-Authorization`` or ``Cookie``, no ``roost.token.…`` subprotocol, no value
-  holding a Roost token under another name.
+  holding a Roost token under another name, in its raw text or percent-decoded (once or more, any of
+  its characters encoded, hex digits in either case).
 - **Bounded**: a request over 16 KiB (credentials not counted) is refused ``bad_address``, 4400.
 - **The arriving connection is in ``self.connections`` during ``on_connect``**; the state and events
   of its connect turn reach it once, through its welcome and replay; a broadcast reaches it after its
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -107,20 +109,31 @@ def test_params_give_the_last_value_and_every_value_in_order() -> None:
 # -- no credential --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "spelling",
-    ["token={t}", "tok%65n={t}", "%74%6F%6B%65%6E={t}", "token={dots}", "access={t}", "x=1&tok%65n={dots}"],
+    [
+        "token={t}",
+        "tok%65n={t}",
+        "%74%6F%6B%65%6E={t}",
+        "token={dots}",
+        "access={t}",
+        "x=1&tok%65n={dots}",
+        "token=%72{t1}",
+        "next=%2572{t1}",
+    ],
 )
 async def test_no_credential_reaches_the_request(data_dir: Path, spelling: str) -> None:
     """Every place a token can travel, at once, and a token under another name: none is in the
     request the actor sees, and the connection is the token's principal (the token was read)."""
     token = signer.issue("ann", ttl=600)
     other = signer.issue("bob", ttl=600)
-    query = spelling.format(t=token, dots=token.replace(".", "%2E"))
+    query = spelling.format(t=token, dots=token.replace(".", "%2E"), t1=token[1:])
     app = create_app([Greeter], data_dir=data_dir, authenticate=token_authenticate(signer))
     headers = {
         "Authorization": f"Bearer {other}",
         "Proxy-Authorization": "Basic c2VjcmV0",
         "Cookie": "session=s3cret-cookie",
         "X-Forwarded-Token": f"Bearer {other}",
+        "X-Auth": "%72" + other[1:],  # the prefix's first letter percent-encoded
+        "Referer": f"https://example.com/chat?token=%72{other[1:]}",
     }
     async with serve_in_process(app) as addr:
         url = f"ws://{addr}/agents/greeter/g1?nick=ann&{query}"
@@ -130,10 +143,10 @@ async def test_no_credential_reaches_the_request(data_dir: Path, spelling: str) 
             await ws.wait_for(lambda f: f["type"] == "message" and "request" in f["data"])
             seen = _seen(ws.frames)
     text = orjson.dumps(seen).decode()
-    for secret in (token, other, "roost1", "c2VjcmV0", "s3cret-cookie", "%2E"):
+    for secret in (token, other, token[1:], other[1:], "roost1", "c2VjcmV0", "s3cret-cookie", "%2E"):
         assert secret not in text, (secret, text)
     names = [name for name, _ in seen["request"]["headers"]]
-    for name in ("authorization", "proxy-authorization", "cookie", "x-forwarded-token"):
+    for name in ("authorization", "proxy-authorization", "cookie", "x-forwarded-token", "x-auth", "referer"):
         assert name not in names
     assert ["sec-websocket-protocol", "roost"] in seen["request"]["headers"], "the rest is kept"
     assert ["nick", "ann"] in seen["request"]["query"]
@@ -157,6 +170,55 @@ def test_no_credential_reaches_the_request_made_from_a_scope() -> None:
     assert request.query.multi_items() == [("nick", "ann")]
     assert request.headers.multi_items() == [("user-agent", "test")]
     assert request.client == ("10.0.0.1", 5000)
+
+
+def _encodings(token: str) -> dict[str, str]:
+    """A token as a value may carry it: raw, with any character percent-encoded (hex in either case),
+    encoded twice or three times over, inside a URL, with its prefix in capitals."""
+    once = "%72" + token[1:]
+    return {
+        "raw": token,
+        "bearer": f"Bearer {token}",
+        "first letter encoded": once,
+        "lower-case hex": token.replace(".", "%2e"),
+        "every prefix letter encoded": "%72%6F%6f%73%74%31%2E" + token[7:],
+        "twice": once.replace("%", "%25"),
+        "three times": once.replace("%", "%2525"),
+        "dots encoded twice": token.replace(".", "%252E"),
+        "in a URL": f"https://example.com/chat?next=/x&token={once}",
+        "in an encoded URL": "https%3A%2F%2Fexample.com%2F%3Ftoken%3D" + once.replace("%", "%25"),
+        "capital prefix": "ROOST1" + token[6:],
+        "capital prefix encoded": "%52OOST1" + token[6:],
+    }
+
+
+@pytest.mark.parametrize("form", list(_encodings("roost1.a.b")))
+def test_no_value_holding_a_token_raw_or_percent_decoded_reaches_the_request(form: str) -> None:
+    """A header, or a query value, that holds a token in its raw or percent-decoded text is left out,
+    whatever is encoded and however many times (up to three); the values beside it are kept."""
+    token = signer.issue("ann", ttl=600)
+    value = _encodings(token)[form]
+    query = "&".join(
+        f"{name}={quote(value, safe='')}" for name in ("next", "state")
+    )  # the query parser decodes one round of this
+    scope = {
+        "path": "/agents/greeter/g1",
+        "query_string": f"nick=ann&{query}{'' if '&' in value else '&raw=' + value}".encode(),
+        "headers": [(b"x-auth", value.encode()), (b"referer", value.encode()), (b"user-agent", b"t")],
+    }
+    request = connect_request(scope)
+    assert request.query.multi_items() == [("nick", "ann")], form
+    assert request.headers.multi_items() == [("user-agent", "t")], form
+
+
+def test_a_percent_encoded_value_without_a_token_is_kept() -> None:
+    """Percent-encoded values that hold no token are kept as they came (a query value decoded once, by
+    the query parser; a header as it is)."""
+    plain = "https%3A%2F%2Fexample.com%2F%3Fq%3Droost%2B1"
+    scope = {"path": "/", "query_string": f"next={plain}".encode(), "headers": [(b"referer", plain.encode())]}
+    request = connect_request(scope)
+    assert request.query.multi_items() == [("next", "https://example.com/?q=roost+1")]
+    assert request.headers.multi_items() == [("referer", plain)]
 
 
 # -- bounded ----------------------------------------------------------------------------------------------

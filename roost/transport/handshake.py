@@ -9,12 +9,14 @@ a ``roost.token.<token>`` entry of ``Sec-WebSocket-Protocol``, the ``token`` que
 :func:`~roost.transport.security.hide_token` has already moved out of the scope's query string, and
 which is dropped here again in whatever spelling ``parse_qsl`` reads as ``token``), and cookies.
 None of them reaches the request, and neither does ``Proxy-Authorization`` nor any header or query
-value that holds a Roost token under another name.
+value that holds a Roost token under another name, in its raw text or percent-decoded (up to
+:data:`DECODE_ROUNDS` times: a query value is decoded once more by the query parser first).
 
 Guarantees (``tests/test_connect_request.py``):
 
 - **No credential reaches the actor.** The four places above are left out of the request, and so is
-  any value holding a Roost token, however the query spells the parameter's name.
+  any value holding a Roost token, however the query spells the parameter's name and however the
+  value percent-encodes the token (any of its characters, once or up to three times over).
 - **Bounded.** A request whose query and headers take more than
   :data:`~roost.actors.MAX_REQUEST_BYTES` (16 KiB, credentials not counted) raises
   :class:`RequestTooLarge`; admission refuses the connection ``bad_address`` (4400).
@@ -34,8 +36,11 @@ __all__ = ["CREDENTIAL_HEADERS", "RequestTooLarge", "connect_request"]
 #: Headers that carry credentials: never part of a connection's request.
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 _TOKEN_PROTOCOL = "roost.token."
-#: A Roost token anywhere in a value (its percent-decoded form is searched too).
-_ROOST_TOKEN = re.compile(r"roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+")
+#: A Roost token anywhere in a value, its prefix in any case (its percent-decoded forms are searched
+#: too: :func:`_holds_token`).
+_ROOST_TOKEN = re.compile(r"roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+", re.IGNORECASE)
+#: How many times a value is percent-decoded, at most, in the search for a token.
+DECODE_ROUNDS = 3
 
 
 class RequestTooLarge(ValueError):
@@ -43,9 +48,19 @@ class RequestTooLarge(ValueError):
 
 
 def _holds_token(value: str) -> bool:
-    return "roost1" in value and (
-        _ROOST_TOKEN.search(value) is not None or _ROOST_TOKEN.search(unquote(value)) is not None
-    )
+    """Whether ``value`` holds a Roost token in its raw text or in a percent-decoded form of it: it is
+    decoded again until it no longer changes, at most :data:`DECODE_ROUNDS` times (``%72oost1.…``,
+    ``%2572oost1.…`` and ``roost1%252E…`` are tokens; hex digits and the prefix in either case)."""
+    for _ in range(DECODE_ROUNDS):
+        if _ROOST_TOKEN.search(value) is not None:
+            return True
+        if "%" not in value:
+            return False
+        decoded = unquote(value)
+        if decoded == value:
+            return False
+        value = decoded
+    return _ROOST_TOKEN.search(value) is not None
 
 
 def _headers(raw: Any) -> list[tuple[str, str]]:
