@@ -8,6 +8,7 @@ the time, the welcome, a close), actions come out. The rules are the ones ``docs
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -654,6 +655,34 @@ def test_without_a_free_connection_slot_the_connection_is_refused_too_many_conne
     steps = admit("/agents/counter/x", slot=False)
     assert steps[-2] == NeedSlot(ANONYMOUS, "counter", "x")
     refused_with(steps, "too_many_connections", CloseCode.TRY_AGAIN_LATER)
+
+
+def _documented_admission_steps() -> list[set[str]]:
+    """The numbered steps of *Admission* in ``docs/protocol.md``, each as the codes its arrows name."""
+    text = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    section = text.split("**Admission**", 1)[1].split("**States:**", 1)[0]
+    items = re.split(r"^\d+\. ", section, flags=re.MULTILINE)[1:]
+    return [set(re.findall(r"(?:→|/)\s+`([a-z_]+)`", item)) for item in items]
+
+
+def test_the_documented_admission_steps_are_the_machines_in_their_order() -> None:
+    """``docs/protocol.md`` lists the admission steps as the machine takes them: each documented step
+    names exactly the codes the machine refuses with at that step, the steps in the machine's order."""
+    gate = ("bad_address", "origin_refused", "unauthenticated", "forbidden")  # the access gate's codes
+    refused_at = [  # per step, in the machine's order (the tests above): admissions refused there
+        [admit("/agents/counter/x", b"cursor=abc"), admit("/agents/nosuchkind/x")],
+        [admit("/agents/counter/x", verdict=Refused(code, "why")) for code in gate],
+        [admit("/agents/counter/x", principal=Principal("mallory", tenant="\ud800"))],  # not Unicode
+        [admit("/agents/counter/x", principal=READ_ONLY, exists=False)],
+        [admit("/agents/counter/x", creation=Refused("creation_limited", "retry", 3))],
+        [admit("/agents/counter/x", slot=False)],
+    ]
+    observed = []
+    for admissions in refused_at:
+        last = [steps[-1] for steps in admissions]
+        assert all(isinstance(step, Refuse) for step in last), last
+        observed.append({step.code for step in last if isinstance(step, Refuse)})
+    assert _documented_admission_steps() == observed
 
 
 def test_an_event_that_does_not_answer_the_pending_action_is_an_admission_error() -> None:

@@ -25,8 +25,8 @@ The rules, in this order (the first that fails decides):
    name → ``bad_address`` / ``unknown_kind``;
 2. the access gate's verdict (name, ``Origin``, ``authenticate``, ``authorize(…, "connect")``) → its
    code (``bad_address``, ``origin_refused``, ``unauthenticated``, ``forbidden``);
-3. the name within the principal's tenant, checked by the registry again (the tenant's prefix may make
-   it too long) → ``bad_address``;
+3. the name within the principal's tenant, checked by the registry again (the length limit is the
+   name's own, but a tenant from a custom ``authenticate`` hook may make it invalid) → ``bad_address``;
 4. a read-only principal may not create the actor: the registry is asked whether it exists, for
    read-only principals only → ``forbidden``;
 5. a connection that would create the actor takes a token from its principal's (anonymous: its
