@@ -12,6 +12,8 @@ Real server in this process, real sockets on 127.0.0.1. The log is many times ``
 - Frames other than the replay's, held behind a paused replay, share one budget with its queue: what
   the server holds for the connection (queue, held frames, page read) stays within the bound (plus a
   frame), and past it the connection is closed with 1013.
+- A page is never larger than what that budget has left, and the next is asked for once the queue
+  has drained to half the bound less what is held (the rule itself, on a real sink without a loop).
 - A paused replay that retention overtakes is closed with 1013, and the client resumes by cursor
   (``snapshot``, ``cursor_expired``).
 """
@@ -27,6 +29,7 @@ from typing import Any
 from roost.actors import Actor, Connection, callable
 from roost.testing import connect, until
 from roost.transport import RoostApp, create_app
+from roost.transport.sink import SocketSink
 from tests.support import serve_in_process, small_window_socket
 
 Frame = dict[str, Any]
@@ -244,6 +247,34 @@ async def test_frames_held_behind_a_paused_replay_share_the_bound_with_its_queue
                 _, code = await slow.read_until_closed(timeout=30)
                 assert code == 1013
             assert (await driver.rpc("increment", id="after"))["ok"]
+
+
+async def _never_sent(message: Any) -> None:
+    raise AssertionError("no writer runs in this test")
+
+
+def test_a_page_is_never_larger_than_what_the_budget_has_left() -> None:
+    """The queue, the held frames and the page read share the bound: each frame held shrinks the next
+    page and its low-water mark, a page is at least one row, and a held frame past the bound is
+    refused (the connection then closes 1013)."""
+    sink = SocketSink(_never_sent, max_queue=100, max_bytes=100_000)  # no writer: what is sent waits
+    conn = Connection("c", sink)
+    sink.send_text("q" * 40_000)
+    replay = conn.start_replay(0)
+    assert replay.page == (25, 25_000)
+    assert replay.low_water == (50, 50_000)
+    assert replay.hold("h" * 30_000)
+    queued, held = sink.queued[1], replay.held_bytes
+    assert conn.holding() == (2, queued + held)
+    assert replay.page == (25, 25_000)  # 100 000 - 70 000 left: a quarter still fits
+    assert replay.low_water == (49, 50_000 - held)
+    assert replay.hold("h" * 20_000)
+    assert replay.page[1] == 100_000 - conn.holding()[1] < 10_000  # only what is left
+    replay.read(["p" * 9_900])  # a page read, not yet written, counts too: the bound is reached
+    assert replay.page[1] == 1  # at least one row
+    assert replay.low_water[1] == 0  # the next page waits for an empty queue
+    replay.written()
+    assert not replay.hold("h" * 15_000)  # 40 + 30 + 20 + 15 KB: past the bound
 
 
 async def test_a_paused_replay_overtaken_by_retention_is_closed_1013_and_resumes_by_snapshot(
