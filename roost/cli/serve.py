@@ -87,6 +87,10 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
         conns_per_address=args.max_conns_per_address or None,
         anonymous_creation_rate=args.anonymous_creation_rate or None,
         anonymous_creation_burst=args.anonymous_creation_burst,
+        anonymous_network_creation_rate=args.anonymous_network_creation_rate or None,
+        anonymous_network_creation_burst=args.anonymous_network_creation_burst,
+        anonymous_total_creation_rate=args.anonymous_total_creation_rate or None,
+        anonymous_total_creation_burst=args.anonymous_total_creation_burst,
         creation_rate=args.creation_rate or None,
         creation_burst=args.creation_burst,
     )
@@ -248,6 +252,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_positive,
         default=200.0,
         help="new actors an anonymous address may create at once",
+    )
+    serve.add_argument(
+        "--anonymous-network-creation-rate",
+        type=float,
+        default=5.0,
+        help="new actors/s per IPv6 /48 of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-network-creation-burst",
+        type=_positive,
+        default=1000.0,
+        help="new actors an IPv6 /48 of anonymous clients may create at once",
+    )
+    serve.add_argument(
+        "--anonymous-total-creation-rate",
+        type=float,
+        default=50.0,
+        help="new actors/s of all anonymous clients together (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-total-creation-burst",
+        type=_positive,
+        default=5000.0,
+        help="new actors all anonymous clients together may create at once",
     )
     serve.add_argument(
         "--creation-rate",
