@@ -28,7 +28,13 @@ _NEEDS = (
     (
         "uvicorn.protocols.http.httptools_impl",
         "HttpToolsProtocol",
-        ("connection_made", "on_headers_complete", "on_response_complete", "connection_lost"),
+        (
+            "connection_made",
+            "on_headers_complete",
+            "on_response_complete",
+            "connection_lost",
+            "handle_websocket_upgrade",
+        ),
     ),
     (
         "uvicorn.protocols.websockets.websockets_sansio_impl",
