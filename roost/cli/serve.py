@@ -190,17 +190,12 @@ def _serve(args: argparse.Namespace) -> int:
     protocols = uvicorn_protocols.choose()
     if protocols.fallback is not None:
         logging.getLogger("roost.serve").warning(
-            "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer): %s",
+            "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer, "
+            "no connection cap on WebSocket handshakes): %s",
             protocols.fallback,
         )
     logging.getLogger("roost.serve").info("%s", uvicorn_protocols.fast_paths(protocols))
     cap, ceiling = connection_cap(args, found)
-    if cap is not None and protocols.fallback is not None:
-        logging.getLogger("roost.serve").warning(
-            "uvicorn's own protocols answer plain requests 503 past %d connections, "
-            "but not WebSocket handshakes",
-            cap,
-        )
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,
