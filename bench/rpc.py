@@ -39,6 +39,7 @@ def roost_server(s: Settings, name: str, data: str) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "roost.cli", "serve", "--data", data, "--port", str(port)]
     argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
+    argv += ["--max-connections", "0", "--max-conns-per-address", "0"]
     return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log")
 
 

@@ -22,7 +22,7 @@ from roost.actors.registry import RuntimeConfig
 from roost.examples.kinds import Counter
 from roost.transport import create_app
 
-__all__ = ["Batch", "SlowWake", "app"]
+__all__ = ["Batch", "SlowWake", "app", "roomy_sockets"]
 
 
 class SlowWake(Actor):
@@ -79,3 +79,7 @@ class Batch(Actor):
 
 # turn_timeout above the hang in SlowWake.work (the fire's timeout is capped at 0.9 × turn_timeout)
 app = create_app([SlowWake, Batch, Counter], config=RuntimeConfig(turn_timeout=90.0, poll_interval=0.5))
+
+#: The example counter with a descriptor reserve large enough that, under a small limit, the server
+#: holds more connections than actors fit (``tests/test_descriptors.py`` reaches ``max_active``).
+roomy_sockets = create_app([Counter], config=RuntimeConfig(fd_reserve=140))

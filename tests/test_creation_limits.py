@@ -217,5 +217,91 @@ def test_roost_serve_creation_defaults_are_the_limits_defaults() -> None:
     defaults = Limits()
     assert args.anonymous_creation_rate == defaults.anonymous_creation_rate
     assert args.anonymous_creation_burst == defaults.anonymous_creation_burst
+    assert args.anonymous_network_creation_rate == defaults.anonymous_network_creation_rate
+    assert args.anonymous_network_creation_burst == defaults.anonymous_network_creation_burst
+    assert args.anonymous_total_creation_rate == defaults.anonymous_total_creation_rate
+    assert args.anonymous_total_creation_burst == defaults.anonymous_total_creation_burst
     assert (args.creation_rate or None) is defaults.creation_rate is None
     assert args.creation_burst == defaults.creation_burst
+
+
+def anonymous_access(tmp_path: Path, clock: FakeClock, **limits: Any) -> Access:
+    registry = Registry(KINDS, RuntimeConfig(data_dir=tmp_path))
+    return Access(registry, allow_all, None, None, Limits(**limits), clock.monotonic)
+
+
+async def test_ipv4_clients_carried_in_ipv6_each_have_their_own_creation_bucket(data_dir: Path) -> None:
+    """A dual-stack proxy forwards IPv4 clients as ``::ffff:a.b.c.d``: each is keyed as its IPv4
+    address (the same bucket as ``a.b.c.d`` itself), not all together as ``::/64``."""
+    limits = Limits(conn_rate=None, anonymous_creation_rate=0.001, anonymous_creation_burst=2)
+    app = create_app(KINDS, data_dir=data_dir, clock=FakeClock(), limits=limits)
+    async with serve_in_process(app) as addr, httpx.AsyncClient() as http:
+
+        async def create(name: str, client: str) -> int:
+            url = f"http://{addr}/agents/counter/{name}/rpc/increment"
+            return (await http.post(url, headers={"X-Forwarded-For": client})).status_code
+
+        assert [await create(f"a{i}", "::ffff:198.51.100.7") for i in range(3)] == [200, 200, 429]
+        assert await create("b0", "::ffff:203.0.113.5") == 200  # another client: its own bucket
+        assert await create("b1", "203.0.113.5") == 200  # the same client over IPv4: the same one
+        assert await create("b2", "::ffff:203.0.113.5") == 429
+
+
+def test_ipv4_compatible_and_6to4_addresses_are_keyed_as_their_ipv4_address(tmp_path: Path) -> None:
+    access = anonymous_access(
+        tmp_path, FakeClock(), anonymous_creation_rate=0.001, anonymous_creation_burst=1
+    )
+    assert access.creation(ANONYMOUS, "counter", "a", "198.51.100.7") is None
+    for same in ("::ffff:198.51.100.7", "::198.51.100.7", "2002:c633:6407:1::5"):  # 6to4 of it
+        assert access.creation(ANONYMOUS, "counter", "a", same) is not None, same
+    assert access.creation(ANONYMOUS, "counter", "a", "2002:cb00:7105::1") is None  # 203.0.113.5
+    assert access.creation(ANONYMOUS, "counter", "a", "::1") is None  # loopback: not an IPv4 one
+    assert access.creation(ANONYMOUS, "counter", "a", "::") is not None  # ::/64 as ::1, still IPv6
+
+
+def test_the_many_64s_of_one_ipv6_network_share_its_48s_creation_bucket(tmp_path: Path) -> None:
+    """With the defaults, 256 /64s of one /56 create at most the /48's burst (1000), not 256 bursts
+    of 200; another /48 still creates, and a refusal takes no token from the address's bucket."""
+    clock = FakeClock()
+    access = anonymous_access(tmp_path, clock)
+    made = 0
+    for net in range(256):
+        client = f"2001:db8:0:ab{net:02x}::1"
+        while access.creation(ANONYMOUS, "counter", f"n{made}", client) is None:
+            made += 1
+    assert made == Limits().anonymous_network_creation_burst == 1000
+    refused = access.creation(ANONYMOUS, "counter", "x", "2001:db8:0:1::1")  # a /64 not used yet
+    assert refused is not None
+    assert refused.code == "creation_limited"
+    assert refused.retry_after == 1  # 5 per second
+    assert access.creation(ANONYMOUS, "counter", "x", "2001:db8:1::1") is None  # another /48
+    clock.advance(0.2)  # one token back in the /48's bucket; the unused /64's is still full
+    assert access.creation(ANONYMOUS, "counter", "y", "2001:db8:0:1::1") is None
+    assert access.creation(ANONYMOUS, "counter", "z", "2001:db8:0:1::1") is not None
+
+
+def test_all_anonymous_creations_together_stay_within_the_total_bucket(tmp_path: Path) -> None:
+    """However many addresses and networks: at most the total burst at once, then its rate; an
+    authenticated principal is not counted in it."""
+    clock = FakeClock()
+    access = anonymous_access(
+        tmp_path,
+        clock,
+        anonymous_creation_burst=10,
+        anonymous_total_creation_rate=2.0,
+        anonymous_total_creation_burst=50,
+        creation_rate=1.0,
+        creation_burst=5,
+    )
+    made = 0
+    for i in range(20):  # 20 IPv4 addresses and 20 IPv6 /48s, 10 each: 400 asked for
+        for client in (f"192.0.2.{i}", f"2001:db8:{i:x}::1"):
+            made += sum(access.creation(ANONYMOUS, "counter", f"t{i}", client) is None for _ in range(10))
+    assert made == 50
+    refused = access.creation(ANONYMOUS, "counter", "late", "198.51.100.99")
+    assert refused is not None
+    assert refused.retry_after == 1
+    assert access.creation(Principal("erin"), "counter", "e", "198.51.100.99") is None
+    clock.advance(1.0)  # two tokens
+    fresh = [access.creation(ANONYMOUS, "counter", "f", f"198.51.100.{i}") for i in range(3)]
+    assert [r is None for r in fresh] == [True, True, False]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import subprocess
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 
 from roost.actors import FDS_PER_ACTOR, ActorUnavailable, Registry, RuntimeConfig, TooFewDescriptors
-from roost.actors.descriptors import MIN_ACTORS, budget, open_descriptors
+from roost.actors.descriptors import MIN_ACTORS, DescriptorBudget, budget, open_descriptors
 from roost.examples.kinds import KINDS
 from roost.testing import connect, open_files, until
+from roost.transport.uvicorn_http import Refusals
 from tests.support import ROOT, ServerProcess
 
 
@@ -74,10 +77,10 @@ def test_roost_serve_refuses_to_start_in_one_line_when_too_few_actors_fit(tmp_pa
 
 
 @contextlib.contextmanager
-def serving(data: Path, nofile: tuple[int, int]) -> Iterator[ServerProcess]:
-    """``roost serve`` under the descriptor limit ``nofile`` (soft, hard), with room for more new
-    actors than it fits (the creation rate has its own tests)."""
-    server = ServerProcess(data, "--anonymous-creation-burst", "1000", nofile=nofile).start()
+def serving(data: Path, nofile: tuple[int, int], app: str | None = None) -> Iterator[ServerProcess]:
+    """``roost serve`` (``app``, else the examples) under the descriptor limit ``nofile`` (soft,
+    hard), with room for more new actors than it fits (the creation rate has its own tests)."""
+    server = ServerProcess(data, "--anonymous-creation-burst", "1000", app=app, nofile=nofile).start()
     try:
         yield server
     finally:
@@ -104,11 +107,15 @@ async def test_past_the_actors_that_fit_a_new_actor_is_a_capacity_error_and_a_by
     """256 descriptors, soft and hard: ``max_active`` is lowered to fit; clients that each hold a
     connection to a new actor get a welcome until it is reached, then ``overloaded`` and 1013 (every
     handshake is answered); a bystander's handshake and call to a live actor, and ``/healthz``,
-    still succeed."""
-    with serving(tmp_path / "data", (256, 256)) as server:
+    still succeed. (The app keeps a reserve that holds more connections than actors fit: under the
+    default reserve the connection cap comes first.)"""
+    with serving(tmp_path / "data", (256, 256), app="tests.apps:roomy_sockets") as server:
         async with contextlib.AsyncExitStack() as held, httpx.AsyncClient(timeout=10) as http:
+            descriptors = (await http.get(f"{server.http}/healthz")).json()["descriptors"]
+            tries = descriptors["max_active"] + 10  # more actors than fit, fewer than one client's share
+            assert tries < descriptors["connections"] // 2
             answers: list[str] = []
-            for i in range(120):  # more actors than 256 descriptors allow (2 each, and a socket)
+            for i in range(tries):
                 ws = await held.enter_async_context(connect(f"{server.ws}/agents/counter/c{i}"))
                 first = await ws.recv(timeout=10)  # a handshake without an answer fails here
                 if first["type"] == "welcome":
@@ -121,7 +128,7 @@ async def test_past_the_actors_that_fit_a_new_actor_is_a_capacity_error_and_a_by
                 assert await bystander.call("increment") == 1
             health = (await http.get(f"{server.http}/healthz")).json()
         fits = health["max_active"]
-        assert answers == ["welcome"] * fits + ["overloaded"] * (120 - fits)
+        assert answers == ["welcome"] * fits + ["overloaded"] * (tries - fits)
         assert health["active_actors"] == fits
         assert health["descriptors"]["limit"] == 256
         assert f"descriptor limit 256; max_active lowered from 2000 to {fits} to fit" in "".join(server.log)
@@ -177,3 +184,122 @@ async def test_an_actor_that_cannot_be_opened_for_want_of_descriptors_is_actor_u
         await asyncio.sleep(0)
     finally:
         await registry.stop()
+
+
+async def _health(server: ServerProcess) -> httpx.Response:
+    """``GET /healthz`` on a connection of its own, closed after the answer."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.get(f"{server.http}/healthz")
+
+
+async def _open_until_refused(
+    held: contextlib.AsyncExitStack, url: str, headers: dict[str, str] | None = None, most: int = 1000
+) -> tuple[int, str | int]:
+    """Open connections to ``url`` and keep them until one is refused: how many were welcomed, and
+    the refusal (an error frame's code, or the handshake's HTTP status)."""
+    for n in range(most):
+        try:
+            ws = await held.enter_async_context(connect(url, additional_headers=headers, open_timeout=10))
+        except InvalidStatus as exc:  # a handshake without any answer raises something else
+            return n, exc.response.status_code
+        first = await ws.recv(timeout=10)
+        if first["type"] != "welcome":
+            assert await ws.close_code() == 1013
+            return n, str(first["code"])
+    raise AssertionError(f"{most} connections and none refused")
+
+
+async def test_one_client_cannot_take_every_socket_and_past_the_cap_every_handshake_is_answered_503(
+    tmp_path: Path,
+) -> None:
+    """256 descriptors: the server holds at most ``connections`` sockets (the reserve less a headroom),
+    one anonymous address at most half of them. One address opening WebSockets to one actor is
+    refused at its share (1013 ``too_many_connections``) while a bystander (another address) is
+    welcomed and served and ``/healthz`` answers; once other addresses fill the cap, every new
+    handshake and request is answered HTTP 503 (never left without an answer by an ``EMFILE``),
+    logged once per burst, and the server serves again when they close. (Without the cap one client
+    took every descriptor: the 236th handshake, a bystander's and ``/healthz`` got no answer.)"""
+    with serving(tmp_path / "data", (256, 256)) as server:
+        descriptors = (await _health(server)).json()["descriptors"]
+        cap = descriptors["connections"]
+        assert cap == descriptors["reserve"] - max(16, descriptors["reserve"] // 8)
+        share = cap // 2
+        async with contextlib.AsyncExitStack() as held:
+            url = f"{server.ws}/agents/counter/c0"
+            assert await _open_until_refused(held, url) == (share, "too_many_connections")
+            other = {"X-Forwarded-For": "198.51.100.7"}
+            async with connect(f"{server.ws}/agents/counter/bystander", additional_headers=other) as ws:
+                assert (await ws.recv(timeout=10))["type"] == "welcome"
+                assert await ws.call("increment") == 1
+            assert (await _health(server)).status_code == 200
+
+            opened, refusal = 0, None
+            for i in range(4):  # more addresses, each up to its share, until the cap refuses one
+                headers = {"X-Forwarded-For": f"198.51.100.{10 + i}"}
+                n, refusal = await _open_until_refused(held, url, headers, most=share + 1)
+                opened += n
+                if refusal == 503:
+                    break
+                assert (n, refusal) == (share, "too_many_connections")
+            assert refusal == 503
+            assert share + opened < cap  # uvicorn counts the refused one among the connections
+            for _ in range(5):  # every new handshake and request: 503, to everyone
+                with pytest.raises(InvalidStatus) as refused:
+                    await held.enter_async_context(connect(url, additional_headers=other, open_timeout=10))
+                assert refused.value.response.status_code == 503
+                assert (await _health(server)).status_code == 503
+        await until(lambda: "at the connection cap" in "".join(server.log))
+        lines = [line for line in server.log if "at the connection cap" in line]
+        assert 1 <= len(lines) <= 2, lines  # 11 refusals in a burst: one line (two across 10 s)
+
+        async def served() -> bool:
+            return (await _health(server)).status_code == 200
+
+        await until(served)
+        async with connect(url) as ws:
+            assert (await ws.recv(timeout=10))["type"] == "welcome"
+
+
+def test_roost_serve_gives_one_client_at_most_half_the_connection_cap_unless_told(tmp_path: Path) -> None:
+    """Under a descriptor limit: an anonymous address and an authenticated principal hold at most
+    half of the connections the reserve holds; ``--max-conns-per-address`` /
+    ``--max-conns-per-principal`` / ``--max-connections`` (0: no cap) decide instead when given."""
+    from roost.cli import _parser
+    from roost.cli.serve import _secure, connection_cap
+    from roost.transport import create_app
+
+    found = budget(256, in_use=20, max_active=2000)
+    cap = found.connections()
+    assert cap == found.reserve - 16
+    assert found.ceiling() == cap + 8 < found.reserve
+
+    def limits(*argv: str, descriptors: DescriptorBudget | None = found) -> tuple[int | None, int | None]:
+        app = create_app(KINDS, data_dir=tmp_path)
+        _secure(app, _parser().parse_args(["serve", *argv]), descriptors)
+        return app.access.limits.conns_per_address, app.access.limits.conns_per_principal
+
+    assert limits() == (cap // 2, cap // 2)
+    assert limits("--max-conns-per-address", "500", "--max-conns-per-principal", "7") == (500, 7)
+    assert limits("--max-conns-per-address", "0") == (None, cap // 2)
+    assert limits("--max-connections", "100") == (50, 50)
+    assert limits("--max-connections", "0") == (None, 1000)
+    assert limits(descriptors=budget(1 << 20, in_use=20, max_active=2000)) == (114_688, 1000)
+    assert limits(descriptors=None) == (None, 1000)  # no descriptor limit: no cap, no share
+    parse = _parser().parse_args
+    assert connection_cap(parse(["serve"]), found) == (cap, cap + 8)
+    assert connection_cap(parse(["serve", "--max-connections", "0"]), found) == (None, None)
+    assert connection_cap(parse(["serve", "--max-connections", "90"]), found) == (90, None)
+
+
+def test_connections_refused_at_the_cap_are_logged_once_per_burst(caplog: pytest.LogCaptureFixture) -> None:
+    refusals = Refusals(every=10.0)
+    with caplog.at_level(logging.WARNING, "roost.serve"):
+        for i in range(1000):  # one burst
+            refusals.note("requests and handshakes", 48, now=100.0 + i / 1000)
+        refusals.note("requests and handshakes", 48, now=111.0)  # the next report: how many since
+    lines = [r.getMessage() for r in caplog.records if r.name == "roost.serve"]
+    said = "requests and handshakes refused (HTTP 503 or closed) since the last report"
+    assert lines == [
+        f"at the connection cap (48 open): 1 {said}",
+        f"at the connection cap (48 open): 1000 {said}",
+    ]

@@ -24,6 +24,14 @@ Guarantees:
   when the process holds its maximum of actors (the next new actor is ``overloaded``, 503 / 1013).
 - **A limit too small is refused at start**, with one line saying the numbers
   (:class:`~roost.actors.errors.TooFewDescriptors`), when fewer than :data:`MIN_ACTORS` would fit.
+- **Sockets stay in the reserve** (``roost serve``): :meth:`DescriptorBudget.connections` is the
+  number of connections the server holds at once, the reserve less a headroom (an eighth, at least
+  16) for the connections being refused and the process's own files; ``roost serve`` gives it to
+  uvicorn as ``limit_concurrency`` (past it a new request or WebSocket handshake is answered HTTP 503,
+  not left without an answer by an ``EMFILE``), and a connection opened past
+  :meth:`DescriptorBudget.ceiling` is closed at once (``roost.transport.uvicorn_http``); one
+  client (an anonymous address, an authenticated principal) holds at most half of the connections
+  by default (``roost.cli.serve``).
 - **Running out is a capacity error.** An actor whose file cannot be opened because the process (or
   the system) has no descriptor left is ``actor_unavailable`` with a message that says so
   (:func:`out_of_descriptors` tells it apart from other failures to open), never a traceback per
@@ -54,6 +62,7 @@ __all__ = [
     "fit_descriptors",
     "open_descriptors",
     "out_of_descriptors",
+    "socket_headroom",
 ]
 
 log = logging.getLogger("roost.registry")
@@ -80,12 +89,24 @@ class DescriptorBudget:
     max_active: int
     lowered_from: int | None
 
+    def connections(self) -> int:
+        """Connections the server holds at once: the reserve less :func:`socket_headroom`."""
+        return max(1, self.reserve - socket_headroom(self.reserve))
+
+    def ceiling(self) -> int:
+        """Sockets past which a new one is closed at once: :meth:`connections` and half the headroom
+        (the connections being answered 503); the other half is for the process's own files."""
+        return self.connections() + socket_headroom(self.reserve) // 2
+
     def describe(self) -> str:
         """One line for the log: the limit and ``max_active``, and why."""
         limit = f"descriptor limit {self.limit}"
         if self.raised_from is not None:
             limit += f" (raised from {self.raised_from} to the hard limit)"
-        why = f"{FDS_PER_ACTOR} per actor, {self.in_use} in use, {self.reserve} kept for sockets"
+        why = (
+            f"{FDS_PER_ACTOR} per actor, {self.in_use} in use, {self.reserve} kept for sockets: "
+            f"{self.connections()} connections"
+        )
         if self.lowered_from is not None:
             return f"{limit}; max_active lowered from {self.lowered_from} to {self.max_active} to fit ({why})"
         return f"{limit}; max_active {self.max_active} fits ({why})"
@@ -98,12 +119,19 @@ class DescriptorBudget:
             "reserve": self.reserve,
             "per_actor": FDS_PER_ACTOR,
             "max_active": self.max_active,
+            "connections": self.connections(),
         }
 
 
 def default_reserve(limit: int) -> int:
     """Descriptors kept for sockets and the rest under ``limit``: a quarter of it, at least 64."""
     return max(64, limit // 4)
+
+
+def socket_headroom(reserve: int) -> int:
+    """Descriptors of the reserve kept beside the connections: an eighth of it, at least 16 (at most
+    half of it)."""
+    return min(reserve // 2, max(16, reserve // 8))
 
 
 def _pending_releases(max_active: int) -> int:

@@ -20,6 +20,7 @@ from roost.cli.limits import MAX_HANDSHAKE_LINE
 from roost.cli.tokens import signer_from_env
 
 if TYPE_CHECKING:
+    from roost.actors import DescriptorBudget
     from roost.transport.app import RoostApp
 
 __all__ = ["MAX_HANDSHAKE_LINE", "add_parser", "load_app"]
@@ -69,24 +70,50 @@ def _positive(text: str) -> float:
     return value
 
 
-def _secure(app: RoostApp, args: argparse.Namespace) -> None:
-    """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md)."""
+def connection_cap(args: argparse.Namespace, found: DescriptorBudget | None) -> tuple[int | None, int | None]:
+    """The connections the server holds at once (uvicorn's ``limit_concurrency``; None: no cap) and
+    the open sockets past which a new one is closed at once (None: none): ``--max-connections`` if
+    given (0: no cap), else what the descriptor reserve holds
+    (:meth:`~roost.actors.DescriptorBudget.connections` and
+    :meth:`~roost.actors.DescriptorBudget.ceiling`; no cap without a descriptor limit)."""
+    if args.max_connections is not None:
+        return (args.max_connections or None), None
+    if found is None:
+        return None, None
+    return found.connections(), found.ceiling()
+
+
+def _secure(app: RoostApp, args: argparse.Namespace, found: DescriptorBudget | None) -> None:
+    """Access settings from the command line and ``$ROOST_SECRET`` (see docs/security.md). Under a
+    connection cap, one client's connections are by default at most half of it: an anonymous
+    address's unless ``--max-conns-per-address`` is given, an authenticated principal's at most that
+    unless ``--max-conns-per-principal`` is."""
     from roost.transport.auth import allow_all
     from roost.transport.limits import Limits
     from roost.transport.security import claims_authorize, token_authenticate
 
+    cap = connection_cap(args, found)[0]
+    share = max(1, cap // 2) if cap is not None else None
+    per_principal = args.max_conns_per_principal
+    if per_principal is None:
+        per_principal = 1000 if share is None else min(1000, share)
+    per_address = args.max_conns_per_address if args.max_conns_per_address is not None else share
     limits = Limits(
         conn_rate=args.rate_limit or None,
         conn_burst=2 * args.rate_limit,
         principal_rate=args.principal_rate_limit or None,
         principal_burst=2 * args.principal_rate_limit,
         conns_per_actor=args.max_conns_per_actor or None,
-        conns_per_principal=args.max_conns_per_principal or None,
+        conns_per_principal=per_principal or None,
         anonymous_rate=args.anonymous_rate_limit or None,
         anonymous_burst=2 * args.anonymous_rate_limit,
-        conns_per_address=args.max_conns_per_address or None,
+        conns_per_address=per_address or None,
         anonymous_creation_rate=args.anonymous_creation_rate or None,
         anonymous_creation_burst=args.anonymous_creation_burst,
+        anonymous_network_creation_rate=args.anonymous_network_creation_rate or None,
+        anonymous_network_creation_burst=args.anonymous_network_creation_burst,
+        anonymous_total_creation_rate=args.anonymous_total_creation_rate or None,
+        anonymous_total_creation_burst=args.anonymous_total_creation_burst,
         creation_rate=args.creation_rate or None,
         creation_burst=args.creation_burst,
     )
@@ -96,10 +123,11 @@ def _secure(app: RoostApp, args: argparse.Namespace) -> None:
     app.secure(origins=args.origin or None, limits=limits)
 
 
-def _fit_descriptors(app: RoostApp) -> None:
+def _fit_descriptors(app: RoostApp) -> DescriptorBudget | None:
     """Raise the descriptor limit and check that enough actors fit before listening: a limit too low
     is one line and exit 1, not a traceback from the app's start-up (the app sizes ``max_active`` to
-    it again when it starts, with what it then has open)."""
+    it again when it starts, with what it then has open). What was found sizes the connection cap
+    and the clients' shares of it."""
     from roost.actors import TooFewDescriptors, fit_descriptors
 
     config = app.registry.config
@@ -111,6 +139,7 @@ def _fit_descriptors(app: RoostApp) -> None:
         logging.getLogger("roost.serve").info(
             "descriptor limit raised from %d to %d (the hard limit)", found.raised_from, found.limit
         )
+    return found
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -137,6 +166,8 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CommandFailed(f"--data {args.data}: cannot create it: {exc.strerror}") from None
     app = load_app(args.app)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    found: DescriptorBudget | None = None
     if isinstance(app, RoostApp):
         changes: dict[str, object] = {}
         if args.data is not None:
@@ -148,23 +179,23 @@ def _serve(args: argparse.Namespace) -> int:
         if args.durability is not None:
             changes["durability"] = args.durability
         app.configure(**changes)
-        _secure(app, args)
+        found = _fit_descriptors(app)
+        _secure(app, args, found)
         max_size = app.max_frame_bytes
     elif args.data is not None:
         raise UsageError("--data needs an app made by roost.create_app")
     else:
         max_size = 1 << 20
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if isinstance(app, RoostApp):
-        _fit_descriptors(app)
 
     protocols = uvicorn_protocols.choose()
     if protocols.fallback is not None:
         logging.getLogger("roost.serve").warning(
-            "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer): %s",
+            "uvicorn's own protocols instead of Roost's (no handshake timeout, no 414 answer, "
+            "no connection cap on WebSocket handshakes): %s",
             protocols.fallback,
         )
     logging.getLogger("roost.serve").info("%s", uvicorn_protocols.fast_paths(protocols))
+    cap, ceiling = connection_cap(args, found)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=args.host,
@@ -181,6 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        limit_concurrency=cap,  # past it: HTTP 503, handshakes included (Roost's protocol class)
     )
     from roost.transport.security import redact_logs
 
@@ -188,6 +220,8 @@ def _serve(args: argparse.Namespace) -> int:
         from roost.transport import uvicorn_http
 
         uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
+        uvicorn_http.CEILING = ceiling
+        uvicorn_http.quiet_uvicorn_refusals()
     # belt and braces: no token reaches a log line, whoever writes it (uvicorn set up its handlers
     # when its Config was made, just above)
     redact_logs("uvicorn", "uvicorn.error", "uvicorn.access")
@@ -224,7 +258,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--principal-rate-limit", type=float, default=5000.0, help="frames/s per principal (0: off)"
     )
     serve.add_argument("--max-conns-per-actor", type=int, default=10_000, help="(0: no limit)")
-    serve.add_argument("--max-conns-per-principal", type=int, default=1000, help="(0: no limit)")
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        help="connections held at once; past it HTTP 503 (0: no cap; default: what the descriptor "
+        "reserve holds)",
+    )
+    serve.add_argument(
+        "--max-conns-per-principal",
+        type=int,
+        help="(0: no limit; default: 1000, or half the connection cap if less)",
+    )
     serve.add_argument(
         "--anonymous-rate-limit",
         type=float,
@@ -234,8 +278,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument(
         "--max-conns-per-address",
         type=int,
-        default=0,
-        help="connections per address of anonymous clients (0: off)",
+        help="connections per address of anonymous clients (0: off; default: half the connection cap)",
     )
     serve.add_argument(
         "--anonymous-creation-rate",
@@ -248,6 +291,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_positive,
         default=200.0,
         help="new actors an anonymous address may create at once",
+    )
+    serve.add_argument(
+        "--anonymous-network-creation-rate",
+        type=float,
+        default=5.0,
+        help="new actors/s per IPv6 /48 of anonymous clients (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-network-creation-burst",
+        type=_positive,
+        default=1000.0,
+        help="new actors an IPv6 /48 of anonymous clients may create at once",
+    )
+    serve.add_argument(
+        "--anonymous-total-creation-rate",
+        type=float,
+        default=50.0,
+        help="new actors/s of all anonymous clients together (0: off)",
+    )
+    serve.add_argument(
+        "--anonymous-total-creation-burst",
+        type=_positive,
+        default=5000.0,
+        help="new actors all anonymous clients together may create at once",
     )
     serve.add_argument(
         "--creation-rate",

@@ -21,8 +21,9 @@ A token sent on an open connection (an ``auth`` frame) is checked as the handsha
 (:meth:`Access.renew`: steps 3 and 5); the connection's rules decide what follows
 (:meth:`roost.transport.protocol.ConnectionProtocol.renewed`), and :meth:`FrameGate.use` puts the new
 principal's claims in force for later frames.
-Anonymous principals have their own per-address bucket and connection count (IPv6 by /64; behind a
-reverse proxy, uvicorn's proxy headers give the client's address), off by default.
+Anonymous principals have their own per-address bucket and connection count (IPv6 by /64, an IPv4
+address carried in IPv6 as that IPv4 address; behind a reverse proxy, uvicorn's proxy headers give the
+client's address), off by default; their creations also count per IPv6 /48 and all together.
 """
 
 from __future__ import annotations
@@ -66,16 +67,43 @@ def _anonymous(principal: Principal) -> bool:
 
 
 def _address(client: str | None) -> object | None:
-    """Anonymous clients are told apart by address; IPv6 by its /64 (one host's usual share)."""
+    """Anonymous clients are told apart by address: IPv4 by address, IPv6 by its /64 (one host's
+    usual share). An IPv4 address carried in an IPv6 one is keyed as that IPv4 address: IPv4-mapped
+    ``::ffff:a.b.c.d`` (what a dual-stack socket or proxy reports for an IPv4 client), IPv4-compatible
+    ``::a.b.c.d`` and 6to4 ``2002:aabb:ccdd::/48`` (otherwise every such client would share ``::/64``
+    or one /64 of its 6to4 site)."""
     if not client:
         return None
-    try:
-        ip = ipaddress.ip_address(client)
-    except ValueError:
+    ip = _ip(client)
+    if ip is None:
         return ("addr", client)
     if ip.version == 6:
         return ("ip6", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
-    return ("ip", client)
+    return ("ip", str(ip))
+
+
+def _ip(client: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``client`` as an address, an IPv4 address carried in IPv6 as IPv4; None if it is not one."""
+    try:
+        ip = ipaddress.ip_address(client)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = ip.ipv4_mapped or ip.sixtofour
+        if inner is None and int(ip) >> 32 == 0 and int(ip) > 1:  # ::a.b.c.d (not :: or ::1)
+            inner = ipaddress.IPv4Address(int(ip))
+        if inner is not None:
+            return inner
+    return ip
+
+
+def _network(client: str | None) -> object | None:
+    """The wider network an anonymous client's address belongs to for creations: its IPv6 /48 (None
+    for IPv4 and for what is not an address)."""
+    ip = _ip(client) if client else None
+    if ip is None or ip.version == 4:
+        return None
+    return ("net6", str(ipaddress.ip_network(f"{ip}/48", strict=False)))
 
 
 def limit_key(principal: Principal, client: str | None = None) -> object | None:
@@ -115,6 +143,18 @@ class Access:
         self.principal_creations = (
             BucketTable(limits.creation_rate, limits.creation_burst, size, clock)
             if limits.creation_rate is not None
+            else None
+        )
+        self.network_creations = (
+            BucketTable(
+                limits.anonymous_network_creation_rate, limits.anonymous_network_creation_burst, size, clock
+            )
+            if limits.anonymous_network_creation_rate is not None
+            else None
+        )
+        self.total_creations = (
+            TokenBucket(limits.anonymous_total_creation_rate, limits.anonymous_total_creation_burst, clock)
+            if limits.anonymous_total_creation_rate is not None
             else None
         )
 
@@ -205,18 +245,21 @@ class Access:
 
         Only a request that would create the actor counts: an actor that exists (live, or dormant with
         a file) is never refused here, and costs no token. Otherwise one token is taken from the
-        principal's creation bucket (anonymous clients: their address's, IPv6 by /64); without one
-        the refusal is ``creation_limited`` with the whole seconds until the next token. No bucket
-        (the rate is off, or an anonymous client's address is unknown): always allowed."""
-        table = self.anonymous_creations if _anonymous(principal) else self.principal_creations
-        who = limit_key(principal, client)
-        if table is None or who is None or self.registry.exists(kind, name):
+        principal's creation bucket; an anonymous client's from three at once: its address's (IPv4
+        by address, IPv6 by /64), its network's (IPv6 by /48, so that many /64s of one site do not
+        each bring a burst) and the one of all anonymous creations (the bound no number of addresses
+        multiplies). A token is taken from each or from none: without one in every bucket the
+        refusal is ``creation_limited`` with the whole seconds until the last of them has one. No
+        bucket (the rates are off, or an anonymous client's address is unknown): always allowed."""
+        buckets = self._creation_buckets(principal, client)
+        if not buckets or self.registry.exists(kind, name):
             return None
-        bucket = table.get(who)
         now = self.clock()
-        if bucket.take(now):
+        wait = max(bucket.wait(now) for bucket in buckets)
+        if wait == 0:
+            for bucket in buckets:
+                bucket.take(now)
             return None
-        wait = bucket.wait(now)
         log.debug(  # not a warning: a flood of refusals must not become a flood of log lines
             "refused to create %s/%r for %r from %s: creation rate exceeded",
             kind,
@@ -227,6 +270,22 @@ class Access:
         return Refused(
             "creation_limited", f"too many new actors for this client; retry in {wait} s", retry_after=wait
         )
+
+    def _creation_buckets(self, principal: Principal, client: str | None) -> list[TokenBucket]:
+        """The creation buckets a new actor of ``principal`` from ``client`` takes a token from."""
+        who = limit_key(principal, client)
+        if not _anonymous(principal):
+            table = self.principal_creations
+            return [table.get(who)] if table is not None and who is not None else []
+        if self.anonymous_creations is None or who is None:  # the per-address rate off: none apply
+            return []
+        buckets = [self.anonymous_creations.get(who)]
+        network = _network(client)
+        if network is not None and self.network_creations is not None:
+            buckets.append(self.network_creations.get(network))
+        if self.total_creations is not None:
+            buckets.append(self.total_creations)
+        return buckets
 
     # -- rates ----------------------------------------------------------------------------------------
     def principal_bucket(self, principal: Principal, client: str | None = None) -> TokenBucket | None:

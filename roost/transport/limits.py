@@ -34,9 +34,11 @@ class Limits:
     #: Open connections per actor, and per (authenticated) principal.
     conns_per_actor: int | None = 10_000
     conns_per_principal: int | None = 1000
-    #: Anonymous clients by address (IPv6 by /64): frames per second over all their connections and
-    #: requests, and open connections. Off by default: many users can share one address (NAT, a
-    #: proxy); turn them on for an anonymous service facing the internet.
+    #: Anonymous clients by address (IPv6 by /64; an IPv4 address carried in IPv6, ``::ffff:a.b.c.d``
+    #: or 6to4, as that IPv4 address): frames per second over all their connections and requests, and
+    #: open connections. Off by default here: many users can share one address (NAT, a proxy); turn
+    #: them on for an anonymous service facing the internet (``roost serve`` gives each address at
+    #: most half of its connection cap unless told otherwise).
     anonymous_rate: float | None = None
     anonymous_burst: float = 2000.0
     conns_per_address: int | None = None
@@ -45,6 +47,15 @@ class Limits:
     #: default: every new actor is a file on disk and descriptors while it is live.
     anonymous_creation_rate: float | None = 1.0
     anonymous_creation_burst: float = 200.0
+    #: The same per IPv6 /48 (one site's usual share: up to 65,536 /64s), so that a network's many
+    #: /64s cannot each create a burst; IPv4 addresses have none.
+    anonymous_network_creation_rate: float | None = 5.0
+    anonymous_network_creation_burst: float = 1000.0
+    #: All anonymous creations together, whatever their addresses: the bound no number of addresses
+    #: multiplies (past it, anonymous clients create no actor until it refills; existing actors and
+    #: authenticated principals are not affected).
+    anonymous_total_creation_rate: float | None = 50.0
+    anonymous_total_creation_burst: float = 5000.0
     #: The same per authenticated principal (its token's subject within its tenant); off by default.
     creation_rate: float | None = None
     creation_burst: float = 1000.0

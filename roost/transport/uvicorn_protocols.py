@@ -3,7 +3,8 @@
 Roost's two classes (:mod:`roost.transport.uvicorn_http`, :mod:`roost.transport.uvicorn_ws`) are the
 one documented exception to "other libraries' public APIs only": they subclass classes from uvicorn's
 internal modules, for correctness and safety rather than speed (a handshake timeout against
-slowloris; an answer to a handshake the websockets parser refused, instead of a client left hanging).
+slowloris; the connection cap applied to WebSocket upgrades too, answered 503; an answer to a
+handshake the websockets parser refused, instead of a client left hanging).
 So they are used only on the uvicorn versions they were tested with (the pin in ``pyproject.toml``)
 and only if what they build on is there; otherwise :func:`choose` falls back to uvicorn's own
 ``httptools`` and ``websockets-sansio`` protocols, and says so in one log line. Everything else
@@ -28,7 +29,13 @@ _NEEDS = (
     (
         "uvicorn.protocols.http.httptools_impl",
         "HttpToolsProtocol",
-        ("connection_made", "on_headers_complete", "on_response_complete", "connection_lost"),
+        (
+            "connection_made",
+            "on_headers_complete",
+            "on_response_complete",
+            "connection_lost",
+            "handle_websocket_upgrade",
+        ),
     ),
     (
         "uvicorn.protocols.websockets.websockets_sansio_impl",
