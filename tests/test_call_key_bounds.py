@@ -1,6 +1,7 @@
 """Idempotency records bounded in bytes (roost.actors.callkeys): the sizes of an actor's records sum to
 at most ``call_keys_bytes`` (4 MiB by default), the oldest pruned first in the recording transaction;
-the running total agrees with the records; an outcome larger than the whole budget is answered once
+the running total agrees with the records (high, never low, while a replaced key's bytes wait to be
+pruned past); an outcome larger than the whole budget is answered once
 and never run again (``idempotency_result_unavailable``); a file from before the records were each
 caller's own is migrated."""
 
@@ -51,10 +52,10 @@ async def make(kit: Any, kind: str, name: str, size: int, key: str) -> Any:
 
 def records(kit: Any, kind: str, name: str) -> tuple[list[str], int, int]:
     """The keys kept (oldest first), their sizes' sum, and the running total."""
-    conn = kit.registry.hosts[(kind, name)].file.conn
-    keys = [k for (k,) in conn.execute("SELECT key FROM roost_call_keys ORDER BY id")]
-    summed = int(conn.execute("SELECT coalesce(sum(size), 0) FROM roost_call_keys").fetchone()[0])
-    return keys, summed, int(conn.execute("SELECT bytes FROM roost_call_keys_size").fetchone()[0])
+    host = kit.registry.hosts[(kind, name)]
+    keys = [k for (k,) in host.file.conn.execute("SELECT key FROM roost_call_keys ORDER BY id")]
+    summed = int(host.file.conn.execute("SELECT coalesce(sum(size), 0) FROM roost_call_keys").fetchone()[0])
+    return keys, summed, int(host.call_keys.total())
 
 
 def runs(kit: Any, kind: str, name: str) -> int:
@@ -99,16 +100,34 @@ async def test_the_running_total_of_the_record_sizes_is_the_sum_of_the_records_k
                 with pytest.raises(RpcError):
                     await kit.registry.call("big", "t", "fail", [500], {}, idempotency_key=f"e{i}")
             keys, summed, total = records(kit, "big", "t")
-            assert (len(keys), summed) == (4, total)
+            assert (keys, summed) == (["c5", "e0", "e1", "e2"], total)
             clock.advance(KEY_WINDOW)  # past the window: replaced under its key, the rest pruned by age
             await make(kit, "big", "t", 4_000, "e2")
             await make(kit, "big", "t", 4_000, "n1")
             await make(kit, "big", "t", 4_000, "n2")  # and by bytes: e2 goes
             keys, summed, total = records(kit, "big", "t")
-            assert keys == ["n1", "n2"]
-            assert summed == total
+            assert (keys, summed) == (["n1", "n2"], total)
     finally:
         Big.call_keys_kept = None
+
+
+async def test_a_key_replaced_past_the_window_counts_high_until_the_records_before_it_are_pruned(
+    tmp_path: Path,
+) -> None:
+    kit, clock = make_kit(tmp_path, Big)
+    async with kit:
+        for i in range(10):
+            await make(kit, "big", "h", 10, f"k{i}")
+        clock.advance(KEY_WINDOW)
+        old = records(kit, "big", "h")[1] // 10
+        await make(kit, "big", "h", 10, "k9")  # k9 runs again; 8 of the 9 before it are pruned by age
+        keys, summed, total = records(kit, "big", "h")
+        assert keys == ["k8", "k9"]
+        assert total == summed + old, "the old k9 is still counted: high, never low"
+        await make(kit, "big", "h", 10, "next")  # k8 is pruned: past the hole
+        keys, summed, total = records(kit, "big", "h")
+        assert (keys, total) == (["k9", "next"], summed)
+        assert runs(kit, "big", "h") == 12
 
 
 async def test_an_outcome_larger_than_the_whole_budget_is_answered_once_and_a_retry_is_refused(
@@ -152,8 +171,8 @@ def test_a_file_from_before_keys_were_each_callers_own_is_migrated_and_its_recor
         assert current_version(file.conn, "roost") == len(FRAMEWORK_MIGRATIONS) >= 4
         columns = [r[1] for r in file.conn.execute("PRAGMA table_info(roost_call_keys)")]
         assert columns[:3] == ["id", "caller", "key"]
-        assert "size" in columns
+        assert {"size", "upto"} <= set(columns)
+        assert columns[-1] == "outcome", "the small columns come first: pruning never reads an outcome"
         assert file.conn.execute("SELECT count(*) FROM roost_call_keys").fetchone()[0] == 0
-        assert file.conn.execute("SELECT bytes FROM roost_call_keys_size").fetchall() == [(0,)]
     finally:
         file.close()

@@ -31,9 +31,10 @@ Guarantees (tests in ``tests/test_call_keys.py``, ``tests/test_call_key_bounds.p
   (``Actor.call_keys_bytes``), and none older than :data:`KEY_WINDOW` (24 h, as schedule keys). All
   three are pruned, oldest first, in the transaction that records a new key (the records past the
   count or the bytes at once, those past the window up to 8 a record), and a record past the window
-  never answers, pruned or not. A key older than that runs the call again. The sizes' sum is kept in
-  ``roost_call_keys_size`` (one row, written with each record), so a record costs no scan of the
-  table.
+  never answers, pruned or not. A key older than that runs the call again. Each record holds its
+  size and ``upto``, the sizes of all records up to it summed (a running total), so the bytes kept are
+  the newest ``upto`` less the ``upto`` before the oldest (:meth:`CallKeys.total`): a record reads two
+  rows at the ends of the table, never scans it, and writes no page besides its own.
 - **An outcome larger than the whole budget is not kept.** The call's caller gets it; the record
   under its key says only that the call ran: a retry under the key is refused with
   :class:`~roost.actors.errors.IdempotencyResultUnavailable` (``idempotency_result_unavailable``,
@@ -81,9 +82,12 @@ MAX_KEY = 128
 _AGED = 8
 _PRUNE_AGED = (
     "DELETE FROM roost_call_keys WHERE id IN "
-    f"(SELECT id FROM roost_call_keys ORDER BY id LIMIT {_AGED}) AND created_at <= ? RETURNING size"
+    f"(SELECT id FROM roost_call_keys ORDER BY id LIMIT {_AGED}) AND created_at <= ?"
 )
-_OLDEST = "SELECT id, size FROM roost_call_keys WHERE id < ? ORDER BY id"
+#: ``upto`` before the oldest record (what the records before it counted, pruned or not).
+_BEFORE_OLDEST = "SELECT upto - size FROM roost_call_keys ORDER BY id LIMIT 1"
+_BOUNDS = f"SELECT (SELECT upto FROM roost_call_keys ORDER BY id DESC LIMIT 1), ({_BEFORE_OLDEST})"
+_OLDEST = "SELECT id, upto - size FROM roost_call_keys WHERE id < ? ORDER BY id"
 #: Runtime errors that mean the call did not happen: not recorded, so the same key runs it later.
 NOT_RECORDED = frozenset({"actor_unavailable", "overloaded"})
 
@@ -117,8 +121,8 @@ def record_size(caller: str, key: str, outcome: str) -> int:
 
 
 class CallKeys:
-    """The records of one actor's file (``roost_call_keys``, ``roost_call_keys_size``). Every method
-    runs inside the current turn's transaction (the host's ``file.conn``)."""
+    """The records of one actor's file (``roost_call_keys``). Every method runs inside the current
+    turn's transaction (the host's ``file.conn``)."""
 
     __slots__ = ("_conn", "_cur", "kept", "max_bytes", "window")
 
@@ -165,8 +169,12 @@ class CallKeys:
         self._record(caller, key, fp, 0, orjson.dumps({"code": code, "message": message}).decode(), now)
 
     def total(self) -> int:
-        """The sizes of the records kept, summed (as written by the last record)."""
-        return int(self._cur.execute("SELECT bytes FROM roost_call_keys_size").fetchone()[0])
+        """The bytes the records kept count (:func:`record_size`), from the running sums: the newest
+        record's ``upto`` less the ``upto`` before the oldest one. Exact, except that a record that gave
+        its key to a new call (past the window, not yet pruned) is still counted until the records
+        before it are pruned: the count may err high, never low."""
+        newest, before = self._cur.execute(_BOUNDS).fetchone()
+        return int(newest or 0) - int(before or 0)
 
     def _record(self, caller: str, key: str, fp: str, ok: int, outcome: str, now: float) -> None:
         size = record_size(caller, key, outcome)
@@ -174,44 +182,34 @@ class CallKeys:
             ok, outcome = 0, self._unavailable(key, size)
             size = record_size(caller, key, outcome)
         cur = self._cur
-        # a record past the window (not pruned yet) gives its key to the new call
-        freed = self._delete(
-            "DELETE FROM roost_call_keys WHERE caller = ? AND key = ? RETURNING size", caller, key
-        )
+        last = cur.execute("SELECT upto FROM roost_call_keys ORDER BY id DESC LIMIT 1").fetchone()
+        upto = (int(last[0]) if last is not None else 0) + size
+        # REPLACE: a record past the window (not pruned yet) gives its key to the new call
         cur.execute(
-            "INSERT INTO roost_call_keys (caller, key, fingerprint, ok, outcome, size, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (caller, key, fp, ok, outcome, size, now),
+            "INSERT OR REPLACE INTO roost_call_keys "
+            "(caller, key, fingerprint, ok, size, upto, created_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (caller, key, fp, ok, size, upto, now, outcome),
         )
         newest = cur.lastrowid or 0
-        total = self.total() + size - freed
         if newest > self.kept:  # ids grow by one per record: all below the newest `kept` go
-            total -= self._delete(
-                "DELETE FROM roost_call_keys WHERE id <= ? RETURNING size", newest - self.kept
-            )
+            cur.execute("DELETE FROM roost_call_keys WHERE id <= ?", (newest - self.kept,))
         # the oldest records (lowest ids) past the window: at most _AGED per record, more than it adds,
         # so the expired ones drain; a record past the window that is still there never answers
-        total -= self._delete(_PRUNE_AGED, now - self.window)
-        if total > self.max_bytes:
-            total = self._prune_bytes(total, newest)
-        cur.execute("UPDATE roost_call_keys_size SET bytes = ?", (total,))
+        cur.execute(_PRUNE_AGED, (now - self.window,))
+        if upto - int(cur.execute(_BEFORE_OLDEST).fetchone()[0]) > self.max_bytes:
+            self._prune_bytes(upto - self.max_bytes, newest)
 
-    def _delete(self, sql: str, *params: Any) -> int:
-        """Run a ``DELETE … RETURNING size``: the bytes it freed."""
-        return sum(int(size) for (size,) in self._cur.execute(sql, params).fetchall())
-
-    def _prune_bytes(self, total: int, newest: int) -> int:
-        """Delete the oldest records until the sizes fit; never the newest (the one just recorded, within
-        the budget unless the budget is smaller than a record that only says the call ran)."""
+    def _prune_bytes(self, floor: int, newest: int) -> None:
+        """Delete the oldest records until the oldest kept starts at ``floor`` or later (so the records
+        from it to the newest fit); never the newest (the one just recorded, which fits alone unless
+        the budget is smaller than a record that only says the call ran)."""
         cut = 0
-        with closing(self._conn.execute(_OLDEST, (newest,))) as oldest:  # read as far as needed
-            for rid, size in oldest:
-                if total <= self.max_bytes:
+        with closing(self._conn.execute(_OLDEST, (newest,))) as oldest:  # read only as far as it deletes
+            for rid, before in oldest:
+                if before >= floor:
                     break
-                total -= int(size)
                 cut = int(rid)
         self._cur.execute("DELETE FROM roost_call_keys WHERE id <= ?", (cut,))
-        return total
 
     def _unavailable(self, key: str, size: int) -> str:
         message = (

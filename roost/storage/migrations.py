@@ -109,9 +109,11 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
     );
     """,
     # v4: call keys are each caller's own, and bounded in bytes (roost.actors.callkeys): a record is
-    # found by (caller, key), with its size; roost_call_keys_size keeps the sizes' sum, so a record
-    # costs no scan. The v3 table came in the same release: dropped, its records with it (a retry
-    # under a key recorded before the upgrade runs the call again).
+    # found by (caller, key), and holds its size and upto, the running total of the sizes up to it, so
+    # a record costs no scan and no page besides its own. The small columns come before the outcome,
+    # which may overflow its page: reading them (the pruning does) never reads the outcome. The v3
+    # table came in the same release: dropped, its records with it (a retry under a key recorded
+    # before the upgrade runs the call again).
     """
     DROP TABLE roost_call_keys;
     CREATE TABLE roost_call_keys (
@@ -120,13 +122,12 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
         key         TEXT    NOT NULL,
         fingerprint TEXT    NOT NULL,
         ok          INTEGER NOT NULL,
-        outcome     TEXT    NOT NULL,
         size        INTEGER NOT NULL,
+        upto        INTEGER NOT NULL,
         created_at  REAL    NOT NULL,
+        outcome     TEXT    NOT NULL,
         UNIQUE (caller, key)
     );
-    CREATE TABLE roost_call_keys_size (id INTEGER PRIMARY KEY CHECK (id = 1), bytes INTEGER NOT NULL);
-    INSERT INTO roost_call_keys_size (id, bytes) VALUES (1, 0);
     """,
 )
 
