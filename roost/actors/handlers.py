@@ -123,7 +123,7 @@ async def _call(host: HostCore, item: Call) -> None:
             host.principal = item.principal
         who = conn.principal if conn is not None else item.principal
         host.read_only_turn = who is not None and bool(who.claims.get("read_only"))
-        fp = _fingerprint(host, item, who) if item.key is not None else ""
+        fp = _fingerprint(host, item) if item.key is not None else ""
         if fp:
             recorded = _recorded(host, item, fp, who)
             if recorded is not None:
@@ -146,7 +146,7 @@ def _answer(host: HostCore, item: Call, result: Any) -> None:
         host.gate.turn.append(Result(item.reply, _as_sent(result)))
 
 
-def _fingerprint(host: HostCore, item: Call, who: Principal | None) -> str:
+def _fingerprint(host: HostCore, item: Call) -> str:
     """The fingerprint of a call whose key counts (:mod:`roost.actors.callkeys`), or ``""`` (and no
     key on ``item``) for a call whose key is ignored: a read-only method or principal, or a method
     that does not exist (it fails with ``method_not_found``, as without a key)."""
