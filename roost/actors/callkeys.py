@@ -34,7 +34,9 @@ Guarantees (tests in ``tests/test_call_keys.py``, ``tests/test_call_key_bounds.p
   never answers, pruned or not. A key older than that runs the call again. Each record holds its
   size and ``upto``, the sizes of all records up to it summed (a running total), so the bytes kept are
   the newest ``upto`` less the ``upto`` before the oldest (:meth:`CallKeys.total`): a record reads two
-  rows at the ends of the table, never scans it, and writes no page besides its own.
+  rows at the ends of the table, never scans it, and writes no page besides its own. A key given to a
+  new call past the window while its old record is still there is counted until the records before
+  it are pruned: the count errs high (pruning early), never low.
 - **An outcome larger than the whole budget is not kept.** The call's caller gets it; the record
   under its key says only that the call ran: a retry under the key is refused with
   :class:`~roost.actors.errors.IdempotencyResultUnavailable` (``idempotency_result_unavailable``,
