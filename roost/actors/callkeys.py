@@ -184,8 +184,10 @@ class CallKeys:
             ok, outcome = 0, self._unavailable(key, size)
             size = record_size(caller, key, outcome)
         cur = self._cur
-        last = cur.execute("SELECT upto FROM roost_call_keys ORDER BY id DESC LIMIT 1").fetchone()
-        upto = (int(last[0]) if last is not None else 0) + size
+        # both ends in one read: the pruning below only raises the oldest's, so the check after it
+        # may err high (then _prune_bytes finds nothing to cut), never low
+        last, before = cur.execute(_BOUNDS).fetchone()
+        upto = int(last or 0) + size
         # REPLACE: a record past the window (not pruned yet) gives its key to the new call
         cur.execute(
             "INSERT OR REPLACE INTO roost_call_keys "
@@ -198,7 +200,7 @@ class CallKeys:
         # the oldest records (lowest ids) past the window: at most _AGED per record, more than it adds,
         # so the expired ones drain; a record past the window that is still there never answers
         cur.execute(_PRUNE_AGED, (now - self.window,))
-        if upto - int(cur.execute(_BEFORE_OLDEST).fetchone()[0]) > self.max_bytes:
+        if upto - (int(before) if before is not None else upto - size) > self.max_bytes:
             self._prune_bytes(upto - self.max_bytes, newest)
 
     def _prune_bytes(self, floor: int, newest: int) -> None:
