@@ -1,6 +1,7 @@
 """Idempotency keys of calls (roost.actors.callkeys): one effect per key, the original outcome again,
-``idempotency_conflict`` for another call under a key, and the retention (count and age) on a fake
-clock. The crash between commit and reply is in tests/test_call_keys_crash.py."""
+keys each caller's own, ``idempotency_conflict`` for another call under a key, and the retention
+(count and age) on a fake clock. The bound in bytes is in tests/test_call_key_bounds.py, the crash
+between commit and reply in tests/test_call_keys_crash.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from roost.actors import Actor, RpcError, callable
+from roost.actors import ANONYMOUS, Actor, IdempotencyConflict, Principal, RpcError, callable
 from roost.actors.callkeys import KEY_WINDOW
 from roost.testing import connect, until
 from roost.transport.codec import ProtocolError, parse_client_frame
@@ -57,8 +58,10 @@ class Tally(Actor):
             yield i
 
 
-async def keyed(kit: Any, name: str, method: str, *args: Any, key: str) -> Any:
-    result, _ = await kit.registry.call("tally", name, method, list(args), {}, idempotency_key=key)
+async def keyed(kit: Any, name: str, method: str, *args: Any, key: str, who: Principal | None = None) -> Any:
+    result, _ = await kit.registry.call(
+        "tally", name, method, list(args), {}, idempotency_key=key, principal=who
+    )
     return result
 
 
@@ -193,3 +196,35 @@ async def test_a_key_on_a_read_only_call_is_ignored_and_on_a_streaming_call_refu
         assert info.value.code == "invalid_arguments"
         host = kit.registry.hosts[("tally", "ro")]
         assert host.file.conn.execute("SELECT count(*) FROM roost_call_keys").fetchone()[0] == 0
+
+
+async def test_keys_are_each_callers_own_two_principals_use_one_key_independently(tmp_path: Path) -> None:
+    kit, _ = make_kit(tmp_path, Tally)
+    alice, bob = Principal("alice"), Principal("bob")
+    async with kit:
+        assert await keyed(kit, "p", "add", 1, key="order-17", who=bob) == 1, "bob uses the key first"
+        assert await keyed(kit, "p", "add", 10, key="order-17", who=alice) == 11, "no conflict for alice"
+        assert await keyed(kit, "p", "add", 10, key="order-17", who=alice) == 11, "alice's own record"
+        assert await keyed(kit, "p", "add", 1, key="order-17", who=bob) == 1, "bob's own record"
+        with pytest.raises(IdempotencyConflict):
+            await keyed(kit, "p", "add", 2, key="order-17", who=bob)
+        assert await kit.call("tally", "p", "total") == 11
+
+
+async def test_one_principal_id_in_two_tenants_is_two_callers(tmp_path: Path) -> None:
+    kit, _ = make_kit(tmp_path, Tally)
+    async with kit:
+        t1, t2 = Principal("alice", tenant="t1"), Principal("alice", tenant="t2")
+        assert await keyed(kit, "t", "add", 5, key="k", who=t1) == 5
+        assert await keyed(kit, "t", "add", 5, key="k", who=t2) == 10, "t2's alice runs her own call"
+        assert await keyed(kit, "t", "add", 5, key="k", who=Principal("alice")) == 15, "no tenant is a third"
+        assert await keyed(kit, "t", "add", 5, key="k", who=t1) == 5
+
+
+async def test_anonymous_callers_are_one_principal(tmp_path: Path) -> None:
+    kit, _ = make_kit(tmp_path, Tally)
+    async with kit:
+        assert await keyed(kit, "a", "add", 3, key="shared", who=ANONYMOUS) == 3
+        other = Principal("anonymous")  # another anonymous client, of another address
+        assert await keyed(kit, "a", "add", 3, key="shared", who=other) == 3, "the same record answers"
+        assert await kit.call("tally", "a", "total") == 3

@@ -14,7 +14,7 @@ the upper layers import only these names, never a module of the actor core (``ma
 """
 
 from roost.actors.actor import Actor
-from roost.actors.callkeys import KEYS_KEPT, MAX_KEY
+from roost.actors.callkeys import KEYS_BYTES, KEYS_KEPT, MAX_KEY
 from roost.actors.connection import (
     ANONYMOUS,
     MAX_CONNECTION_STATE_BYTES,
@@ -38,6 +38,7 @@ from roost.actors.errors import (
     CallTimeout,
     HandlerError,
     IdempotencyConflict,
+    IdempotencyResultUnavailable,
     InvalidActorAddress,
     InvalidArguments,
     MethodNotFound,
@@ -62,6 +63,7 @@ __all__ = [
     "ANONYMOUS",
     "FDS_PER_ACTOR",
     "INLINE_TURNS",
+    "KEYS_BYTES",
     "KEYS_KEPT",
     "MAX_CONNECTION_STATE_BYTES",
     "MAX_KEY",
@@ -86,6 +88,7 @@ __all__ = [
     "FastPath",
     "HandlerError",
     "IdempotencyConflict",
+    "IdempotencyResultUnavailable",
     "Input",
     "InvalidActorAddress",
     "InvalidArguments",

@@ -83,6 +83,10 @@ class Actor:
     #: How many idempotency keys of calls to keep, the newest (``None``: 10,000); none is kept past
     #: 24 h (:mod:`roost.actors.callkeys`).
     call_keys_kept: ClassVar[int | None] = None
+    #: How many bytes of idempotency records to keep, the newest (``None``: 4 MiB): a record counts
+    #: its caller, key and outcome (a call's whole result). A larger outcome is not kept: a retry
+    #: under its key gets ``idempotency_result_unavailable`` (:mod:`roost.actors.callkeys`).
+    call_keys_bytes: ClassVar[int | None] = None
 
     _host: HostApi
     sql: Sql

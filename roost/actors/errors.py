@@ -14,6 +14,8 @@
         │   ├── HandlerError                       code handler_error (the method raised)
         │   ├── CallTimeout (TimeoutError)         code timeout
         │   ├── ReentrantCall                      code reentrant_call
+        │   ├── IdempotencyConflict (ValueError)   code idempotency_conflict   HTTP 409
+        │   ├── IdempotencyResultUnavailable       code idempotency_result_unavailable  HTTP 409
         │   ├── Overloaded                         code overloaded            close 1013 / HTTP 503
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
         │       └── ActorDamaged                   code actor_damaged         close 1011 / HTTP 503
@@ -45,6 +47,7 @@ __all__ = [
     "CallTimeout",
     "HandlerError",
     "IdempotencyConflict",
+    "IdempotencyResultUnavailable",
     "InvalidActorAddress",
     "InvalidArguments",
     "MethodNotFound",
@@ -119,6 +122,14 @@ class IdempotencyConflict(RpcError, ValueError):
     with another callback, payload, time or policy)."""
 
     code = "idempotency_conflict"
+
+
+class IdempotencyResultUnavailable(RpcError):
+    """The call under this idempotency key ran once, and its outcome was larger than the bytes of
+    records its actor keeps (``Actor.call_keys_bytes``), so it was not kept: the call is not run
+    again, and its result cannot be answered (:mod:`roost.actors.callkeys`)."""
+
+    code = "idempotency_result_unavailable"
 
 
 class CallTimeout(RpcError, TimeoutError):

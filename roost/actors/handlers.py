@@ -51,13 +51,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from roost.actors import replay, wakeups
-from roost.actors.callkeys import NOT_RECORDED, Recorded, fingerprint
+from roost.actors.callkeys import NOT_RECORDED, Recorded, caller_of, fingerprint
 from roost.actors.connection import Connection, Principal
 from roost.actors.errors import (
     ActorUnavailable,
     CallTimeout,
     HandlerError,
     IdempotencyConflict,
+    IdempotencyResultUnavailable,
     InvalidArguments,
     MethodNotFound,
     Reject,
@@ -122,9 +123,9 @@ async def _call(host: HostCore, item: Call) -> None:
             host.principal = item.principal
         who = conn.principal if conn is not None else item.principal
         host.read_only_turn = who is not None and bool(who.claims.get("read_only"))
-        fp = _fingerprint(host, item, who) if item.key is not None else ""
+        fp = _fingerprint(host, item) if item.key is not None else ""
         if fp:
-            recorded = _recorded(host, item, fp)
+            recorded = _recorded(host, item, fp, who)
             if recorded is not None:
                 if not recorded.ok:
                     raise RpcError(recorded.code, recorded.message)
@@ -132,7 +133,9 @@ async def _call(host: HostCore, item: Call) -> None:
                 return
         result = await _invoke(host, item)
         if item.key is not None:
-            host.call_keys.record_result(item.key, fp, orjson.dumps(result).decode(), host.turn.now)
+            host.call_keys.record_result(
+                _caller(who), item.key, fp, orjson.dumps(result).decode(), host.turn.now
+            )
         _answer(host, item, result)
 
 
@@ -143,7 +146,7 @@ def _answer(host: HostCore, item: Call, result: Any) -> None:
         host.gate.turn.append(Result(item.reply, _as_sent(result)))
 
 
-def _fingerprint(host: HostCore, item: Call, who: Principal | None) -> str:
+def _fingerprint(host: HostCore, item: Call) -> str:
     """The fingerprint of a call whose key counts (:mod:`roost.actors.callkeys`), or ``""`` (and no
     key on ``item``) for a call whose key is ignored: a read-only method or principal, or a method
     that does not exist (it fails with ``method_not_found``, as without a key)."""
@@ -154,16 +157,21 @@ def _fingerprint(host: HostCore, item: Call, who: Principal | None) -> str:
     if info.streaming:
         item.key = None
         raise InvalidArguments(message=f"{item.method} streams: a streaming call takes no idempotency key")
-    return fingerprint(item.method, item.args, item.kwargs, who.id if who is not None else None)
+    return fingerprint(item.method, item.args, item.kwargs)
 
 
-def _recorded(host: HostCore, item: Call, fp: str) -> Recorded | None:
-    """The outcome recorded under the call's key, if any; once there is one (or a conflict), the call
-    records nothing more."""
+def _caller(who: Principal | None) -> str:
+    """Whose keys the call's are (:func:`~roost.actors.callkeys.caller_of`)."""
+    return caller_of(who.tenant, who.id) if who is not None else caller_of(None, None)
+
+
+def _recorded(host: HostCore, item: Call, fp: str, who: Principal | None) -> Recorded | None:
+    """The outcome recorded under the caller's key, if any; once there is one (or a conflict, or an
+    outcome that was not kept), the call records nothing more."""
     assert item.key is not None
     try:
-        recorded = host.call_keys.lookup(item.key, fp, host.turn.now)
-    except IdempotencyConflict:
+        recorded = host.call_keys.lookup(_caller(who), item.key, fp, host.turn.now)
+    except (IdempotencyConflict, IdempotencyResultUnavailable):
         item.key = None
         raise
     if recorded is not None:
@@ -177,10 +185,10 @@ def _record_error(host: HostCore, item: Call, err: RpcError) -> None:
     assert item.key is not None
     conn = item.conn
     who = conn.principal if conn is not None else item.principal
-    fp = fingerprint(item.method, item.args, item.kwargs, who.id if who is not None else None)
+    fp = fingerprint(item.method, item.args, item.kwargs)
     host.file.begin_turn()
     try:
-        host.call_keys.record_error(item.key, fp, err.code, err.message, host.turn.now)
+        host.call_keys.record_error(_caller(who), item.key, fp, err.code, err.message, host.turn.now)
     except BaseException:
         host.file.abort_turn()
         raise

@@ -58,7 +58,7 @@ import orjson
 
 from roost.actors import alarms, sqlguard, statelog
 from roost.actors.actor import Actor
-from roost.actors.callkeys import KEYS_KEPT, CallKeys
+from roost.actors.callkeys import KEYS_BYTES, KEYS_KEPT, CallKeys
 from roost.actors.connection import Connection, Principal
 from roost.actors.decorators import CallableInfo
 from roost.actors.errors import ActorUnavailable, NotInTurn, Overloaded, RoostError, StateError, shown_name
@@ -177,7 +177,9 @@ class ActorHost:
         self._batch = 0
         self._checkpoint_refused = False  # said once in the log
         self.schedules = ScheduleStore(file.conn, kind, name)
-        self.call_keys = CallKeys(file.conn, actor_cls.call_keys_kept or KEYS_KEPT)
+        self.call_keys = CallKeys(
+            file.conn, actor_cls.call_keys_kept or KEYS_KEPT, actor_cls.call_keys_bytes or KEYS_BYTES
+        )
         self.alarm_dirty = False  # a turn changed the schedules: the directory's alarm needs syncing
         self.dir_alarm: float | None = None  # what this host last wrote (None: unknown or none)
         self.loop = asyncio.get_running_loop()

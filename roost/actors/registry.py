@@ -545,8 +545,9 @@ class Registry:
         file, no directory row), as the same call over HTTP answers 404; so does a call to a method
         that does not exist (``MethodNotFound``).
 
-        ``idempotency_key``: the outcome recorded under it, if the actor has one, else the call runs
-        and records it (:mod:`roost.actors.callkeys`)."""
+        ``idempotency_key``: the outcome recorded under it for this caller (``principal``: its tenant
+        and id; no principal is one caller too), if the actor has one, else the call runs and records
+        it (:mod:`roost.actors.callkeys`)."""
         if (kind, name) in chain:
             raise ReentrantCall(
                 message=f"{kind}/{shown_name(name)!r} is already in this call chain; it would wait on itself"

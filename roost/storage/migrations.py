@@ -108,6 +108,27 @@ FRAMEWORK_MIGRATIONS: Sequence[Migration] = (
         created_at  REAL    NOT NULL
     );
     """,
+    # v4: call keys are each caller's own, and bounded in bytes (roost.actors.callkeys): a record is
+    # found by (caller, key), and holds its size and upto, the running total of the sizes up to it, so
+    # a record costs no scan and no page besides its own. The small columns come before the outcome,
+    # which may overflow its page: reading them (the pruning does) never reads the outcome. The v3
+    # table came in the same release: dropped, its records with it (a retry under a key recorded
+    # before the upgrade runs the call again).
+    """
+    DROP TABLE roost_call_keys;
+    CREATE TABLE roost_call_keys (
+        id          INTEGER PRIMARY KEY,
+        caller      TEXT    NOT NULL,
+        key         TEXT    NOT NULL,
+        fingerprint TEXT    NOT NULL,
+        ok          INTEGER NOT NULL,
+        size        INTEGER NOT NULL,
+        upto        INTEGER NOT NULL,
+        created_at  REAL    NOT NULL,
+        outcome     TEXT    NOT NULL,
+        UNIQUE (caller, key)
+    );
+    """,
 )
 
 

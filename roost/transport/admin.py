@@ -245,7 +245,7 @@ _JSON_COLUMNS = {
     "roost_state": frozenset({"state"}),
     "roost_log": frozenset({"frame"}),
     "roost_dead_letters": frozenset({"payload"}),
-    "roost_call_keys": frozenset({"outcome"}),
+    "roost_call_keys": frozenset({"caller", "outcome"}),
 }
 #: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
 _TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
