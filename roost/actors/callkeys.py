@@ -33,10 +33,10 @@ Guarantees (tests in ``tests/test_call_keys.py``, ``tests/test_call_key_bounds.p
   count or the bytes at once, those past the window up to 8 a record), and a record past the window
   never answers, pruned or not. A key older than that runs the call again. Each record holds its
   size and ``upto``, the sizes of all records up to it summed (a running total), so the bytes kept are
-  the newest ``upto`` less the ``upto`` before the oldest (:meth:`CallKeys.total`): a record reads two
-  rows at the ends of the table, never scans it, and writes no page besides its own. A key given to a
-  new call past the window while its old record is still there is counted until the records before
-  it are pruned: the count errs high (pruning early), never low.
+  the newest ``upto`` less the ``upto`` before the oldest (:meth:`CallKeys.total`): the record's one
+  statement reads the two rows at the ends of the table, never scans it, and writes no page besides
+  its own. A key given to a new call past the window while its old record is still there is counted
+  until the records before it are pruned: the count errs high (pruning early), never low.
 - **An outcome larger than the whole budget is not kept.** The call's caller gets it; the record
   under its key says only that the call ran: a retry under the key is refused with
   :class:`~roost.actors.errors.IdempotencyResultUnavailable` (``idempotency_result_unavailable``,
@@ -89,6 +89,14 @@ _PRUNE_AGED = (
 #: ``upto`` before the oldest record (what the records before it counted, pruned or not).
 _BEFORE_OLDEST = "SELECT upto - size FROM roost_call_keys ORDER BY id LIMIT 1"
 _BOUNDS = f"SELECT (SELECT upto FROM roost_call_keys ORDER BY id DESC LIMIT 1), ({_BEFORE_OLDEST})"
+#: One statement records a call: its ``upto`` is the newest record's plus its own size, and it
+#: returns its id, its ``upto`` and the ``upto`` before the oldest record (itself included).
+_INSERT = (
+    "INSERT OR REPLACE INTO roost_call_keys "
+    "(caller, key, fingerprint, ok, size, upto, created_at, outcome) VALUES (?, ?, ?, ?, ?, "
+    "coalesce((SELECT upto FROM roost_call_keys ORDER BY id DESC LIMIT 1), 0) + ?, ?, ?) "
+    f"RETURNING id, upto, ({_BEFORE_OLDEST})"
+)
 _OLDEST = "SELECT id, upto - size FROM roost_call_keys WHERE id < ? ORDER BY id"
 #: Runtime errors that mean the call did not happen: not recorded, so the same key runs it later.
 NOT_RECORDED = frozenset({"actor_unavailable", "overloaded"})
@@ -184,23 +192,16 @@ class CallKeys:
             ok, outcome = 0, self._unavailable(key, size)
             size = record_size(caller, key, outcome)
         cur = self._cur
-        # both ends in one read: the pruning below only raises the oldest's, so the check after it
-        # may err high (then _prune_bytes finds nothing to cut), never low
-        last, before = cur.execute(_BOUNDS).fetchone()
-        upto = int(last or 0) + size
-        # REPLACE: a record past the window (not pruned yet) gives its key to the new call
-        cur.execute(
-            "INSERT OR REPLACE INTO roost_call_keys "
-            "(caller, key, fingerprint, ok, size, upto, created_at, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (caller, key, fp, ok, size, upto, now, outcome),
-        )
-        newest = cur.lastrowid or 0
+        # REPLACE: a record past the window (not pruned yet) gives its key to the new call. The bounds
+        # come back with the insert, before the pruning below, which only raises the oldest's: the
+        # check after it may err high (then _prune_bytes finds nothing to cut), never low
+        ((newest, upto, before),) = cur.execute(_INSERT, (caller, key, fp, ok, size, size, now, outcome))
         if newest > self.kept:  # ids grow by one per record: all below the newest `kept` go
             cur.execute("DELETE FROM roost_call_keys WHERE id <= ?", (newest - self.kept,))
         # the oldest records (lowest ids) past the window: at most _AGED per record, more than it adds,
         # so the expired ones drain; a record past the window that is still there never answers
         cur.execute(_PRUNE_AGED, (now - self.window,))
-        if upto - (int(before) if before is not None else upto - size) > self.max_bytes:
+        if upto - before > self.max_bytes:
             self._prune_bytes(upto - self.max_bytes, newest)
 
     def _prune_bytes(self, floor: int, newest: int) -> None:
