@@ -287,7 +287,8 @@ def _trigger(trigger: Any) -> Any:
     if not isinstance(trigger, dict):
         return trigger
     return {
-        k: iso_time(v) if k in _TRIGGER_TIMES and isinstance(v, int | float) else v for k, v in trigger.items()
+        k: iso_time(v) if k in _TRIGGER_TIMES and isinstance(v, int | float) else v
+        for k, v in trigger.items()
     }
 
 
@@ -316,7 +317,9 @@ def _frame(frame: Any) -> Any:
     if "event_id" in event and "event_type" in event and "created_at" in event:
         return {**frame, "event": _agent_times(event)}
     if event.get("type") in _WAKEUP_EVENTS:
-        times = {k: iso_time(v) for k, v in event.items() if k in _WAKEUP_TIMES and isinstance(v, int | float)}
+        times = {
+            k: iso_time(v) for k, v in event.items() if k in _WAKEUP_TIMES and isinstance(v, int | float)
+        }
         return {**frame, "event": {**event, **times}}
     return frame
 
