@@ -43,6 +43,7 @@ def data(tmp_path: Path) -> Path:
 def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, str]]:
     """(arguments, environment, exit code, a piece of the message)."""
     short = {"ROOST_SECRET": "short"}
+    good = {"ROOST_SECRET": "g" * 40}
     missing = str(tmp / "nowhere")
     return [
         ([], {}, USAGE, "required"),
@@ -56,6 +57,9 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["token", "alice"], short, USAGE, "ROOST_SECRET"),
         (["token", "alice"], {}, USAGE, "ROOST_SECRET"),
         (["token", "alice", "--ttl", "soon"], {}, USAGE, "invalid float"),
+        (["token", "bob", "--ttl", "-5"], good, USAGE, "--ttl must be a positive number of seconds, got -5"),
+        (["token", "bob", "--ttl", "0"], good, USAGE, "--ttl must be a positive number of seconds, got 0"),
+        (["token", "bob", "--ttl", "nan"], good, USAGE, "--ttl must be a positive number"),
         (["serve", "--data", str(data), "--port", "0"], short, USAGE, "ROOST_SECRET"),
         (["serve", "nosuchmodule:app", "--port", "0"], {}, USAGE, "cannot import"),
         (["serve", "nocolon", "--port", "0"], {}, USAGE, "MODULE:APP"),
