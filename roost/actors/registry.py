@@ -121,6 +121,7 @@ class Registry:
             cls.kind = kind
             self.kinds[kind] = cls
             self._callables[kind] = callables_of(cls)
+            cls.on_register()
         self.hosts: dict[Key, ActorHost] = {}
         self.directory: Directory | None = None
         #: What may wait for the directory's lock (a new actor's row, a delete, the last flush).
