@@ -33,7 +33,7 @@ from roost.actors import (
 from roost.actors.errors import Overloaded
 from roost.actors.host import HostState
 from roost.examples.kinds import Counter
-from roost.storage import ActorFile, actor_path
+from roost.storage import ActorFile, Directory, actor_path
 from roost.testing import ActorKit
 from roost.transport import create_app
 from tests.conftest import NO_RATE_LIMITS
@@ -49,6 +49,43 @@ from tests.support import serve_in_process
 
 
 # -- 12. dormancy -------------------------------------------------------------------------------------
+async def test_last_activity_reaches_the_directory_within_a_sweep_and_is_the_last_turns_time(
+    tmp_path: Path,
+) -> None:
+    """``roost ls`` LAST ACTIVE: while the actor is live, each idle sweep writes the time of its last
+    turn to the directory; when it goes dormant, or the registry stops, that time is kept, not the
+    time of the sweep or of the stop."""
+    kit, clock = make_kit(tmp_path, Napper, idle_timeout=10)
+
+    def last_active() -> float:
+        assert kit.registry.directory is not None
+        entry = kit.registry.directory.get("napper", "seen")
+        assert entry is not None
+        return entry.last_active_at
+
+    async with kit:
+        assert await kit.call("napper", "seen", "increment") == 1
+        clock.advance(4)
+        called = clock.now()
+        assert await kit.call("napper", "seen", "increment") == 2
+        clock.advance(3)
+        assert kit.registry.sweep() == 0  # live: its last turn reaches the directory
+        assert last_active() == pytest.approx(called, abs=1e-3)
+        clock.advance(20)
+        assert kit.registry.sweep() == 1  # dormant now: still the time of its last turn
+        assert last_active() == pytest.approx(called, abs=1e-3)
+        assert await kit.call("napper", "seen", "increment") == 3
+        called = clock.now()
+        clock.advance(5)
+    directory = Directory(tmp_path / "data")  # stopped 5 s after its last turn: that turn's time is kept
+    try:
+        entry = directory.get("napper", "seen")
+        assert entry is not None
+        assert entry.last_active_at == pytest.approx(called, abs=1e-3)
+    finally:
+        directory.close()
+
+
 async def test_idle_actor_is_deactivated_and_released_then_reactivated_with_its_state(
     tmp_path: Path,
 ) -> None:

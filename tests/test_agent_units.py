@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+import roost.examples.docs_agent  # noqa: F401  (its tools are defined: a table of one is known)
 from roost.actors.connection import Principal
-from roost.agent import AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
+from roost.agent import Agent, AgentConfig, BlobStore, Catalog, ToolContext, load_config, sanitize, tool
 from roost.agent.catalog import InvalidToolCall
 from roost.agent.config import ConfigError
 from roost.agent.errors import PolicyRefused
@@ -36,6 +37,7 @@ from roost.agent.status import (
     TurnStatus,
     VerificationResult,
 )
+from roost.transport import create_app
 
 
 @pytest.mark.parametrize(
@@ -212,6 +214,50 @@ def test_config_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         load_config(path)
     with pytest.raises(ValidationError, match="two heartbeat"):
         AgentConfig(heartbeat_interval=1.0, lease_ttl=1.5)
+
+
+@tool(settings=("delay_s",), name="configured_tool")
+async def configured_tool(ctx: ToolContext, args: BaseModel) -> dict[str, Any]:
+    return {"delay": ctx.settings.get("delay_s")}
+
+
+def test_a_tool_table_of_no_tool_or_a_key_its_tool_does_not_declare_is_refused_when_the_kind_registers(
+    tmp_path: Path,
+) -> None:
+    """``[agent.tools.NAME]`` must name a defined tool, and hold only the settings it declares
+    (``@tool(settings=...)``): anything else is a :class:`ConfigError` from ``create_app``, naming the
+    table and the key, with the close match; a table of another agent's tool is not refused."""
+
+    def app_with(tables: dict[str, dict[str, Any]]) -> None:
+        class Configured(Agent):
+            kind = "configured"
+            tools = (configured_tool,)
+            config = AgentConfig(tools=tables)
+
+        create_app([Configured], data_dir=tmp_path)
+
+    app_with({"configured_tool": {"delay_s": 1}})
+    app_with({"analyze_documents": {"delay_s": 1}})  # a tool of the docs agent: defined, so known
+    with pytest.raises(ConfigError, match=r"\[agent\.tools\.nope\]: no tool is named 'nope'"):
+        app_with({"nope": {"x": 1}})
+    with pytest.raises(
+        ConfigError, match=r"\[agent\.tools\.configured_tol\]: .*did you mean 'configured_tool'"
+    ):
+        app_with({"configured_tol": {}})
+    with pytest.raises(
+        ConfigError,
+        match=r"\[agent\.tools\.configured_tool\] dleay_s: not a setting .*did you mean 'delay_s'",
+    ):
+        app_with({"configured_tool": {"dleay_s": 1}})
+
+
+def test_an_unknown_key_names_its_close_match(tmp_path: Path) -> None:
+    path = tmp_path / "roost.toml"
+    path.write_text("[agent]\nmax_tool_hop = 3\n")
+    with pytest.raises(
+        ConfigError, match=r"max_tool_hop: Extra inputs are not permitted \(did you mean 'max_tool_hops'\?\)"
+    ):
+        load_config(path)
 
 
 class Args(BaseModel):

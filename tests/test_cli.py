@@ -43,6 +43,7 @@ def data(tmp_path: Path) -> Path:
 def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, str]]:
     """(arguments, environment, exit code, a piece of the message)."""
     short = {"ROOST_SECRET": "short"}
+    good = {"ROOST_SECRET": "g" * 40}
     missing = str(tmp / "nowhere")
     return [
         ([], {}, USAGE, "required"),
@@ -56,6 +57,9 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["token", "alice"], short, USAGE, "ROOST_SECRET"),
         (["token", "alice"], {}, USAGE, "ROOST_SECRET"),
         (["token", "alice", "--ttl", "soon"], {}, USAGE, "invalid float"),
+        (["token", "bob", "--ttl", "-5"], good, USAGE, "--ttl must be a positive number of seconds, got -5"),
+        (["token", "bob", "--ttl", "0"], good, USAGE, "--ttl must be a positive number of seconds, got 0"),
+        (["token", "bob", "--ttl", "nan"], good, USAGE, "--ttl must be a positive number"),
         (["serve", "--data", str(data), "--port", "0"], short, USAGE, "ROOST_SECRET"),
         (["serve", "nosuchmodule:app", "--port", "0"], {}, USAGE, "cannot import"),
         (["serve", "nocolon", "--port", "0"], {}, USAGE, "MODULE:APP"),
@@ -69,6 +73,24 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["serve", "--config", str(tmp / "type.toml"), "--port", "0"], {}, USAGE, "max_tool_hops"),
         (["serve", "--config", str(tmp / "table.toml"), "--port", "0"], {}, USAGE, "unknown table [agnet]"),
         (["serve", "--config", str(tmp / "syntax.toml"), "--port", "0"], {}, USAGE, "not TOML"),
+        (
+            ["serve", "--config", str(tmp / "near.toml"), "--port", "0"],
+            {},
+            USAGE,
+            "did you mean 'max_tool_hops'?",
+        ),
+        (
+            ["serve", "--config", str(tmp / "tool.toml"), "--port", "0"],
+            {},
+            USAGE,
+            "[agent.tools.nope]: no tool",
+        ),
+        (
+            ["serve", "--config", str(tmp / "setting.toml"), "--port", "0"],
+            {},
+            USAGE,
+            "collect_documents] foo: not a",
+        ),
         (["backup", "--out", str(tmp / "b"), "--server", "http://127.0.0.1:1"], {}, FAILURE, "no answer"),
         (["backup", "--data", missing, "--out", str(tmp / "c")], {}, FAILURE, "no data directory"),
         (["ls", "--data", missing], {}, FAILURE, "no data directory"),
@@ -84,6 +106,9 @@ def test_every_subcommand_given_bad_input_says_one_line_and_exits_1_or_2(data: P
     (tmp_path / "type.toml").write_text('[agent]\nmax_tool_hops = "four"\n')
     (tmp_path / "table.toml").write_text("[agnet]\nmax_tool_hops = 4\n")
     (tmp_path / "syntax.toml").write_text("[agent\n")
+    (tmp_path / "near.toml").write_text("[agent]\nmax_tool_hop = 4\n")
+    (tmp_path / "tool.toml").write_text("[agent.tools.nope]\nx = 1\n")
+    (tmp_path / "setting.toml").write_text("[agent.tools.collect_documents]\nfoo = 3\n")
     for args, env, code, words in _cases(data, tmp_path):
         out = roost(*args, env=env, cwd=tmp_path)
         where = f"roost {' '.join(args)!r}: {out.stderr!r}"

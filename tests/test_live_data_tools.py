@@ -21,7 +21,7 @@ from roost.actors import Actor, callable
 from roost.actors.decorators import wakeup
 from roost.actors.schedules import RetryPolicy
 from roost.cli import main
-from roost.examples.kinds import KINDS
+from roost.examples.kinds import KINDS, Counter, DocsAgent, Room
 from roost.scheduler import SystemClock
 from roost.storage import Directory, actor_path
 from roost.testing import ActorKit, connect, serve, until
@@ -320,3 +320,100 @@ async def test_an_online_backup_copies_the_actors_of_kinds_the_server_does_not_s
     manifest = r.json()["result"]
     copied = {(e["kind"], e["name"]): e["integrity_check"] for e in manifest["files"] if "kind" in e}
     assert copied == {("counter", "c1"): "ok", ("room", "r1"): "ok"}
+
+
+class TimedCounter(Counter):
+    @wakeup
+    async def tick(self, payload: Any) -> None:
+        pass
+
+
+class TimedRoom(Room):
+    @wakeup
+    async def tick(self, payload: Any) -> None:
+        pass
+
+
+class TimedDocs(DocsAgent):
+    @wakeup
+    async def tick(self, payload: Any) -> None:
+        pass
+
+
+#: Every example kind, each able to hold a schedule of every trigger type.
+TIMED = (TimedCounter, TimedRoom, TimedDocs)
+#: Keys that hold a time, besides ``*_at`` (schedules, dead letters, triggers, agent rows).
+TIME_KEYS = frozenset({"at", "start", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
+
+
+def epoch_like(value: Any) -> bool:
+    """Epoch seconds of this century, as a number or as text."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, int | float) and not isinstance(value, bool) and 1e9 <= value <= 5e9
+
+
+def raw_times(value: Any, where: str = "") -> list[str]:
+    """Where in ``value`` a time is not ISO 8601 UTC: a time-like key with anything else, or an
+    epoch-looking value under any key."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            here = f"{where}.{k}"
+            timed = k.endswith("_at") or k in TIME_KEYS
+            if timed and v is not None and not isinstance(v, dict | list) and not is_iso_utc(v):
+                found.append(f"{here}={v!r}")
+            else:
+                found += raw_times(v, here)
+        key = value.get("key")
+        if isinstance(key, str) and key.endswith("_at") and not is_iso_utc(value.get("value")):  # roost_meta
+            found.append(f"{where}.value={value.get('value')!r}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += raw_times(v, f"{where}[{i}]")
+    elif epoch_like(value):
+        found.append(f"{where}={value!r}")
+    return found
+
+
+async def schedule_every_trigger(actor: Actor) -> None:
+    await actor.schedule(3600, "tick", {"n": 1}, key="date")
+    await actor.schedule_every(60, "tick", {"n": 2}, key="interval")
+    await actor.schedule("*/5 * * * *", "tick", {"n": 3}, key="cron")
+
+
+async def test_every_time_in_inspect_and_export_is_iso_8601_utc_offline_and_live(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``roost inspect`` and ``roost export``, offline and ``--server``, of every example kind with a
+    date, an interval and a cron schedule (and, for the agent, a turn's events and rows): no time is
+    an epoch number or epoch text, inside triggers, ``meta`` and logged agent events too."""
+    actors = [("counter", "c1"), ("room", "r1"), ("docs", "d1")]
+    async with ActorKit(TIMED, data_dir) as kit:
+        await kit.call("counter", "c1", "increment")
+        await kit.call("room", "r1", "say", "hello", "ann")
+        await kit.call("docs", "d1", "turn", "analyze the documents")
+        for kind, name in actors:
+            await kit.registry.run(kind, name, schedule_every_trigger)
+
+    async def outputs(*where: str) -> list[Any]:
+        got = []
+        for kind, name in actors:
+            for command in ("inspect", "export"):
+                assert await cli(command, kind, name, *where) == 0
+                got.append(orjson.loads(capsys.readouterr().out))
+        return got
+
+    offline = await outputs("--data", str(data_dir))
+    assert main(["inspect", "--data", str(data_dir)]) == 0
+    offline.append(orjson.loads(capsys.readouterr().out))
+    triggers = {s["trigger"]["type"] for o in offline if "schedules" in o for s in o["schedules"]}
+    assert triggers == {"date", "interval", "cron"}
+    assert any(e.get("event", {}).get("event_type") for o in offline for e in o.get("log", []))
+    assert raw_times(offline) == []
+    async with serve(create_app(TIMED, data_dir=data_dir)) as addr:
+        live = await outputs("--server", f"http://{addr}")
+    assert raw_times(live) == []

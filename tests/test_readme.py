@@ -52,14 +52,15 @@ def python_block(first_line: str) -> str:
 
 
 MYAPP = python_block("# myapp.py\n")
+CLIENT = python_block("# client.py")
 CHAT = python_block("# chat.py")
 AGENT = python_block("from pydantic import BaseModel\n")
-FASTAPI = python_block("from contextlib import asynccontextmanager\n")
+FASTAPI = python_block("# main.py, beside myapp.py\n")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
-    assert len(SHELL) == 3, SHELL
-    assert len(PYTHON) == 4, [b.splitlines()[0] for b in PYTHON]
+    assert len(SHELL) == 4, SHELL
+    assert len(PYTHON) == 5, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -134,6 +135,32 @@ async def test_the_annotated_actor_serves_as_the_readme_says(tmp_path: Path) -> 
         server.terminate()
 
 
+@pytest.mark.slow
+def test_the_client_block_runs_against_the_annotated_actor_and_prints_what_the_readme_says(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    server = served(SHELL[2].strip(), tmp_path)
+    try:
+        assert "ws://127.0.0.1:8000/agents/counter/c1" in CLIENT
+        (tmp_path / "client.py").write_text(CLIENT.replace("127.0.0.1:8000", server.addr))
+        out = subprocess.run(
+            [sys.executable, "client.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+    finally:
+        server.terminate()
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = README.split("## A Python client", 1)[1].split("It prints ", 1)[1].split(" on a fresh", 1)[0]
+    printed = re.findall(r"`([^`]+)`", said)
+    assert out.stdout.splitlines() == printed, (out.stdout, said)
+
+
 def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:
     (tmp_path / "chat.py").write_text(CHAT)
     assert CHAT.startswith("# chat.py: .venv/bin/python chat.py\n")
@@ -197,7 +224,7 @@ async def test_the_fastapi_block_mounts_roost_and_closes_it_at_shutdown(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "myapp", raising=False)
     exec(compile(FASTAPI, "README.md (FastAPI)", "exec"), namespace)  # on its own
-    api, roost = namespace["api"], namespace["roost"]
+    api, roost = namespace["api"], namespace["actors"]
     async with serve(api) as addr:
         async with httpx.AsyncClient() as http:
             r = await http.post(f"http://{addr}/roost/agents/counter/c1/rpc/increment", json=[5])
@@ -206,4 +233,25 @@ async def test_the_fastapi_block_mounts_roost_and_closes_it_at_shutdown(
             assert (await ws.recv())["state"] == {"count": 5}
         assert roost.registry.hosts  # live while serving
     assert not roost.registry.hosts  # the lifespan closed it: no actor left open
+    assert (tmp_path / "data" / "directory.sqlite").exists()
+
+
+@pytest.mark.slow
+async def test_the_fastapi_app_runs_under_the_uvicorn_command_line_the_readme_gives(tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    (tmp_path / "main.py").write_text(FASTAPI)
+    argv = shlex.split(SHELL[3].strip().replace("--port 8000", "--port 0"))
+    assert argv[:2] == [".venv/bin/uvicorn", "main:api"]
+    assert "roost.transport.uvicorn_ws:RoostWebSocketProtocol" in argv
+    server = ServerProcess(tmp_path / "data", cwd=tmp_path, argv=[str(BIN / "uvicorn"), *argv[1:]]).start(
+        timeout=30
+    )
+    try:
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"{server.http}/roost/agents/counter/c1/rpc/increment", json=[5])
+            assert r.json()["result"] == 5
+        async with connect(f"ws://{server.addr}/roost/agents/counter/c1") as ws:
+            assert (await ws.recv())["state"] == {"count": 5}
+    finally:
+        server.terminate()
     assert (tmp_path / "data" / "directory.sqlite").exists()

@@ -272,6 +272,11 @@ class Actor:
         return host.registry.ref(kind, name, chain=host.chain, principal=caller)
 
     # -- hooks (override) ---------------------------------------------------------------------------
+    @classmethod
+    def on_register(cls) -> None:
+        """The kind is taken by a registry (``create_app``, ``ActorKit``): raise to refuse it there, at
+        start, rather than at an actor's first turn (the agent runtime checks ``roost.toml`` here)."""
+
     def on_start(self) -> Any:
         """First turn after activation (the file is open, ``state`` is loaded)."""
 

@@ -16,6 +16,10 @@ Guarantees:
   per process); nothing is created or opened for good. The high-water seq is the committed seq, carried
   to the directory by the batched touches (the idle sweep, deactivation, shutdown): a rollback to a seq
   above the last one recorded cannot be told (``docs/design.md``, *Damaged files*).
+- **Last activity reaches the directory within a sweep.** Each idle sweep (every ``sweep_interval``,
+  by default ``min(idle_timeout / 2, 5 s)``) writes the time of every live actor's last turn to the
+  directory (``roost ls`` LAST ACTIVE); a deactivated or stopped actor's row keeps the time of its last
+  turn, not the time it went dormant or the server stopped.
 - **No directory call on the event loop waits for a lock.** The registry's directory does not wait
   (``Directory(..., waits=False)``): a flush that meets another process's lock stays queued for the
   next sweep, an alarm stays to be written by the next batch, the dispatcher claims at its next poll;
@@ -121,6 +125,7 @@ class Registry:
             cls.kind = kind
             self.kinds[kind] = cls
             self._callables[kind] = callables_of(cls)
+            cls.on_register()
         self.hosts: dict[Key, ActorHost] = {}
         self.directory: Directory | None = None
         #: What may wait for the directory's lock (a new actor's row, a delete, the last flush).
@@ -215,16 +220,17 @@ class Registry:
 
     async def _stop_hosts(self, hosts: list[ActorHost]) -> None:
         loop = asyncio.get_running_loop()
+        active = [self._active_at(h) for h in hosts]  # before the drain, which counts as activity
         stops = [loop.create_task(h.stop(), name=f"roost:stop:{h.kind}/{h.name}") for h in hosts]
         _, late = await asyncio.wait(stops, timeout=self.config.stop_timeout)
         for task in late:  # a turn that will not end: cancel it (rolled back), close the file
             log.warning("actor did not drain within %s s; cancelling", self.config.stop_timeout)
             task.cancel()
         await asyncio.gather(*stops, return_exceptions=True)
-        for h in hosts:
+        for h, at in zip(hosts, active, strict=True):
             h.file.close()
             if self.directory is not None:
-                self.directory.touch(h.kind, h.name, self.clock.now(), h.acked_seq, h.row_created)
+                self.directory.touch(h.kind, h.name, at, h.acked_seq, h.row_created)
 
     async def _sweep_forever(self, interval: float) -> None:
         while True:
@@ -247,15 +253,14 @@ class Registry:
     def sweep(self) -> int:
         """Deactivate every actor idle for ``idle_timeout``; flush the directory. Returns how many."""
         self.sweeps += 1
-        mono, wall = self.clock.monotonic(), self.clock.now()
-        deadline = mono - self.config.idle_timeout
+        deadline = self.clock.monotonic() - self.config.idle_timeout
         n = 0
         for host in list(self.hosts.values()):
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
             elif self.directory is not None:
                 self.directory.touch(
-                    host.kind, host.name, wall - (mono - host.last_active), host.acked_seq, host.row_created
+                    host.kind, host.name, self._active_at(host), host.acked_seq, host.row_created
                 )
         if self.directory is not None:
             self.directory.flush()
@@ -266,8 +271,16 @@ class Registry:
             return False
         self.hosts.pop(host.key, None)
         if self.directory is not None:
-            self.directory.touch(host.kind, host.name, self.clock.now(), host.acked_seq, host.row_created)
+            self.directory.touch(
+                host.kind, host.name, self._active_at(host), host.acked_seq, host.row_created
+            )
         return True
+
+    def _active_at(self, host: ActorHost) -> float:
+        """The wall-clock time of the host's last activity (its ``last_active`` is monotonic): what the
+        directory's ``last_active_at`` records, whether the actor stays live, goes dormant or stops
+        (not the time of the sweep or of the shutdown)."""
+        return self.clock.now() - (self.clock.monotonic() - host.last_active)
 
     def forget(self, host: HostCore) -> None:
         """Called by a host that stopped after a failure."""

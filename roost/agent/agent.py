@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 from roost.actors import Actor, callable, wakeup
 from roost.agent.background import job_runner
-from roost.agent.catalog import Catalog, Tool
-from roost.agent.config import AgentConfig, load_config
+from roost.agent.catalog import Catalog, Tool, defined_tools
+from roost.agent.config import AgentConfig, check_tools, config_source, load_config
 from roost.agent.interfaces import Verdict
 from roost.agent.models import DeterministicPlanner, Model, OpenAICompatibleModel
 from roost.agent.orchestrator import Orchestrator
@@ -91,6 +91,13 @@ class Agent(Actor):
             cls.config = load_config()
         assert cls.config is not None
         return cls.config
+
+    @classmethod
+    def on_register(cls) -> None:
+        """Refuse the kind (:class:`~roost.agent.config.ConfigError`) when its settings hold a
+        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare."""
+        known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
+        check_tools(cls.settings(), known, config_source())
 
     @classmethod
     def catalog(cls) -> Catalog:

@@ -43,6 +43,7 @@ __all__ = [
     "Tool",
     "ToolCancelled",
     "ToolContext",
+    "defined_tools",
     "tool",
 ]
 
@@ -135,6 +136,9 @@ class Tool:
     keywords: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     plan_args: Callable[[str], dict[str, Any]] | None = None
+    #: The keys of its ``[agent.tools.NAME]`` table in ``roost.toml`` (``ctx.settings``): any other is
+    #: refused (:func:`roost.agent.config.check_tools`).
+    settings: tuple[str, ...] = ()
 
     def validate(self, args: Mapping[str, Any]) -> BaseModel:
         try:
@@ -165,11 +169,14 @@ def tool(
     requires: Iterable[str] = (),
     plan_args: Callable[[str], dict[str, Any]] | None = None,
     name: str | None = None,
+    settings: Iterable[str] = (),
 ) -> Callable[[ToolFn], Tool]:
     """Make a :class:`Tool` of ``async def fn(ctx, args: SomeModel)``; the model is read from the hint.
 
     ``args: BaseModel`` (the base class itself) is a tool without arguments (:class:`NoArgs`); any other
-    annotation that is not a pydantic model is refused here, when the tool is defined."""
+    annotation that is not a pydantic model is refused here, when the tool is defined. ``settings``:
+    the keys the tool reads from ``ctx.settings`` (its ``[agent.tools.NAME]`` table in ``roost.toml``;
+    another key there is refused when the agent kind is registered)."""
     if approval_mode not in APPROVAL_MODES:
         raise ValueError(f"approval_mode must be one of {APPROVAL_MODES}")
 
@@ -187,7 +194,7 @@ def tool(
                 f"tool {fn.__name__!r}: annotate args with a pydantic model (a BaseModel subclass, "
                 f"or BaseModel itself for a tool without arguments), not {model!r}"
             )
-        return Tool(
+        made = Tool(
             name=name or fn.__name__,
             fn=fn,
             args_model=model,
@@ -198,9 +205,23 @@ def tool(
             keywords=tuple(k.lower() for k in keywords),
             requires=tuple(requires),
             plan_args=plan_args,
+            settings=tuple(settings),
         )
+        declared = _DEFINED.setdefault(made.name, set())
+        declared.update(made.settings)
+        return made
 
     return make
+
+
+#: Every tool defined in this process, by name, with the settings its definitions declare (a
+#: ``[agent.tools.NAME]`` table may configure any of them: one agent's table is not another's typo).
+_DEFINED: dict[str, set[str]] = {}
+
+
+def defined_tools() -> dict[str, frozenset[str]]:
+    """The tools defined (with :func:`tool`) so far, by name, and the settings each declares."""
+    return {name: frozenset(keys) for name, keys in _DEFINED.items()}
 
 
 class Catalog:

@@ -16,22 +16,28 @@
     model = "planner"          # or "openai" (OpenAICompatibleModel, settings from the environment)
     model_timeout = 30.0
 
-    [agent.tools.analyze_documents]   # free-form settings handed to one tool
+    [agent.tools.analyze_documents]   # settings handed to one tool (ctx.settings)
     delay_s = 0.5
 
-Unknown keys are refused (a typo would otherwise silently keep a default).
+Unknown keys are refused (a typo would otherwise silently keep a default), with the close match when
+there is one (``max_tool_hop``: did you mean ``max_tool_hops``?). So are a ``[agent.tools.NAME]``
+table for which no ``@tool`` is named ``NAME`` and a key the tool does not declare
+(``@tool(settings=("delay_s",))``): :func:`check_tools`, when an agent kind is registered
+(``create_app``, so ``roost serve`` refuses it at start).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["TABLES", "AgentConfig", "ConfigError", "load_config"]
+__all__ = ["TABLES", "AgentConfig", "ConfigError", "check_tools", "config_source", "load_config"]
 
 
 class AgentConfig(BaseModel):
@@ -78,9 +84,7 @@ def load_config(path: str | Path | None = None) -> AgentConfig:
     """Settings from ``path``, else ``$ROOST_CONFIG``, else ``./roost.toml`` if it exists, else defaults.
     Raises :class:`ConfigError` for a file that cannot be used (``roost serve`` checks it at
     start-up, so a bad file stops the server there rather than failing every agent's first turn)."""
-    chosen = path or os.environ.get("ROOST_CONFIG")
-    if chosen is None and Path("roost.toml").is_file():
-        chosen = "roost.toml"
+    chosen = config_source(path)
     if chosen is None:
         return AgentConfig()
     try:
@@ -99,6 +103,48 @@ def load_config(path: str | Path | None = None) -> AgentConfig:
         return AgentConfig.model_validate(data.get("agent", {}))
     except ValidationError as exc:
         wrong = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}{_close_match(e)}"
+            for e in exc.errors()
         )
         raise ConfigError(f"{chosen}: [agent] {wrong}") from None
+
+
+def config_source(path: str | Path | None = None) -> str | Path | None:
+    """The file :func:`load_config` reads: ``path``, else ``$ROOST_CONFIG``, else ``./roost.toml`` if it
+    exists; None: none (the defaults)."""
+    chosen = path or os.environ.get("ROOST_CONFIG")
+    if chosen is None and Path("roost.toml").is_file():
+        chosen = "roost.toml"
+    return chosen
+
+
+def _suggest(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the close match of ``word`` among ``known``; empty if none."""
+    match = difflib.get_close_matches(word, sorted(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _close_match(error: Any) -> str:
+    if error["type"] != "extra_forbidden" or len(error["loc"]) != 1:
+        return ""
+    return _suggest(str(error["loc"][0]), AgentConfig.model_fields)
+
+
+def check_tools(config: AgentConfig, tools: Mapping[str, Iterable[str]], source: str | Path | None) -> None:
+    """Refuse (:class:`ConfigError`, one line naming ``source``, the table and the key) a
+    ``[agent.tools.NAME]`` table of a tool not in ``tools`` (name -> the settings it declares), and a
+    key of a known tool's table that the tool does not declare."""
+    where = source or "roost.toml"
+    for name, settings in config.tools.items():
+        if name not in tools:
+            raise ConfigError(
+                f"{where}: [agent.tools.{name}]: no tool is named {name!r}{_suggest(name, tools)}"
+            )
+        declared = frozenset(tools[name])
+        for key in settings:
+            if key not in declared:
+                known = f"it declares {', '.join(sorted(declared))}" if declared else "it declares none"
+                raise ConfigError(
+                    f"{where}: [agent.tools.{name}] {key}: not a setting of tool {name!r}"
+                    f"{_suggest(key, declared)} ({known}: @tool(settings=...))"
+                )

@@ -81,8 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug, or something the command did not foresee: still one line
+        if _is_config_error(exc):  # roost.toml, refused when an app's agent kinds register
+            print(f"roost: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         if args.debug:
             traceback.print_exc()
         print(f"roost: {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     return code
+
+
+def _is_config_error(exc: Exception) -> bool:
+    """``exc`` is a :class:`roost.agent.config.ConfigError` (without importing the agent runtime: if it
+    was never imported, nothing raised one)."""
+    config = sys.modules.get("roost.agent.config")
+    return config is not None and isinstance(exc, config.ConfigError)

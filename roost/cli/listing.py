@@ -98,7 +98,14 @@ def _age(seconds: float) -> str:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ls = sub.add_parser("ls", help="list actors from the directory database")
+    ls = sub.add_parser(
+        "ls",
+        help="list actors from the directory database",
+        description="list actors from the directory database. LAST ACTIVE is the time of an actor's last "
+        "turn as a running server records it: its idle sweep writes it every min(idle-timeout / 2, 5 s), "
+        "so it may be that much behind while the server runs (and the last interval's is lost if the "
+        "server is killed); a dormant or stopped actor shows its last turn's time.",
+    )
     ls.add_argument("--data", default="data", help="data directory")
     ls.add_argument("--kind", help="only this kind (default: all)")
     ls.add_argument("--limit", type=int, default=100, help="at most this many")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from roost.cli.errors import UsageError
@@ -27,6 +28,8 @@ def _token(args: argparse.Namespace) -> int:
     signer = signer_from_env()
     if signer is None:
         raise UsageError("set ROOST_SECRET (at least 32 bytes) to issue tokens")
+    if not (args.ttl > 0 and math.isfinite(args.ttl)):  # a token that has already expired, or never will
+        raise UsageError(f"--ttl must be a positive number of seconds, got {args.ttl:g}")
     print(
         signer.issue(
             args.sub,
@@ -49,5 +52,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     tok.add_argument("--name", action="append", help="allowed name pattern (repeat; default: all)")
     tok.add_argument("--read-only", action="store_true", help="may read, never write")
     tok.add_argument("--admin", action="store_true", help="may use /admin (backup)")
-    tok.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires")
+    tok.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires (more than 0)")
     tok.set_defaults(func=_token)

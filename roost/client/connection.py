@@ -14,7 +14,6 @@ use the client (no await in between), so a call is always either answered or fai
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Callable
 
@@ -35,10 +34,9 @@ from .errors import (
     is_terminal,
 )
 from .frames import Welcome, decode_frame
+from .logs import logger
 from .resume import ResumeState
 from .urls import connect_url
-
-logger = logging.getLogger("roost.client")
 
 #: How long the clean close handshake may take when the client closes.
 CLOSE_TIMEOUT = 2.0

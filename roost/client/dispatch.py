@@ -9,7 +9,6 @@ tests with any sequence of frames.
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -17,10 +16,9 @@ from collections.abc import Callable
 from .calls import Registry
 from .errors import ProtocolViolation, RpcError
 from .frames import JSON, Frame, decode_frame
+from .logs import logger
 from .resume import UPDATE_TYPES, ResumeState
 from .updates import DEFAULT_QUEUE_SIZE, Updates
-
-logger = logging.getLogger("roost.client")
 
 #: How many ``error`` frames are kept.
 ERRORS_KEPT = 100

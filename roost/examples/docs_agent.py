@@ -56,7 +56,7 @@ class ReportArgs(BaseModel):
     title: str = Field("Document analysis", min_length=1, max_length=120)
 
 
-@tool(keywords=("document", "docs", "files", "collect"))
+@tool(keywords=("document", "docs", "files", "collect"), settings=("docs_dir",))
 async def collect_documents(ctx: ToolContext, args: CollectArgs) -> dict[str, Any]:
     """List the documents of the project (name, size, digest)."""
     found = []
@@ -66,7 +66,13 @@ async def collect_documents(ctx: ToolContext, args: CollectArgs) -> dict[str, An
     return {"summary": f"{len(found)} documents found", "count": len(found), "documents": found}
 
 
-@tool(background=True, heavy=True, keywords=("analy", "summar", "review"), requires=("collect_documents",))
+@tool(
+    background=True,
+    heavy=True,
+    keywords=("analy", "summar", "review"),
+    requires=("collect_documents",),
+    settings=("delay_s", "docs_dir"),
+)
 async def analyze_documents(ctx: ToolContext, args: AnalyzeArgs) -> dict[str, Any]:
     """Read every collected document: title, words, first sentence, top terms (slow, with progress)."""
     names = [d["name"] for d in ctx.results.get("collect_documents", {}).get("documents", [])]

@@ -17,8 +17,12 @@ the offline tools say so and touch nothing.
   In Roost's own tables (``roost_*``) JSON text (schedules' ``payload`` and ``trigger``,
   ``roost_state.state``, ``roost_log.frame``, dead letters' ``payload``) is exported as objects and
   every time column (``*_at``, ``at``, ``next_fire``, ``retry_at``, ``last_fire``, ``nominal``,
-  ``heavy_since``) as ISO 8601 UTC text, as is ``exported_at``; user tables are exported as stored
-  (BLOBs as hex). Kept agent secrets are exported as their digests only.
+  ``heavy_since``) as ISO 8601 UTC text, as is ``exported_at``; so are the times inside Roost's own
+  records: a trigger's ``at`` (date) and ``start`` (interval), ``roost_meta``'s ``created_at`` (in
+  ``inspect`` too), and in logged frames, an agent event's ``*_at`` and a missed wake-up event's
+  ``first`` / ``run_for``. Durations (``seconds``, ``misfire_grace``, …) stay seconds. User tables,
+  the state and the events a user's actor emits are exported as stored (BLOBs as hex). Kept agent
+  secrets are exported as their digests only.
 - :func:`delete_actor`: under the actor's exclusive lock, removes its files and its directory row, then
   appends an audit record (JSON line) to ``DATA/audit.log`` and fsyncs it. :func:`delete_live` does
   the same through a running server (``DELETE /admin/actors/…``), inside
@@ -103,7 +107,7 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
 
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
     """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
-    meta = dict(conn.execute("SELECT key, value FROM roost_meta").fetchall())
+    meta = {k: _meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
     versions = dict(
         conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
     )
@@ -215,12 +219,14 @@ def export_report(conn: sqlite3.Connection, kind: str, name: str, state: Any, no
         hidden = _REDACTED_TABLES.get(table)
         if hidden is not None:
             rows = [{**r, hidden: "[not exported]"} for r in rows]
-        if table.startswith("roost_"):
+        if table == "roost_meta":
+            tables[table] = [{**r, "value": _meta_value(r["key"], r["value"])} for r in rows]
+        elif table.startswith("roost_"):
             json_cols = _JSON_COLUMNS.get(table, frozenset())
             tables[table] = [{k: _roost_value(k, v, json_cols) for k, v in r.items()} for r in rows]
         else:
             tables[table] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
-    events = [orjson.loads(r[0]) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
+    events = [_frame(orjson.loads(r[0])) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
     return {
         "kind": kind,
         "name": name,
@@ -249,6 +255,11 @@ _JSON_COLUMNS = {
 }
 #: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
 _TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
+#: Times (epoch seconds) in a schedule's trigger record (:mod:`roost.scheduler.triggers`).
+_TRIGGER_TIMES = frozenset({"at", "start"})
+#: Roost's own events about missed wake-ups (:mod:`roost.actors.wakeups`), and their times.
+_WAKEUP_EVENTS = frozenset({"wakeup_skipped", "wakeup_coalesced"})
+_WAKEUP_TIMES = frozenset({"first", "run_for"})
 
 
 def iso_time(epoch: float) -> str:
@@ -256,15 +267,77 @@ def iso_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
+def _is_time(key: str) -> bool:
+    return key in _TIME_COLUMNS or key.endswith("_at")
+
+
+def _meta_value(key: str, value: Any) -> Any:
+    """A ``roost_meta`` value (text): a time (``created_at``, epoch seconds as text) as ISO 8601 UTC."""
+    if _is_time(key) and isinstance(value, str):
+        try:
+            return iso_time(float(value))
+        except ValueError:
+            return value  # not a number after all: as stored
+    return value
+
+
+def _trigger(trigger: Any) -> Any:
+    """A schedule's trigger record with its times (a date's ``at``, an interval's ``start``) as ISO 8601
+    UTC; an interval's ``seconds`` stays a duration."""
+    if not isinstance(trigger, dict):
+        return trigger
+    return {
+        k: iso_time(v) if k in _TRIGGER_TIMES and isinstance(v, int | float) else v
+        for k, v in trigger.items()
+    }
+
+
+def _agent_times(value: Any) -> Any:
+    """An agent event record (``roost.agent.telemetry``) with every ``*_at`` number in it, its payload's
+    included, as ISO 8601 UTC."""
+    if isinstance(value, dict):
+        return {
+            k: iso_time(v) if k.endswith("_at") and isinstance(v, int | float) else _agent_times(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_agent_times(v) for v in value]
+    return value
+
+
+def _frame(frame: Any) -> Any:
+    """A logged frame, with the times of Roost's own events in it as ISO 8601 UTC: an agent event
+    record's, and a missed wake-up's (``wakeup_skipped`` / ``wakeup_coalesced``: ``first``,
+    ``run_for``). An event a user's actor emitted is its own data: as logged."""
+    if not isinstance(frame, dict) or frame.get("type") != "event":
+        return frame
+    event = frame.get("event")
+    if not isinstance(event, dict):
+        return frame
+    if "event_id" in event and "event_type" in event and "created_at" in event:
+        return {**frame, "event": _agent_times(event)}
+    if event.get("type") in _WAKEUP_EVENTS:
+        times = {
+            k: iso_time(v) for k, v in event.items() if k in _WAKEUP_TIMES and isinstance(v, int | float)
+        }
+        return {**frame, "event": {**event, **times}}
+    return frame
+
+
 def _roost_value(column: str, value: Any, json_cols: frozenset[str]) -> Any:
     if value is None:
         return None
     if column in json_cols and isinstance(value, str):
         try:
-            return orjson.loads(value)
+            loaded = orjson.loads(value)
         except orjson.JSONDecodeError:
             return value  # not JSON after all: as stored
-    if (column in _TIME_COLUMNS or column.endswith("_at")) and isinstance(value, int | float):
+        if column == "trigger":
+            return _trigger(loaded)
+        if column == "frame":
+            return _frame(loaded)
+        return loaded
+    if _is_time(column) and isinstance(value, int | float):
         return iso_time(value)
     return _jsonable(value)
 

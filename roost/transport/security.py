@@ -23,7 +23,6 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -31,6 +30,7 @@ from urllib.parse import parse_qs, unquote
 from starlette.requests import HTTPConnection
 
 from roost.actors import Principal
+from roost.protocol.redaction import TokenFilter, redact_tokens
 from roost.transport.tokens import TokenError, TokenSigner
 
 __all__ = [
@@ -83,38 +83,16 @@ def hide_token(scope: MutableMapping[str, Any]) -> None:
         scope["roost.token"] = token
 
 
-class RedactTokens(logging.Filter):
+class RedactTokens(TokenFilter):
     """A handler filter that blanks tokens (``roost1.…`` and ``token=…``) in every record the
     handler writes, tracebacks included. Install it on handlers (:func:`redact_logs`): a filter on a
     logger does not see what its children log."""
 
-    _PATTERN = re.compile(r"(roost1\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+|(?<=token=)[^&\s\"']+)")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        redacted = self.redact(text)
-        if redacted is not text:
-            record.msg = redacted
-            record.args = None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
-        return True
-
     @classmethod
     def redact(cls, text: str) -> str:
-        """``text`` with every token blanked, the same object if it holds none. The search runs on
-        the percent-decoded text too (``roost1%2E…`` is a token): where that finds one, the decoded
-        text is what is logged, redacted."""
-        out = cls._PATTERN.sub("[redacted]", text) if ("roost1." in text or "token=" in text) else text
-        if "%" in out:
-            decoded = unquote(out)
-            if "roost1." in decoded or "token=" in decoded:
-                blanked = cls._PATTERN.sub("[redacted]", decoded)
-                if blanked != decoded:
-                    return blanked
-        return out
+        """``text`` with every token blanked (:func:`roost.protocol.redaction.redact_tokens`), the same
+        object if it holds none."""
+        return redact_tokens(text)
 
 
 def redact_logs(*loggers: str) -> None:
