@@ -4,12 +4,15 @@ is never shown to the authentication hook as if it named a different actor.
 - A path where the router and the raw path disagree on the actor is refused before authentication.
 - Long handshakes (a 10 KB name, a 40 KB request line) get an answer from a real server.
 - A call to a missing method of a new actor creates no actor, no directory row, no file.
+- A name may hold any character but NUL: one with a newline or a carriage return reaches its actor over
+  HTTP, WebSocket and the admin endpoints; one with NUL is refused ``bad_address`` (400, 4400) there.
 """
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -140,3 +143,44 @@ async def test_a_tenants_client_sees_its_names_as_it_sent_them_with_the_document
             welcome = await ws.recv()
         assert welcome["type"] == "welcome"
         assert welcome["actor"]["name"] == long_name
+
+
+LINE_BREAKS = ["a\nb", "a\rb", "\n", "trailing\n", "crlf\r\nname", "\r"]
+
+
+async def test_a_name_holding_a_newline_or_a_carriage_return_reaches_its_actor(data_dir: Path) -> None:
+    """docs/protocol.md: a name is any string of 1 to 256 characters but NUL. Starlette's ``path``
+    convertor (``.*``) does not match ``\\n``: such a name answered a plain 404 over HTTP and a 403
+    handshake over WebSocket, with no JSON error."""
+    app = create_app(KINDS, data_dir=data_dir)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for name in LINE_BREAKS:
+            path = f"/agents/counter/{quote(name, safe='')}"
+            made = await http.post(f"{path}/rpc/increment", json=[])
+            assert made.status_code == 200, (name, made.text)
+            assert made.json()["result"] == 1, name
+            read = await http.get(path)
+            assert read.status_code == 200, (name, read.text)
+            assert read.json()["actor"] == {"kind": "counter", "name": name}
+            async with connect(f"ws://{addr}{path}") as ws:
+                welcome = await ws.recv()
+            assert welcome["type"] == "welcome", (name, welcome)
+            assert welcome["actor"] == {"kind": "counter", "name": name}
+            assert welcome["state"] == {"count": 1}, name
+            inspected = await http.get(f"/admin/actors/counter/{quote(name, safe='')}")
+            assert inspected.status_code == 200, (name, inspected.text)
+        assert sorted(e.name for e in app.registry.directory.list("counter")) == sorted(LINE_BREAKS)  # type: ignore[union-attr]
+
+
+async def test_a_name_holding_nul_is_refused_bad_address_over_http_and_websocket(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir)
+    path = f"/agents/counter/{quote('a' + chr(0) + 'b', safe='')}"
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for answer in (await http.post(f"{path}/rpc/increment", json=[]), await http.get(path)):
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["code"] == "bad_address"
+        async with connect(f"ws://{addr}{path}") as ws:
+            frame = await ws.recv()
+            assert (frame["type"], frame["code"]) == ("error", "bad_address")
+            assert await ws.close_code() == 4400
+    assert actor_files(data_dir) == []

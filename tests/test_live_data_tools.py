@@ -136,6 +136,43 @@ async def test_live_reads_are_for_admins_only(
             assert orjson.loads(capsys.readouterr().out)["state"] == {"count": 3}
 
 
+PROXIED = [
+    ("Forwarded", "for=203.0.113.9"),
+    ("X-Forwarded-For", "203.0.113.9"),
+    ("X-Forwarded-Host", "roost.example"),
+    ("X-Forwarded-Proto", "https"),
+    ("X-Real-IP", "203.0.113.9"),
+    ("Via", "1.1 nginx"),
+]
+
+
+async def test_without_authentication_admin_is_for_this_hosts_command_line_never_through_a_proxy(
+    data_dir: Path,
+) -> None:
+    """docs/security.md: without authentication, ``/admin/*`` answers a client on the loopback interface
+    that is not a browser (no ``Origin``) and came through no proxy: behind a reverse proxy on the same
+    host every remote client connects from 127.0.0.1, so a request carrying any proxy header is refused
+    ``forbidden`` (inspect, export, delete and backup alike) and nothing is read, deleted or copied."""
+    await make_counter(data_dir)
+    app = create_app(KINDS, data_dir=data_dir)
+    requests: list[tuple[str, str, Any]] = [
+        ("GET", "/admin/actors/counter/c1", None),
+        ("GET", "/admin/actors/counter/c1/export", None),
+        ("DELETE", "/admin/actors/counter/c1", {"reason": "proxied"}),
+        ("POST", "/admin/backup", {"name": "proxied"}),
+    ]
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for header, value in [("Origin", "http://localhost:8000"), *PROXIED]:
+            for method, path, body in requests:
+                r = await http.request(method, path, json=body, headers={header: value})
+                assert r.status_code == 403, (header, method, path, r.text)
+                assert r.json()["error"]["code"] == "forbidden"
+        inspected = await http.get("/admin/actors/counter/c1")  # the operator's own command line
+        assert inspected.status_code == 200, inspected.text
+        assert inspected.json()["result"]["state"] == {"count": 3}
+    assert not (data_dir.parent / "backups").exists()
+
+
 async def test_a_never_created_actor_is_not_found_and_not_created(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,7 +6,8 @@
 Run ``roost COMMAND --help`` for each command's options and their defaults.
 
 Guarantee: a command never ends in a traceback. It prints one line (``roost: …``) on stderr and exits
-1 when it ran and failed, 2 on a usage error (:mod:`roost.cli.errors`); ``roost --debug`` adds the
+1 when it ran and failed, 2 on a usage error, 3 when ``serve`` could not listen (:mod:`roost.cli.errors`);
+every command's ``--data`` defaults to ``$ROOST_DATA`` or ``./data``; ``roost --debug`` adds the
 traceback of an unexpected error (``tests/test_cli.py`` runs every command with bad input).
 """
 

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import orjson
 
 from roost.cli.errors import CommandFailed, UsageError
+from roost.cli.options import add_data_option
 from roost.storage import ActorLocked, InvalidActorAddress
 
 __all__ = ["add_parsers"]
@@ -152,14 +153,16 @@ def _actor_command(
     """A data command about one actor (``kind name``, optional for ``inspect``), its data directory and
     tenant; run by :func:`_data_ops`."""
     parser = sub.add_parser(command, help=help)
-    parser.add_argument("kind", nargs="?" if optional else None, help="the actor's kind")
-    parser.add_argument("name", nargs="?" if optional else None, help="the actor's name")
-    parser.add_argument("--data", default="data", help="data directory")
-    parser.add_argument("--tenant", help="the actor's tenant (its name is scoped to it)")
+    whole = " (default: the whole data directory)" if optional else ""
+    parser.add_argument("kind", nargs="?" if optional else None, help=f"the actor's kind{whole}")
+    parser.add_argument("name", nargs="?" if optional else None, help=f"the actor's name{whole}")
+    add_data_option(parser)
+    parser.add_argument("--tenant", help="the actor's tenant (its name is scoped to it; default: none)")
     parser.add_argument(
         "--server",
         help="URL of the running server holding the actor: read it there, inside one of its turns, or "
-        "delete it there ($ROOST_TOKEN with the admin claim if it authenticates)",
+        "delete it there ($ROOST_TOKEN with the admin claim if it authenticates; default: none, the "
+        "files are opened directly)",
     )
     parser.set_defaults(func=_data_ops, command=command)
     return parser
@@ -170,10 +173,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     exp = _actor_command(sub, "export", "one actor as JSON: state, tables, events, schedules")
     exp.add_argument("--out", help="file to write (default: stdout)")
     dele = _actor_command(sub, "delete", "delete one actor for good (leaves an audit record)")
-    dele.add_argument("--reason", help="why (kept in the audit record)")
+    dele.add_argument("--reason", help="why (kept in the audit record; default: none)")
     dele.add_argument("--yes", action="store_true", help="yes, really")
     bak = sub.add_parser("backup", help="SQLite online backup of a data directory into a new directory")
-    bak.add_argument("--data", default="data", help="data directory")
+    add_data_option(bak)
     bak.add_argument(
         "--out",
         required=True,
@@ -183,6 +186,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     bak.add_argument(
         "--server",
         help="URL of the server holding the data (backup while serving; "
-        "$ROOST_TOKEN with the admin claim if it authenticates)",
+        "$ROOST_TOKEN with the admin claim if it authenticates; default: none, an offline copy)",
     )
     bak.set_defaults(func=_data_ops, command="backup")

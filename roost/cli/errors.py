@@ -2,7 +2,10 @@
 
 Exit codes: 0 success; 1 the command ran and failed (a damaged file, a server that did not answer, an
 integrity failure); 2 a usage error (bad arguments, an incomplete address, a configuration the command
-cannot start with). ``roost --debug COMMAND`` shows the traceback of an unexpected error as well.
+cannot start with; every number and ``--host`` is checked when the command line is parsed,
+:mod:`roost.cli.options`); 3 ``roost serve`` could not listen on a well-formed address (a port in use,
+an address that is not this host's: uvicorn's start-up failure, with its one ``ERROR`` line).
+``roost --debug COMMAND`` shows the traceback of an unexpected error as well.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from roost.cli.errors import CommandFailed
+from roost.cli.options import add_data_option, positive_int
 from roost.storage import Directory, WorkerStatus
 
 __all__ = ["add_parsers", "timestamp"]
@@ -106,14 +107,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "so it may be that much behind while the server runs (and the last interval's is lost if the "
         "server is killed); a dormant or stopped actor shows its last turn's time.",
     )
-    ls.add_argument("--data", default="data", help="data directory")
+    add_data_option(ls)
     ls.add_argument("--kind", help="only this kind (default: all)")
-    ls.add_argument("--limit", type=int, default=100, help="at most this many")
+    ls.add_argument("--limit", type=positive_int, default=100, help="at most this many")
     ls.set_defaults(func=_ls)
     sch = sub.add_parser("schedules", help="list pending wake-ups from the directory database")
-    sch.add_argument("--data", default="data", help="data directory")
-    sch.add_argument("--limit", type=int, default=100, help="at most this many")
+    add_data_option(sch)
+    sch.add_argument("--limit", type=positive_int, default=100, help="at most this many")
     sch.set_defaults(func=_schedules)
     wk = sub.add_parser("workers", help="list agent worker processes and their last heartbeat")
-    wk.add_argument("--data", default="data", help="data directory")
+    add_data_option(wk)
     wk.set_defaults(func=_workers)

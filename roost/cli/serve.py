@@ -17,6 +17,15 @@ from typing import TYPE_CHECKING
 
 from roost.cli.errors import CommandFailed, UsageError
 from roost.cli.limits import MAX_HANDSHAKE_LINE
+from roost.cli.options import (
+    add_data_option,
+    at_least,
+    listen_host,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from roost.cli.tokens import signer_from_env
 
 if TYPE_CHECKING:
@@ -57,17 +66,6 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
     return port
-
-
-def _positive(text: str) -> float:
-    """A number of tokens, at least 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"{text} is less than 1")
-    return value
 
 
 def connection_cap(args: argparse.Namespace, found: DescriptorBudget | None) -> tuple[int | None, int | None]:
@@ -235,14 +233,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from roost.actors import RuntimeConfig
+
+    ours = RuntimeConfig()  # the defaults create_app starts from
     serve = sub.add_parser("serve", help="serve actors over WebSockets and HTTP")
     serve.add_argument("app", nargs="?", help="MODULE:APP (default: the example kinds)")
-    serve.add_argument("--data", help="data directory (default: $ROOST_DATA or ./data)")
+    add_data_option(serve, app_decides=True)
     serve.add_argument("--config", help="roost.toml with the [agent] settings (default: ./roost.toml if any)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--host", type=listen_host, default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any free port)")
-    serve.add_argument("--idle-timeout", type=float, help="seconds before an idle actor sleeps")
-    serve.add_argument("--retention", type=int, help="logged frames kept per actor for resume")
+    serve.add_argument(
+        "--idle-timeout",
+        type=positive_float,
+        help=f"seconds before an idle actor sleeps (default: the app's; create_app: {ours.idle_timeout:g})",
+    )
+    serve.add_argument(
+        "--retention",
+        type=positive_int,
+        help=f"frames kept per actor for resume (default: the app's; create_app: {ours.log_retention})",
+    )
     serve.add_argument(
         "--durability",
         choices=["normal", "full"],
@@ -253,78 +262,83 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level"
     )
     serve.add_argument("--origin", action="append", help="allowed browser origin (repeat; default: any)")
-    serve.add_argument("--rate-limit", type=float, default=1000.0, help="frames/s per connection (0: off)")
     serve.add_argument(
-        "--principal-rate-limit", type=float, default=5000.0, help="frames/s per principal (0: off)"
+        "--rate-limit", type=non_negative_float, default=1000.0, help="frames/s per connection (0: off)"
     )
-    serve.add_argument("--max-conns-per-actor", type=int, default=10_000, help="(0: no limit)")
+    serve.add_argument(
+        "--principal-rate-limit",
+        type=non_negative_float,
+        default=5000.0,
+        help="frames/s per principal (0: off)",
+    )
+    serve.add_argument("--max-conns-per-actor", type=non_negative_int, default=10_000, help="(0: no limit)")
     serve.add_argument(
         "--max-connections",
-        type=int,
+        type=non_negative_int,
         help="connections held at once; past it HTTP 503 (0: no cap; default: what the descriptor "
         "reserve holds)",
     )
     serve.add_argument(
         "--max-conns-per-principal",
-        type=int,
+        type=non_negative_int,
         help="(0: no limit; default: 1000, or half the connection cap if less)",
     )
     serve.add_argument(
         "--anonymous-rate-limit",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="frames/s per address of anonymous clients (0: off)",
     )
     serve.add_argument(
         "--max-conns-per-address",
-        type=int,
+        type=non_negative_int,
         help="connections per address of anonymous clients (0: off; default: half the connection cap)",
     )
     serve.add_argument(
         "--anonymous-creation-rate",
-        type=float,
+        type=non_negative_float,
         default=1.0,
         help="new actors/s per address of anonymous clients (0: off)",
     )
     serve.add_argument(
         "--anonymous-creation-burst",
-        type=_positive,
+        type=at_least(1),
         default=200.0,
         help="new actors an anonymous address may create at once",
     )
     serve.add_argument(
         "--anonymous-network-creation-rate",
-        type=float,
+        type=non_negative_float,
         default=5.0,
         help="new actors/s per IPv6 /48 of anonymous clients (0: off)",
     )
     serve.add_argument(
         "--anonymous-network-creation-burst",
-        type=_positive,
+        type=at_least(1),
         default=1000.0,
         help="new actors an IPv6 /48 of anonymous clients may create at once",
     )
     serve.add_argument(
         "--anonymous-total-creation-rate",
-        type=float,
+        type=non_negative_float,
         default=50.0,
         help="new actors/s of all anonymous clients together (0: off)",
     )
     serve.add_argument(
         "--anonymous-total-creation-burst",
-        type=_positive,
+        type=at_least(1),
         default=5000.0,
         help="new actors all anonymous clients together may create at once",
     )
     serve.add_argument(
         "--creation-rate",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="new actors/s per authenticated principal (0: off, the default)",
     )
     serve.add_argument(
         "--creation-burst",
-        type=_positive,
+        type=at_least(1),
         default=1000.0,
         help="new actors an authenticated principal may create at once",
     )
@@ -333,10 +347,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="127.0.0.1",
         help="proxies whose X-Forwarded-For gives the client's address (comma list, or *)",
     )
-    serve.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds to send the headers")
+    serve.add_argument(
+        "--handshake-timeout", type=positive_float, default=10.0, help="seconds to send the headers"
+    )
     serve.add_argument(
         "--ping-interval",
-        type=float,
+        type=non_negative_float,
         default=20.0,
         help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
     )

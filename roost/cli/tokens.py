@@ -7,6 +7,7 @@ import math
 import os
 
 from roost.cli.errors import UsageError
+from roost.cli.options import positive_float, text
 from roost.transport.tokens import TokenSigner
 
 __all__ = ["add_parser", "signer_from_env"]
@@ -46,11 +47,13 @@ def _token(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tok = sub.add_parser("token", help="issue a signed access token (needs $ROOST_SECRET)")
-    tok.add_argument("sub", help="the principal's id")
-    tok.add_argument("--tenant", help="the tenant the principal belongs to (default: none)")
+    tok.add_argument("sub", type=text(256), help="the principal's id")
+    tok.add_argument("--tenant", type=text(128), help="the tenant the principal belongs to (default: none)")
     tok.add_argument("--kind", action="append", help="allowed kind (repeat; default: all)")
     tok.add_argument("--name", action="append", help="allowed name pattern (repeat; default: all)")
     tok.add_argument("--read-only", action="store_true", help="may read, never write")
     tok.add_argument("--admin", action="store_true", help="may use /admin (backup)")
-    tok.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires (more than 0)")
+    tok.add_argument(
+        "--ttl", type=positive_float, default=3600.0, help="seconds until it expires (more than 0)"
+    )
     tok.set_defaults(func=_token)

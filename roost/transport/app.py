@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.routing import Route, WebSocketRoute
 
 from roost.actors import Actor, Registry, RuntimeConfig
@@ -47,6 +48,20 @@ from roost.transport.web import web_routes
 __all__ = ["RoostApp", "create_app"]
 
 log = logging.getLogger("roost")
+
+
+class ActorNameConvertor(PathConvertor):
+    """``{name:actor_name}``: the rest of the path, as ``{name:actor_name}``, with a newline in it too.
+
+    Starlette's ``path`` is ``.*``, and ``.`` matches anything but ``\n``: a name holding ``%0A`` matched
+    no route (a plain-text 404 over HTTP, a 403 handshake over WebSocket). With this one every name
+    reaches the address checks (:func:`roost.transport.codec.actor_address`, the registry's), which
+    serve it or refuse it with ``bad_address``."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("actor_name", ActorNameConvertor())
 
 
 class RoostApp(Starlette):
@@ -201,14 +216,14 @@ def create_app(
     ws = WebSocketEndpoint(app)
     app.router.routes.extend(
         [
-            WebSocketRoute("/agents/{kind}/{name:path}", ws),
-            Route("/agents/{kind}/{name:path}/rpc/{method}", post_rpc, methods=["POST"]),
-            Route("/agents/{kind}/{name:path}", get_actor, methods=["GET"]),
+            WebSocketRoute("/agents/{kind}/{name:actor_name}", ws),
+            Route("/agents/{kind}/{name:actor_name}/rpc/{method}", post_rpc, methods=["POST"]),
+            Route("/agents/{kind}/{name:actor_name}", get_actor, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/admin/backup", admin_backup, methods=["POST"]),
-            Route("/admin/actors/{kind}/{name:path}/export", admin_export, methods=["GET"]),
-            Route("/admin/actors/{kind}/{name:path}", admin_inspect, methods=["GET"]),
-            Route("/admin/actors/{kind}/{name:path}", admin_delete, methods=["DELETE"]),
+            Route("/admin/actors/{kind}/{name:actor_name}/export", admin_export, methods=["GET"]),
+            Route("/admin/actors/{kind}/{name:actor_name}", admin_inspect, methods=["GET"]),
+            Route("/admin/actors/{kind}/{name:actor_name}", admin_delete, methods=["DELETE"]),
         ]
     )
     if web_dir is not None:

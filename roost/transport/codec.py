@@ -205,7 +205,7 @@ def parse_actor_path(raw_path: bytes, trailing: int = 0) -> tuple[str, str]:
 
 
 def actor_address(scope: Mapping[str, Any], trailing: int = 0) -> tuple[str, str]:
-    """``(kind, name)`` of a request routed to ``…/agents/{kind}/{name:path}[/rpc/{method}]``.
+    """``(kind, name)`` of a request routed to ``…/agents/{kind}/{name:actor_name}[/rpc/{method}]``.
 
     The raw path decides (so that ``%2F`` stays inside a name), and it must agree with what the router
     matched on the decoded path: ``/agents/counter/x/counter/y`` is refused instead of quietly serving

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
 
 __all__ = [
+    "PROXY_HEADERS",
     "JSONResponse",
     "admin_backup",
     "admin_delete",
@@ -184,11 +185,19 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+#: Headers a proxy adds to what it forwards; any of them keeps a request off the loopback rule of
+#: :func:`_admin` (the client a proxy on this host forwards for is not this host's operator).
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip", "via")
+
+
 async def _admin(app: Runtime, request: Request, name: str, action: str) -> Principal | JSONResponse:
     """Who may use an admin endpoint: a principal with the ``admin`` claim and no tenant (a tenant's
     admin does not own the other tenants' data), allowed by ``authorize(principal, "admin", name,
     action)``, from an allowed origin. Without authentication configured: clients on the loopback
-    interface that are not browsers (no ``Origin``), i.e. the operator's own ``roost … --server``."""
+    interface that are not browsers (no ``Origin``) and did not come through a proxy (none of
+    :data:`PROXY_HEADERS`), i.e. the operator's own ``roost … --server``: behind a reverse proxy on the
+    same host every remote client connects from the loopback interface. A proxy that adds none of
+    those headers cannot be told from the operator (``docs/security.md``)."""
     await app.ensure_started()
     hide_token(request.scope)
     if not origin_allowed(request, app.access.origins):
@@ -198,8 +207,11 @@ async def _admin(app: Runtime, request: Request, name: str, action: str) -> Prin
         return _error("unauthenticated", "not authenticated")
     if app.authenticate is allow_all:
         local = request.client is not None and request.client.host in ("127.0.0.1", "::1")
-        if not local or "origin" in request.headers:
-            return _error("forbidden", "admin only: without authentication, from this host's command line")
+        proxied = any(header in request.headers for header in PROXY_HEADERS)
+        if not local or proxied or "origin" in request.headers:
+            return _error(
+                "forbidden", "admin only: without authentication, from this host's command line (not a proxy)"
+            )
     elif not principal.claims.get("admin") or principal.tenant is not None:
         return _error("forbidden", "admin only (an admin token without a tenant)")
     if not await app.access.allowed(principal, "admin", name, action):
