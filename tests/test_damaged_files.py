@@ -15,6 +15,7 @@ import logging
 import random
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import httpx
@@ -24,7 +25,7 @@ import pytest
 from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
-from roost.storage import actor_path
+from roost.storage import Directory, actor_digest, actor_path
 from roost.testing import ActorKit, connect, serve, until
 from roost.transport import create_app
 from tests.support import ServerProcess, directory_row
@@ -359,3 +360,25 @@ async def test_the_alarm_of_a_damaged_actor_is_parked_not_retried_every_second(
     await assert_delete_clears_it(data_dir, capsys)
     assert main(["inspect", "--data", str(data_dir)]) == 0
     assert orjson.loads(capsys.readouterr().out)["pending_wakeups"] == 0
+
+
+@pytest.mark.slow
+def test_a_last_flush_that_gives_up_on_a_held_lock_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the directory's lock past the last flush's five seconds: the high-water
+    seq and last activity it drops are named in a warning, not lost in silence."""
+    directory = Directory(tmp_path)
+    directory.register(KIND, NAME, actor_digest(KIND, NAME), 1.0)
+    directory.touch(KIND, NAME, 2.0, 20)
+    other = sqlite3.connect(tmp_path / "directory.sqlite", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.WARNING, logger="roost.storage"):
+            directory.close()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "roost.storage"]
+    assert "high-water seq of 1 actors were not written" in line
+    assert directory_row(tmp_path, KIND, NAME)["acked_seq"] == 0  # type: ignore[index]
