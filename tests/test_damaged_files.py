@@ -285,6 +285,8 @@ async def test_a_corrupt_file_is_refused_as_damaged_listed_and_cleared_by_delete
     [listed] = orjson.loads(capsys.readouterr().out)["damaged"]
     assert (listed["kind"], listed["name"]) == (KIND, NAME)
     assert re.search(reason, listed["damaged"])
+    assert main(["export", KIND, NAME, "--data", str(data_dir)]) == 1  # one line, no traceback
+    assert "roost: an actor file is damaged: " in capsys.readouterr().err
     record = await assert_delete_clears_it(data_dir, capsys)
     assert (record["last_seq"], record["acked_seq"]) == (None, 300)
     assert re.search(reason, str(record["damaged"]))
