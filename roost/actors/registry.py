@@ -568,7 +568,7 @@ class Registry:
             self._damaged.add(((kind, name), reason))
             log.error(
                 "actor %s/%r refused as damaged: %s (file %s; "
-                "roost inspect shows it, roost delete clears it)",
+                "roost inspect KIND NAME --data DIR or --server URL shows it, roost delete clears it)",
                 kind,
                 name,
                 reason,

@@ -118,9 +118,16 @@ def header_damage(path: Path, size: int) -> str | None:
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
     valid = header[24:28] == header[92:96]  # the page count is kept up to date (SQLite >= 3.7.0)
-    if valid and size < pages * page_size:
+    if valid and size < pages * page_size and not _has_wal(path):
+        # (with a WAL beside it, a checkpoint killed midway may have written page 1 before the
+        # pages past the end: the WAL still holds them, and SQLite's reading judges)
         return f"its file cannot be read: truncated to {size} of its {pages * page_size} bytes"
     return None
+
+
+def _has_wal(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
 
 
 def corrupt_damage(exc: BaseException) -> str | None:
