@@ -25,7 +25,7 @@ import pytest
 from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
-from roost.storage import Directory, actor_digest, actor_path
+from roost.storage import ActorFile, Directory, actor_digest, actor_path
 from roost.testing import ActorKit, connect, serve, until
 from roost.transport import create_app
 from tests.support import ServerProcess, directory_row
@@ -384,3 +384,18 @@ def test_a_last_flush_that_gives_up_on_a_held_lock_says_so(
     [line] = [r.getMessage() for r in caplog.records if r.name == "roost.storage"]
     assert "high-water seq of 1 actors were not written" in line
     assert directory_row(tmp_path, KIND, NAME)["acked_seq"] == 0  # type: ignore[index]
+
+
+async def test_a_file_left_without_its_row_by_a_crash_is_adopted_not_refused(data_dir: Path) -> None:
+    """The file is created before its row: a crash between the two leaves a file the directory does
+    not list. The next call serves it as the new actor it is, and writes its row."""
+    async with ActorKit(list(KINDS), data_dir):
+        pass  # the directory exists
+    path = actor_path(data_dir, KIND, NAME)
+    ActorFile.open(path, KIND, NAME, initial_state='{"count": 0}').close()
+    assert directory_row(data_dir, KIND, NAME) is None
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        assert await kit.call(KIND, NAME, "increment") == 1
+    row = directory_row(data_dir, KIND, NAME)
+    assert row is not None
+    assert row["acked_seq"] == 1

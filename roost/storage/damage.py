@@ -73,8 +73,8 @@ class Witness:
         self.write(seq)
 
     def write(self, seq: int) -> None:
-        """Record ``seq`` (committed already) if it differs from the last one written."""
-        if seq != self.seq and self._fd is not None:
+        """Record ``seq`` (committed already) if it is above the last one written: it only rises."""
+        if seq > self.seq and self._fd is not None:
             os.pwrite(self._fd, seq.to_bytes(8, "big"), 0)
             self.seq = seq
 
