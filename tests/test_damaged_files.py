@@ -22,6 +22,7 @@ import httpx
 import orjson
 import pytest
 
+from roost.actors import ActorDamaged
 from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
@@ -399,3 +400,25 @@ async def test_a_file_left_without_its_row_by_a_crash_is_adopted_not_refused(dat
     row = directory_row(data_dir, KIND, NAME)
     assert row is not None
     assert row["acked_seq"] == 1
+
+
+async def test_a_backup_holds_no_witness_and_is_served_as_a_data_directory_of_its_own(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A backup copies the files and the directory, not the witnesses: used as a data directory it
+    falls back to the directory's high-water seq, which its copies satisfy, and is served, not
+    refused. Copied back over the newer actor's witness, the older copy is refused, as any is."""
+    await count_to(data_dir, 5)
+    out = tmp_path / "bak"
+    assert main(["backup", "--data", str(data_dir), "--out", str(out)]) == 0
+    capsys.readouterr()
+    copy = actor_path(out, KIND, NAME)
+    assert copy.exists()
+    assert not copy.with_name(copy.name + "-seq").exists()
+    await count_to(data_dir, 3)
+    async with ActorKit(list(KINDS), out) as kit:
+        assert await kit.call(KIND, NAME, "get") == 5
+    shutil.copy(copy, actor_path(data_dir, KIND, NAME))
+    async with ActorKit(list(KINDS), data_dir) as kit:
+        with pytest.raises(ActorDamaged, match="older than the seq 8 it had committed"):
+            await kit.call(KIND, NAME, "get")
