@@ -422,3 +422,21 @@ async def test_a_backup_holds_no_witness_and_is_served_as_a_data_directory_of_it
     async with ActorKit(list(KINDS), data_dir) as kit:
         with pytest.raises(ActorDamaged, match="older than the seq 8 it had committed"):
             await kit.call(KIND, NAME, "get")
+
+
+async def test_a_file_prepared_for_an_input_that_never_came_is_released_by_the_sweep(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``Registry.prepare`` leaves the new file open for the input that follows; when none does (a
+    handshake that failed after it), the idle sweep closes it, and its lock goes with it."""
+    async with ActorKit(list(KINDS), data_dir, idle_timeout=10) as kit:
+        await kit.registry.prepare(KIND, NAME)
+        assert directory_row(data_dir, KIND, NAME) is not None
+        assert main(["inspect", KIND, NAME, "--data", str(data_dir)]) == 1  # held
+        assert "a running server holds it" in capsys.readouterr().err
+        kit.clock.advance(11)
+        kit.registry.sweep()
+        await kit.registry.released()
+        assert main(["inspect", KIND, NAME, "--data", str(data_dir)]) == 0
+        assert orjson.loads(capsys.readouterr().out)["seq"] == 0
+        assert await kit.call(KIND, NAME, "increment") == 1

@@ -138,6 +138,9 @@ class Registry:
         self._retiring: set[Key] = set()  # actors being deleted: refused until the delete is done
         self._damaged: set[tuple[Key, str]] = set()  # refusals already logged
         self._preparing: dict[Key, asyncio.Future[None]] = {}  # prepares under way (single-flight)
+        #: Files :meth:`prepare` created and left open for :meth:`get` (with when): the sweep
+        #: releases one no input took within the idle timeout, :meth:`stop` all of them.
+        self._fresh: dict[Key, tuple[ActorFile, float]] = {}
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
         #: The registry's own tasks (sweeper, checkpointer, dispatcher): ended by :meth:`stop`.
@@ -216,6 +219,7 @@ class Registry:
         if left:  # still waking each other after ten rounds: left to the process's exit
             log.warning("%d actors kept activating during shutdown; not stopped", len(left))
         self.hosts.clear()
+        self._release_fresh(lambda _: True)
         await self.released()  # every file is closed on return
         self.file_releases.shutdown()
         directory, self.directory = self.directory, None
@@ -262,6 +266,7 @@ class Registry:
         mono, wall = self.clock.monotonic(), self.clock.now()
         deadline = mono - self.config.idle_timeout
         n = 0
+        self._release_fresh(lambda since: since <= deadline)  # prepared, never taken
         for host in list(self.hosts.values()):
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
@@ -272,6 +277,12 @@ class Registry:
         if self.directory is not None:
             self.directory.flush()
         return n
+
+    def _release_fresh(self, which: Callable[[float], bool]) -> None:
+        for key, (file, since) in list(self._fresh.items()):
+            if which(since):
+                del self._fresh[key]
+                self.release_file(key, file)
 
     def _deactivate(self, host: ActorHost) -> bool:
         if not host.deactivate():
@@ -313,12 +324,13 @@ class Registry:
 
     async def prepare(self, kind: str, name: str) -> None:
         """Before a first input that may create the actor: create its file (opened, its schema
-        committed, closed) and then write its directory row, both in the directory thread (where
+        committed) and then write its directory row, both in the directory thread (where
         waiting for another process's lock stalls nobody), so that :meth:`get` finds both and writes
         nothing on the loop. **The directory lists only actors whose file existed**: the row is
         written after the file, so a listed actor whose file is missing or empty is damaged
         (:mod:`roost.storage.damage`); a crash between the two leaves a file with no row, adopted by
-        the next activation. If the row cannot be written, the file just created is removed again.
+        the next activation. The file is left open for :meth:`get` (released by the sweep if no
+        input takes it); if the row cannot be written, the file just created is removed again.
         Concurrent prepares of one name share one. Does nothing for a live actor, one with a row, or
         when every live actor is busy at ``max_active`` (:meth:`get` refuses it ``Overloaded``); a
         failure is left for :meth:`get` to report."""
@@ -346,34 +358,51 @@ class Registry:
             create = self._creator(kind, name)
             digest, now = actor_digest(kind, name), self.clock.now()
 
-            def file_then_row(d: Directory) -> None:
+            def file_then_row(d: Directory) -> ActorFile | None:
                 made = create()
                 try:
                     d.register(kind, name, digest, now)
                 except BaseException:
-                    if made:
-                        _remove_new(actor_path(self.config.data_dir, kind, name))
+                    if made is not None:
+                        made.close()
+                        _remove_new(made.path)
                     raise
+                return made
 
-            await self.directory_thread.run(file_then_row)
+            job = asyncio.ensure_future(self.directory_thread.run(file_then_row))
+            job.add_done_callback(lambda j: self._took_fresh(key, j))  # even if this wait is cancelled
+            await asyncio.shield(job)
         except (RoostError, sqlite3.Error, OSError):
             log.debug("actor %s/%r: not registered ahead", kind, name, exc_info=True)
         finally:
             del self._preparing[key]
             done.set_result(None)
 
-    def _creator(self, kind: str, name: str) -> Callable[[], bool]:
-        """What creates the actor's file (and closes it) if it does not exist yet; True if it did.
-        Runs in any thread."""
+    def _took_fresh(self, key: Key, job: asyncio.Future[ActorFile | None]) -> None:
+        if job.cancelled() or job.exception() is not None:
+            return
+        file = job.result()
+        if file is None:
+            return
+        if self.directory is None:  # stopped meanwhile
+            file.close()
+        elif key in self._fresh or key in self.hosts or key in self._retiring:
+            self.release_file(key, file)  # not wanted any more (a delete under way)
+        else:
+            self._fresh[key] = (file, self.clock.monotonic())
+
+    def _creator(self, kind: str, name: str) -> Callable[[], ActorFile | None]:
+        """What creates the actor's file if it does not exist yet, returning it open (None if it
+        existed). Runs in any thread."""
         cls = self.kind_of(kind)
         path = actor_path(self.config.data_dir, kind, name)
         initial = _initial_json(cls)
         durability = self.config.durability
 
-        def create() -> bool:
+        def create() -> ActorFile | None:
             if path.exists():
-                return False
-            ActorFile.open(
+                return None
+            return ActorFile.open(
                 path,
                 kind,
                 name,
@@ -383,8 +412,7 @@ class Registry:
                 initial_state=initial,
                 state_version=cls.state_version,
                 page_size=cls.page_size,
-            ).close()
-            return True
+            )
 
         return create
 
@@ -421,11 +449,15 @@ class Registry:
             ) from exc
         listed = entry is not None
         row_created = entry.created_at if entry is not None else None
-        # the higher of the two witnesses of what the actor had committed
-        try:
+        # a file prepare() just created is open already: not read past SQLite (closing another
+        # descriptor of it would drop this process's locks on it), and nothing can be wrong with it
+        fresh = self._fresh.pop((kind, name), None)
+        try:  # the higher of the two witnesses of what the actor had committed
             acked = max(entry.acked_seq if entry is not None else 0, read_witness(path))
-            damage = unopened_damage(path, listed, acked)
+            damage = None if fresh is not None else unopened_damage(path, listed, acked)
         except OSError as exc:
+            if fresh is not None:
+                fresh[0].close()
             if out_of_descriptors(exc):
                 raise self._no_descriptor(kind, name) from exc
             raise _start_failed(kind, name, exc, "open") from exc
@@ -433,16 +465,20 @@ class Registry:
             raise self._refuse_damaged(kind, name, path, damage)
         created = not path.exists()
         try:
-            file = ActorFile.open(
-                path,
-                kind,
-                name,
-                kind_migrations=cls.migrations,
-                components=cls.components,
-                durability=self.config.durability,
-                initial_state=_initial_json(cls),
-                state_version=cls.state_version,
-                page_size=cls.page_size,
+            file = (
+                fresh[0]
+                if fresh is not None
+                else ActorFile.open(
+                    path,
+                    kind,
+                    name,
+                    kind_migrations=cls.migrations,
+                    components=cls.components,
+                    durability=self.config.durability,
+                    initial_state=_initial_json(cls),
+                    state_version=cls.state_version,
+                    page_size=cls.page_size,
+                )
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
@@ -555,6 +591,9 @@ class Registry:
                 await self._stop_hosts([host])
                 if self.hosts.get(key) is host:
                     del self.hosts[key]
+            fresh = self._fresh.pop(key, None)
+            if fresh is not None:  # prepared, never taken
+                self.release_file(key, fresh[0])
             await self.released()
             yield
         finally:

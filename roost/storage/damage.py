@@ -109,7 +109,11 @@ _MAGIC = b"SQLite format 3\x00"
 
 def header_damage(path: Path, size: int) -> str | None:
     """What the first 100 bytes of a non-empty file tell without opening it as a database: not an
-    SQLite file, or shorter than the pages its header counts (truncated). None if they look whole."""
+    SQLite file, or shorter than the pages its header counts (truncated). None if they look whole.
+
+    Never call it on a file this process has open through SQLite: closing the descriptor it reads
+    with drops every POSIX lock the process holds on the file (the actor's exclusive lock). Other
+    processes' locks are their own: the offline tools may read a file a server holds."""
     with open(path, "rb") as f:
         header = f.read(100)
     if len(header) < 100 or header[:16] != _MAGIC:
