@@ -429,12 +429,13 @@ async def test_a_file_prepared_for_an_input_that_never_came_is_released_by_the_s
 ) -> None:
     """``Registry.prepare`` leaves the new file open for the input that follows; when none does (a
     handshake that failed after it), the idle sweep closes it, and its lock goes with it."""
-    async with ActorKit(list(KINDS), data_dir, idle_timeout=10) as kit:
+    clock = FakeClock()
+    async with ActorKit(list(KINDS), data_dir, clock=clock, idle_timeout=10) as kit:
         await kit.registry.prepare(KIND, NAME)
         assert directory_row(data_dir, KIND, NAME) is not None
         assert main(["inspect", KIND, NAME, "--data", str(data_dir)]) == 1  # held
         assert "a running server holds it" in capsys.readouterr().err
-        kit.clock.advance(11)
+        clock.advance(11)
         kit.registry.sweep()
         await kit.registry.released()
         assert main(["inspect", KIND, NAME, "--data", str(data_dir)]) == 0
