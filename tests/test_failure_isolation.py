@@ -55,10 +55,10 @@ class Echoer(Actor):
 
 
 def _fail_next_commit(conn: sqlite3.Connection) -> None:
-    """Kind migration step (it is handed the actor's own connection): once ``Brittle.fail_next_commit``
-    is set, the next ``COMMIT`` on this connection is interrupted by SQLite and fails, leaving its
-    transaction open, as an I/O error at commit would. Nothing else on the connection is affected, and a
-    reopened file (migrations run once) commits normally."""
+    """Installed on the actor's own connection when it starts: once ``Brittle.fail_next_commit`` is
+    set, the next ``COMMIT`` on this connection is interrupted by SQLite and fails, leaving its
+    transaction open, as an I/O error at commit would. Nothing else on the connection is affected, and
+    a reopened file commits normally (the flag is cleared by then)."""
     current = [""]
 
     def trace(statement: str) -> None:
@@ -77,8 +77,11 @@ def _fail_next_commit(conn: sqlite3.Connection) -> None:
 class Brittle(Actor):
     kind = "brittle"
     initial_state = {"count": 0}
-    migrations = ("CREATE TABLE notes (x TEXT)", _fail_next_commit)
+    migrations = ("CREATE TABLE notes (x TEXT)",)
     fail_next_commit: ClassVar[bool] = False
+
+    def on_start(self) -> None:
+        _fail_next_commit(self.extension.connection())
 
     @callable
     def increment(self) -> int:

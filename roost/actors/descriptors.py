@@ -1,9 +1,10 @@
 """File descriptors: how many live actors fit under the process's limit, and what to say when none is
 left.
 
-Each live actor holds :data:`FDS_PER_ACTOR` descriptors: its SQLite file and its WAL (the file is
+Each live actor holds :data:`FDS_PER_ACTOR` descriptors: its SQLite file, its WAL (the file is
 opened with ``locking_mode=EXCLUSIVE``, so the WAL index is in heap memory and there is no ``-shm``
-file; ``tests/test_descriptors.py`` measures it). A deactivated actor's file is closed in a release
+file) and its high-water seq witness (``<file>-seq``, :class:`roost.storage.damage.Witness`);
+``tests/test_descriptors.py`` measures it. A deactivated actor's file is closed in a release
 thread, and until then holds them too: at most ``max(16, max_active // 10)`` such releases are pending
 (:class:`~roost.actors.releases.FileReleases`).
 
@@ -67,8 +68,9 @@ __all__ = [
 
 log = logging.getLogger("roost.registry")
 
-#: Descriptors one live actor holds (its file and its WAL), measured by tests/test_descriptors.py.
-FDS_PER_ACTOR = 2
+#: Descriptors one live actor holds (its file, its WAL and its witness), measured by
+#: tests/test_descriptors.py.
+FDS_PER_ACTOR = 3
 #: Fewer live actors than this and the runtime refuses to start.
 MIN_ACTORS = 16
 

@@ -155,17 +155,19 @@ class TooFewDescriptors(ActorError, RuntimeError):
 
 
 class ActorDamaged(ActorUnavailable):
-    """The actor's file is missing, empty, or older than the seq the directory recorded it had
-    committed (:mod:`roost.storage.damage`): the actor is refused, never re-created or served with
-    acknowledged writes missing. ``roost inspect KIND NAME`` shows why; ``roost delete`` clears it,
-    after which the name starts afresh."""
+    """The actor's file is missing or empty although the directory lists it, cannot be read by
+    SQLite, or is older than the seq it had committed (:mod:`roost.storage.damage`): the actor is
+    refused, never re-created or served with acknowledged writes missing. ``roost inspect KIND NAME``
+    (``--data DIR`` or ``--server URL``) shows why; ``roost delete`` clears it, after which the name
+    starts afresh."""
 
     code = "actor_damaged"
 
     def __init__(self, kind: str, name: str, reason: str) -> None:
         super().__init__(
             message=f"actor {kind}/{shown_name(name)!r} is damaged: {reason} "
-            "(an operator can inspect it with roost inspect and clear it with roost delete)"
+            "(an operator can inspect it with roost inspect KIND NAME, --data DIR or --server URL, "
+            "and clear it with roost delete)"
         )
         self.kind = kind
         self.name = name

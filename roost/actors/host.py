@@ -35,6 +35,8 @@ Guarantees (each has a test named after it in ``tests/``):
   empty the batch commits and its outputs are released in turn order. A streaming call commits at each
   ``yield``. If a commit fails, nothing of the batch is released: callers get ``actor_unavailable``,
   connections are closed with 1011 and the actor is stopped; the next input reactivates it from disk.
+  After the commit and before the release, the committed seq is written to the actor's high-water
+  witness (:class:`roost.storage.damage.Witness`): no acknowledged write is ahead of it.
 - **Gap-free log (guarantee 4).** See :mod:`roost.actors.statelog`. A connection is added to the
   broadcast set in the same turn that sends its welcome and replay, so it sees every later frame,
   after them, once. It is in ``self.connections`` while ``on_connect`` runs; the state and events
@@ -450,6 +452,8 @@ class ActorHost:
                 return True
             # a directory that cannot take an earlier alarm fails the batch: nothing is committed
             self.file.commit()
+            if self.file.witness is not None:  # the high-water seq, before anything is released
+                self.file.witness.write(self.seq)
         except Exception as exc:
             ref = log_failure(self, exc, "commit")
             # nothing held is released: fail answers the held replies and drops the frames

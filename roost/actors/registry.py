@@ -11,11 +11,12 @@ Guarantees:
   deactivated: its file is closed and nothing of it stays in memory. The next input reactivates it from
   its file with its state intact.
 - **Damaged files are refused, never re-created or served older (issue 13, point 10).** An actor the
-  directory lists with a high-water seq above 0 whose file is missing or empty, or holds an older
-  seq, raises :class:`~roost.actors.errors.ActorDamaged` (logged with the path and the reason, once
-  per process); nothing is created or opened for good. The high-water seq is the committed seq, carried
-  to the directory by the batched touches (the idle sweep, deactivation, shutdown): a rollback to a seq
-  above the last one recorded cannot be told (``docs/design.md``, *Damaged files*).
+  directory lists whose file is missing or empty, whose file SQLite cannot read (not a database,
+  malformed), or whose file holds a seq older than its high-water seq (the higher of its witness
+  sidecar, written after every commit before the release, and the directory's ``acked_seq``) raises
+  :class:`~roost.actors.errors.ActorDamaged` (logged with the path and the reason, once per
+  process); nothing is created or opened for good. No acknowledged write is rolled back silently
+  (:mod:`roost.storage.damage`, ``docs/design.md``, *Damaged files*).
 - **Last activity reaches the directory within a sweep.** Each idle sweep (every ``sweep_interval``,
   by default ``min(idle_timeout / 2, 5 s)``) writes the time of every live actor's last turn to the
   directory (``roost ls`` LAST ACTIVE); a deactivated or stopped actor's row keeps the time of its last
@@ -90,7 +91,16 @@ from roost.protocol import CloseCode
 from roost.scheduler import Clock, Dispatcher, SystemClock
 from roost.storage import ActorFile, Directory, DirectoryBusy, actor_digest, actor_path, validate_kind
 from roost.storage import validate_name as _validate_name
-from roost.storage.damage import file_seq, keep_wal, seq_damage, unopened_damage
+from roost.storage.damage import (
+    WITNESS,
+    Witness,
+    corrupt_damage,
+    file_seq,
+    keep_wal,
+    read_witness,
+    seq_damage,
+    unopened_damage,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -132,6 +142,10 @@ class Registry:
         self.directory_thread: DirectoryThread | None = None
         self._retiring: set[Key] = set()  # actors being deleted: refused until the delete is done
         self._damaged: set[tuple[Key, str]] = set()  # refusals already logged
+        self._preparing: dict[Key, asyncio.Future[None]] = {}  # prepares under way (single-flight)
+        #: Files :meth:`prepare` created and left open for :meth:`get` (with when): the sweep
+        #: releases one no input took within the idle timeout, :meth:`stop` all of them.
+        self._fresh: dict[Key, tuple[ActorFile, float]] = {}
         self.dispatcher: Dispatcher | None = None
         self.rng = random.Random()  # retry jitter; tests may seed or replace it
         #: The registry's own tasks (sweeper, checkpointer, dispatcher): ended by :meth:`stop`.
@@ -171,6 +185,7 @@ class Registry:
                 self.clock,
                 poll_interval=self.config.poll_interval,
                 lease=self.config.wakeup_lease,
+                parks=_damaged,
             )
             self.background.insert(0, loop.create_task(self.dispatcher.run(), name="roost:dispatcher"))
 
@@ -209,6 +224,7 @@ class Registry:
         if left:  # still waking each other after ten rounds: left to the process's exit
             log.warning("%d actors kept activating during shutdown; not stopped", len(left))
         self.hosts.clear()
+        self._release_fresh(lambda _: True)
         await self.released()  # every file is closed on return
         self.file_releases.shutdown()
         directory, self.directory = self.directory, None
@@ -255,6 +271,7 @@ class Registry:
         self.sweeps += 1
         deadline = self.clock.monotonic() - self.config.idle_timeout
         n = 0
+        self._release_fresh(lambda since: since <= deadline)  # prepared, never taken
         for host in list(self.hosts.values()):
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
@@ -265,6 +282,12 @@ class Registry:
         if self.directory is not None:
             self.directory.flush()
         return n
+
+    def _release_fresh(self, which: Callable[[float], bool]) -> None:
+        for key, (file, since) in list(self._fresh.items()):
+            if which(since):
+                del self._fresh[key]
+                self.release_file(key, file)
 
     def _deactivate(self, host: ActorHost) -> bool:
         if not host.deactivate():
@@ -310,24 +333,101 @@ class Registry:
         if actor_path(self.config.data_dir, kind, name).exists():
             return True
         # a damaged actor whose file is gone still exists: asking about it is refused as damaged
-        entry = self.directory.get(kind, name) if self.directory is not None else None
-        return entry is not None and entry.acked_seq > 0
+        return self.directory is not None and self.directory.get(kind, name) is not None
 
     async def prepare(self, kind: str, name: str) -> None:
-        """Before a first input that may create the actor: write its directory row in the directory
-        thread (where waiting for another process's lock stalls nobody), so that :meth:`get` finds it
-        and writes nothing on the loop. Does nothing for a live actor, or one with a file or a row;
-        a failure is left for :meth:`get` to report."""
-        if (kind, name) in self.hosts or self.directory is None or self.directory_thread is None:
+        """Before a first input that may create the actor: create its file (opened, its schema
+        committed) and then write its directory row, both in the directory thread (where
+        waiting for another process's lock stalls nobody), so that :meth:`get` finds both and writes
+        nothing on the loop. **The directory lists only actors whose file existed**: the row is
+        written after the file, so a listed actor whose file is missing or empty is damaged
+        (:mod:`roost.storage.damage`); a crash between the two leaves a file with no row, adopted by
+        the next activation. The file is left open for :meth:`get` (released by the sweep if no
+        input takes it); if the row cannot be written, the file just created is removed again.
+        Concurrent prepares of one name share one. Does nothing for a live actor, one with a row, or
+        when every live actor is busy at ``max_active`` (:meth:`get` refuses it ``Overloaded``); a
+        failure is left for :meth:`get` to report."""
+        key = (kind, name)
+        if key in self.hosts or self.directory is None or self.directory_thread is None:
             return
+        pending = self._preparing.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        if len(self.hosts) >= self.config.max_active and not any(
+            h.idle and not h.stopping for h in self.hosts.values()
+        ):
+            return  # get() refuses it Overloaded: nothing is created for it
         try:
             self.validate(kind, name)
-            if actor_path(self.config.data_dir, kind, name).exists() or self.directory.get(kind, name):
+            if self.directory.get(kind, name) is not None:
                 return
-            digest, now = actor_digest(kind, name), self.clock.now()
-            await self.directory_thread.run(lambda d: d.register(kind, name, digest, now))
         except (RoostError, sqlite3.Error, OSError):
             log.debug("actor %s/%r: not registered ahead", kind, name, exc_info=True)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._preparing[key] = done
+        try:
+            create = self._creator(kind, name)
+            digest, now = actor_digest(kind, name), self.clock.now()
+
+            def file_then_row(d: Directory) -> ActorFile | None:
+                made = create()
+                try:
+                    d.register(kind, name, digest, now)
+                except BaseException:
+                    if made is not None:
+                        made.close()
+                        _remove_new(made.path)
+                    raise
+                return made
+
+            job = asyncio.ensure_future(self.directory_thread.run(file_then_row))
+            job.add_done_callback(lambda j: self._took_fresh(key, j))  # even if this wait is cancelled
+            await asyncio.shield(job)
+        except (RoostError, sqlite3.Error, OSError):
+            log.debug("actor %s/%r: not registered ahead", kind, name, exc_info=True)
+        finally:
+            del self._preparing[key]
+            done.set_result(None)
+
+    def _took_fresh(self, key: Key, job: asyncio.Future[ActorFile | None]) -> None:
+        if job.cancelled() or job.exception() is not None:
+            return
+        file = job.result()
+        if file is None:
+            return
+        if self.directory is None:  # stopped meanwhile
+            file.close()
+        elif key in self._fresh or key in self.hosts or key in self._retiring:
+            self.release_file(key, file)  # not wanted any more (a delete under way)
+        else:
+            self._fresh[key] = (file, self.clock.monotonic())
+
+    def _creator(self, kind: str, name: str) -> Callable[[], ActorFile | None]:
+        """What creates the actor's file if it does not exist yet, returning it open (None if it
+        existed). Runs in any thread."""
+        cls = self.kind_of(kind)
+        path = actor_path(self.config.data_dir, kind, name)
+        initial = _initial_json(cls)
+        durability = self.config.durability
+
+        def create() -> ActorFile | None:
+            if path.exists():
+                return None
+            return ActorFile.open(
+                path,
+                kind,
+                name,
+                kind_migrations=cls.migrations,
+                components=cls.components,
+                durability=durability,
+                initial_state=initial,
+                state_version=cls.state_version,
+                page_size=cls.page_size,
+            )
+
+        return create
 
     def get(self, kind: str, name: str) -> ActorHost:
         """The live host of ``(kind, name)``, activating it if needed. Single-flight: no await.
@@ -360,52 +460,59 @@ class Registry:
             raise ActorUnavailable(
                 message=f"actor failed to start: the directory cannot be read: {exc}"
             ) from exc
-        acked = entry.acked_seq if entry is not None else 0
+        listed = entry is not None
         row_created = entry.created_at if entry is not None else None
-        damage = unopened_damage(path, acked)
+        # a file prepare() just created is open already: not read past SQLite (closing another
+        # descriptor of it would drop this process's locks on it), and nothing can be wrong with it
+        fresh = self._fresh.pop((kind, name), None)
+        try:  # the higher of the two witnesses of what the actor had committed
+            acked = max(entry.acked_seq if entry is not None else 0, read_witness(path))
+            damage = None if fresh is not None else unopened_damage(path, listed, acked)
+        except OSError as exc:
+            if fresh is not None:
+                fresh[0].close()
+            if out_of_descriptors(exc):
+                raise self._no_descriptor(kind, name) from exc
+            raise _start_failed(kind, name, exc, "open") from exc
         if damage is not None:
             raise self._refuse_damaged(kind, name, path, damage)
-        if not path.exists() and entry is None:
-            # registered before the file exists: the directory never misses an actor
-            row_created = self.clock.now()
-            try:
-                self.directory.register(kind, name, actor_digest(kind, name), row_created)
-            except DirectoryBusy as exc:  # another process writes it now: not waited for on the loop
-                raise ActorUnavailable(
-                    message="actor failed to start: the directory is busy (another process is writing it); "
-                    "try again"
-                ) from exc
-            except (sqlite3.Error, OSError) as exc:  # a full disk, a read-only or broken directory
-                log.exception("actor %s/%r: the directory cannot record it", kind, name)
-                raise ActorUnavailable(
-                    message=f"actor failed to start: the directory cannot record it: {exc}"
-                ) from exc
+        created = not path.exists()
         try:
-            file = ActorFile.open(
-                path,
-                kind,
-                name,
-                kind_migrations=cls.migrations,
-                components=cls.components,
-                durability=self.config.durability,
-                initial_state=_initial_json(cls),
-                state_version=cls.state_version,
-                page_size=cls.page_size,
+            file = (
+                fresh[0]
+                if fresh is not None
+                else ActorFile.open(
+                    path,
+                    kind,
+                    name,
+                    kind_migrations=cls.migrations,
+                    components=cls.components,
+                    durability=self.config.durability,
+                    initial_state=_initial_json(cls),
+                    state_version=cls.state_version,
+                    page_size=cls.page_size,
+                )
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
         except (MigrationError, sqlite3.Error, OSError) as exc:
+            corrupt = corrupt_damage(exc)
+            if corrupt is not None:
+                raise self._refuse_damaged(kind, name, path, corrupt) from exc
             if out_of_descriptors(exc):  # a capacity error, not a broken file: no traceback
-                log.warning("actor %s/%r: not opened, no file descriptor left", kind, shown_name(name))
-                raise ActorUnavailable(
-                    message=f"the server is out of file descriptors ({len(self.hosts)} actors live); "
-                    "try again later"
-                ) from exc
+                raise self._no_descriptor(kind, name) from exc
             raise _start_failed(kind, name, exc, "open") from exc
+        if not listed:
+            # the file first, then its row (prepare did neither): the directory lists only actors
+            # whose file existed. A file found without a row is adopted
+            row_created = self._register_inline(kind, name, file, created)
         try:
             seq = file_seq(file.conn)
         except sqlite3.Error as exc:
             file.close()
+            corrupt = corrupt_damage(exc)
+            if corrupt is not None:
+                raise self._refuse_damaged(kind, name, path, corrupt) from exc
             raise _start_failed(kind, name, exc, "open") from exc
         damage = seq_damage(seq, acked)
         if damage is not None:
@@ -413,15 +520,63 @@ class Registry:
             file.close()
             raise self._refuse_damaged(kind, name, path, damage)
         try:
+            file.witness = Witness(path, seq)
+        except OSError as exc:
+            file.close()
+            if out_of_descriptors(exc):
+                raise self._no_descriptor(kind, name) from exc
+            raise _start_failed(kind, name, exc, "open") from exc
+        try:
             host = ActorHost(self, cls, kind, name, file, self._callables[kind])
         except Exception as exc:  # the kind's __init__ or a corrupt state row
             file.close()
+            corrupt = corrupt_damage(exc)
+            if corrupt is not None:
+                raise self._refuse_damaged(kind, name, path, corrupt) from exc
             raise _start_failed(kind, name, exc, "start") from exc
         host.row_created = row_created
         self.hosts[(kind, name)] = host
         self.directory.touch(kind, name, self.clock.now(), seq, row_created)
         self.activations += 1
         return host
+
+    def _register_inline(self, kind: str, name: str, file: ActorFile, created: bool) -> float | None:
+        """Write the row of an actor whose file is open and has none, without waiting: its
+        ``created_at``. If the file was just created and the row cannot be written (another process
+        holds the directory's lock, a full disk), the file is removed again and that is
+        ``ActorUnavailable``; a file found without a row is served even so (its row is tried again at
+        its next activation)."""
+        assert self.directory is not None
+        now = self.clock.now()
+        try:
+            self.directory.register(kind, name, actor_digest(kind, name), now)
+            return now
+        except (DirectoryBusy, sqlite3.Error, OSError) as exc:
+            if not created:
+                log.warning(
+                    "actor %s/%r: its file has no directory row, and the row cannot be written now: %s",
+                    kind,
+                    name,
+                    exc,
+                )
+                return None
+            file.close()
+            _remove_new(file.path)
+            if isinstance(exc, DirectoryBusy):  # another process writes it now: not waited for on the loop
+                raise ActorUnavailable(
+                    message="actor failed to start: the directory is busy (another process is writing it); "
+                    "try again"
+                ) from exc
+            log.exception("actor %s/%r: the directory cannot record it", kind, name)
+            raise ActorUnavailable(
+                message=f"actor failed to start: the directory cannot record it: {exc}"
+            ) from exc
+
+    def _no_descriptor(self, kind: str, name: str) -> ActorUnavailable:
+        log.warning("actor %s/%r: not opened, no file descriptor left", kind, shown_name(name))
+        return ActorUnavailable(
+            message=f"the server is out of file descriptors ({len(self.hosts)} actors live); try again later"
+        )
 
     @property
     def deleting(self) -> frozenset[Key]:
@@ -449,6 +604,9 @@ class Registry:
                 await self._stop_hosts([host])
                 if self.hosts.get(key) is host:
                     del self.hosts[key]
+            fresh = self._fresh.pop(key, None)
+            if fresh is not None:  # prepared, never taken
+                self.release_file(key, fresh[0])
             await self.released()
             yield
         finally:
@@ -462,7 +620,7 @@ class Registry:
             self._damaged.add(((kind, name), reason))
             log.error(
                 "actor %s/%r refused as damaged: %s (file %s; "
-                "roost inspect shows it, roost delete clears it)",
+                "roost inspect KIND NAME --data DIR or --server URL shows it, roost delete clears it)",
                 kind,
                 name,
                 reason,
@@ -482,8 +640,8 @@ class Registry:
 
         Releases have threads of their own (a sweep of many actors must not delay live actors'
         checkpoints), and their backlog is bounded: each pending release still holds a connection
-        (two descriptors, ~190 KB), so past ``max(16, max_active // 10)`` of them the file is closed
-        here, on the loop, as before."""
+        and its witness (three descriptors, ~190 KB), so past ``max(16, max_active // 10)`` of them
+        the file is closed here, on the loop, as before."""
         self.file_releases.release(key, file, last_state)
 
     async def released(self) -> None:
@@ -655,6 +813,17 @@ def _start_failed(kind: str, name: str, exc: Exception, step: str) -> ActorUnava
     ref = log_failure((kind, name), exc, step)
     why = f": {exc}" if isinstance(exc, RoostError) else ""
     return ActorUnavailable(message=f"actor failed to start{why} (ref {ref})")
+
+
+def _remove_new(path: Path) -> None:
+    """Remove an actor file just created (closed), whose directory row could not be written."""
+    for suffix in ("", "-wal", "-shm", WITNESS):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _damaged(exc: Exception) -> bool:
+    """A wake-up failure that will not pass by itself: the dispatcher parks its alarm."""
+    return isinstance(exc, ActorDamaged)
 
 
 def _last_active(host: ActorHost) -> float:

@@ -9,8 +9,8 @@ Guarantees (``tests/test_activation.py``):
   (called by activation) waits for a release under way (one close at most, and only for an actor
   reactivated within it) or runs one still queued itself; :meth:`FileReleases.wait_all` waits for
   every one, leaving the entries where ``claim`` finds them meanwhile.
-- **A bounded backlog.** Each pending release still holds a connection (two descriptors, ~190 KB),
-  so past ``max_pending`` of them a file is closed on the loop, as before.
+- **A bounded backlog.** Each pending release still holds a connection and its witness (three
+  descriptors, ~190 KB), so past ``max_pending`` of them a file is closed on the loop, as before.
 - **Threads of their own**: four for releases, four for actor WAL checkpoints (so that other
   ``to_thread`` work never keeps an actor waiting for its checkpoint); both pools are shut down by
   :meth:`FileReleases.shutdown` once every actor has stopped.

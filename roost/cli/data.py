@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,11 @@ def _data_ops(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc)) from None
     except FileExistsError as exc:
         raise CommandFailed(f"{exc}: a backup goes into a new directory") from None
+    except sqlite3.DatabaseError as exc:  # a damaged actor file (inspect and delete report it)
+        raise CommandFailed(
+            f"an actor file is damaged: {exc} (roost inspect --data DIR lists damaged actors, "
+            "roost inspect KIND NAME says why, roost delete clears one)"
+        ) from None
     return 0
 
 

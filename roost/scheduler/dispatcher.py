@@ -17,6 +17,10 @@ Guarantees:
 - **No busy loop, no missed alarm**: it sleeps until the earliest alarm, at most ``poll_interval``
   (alarms written by other processes), and is woken early by :meth:`notify` when a live actor in this
   process sets an earlier one. Time comes from an injectable clock.
+- **A wake-up that cannot succeed is parked, not retried every second**: when ``parks(exc)`` says a
+  failure will not pass by itself (the registry's: the actor is damaged), the alarm is given back due
+  in ``park_delay`` seconds (an hour) instead of ``retry_delay``, and logged once per process and
+  actor. ``roost delete`` clears it with the actor's row.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Dispatcher:
         poll_interval: float = 1.0,
         concurrency: int = 64,
         retry_delay: float = 1.0,
+        parks: Callable[[Exception], bool] | None = None,
+        park_delay: float = 3600.0,
     ) -> None:
         self.directory = directory
         self.wake = wake
@@ -58,6 +64,9 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.concurrency = concurrency
         self.retry_delay = retry_delay
+        self.parks = parks
+        self.park_delay = park_delay
+        self._parked: set[tuple[str, str]] = set()  # parks already logged
         self.wakes = 0
         self.failures = 0
         self._kick = asyncio.Event()
@@ -167,9 +176,18 @@ class Dispatcher:
             # e.g. live in another process, overloaded, unknown kind: give it back, a little later,
             # to whichever dispatcher can serve it
             self.failures += 1
-            log.info("wake-up of %s/%r deferred: %s", kind, name, exc)
+            delay = self.retry_delay
+            if self.parks is not None and self.parks(exc):
+                delay = self.park_delay
+                if (kind, name) not in self._parked:
+                    self._parked.add((kind, name))
+                    log.warning(
+                        "wake-up of %s/%r parked (tried again every %s s): %s", kind, name, delay, exc
+                    )
+            else:
+                log.info("wake-up of %s/%r deferred: %s", kind, name, exc)
             try:
-                self.directory.defer_claim(kind, name, self.owner, self.clock.now() + self.retry_delay)
+                self.directory.defer_claim(kind, name, self.owner, self.clock.now() + delay)
             except Exception:
                 log.exception("could not defer the alarm of %s/%r", kind, name)
         finally:

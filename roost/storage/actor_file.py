@@ -40,6 +40,7 @@ from typing import Literal
 
 import orjson
 
+from roost.storage.damage import Witness
 from roost.storage.errors import ActorLocked
 from roost.storage.migrations import FRAMEWORK_MIGRATIONS, Migration, apply_migrations
 
@@ -78,6 +79,9 @@ class ActorFile:
         self._commits = 0  # commits that wrote something, since the last checkpoint
         self._changes = conn.total_changes
         self._pages_per_commit = 2.0  # learnt from each checkpoint
+        #: The actor's high-water seq sidecar, opened by the registry once the file passed its checks
+        #: (:mod:`roost.storage.damage`); closed with the file.
+        self.witness: Witness | None = None
 
     # -- opening ---------------------------------------------------------------------------------
     @classmethod
@@ -342,6 +346,8 @@ class ActorFile:
                 # connection, and with it the file's exclusive lock, open after conn.close()
                 self._cur.close()
                 self.conn.close()
+                if self.witness is not None:
+                    self.witness.close()
 
     @property
     def closed(self) -> bool:

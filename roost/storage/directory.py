@@ -25,6 +25,7 @@ up to ``busy_timeout`` seconds, as SQLite does.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from roost.storage.errors import StorageError
 from roost.storage.migrations import Migration, apply_migrations
 
 __all__ = ["ActorEntry", "Directory", "DirectoryBusy", "WorkerEntry"]
+
+log = logging.getLogger("roost.storage")
 
 
 class DirectoryBusy(StorageError):
@@ -403,5 +406,12 @@ class Directory:
         try:
             self._conn.execute("PRAGMA busy_timeout=5000")
             self.flush()
+            if self._touched:  # flush gave up: another process held the lock past the timeout
+                log.warning(
+                    "directory %s: the last activity and high-water seq of %d actors were not "
+                    "written (another process held its lock for more than 5 s)",
+                    self.path,
+                    len(self._touched),
+                )
         finally:
             self._conn.close()

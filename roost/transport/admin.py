@@ -54,9 +54,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import ActorNotFound, RpcError, ScheduleStatus
+from roost.actors import ActorDamaged, ActorNotFound, RpcError, ScheduleStatus
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
-from roost.storage.damage import KEPT_WAL, file_seq, seq_damage, unopened_damage
+from roost.storage.damage import (
+    KEPT_WAL,
+    WITNESS,
+    corrupt_damage,
+    file_seq,
+    read_witness,
+    seq_damage,
+    unopened_damage,
+)
 
 if TYPE_CHECKING:
     from roost.actors import Actor, Registry
@@ -134,37 +142,49 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
 
 
 def _acked_seq(data: Path, kind: str, name: str) -> int | None:
-    """The directory's high-water seq of the actor; None if the directory does not list it."""
+    """The actor's high-water seq: the higher of the directory's and its witness sidecar's
+    (:mod:`roost.storage.damage`); None if the directory does not list it."""
     directory = Directory(data)
     try:
         entry = directory.get(kind, name)
     finally:
         directory.close()
-    return None if entry is None else entry.acked_seq
+    return None if entry is None else max(entry.acked_seq, read_witness(actor_path(data, kind, name)))
+
+
+def _damage_report(path: Path, kind: str, name: str, acked: int | None, damage: str) -> dict[str, Any]:
+    """The report of a damaged actor whose file cannot (or need not) be opened."""
+    return {
+        "kind": kind,
+        "name": name,
+        "path": str(path),
+        "bytes": path.stat().st_size if path.exists() else None,
+        "acked_seq": acked,
+        "damaged": damage,
+    }
 
 
 def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
     """:func:`inspect_report` of an actor no server holds (``ActorLocked`` if one does), with the
     directory's high-water seq (``acked_seq``) and ``damaged``: None, or why the server refuses it.
-    A damaged actor whose file is missing or empty is reported without opening it."""
+    A damaged actor whose file is missing, empty, not an SQLite file or truncated is reported without
+    opening it; one SQLite cannot read (not a database, malformed) with SQLite's error."""
     path = actor_path(data, kind, name)
     acked = _acked_seq(data, kind, name)
-    damage = unopened_damage(path, acked or 0)
+    damage = unopened_damage(path, acked is not None, acked or 0)
     if damage is not None:
-        size = path.stat().st_size if path.exists() else None
-        return {
-            "kind": kind,
-            "name": name,
-            "path": str(path),
-            "bytes": size,
-            "acked_seq": acked,
-            "damaged": damage,
-        }
-    with _locked(path, kind, name) as conn:
-        report = inspect_report(conn, kind, name, path, _current_state(conn, path))
-        report["acked_seq"] = acked
-        report["damaged"] = seq_damage(file_seq(conn), acked or 0)
-        return report
+        return _damage_report(path, kind, name, acked, damage)
+    try:
+        with _locked(path, kind, name) as conn:
+            report = inspect_report(conn, kind, name, path, _current_state(conn, path))
+            report["acked_seq"] = acked
+            report["damaged"] = seq_damage(file_seq(conn), acked or 0)
+            return report
+    except sqlite3.DatabaseError as exc:
+        corrupt = corrupt_damage(exc)
+        if corrupt is None:
+            raise
+        return _damage_report(path, kind, name, acked, corrupt)
 
 
 def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
@@ -173,15 +193,16 @@ def _current_state(conn: sqlite3.Connection, path: Path) -> Any:
 
 
 def inspect_directory(data: Path) -> dict[str, Any]:
-    """What a data directory holds; ``damaged``: the actors whose file is missing or empty although
-    they had committed (a file that came back older shows only in its own ``inspect``)."""
+    """What a data directory holds; ``damaged``: the listed actors whose file is missing, empty, not an
+    SQLite file or truncated, told without opening any (a file that came back older, or that only
+    SQLite's reading finds malformed, shows in its own ``inspect``)."""
     directory = Directory(data)
     try:
         kinds: dict[str, int] = {}
         damaged: list[dict[str, str]] = []
         for entry in _all(directory):
             kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
-            why = unopened_damage(actor_path(data, entry.kind, entry.name), entry.acked_seq)
+            why = unopened_damage(actor_path(data, entry.kind, entry.name), True, entry.acked_seq)
             if why is not None:
                 damaged.append({"kind": entry.kind, "name": entry.name, "damaged": why})
         return {
@@ -364,14 +385,19 @@ def _copy(state: Any) -> Any:
 
 
 async def inspect_live(registry: Registry, kind: str, name: str) -> dict[str, Any]:
-    """:func:`inspect_report` of an actor of a running server, read in one of its turns."""
+    """:func:`inspect_report` of an actor of a running server, read in one of its turns. A damaged
+    actor (the server refuses it and holds nothing of it) is answered with :func:`inspect_actor`'s
+    damage report, read in a thread."""
     path = actor_path(registry.config.data_dir, kind, name)
-    result: dict[str, Any] = await _live(
-        registry,
-        kind,
-        name,
-        lambda actor: inspect_report(actor.extension.connection(), kind, name, path, _copy(actor.state)),
-    )
+    try:
+        result: dict[str, Any] = await _live(
+            registry,
+            kind,
+            name,
+            lambda actor: inspect_report(actor.extension.connection(), kind, name, path, _copy(actor.state)),
+        )
+    except ActorDamaged:
+        return await asyncio.to_thread(inspect_actor, registry.config.data_dir, kind, name)
     return result
 
 
@@ -390,7 +416,7 @@ async def export_live(registry: Registry, kind: str, name: str) -> dict[str, Any
 
 
 def _unlink(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal", KEPT_WAL):
+    for suffix in ("", "-wal", "-shm", "-journal", KEPT_WAL, WITNESS):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
@@ -410,25 +436,33 @@ def delete_actor(
 ) -> dict[str, Any]:
     """Delete an actor for good: files and directory row, under its lock; then the audit record.
 
-    A damaged actor is deleted too: a missing or empty file needs no lock (no server opens it), and
-    what cannot be read of a file is ``None`` in the record, with the reason it was damaged."""
+    A damaged actor is deleted too: a file missing, empty or that is no database needs no lock (no
+    server opens it), and what cannot be read of a file is ``None`` in the record, with the reason it
+    was damaged; its ``acked_seq`` is the high-water seq of its witnesses, not of the file."""
     path = actor_path(data, kind, name)
     directory = Directory(data)
     try:
         entry = directory.get(kind, name)
-        acked = entry.acked_seq if entry is not None else 0
-        damage = unopened_damage(path, acked)
-        if damage is not None or (entry is not None and not path.exists()):
+        acked = max(entry.acked_seq if entry is not None else 0, read_witness(path))
+        damage = unopened_damage(path, entry is not None, acked)
+        read = False
+        if damage is None and path.exists():
+            try:
+                with _locked(path, kind, name, write=True) as conn:
+                    head, digest = _last_words(conn, path)
+                    if head is not None:
+                        damage = seq_damage(max(head, file_seq(conn)), acked)
+                    size = path.stat().st_size
+                    _unlink(path)  # while we still hold the lock
+                    read = True
+            except sqlite3.DatabaseError as exc:  # a file SQLite cannot read: no server serves it
+                damage = corrupt_damage(exc)
+                if damage is None:
+                    raise
+        if not read:
             head, digest = None, None
             size = path.stat().st_size if path.exists() else 0
             _unlink(path)
-        else:
-            with _locked(path, kind, name, write=True) as conn:
-                head, digest = _last_words(conn, path)
-                if head is not None:
-                    damage = seq_damage(max(head, file_seq(conn)), acked)
-                size = path.stat().st_size
-                _unlink(path)  # while we still hold the lock
         directory.forget(kind, name)
     finally:
         directory.close()
