@@ -186,6 +186,15 @@ class Backpressure(Protocol):
         once if that is so now; never if the sink closes first). A later call replaces an earlier
         one. ``callback`` must not raise."""
 
+    @property
+    def closing(self) -> bool:
+        """The sink is closing or closed (the server closed it, the client left): what is sent to it
+        now is dropped."""
+
+    def overflow(self, reason: str) -> None:
+        """The client is past the bound: close it with 1013 now, dropping what waits for it, without
+        waiting for it to read."""
+
 
 class Gate(Protocol):
     """Where an attached connection's frames go: its actor's output gate (the host)."""
@@ -395,7 +404,11 @@ class Connection:
             self._sink.send_text(text)
         elif not replay.hold(text):
             self.replay = None
-            self._sink.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: frames held behind its replay")
+            reason = "slow consumer: frames held behind its replay"
+            if replay.flow is not None:
+                replay.flow.overflow(reason)
+            else:
+                self._sink.close(CloseCode.TRY_AGAIN_LATER, reason)
 
     def deliver_replayed(self, texts: list[str], done: bool) -> None:
         """After a page's commit: write its frames; then, if it reached the head, what was held, and
