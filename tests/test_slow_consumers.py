@@ -10,20 +10,35 @@ Run both ways: ``ROOST_FAST_PATHS=0`` serves the connections the ASGI way.
 - **A client that does not take its close is aborted after the close timeout**: the ``1013`` close
   is written behind what the socket holds; when the client has not taken it within the close timeout
   (``--handshake-timeout``), the server resets the TCP connection and its descriptor is free.
+- **A stream whose connection is gone stops at its next chunk** (in-process, on a clock the test
+  alone moves, so ``turn_timeout`` never cuts it): whether its client left after the first chunk or
+  never read and was closed past the send bound, the stream's turn ends (the actor answers the next
+  call, one turn at a time), what its chunks committed stays, and nothing more is counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
+import websockets
+from websockets.frames import Frame, Opcode
 
-from roost.testing import connect, until
-from tests.support import TCP_CLOSE, ServerProcess, silent_websocket, tcp_state
+from roost.actors import RuntimeConfig
+from roost.examples.kinds import KINDS
+from roost.scheduler import FakeClock
+from roost.testing import connect, rpc_frame, until
+from roost.transport import RoostApp, create_app
+from tests.conftest import NO_RATE_LIMITS
+from tests.support import TCP_CLOSE, ServerProcess, serve_in_process, silent_websocket, tcp_state
 
 BLOB = "x" * 900_000  # one broadcast; the default send bound (4 MiB) holds four
+ENDLESS = 10**9  # a stream never reached the end of: only its connection's end stops it
 
 
 @contextlib.contextmanager
@@ -79,5 +94,53 @@ async def test_a_client_that_does_not_take_its_close_is_aborted_after_the_close_
                     interval=0.2,
                     message="the server never dropped the client that does not read",
                 )
+        finally:
+            silent.close()
+
+
+def masked_text(text: str) -> bytes:
+    """A client's text frame, masked as RFC 6455 requires, for a raw socket to send."""
+    return Frame(Opcode.TEXT, text.encode()).serialize(mask=True, extensions=[])
+
+
+async def streaming_app(data_dir: Path) -> tuple[RoostApp, FakeClock]:
+    """The example kinds, on a clock the test alone moves: ``turn_timeout`` never cuts a stream."""
+    clock = FakeClock()
+    config = RuntimeConfig(data_dir=data_dir, turn_timeout=5.0)
+    return create_app(KINDS, config=config, clock=clock, limits=NO_RATE_LIMITS), clock
+
+
+async def test_a_stream_whose_client_left_stops_at_its_next_chunk(data_dir: Path) -> None:
+    app, _ = await streaming_app(data_dir)
+    async with (
+        serve_in_process(app) as addr,
+        httpx.AsyncClient(base_url=f"http://{addr}", timeout=60) as http,
+    ):
+        async with websockets.connect(f"ws://{addr}/agents/counter/s?subscribe=none") as ws:
+            assert orjson.loads(await ws.recv())["type"] == "welcome"
+            await ws.send(rpc_frame("s", "count_to", ENDLESS))
+            first: dict[str, Any] = orjson.loads(await ws.recv())
+            assert (first["type"], first["chunk"]) == ("rpc_chunk", 1)
+        # the stream's turn ended: the next call is answered (the actor runs one turn at a time)
+        stopped = (await http.post("/agents/counter/s/rpc/increment", json=[0])).json()["result"]
+        assert 1 <= stopped < ENDLESS, "what the chunks committed stays"
+        assert (await http.get("/agents/counter/s")).json()["state"]["count"] == stopped
+
+
+async def test_a_stream_to_a_client_that_does_not_read_stops_once_it_is_closed(data_dir: Path) -> None:
+    app, _ = await streaming_app(data_dir)
+    async with (
+        serve_in_process(app) as addr,
+        httpx.AsyncClient(base_url=f"http://{addr}", timeout=60) as http,
+    ):
+        silent = await silent_websocket(addr, "/agents/counter/s?subscribe=none")
+        try:
+            await asyncio.get_running_loop().sock_sendall(
+                silent, masked_text(rpc_frame("s", "count_to", ENDLESS))
+            )
+            # past the send bound it is closed (1013) and the stream stops: the next call is answered
+            stopped = (await http.post("/agents/counter/s/rpc/increment", json=[0])).json()["result"]
+            assert 1 <= stopped < ENDLESS
+            assert not app.sinks, "the client that does not read is still connected"
         finally:
             silent.close()

@@ -381,6 +381,15 @@ class Connection:
         self._host = None
         self.replay = None
 
+    @property
+    def gone(self) -> bool:
+        """Its socket is closing or closed, by the server (a slow consumer past its send bound, a
+        close) or by the client: nothing sent to it arrives any more, so a stream to it stops at its
+        next chunk. Known through a sink with :class:`Backpressure` (the transport's); False for
+        another sink."""
+        sink = self._sink
+        return isinstance(sink, Backpressure) and sink.closing
+
     def holding(self) -> tuple[int, int]:
         """``(frames, bytes)`` the server holds for this connection: what waits in its sink (if the
         sink counts it, :class:`Backpressure`) and, during a replay, the frames held behind it and the
