@@ -7,6 +7,9 @@ Kinds besides the examples' ``counter``:
   callback's writes are not yet committed.
 - ``batch``: creates many wake-ups in one turn, all due at one absolute time; each fire counts itself
   and records which process ran it.
+
+``roomy``: the example kinds with a 64 MiB send bound, so a client that does not read is held (not
+closed for reading slowly) while megabytes wait for it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 from roost.actors.actor import Actor
 from roost.actors.decorators import callable, wakeup
 from roost.actors.registry import RuntimeConfig
-from roost.examples.kinds import Counter
+from roost.examples.kinds import KINDS, Counter
 from roost.transport import create_app
 
-__all__ = ["Batch", "SlowWake", "app"]
+__all__ = ["Batch", "SlowWake", "app", "roomy"]
 
 
 class SlowWake(Actor):
@@ -79,3 +82,5 @@ class Batch(Actor):
 
 # turn_timeout above the hang in SlowWake.work (the fire's timeout is capped at 0.9 × turn_timeout)
 app = create_app([SlowWake, Batch, Counter], config=RuntimeConfig(turn_timeout=90.0, poll_interval=0.5))
+
+roomy = create_app(KINDS, send_queue_bytes=64 << 20)

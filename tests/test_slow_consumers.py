@@ -10,6 +10,7 @@ Run both ways: ``ROOST_FAST_PATHS=0`` serves the connections the ASGI way.
 - **A client that does not take its close is aborted after the close timeout**: the ``1013`` close
   is written behind what the socket holds; when the client has not taken it within the close timeout
   (``--handshake-timeout``), the server resets the TCP connection and its descriptor is free.
+- **A client that misses its pong while bytes wait for it is reset**, below the send bound too.
 - **A stream whose connection is gone stops at its next chunk** (in-process, on a clock the test
   alone moves, so ``turn_timeout`` never cuts it): whether its client left after the first chunk or
   never read and was closed past the send bound, the stream's turn ends (the actor answers the next
@@ -57,31 +58,37 @@ async def members(http: httpx.AsyncClient) -> tuple[int, int]:
 
 
 async def test_past_the_send_bound_a_member_is_removed_from_its_actor_at_once(tmp_path: Path) -> None:
-    with serving(tmp_path, "--handshake-timeout", "120", "--max-conns-per-actor", "2") as server:
+    """No keepalive pings (they would drop it too, :func:`test_a_client_that_misses_its_pong_...`)."""
+    args = ("--ping-interval", "0", "--handshake-timeout", "120", "--max-conns-per-actor", "2")
+    with serving(tmp_path, *args) as server:
         silent = await silent_websocket(server.addr, "/agents/room/r1")
-        async with (
-            httpx.AsyncClient(base_url=server.http, timeout=30) as http,
-            connect(f"{server.ws}/agents/room/r1", max_size=None) as talker,
-        ):
-            await talker.recv()
-            assert await members(http) == (2, 2)
-            for _ in range(60):  # 54 MB for a member that takes nothing
-                await talker.send({"type": "message", "data": BLOB})
+        try:
+            async with (
+                httpx.AsyncClient(base_url=server.http, timeout=30) as http,
+                connect(f"{server.ws}/agents/room/r1", max_size=None) as talker,
+            ):
+                await talker.recv()
+                assert await members(http) == (2, 2)
+                for _ in range(60):  # 54 MB for a member that takes nothing
+                    await talker.send({"type": "message", "data": BLOB})
 
-            async def removed() -> bool:
-                return await members(http) == (1, 1)
+                async def removed() -> bool:
+                    return await members(http) == (1, 1)
 
-            await until(removed, timeout=60, interval=0.2, message="the member that never reads is counted")
-            async with connect(f"{server.ws}/agents/room/r1") as newcomer:  # its slot is free
-                assert (await newcomer.recv())["type"] == "welcome"
-            assert tcp_state(silent) != TCP_CLOSE, "the close timeout is two minutes: not aborted yet"
-        silent.close()
+                await until(
+                    removed, timeout=60, interval=0.2, message="the member that never reads is counted"
+                )
+                async with connect(f"{server.ws}/agents/room/r1") as newcomer:  # its slot is free
+                    assert (await newcomer.recv())["type"] == "welcome"
+                assert tcp_state(silent) != TCP_CLOSE, "the close timeout is two minutes: not reset yet"
+        finally:
+            silent.close()
 
 
 async def test_a_client_that_does_not_take_its_close_is_aborted_after_the_close_timeout(
     tmp_path: Path,
 ) -> None:
-    with serving(tmp_path, "--handshake-timeout", "2") as server:
+    with serving(tmp_path, "--ping-interval", "0", "--handshake-timeout", "2") as server:
         silent = await silent_websocket(server.addr, "/agents/room/r1")
         try:
             async with connect(f"{server.ws}/agents/room/r1", max_size=None) as talker:
@@ -96,6 +103,40 @@ async def test_a_client_that_does_not_take_its_close_is_aborted_after_the_close_
                 )
         finally:
             silent.close()
+
+
+async def test_a_client_that_misses_its_pong_while_bytes_wait_for_it_is_reset(tmp_path: Path) -> None:
+    """Below the send bound (64 MiB here: nothing closes it for reading slowly), with a ping every
+    second: 36 MB wait for it, more than the kernel takes, so the ping waits behind bytes the client
+    does not take and no pong comes back; the keepalive timeout resets the connection (a plain close
+    would wait for those bytes for ever) and the actor loses it."""
+    args = ("--ping-interval", "1", "--handshake-timeout", "120")
+    server = ServerProcess(tmp_path, "--rate-limit", "0", *args, app="tests.apps:roomy").start()
+    try:
+        silent = await silent_websocket(server.addr, "/agents/room/r1")
+        try:
+            async with (
+                httpx.AsyncClient(base_url=server.http, timeout=30) as http,
+                connect(f"{server.ws}/agents/room/r1", max_size=None) as talker,
+            ):
+                await talker.recv()
+                for _ in range(40):
+                    await talker.send({"type": "message", "data": BLOB})
+                await until(
+                    lambda: tcp_state(silent) == TCP_CLOSE,
+                    timeout=60,
+                    interval=0.2,
+                    message="the client that missed its pong was never dropped",
+                )
+
+                async def removed() -> bool:
+                    return await members(http) == (1, 1)
+
+                await until(removed, timeout=30, interval=0.2, message="the dropped member is counted")
+        finally:
+            silent.close()
+    finally:
+        server.kill()
 
 
 def masked_text(text: str) -> bytes:

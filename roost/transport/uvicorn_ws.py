@@ -216,10 +216,13 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
             transport.close()
 
     def keepalive_timeout(self) -> None:
-        super().keepalive_timeout()
         transport = self.transport
-        if transport.is_closing() and transport.get_write_buffer_size():
-            _reset(transport)  # the ping and the close wait behind bytes the peer does not take
+        if transport.get_write_buffer_size() and not transport.is_closing():
+            # the ping waited behind bytes the peer does not take, and so would a close frame
+            self.pong_timer = None
+            _reset(transport)
+            return
+        super().keepalive_timeout()
 
     def hand_to_reader(self, message: dict[str, object]) -> None:
         """Queue a message of the endpoint's own for its reader's ``receive()``, behind the frames
