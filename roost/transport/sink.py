@@ -13,11 +13,12 @@ Guarantee (test in ``tests/test_input_bounds.py``):
   own size in memory (``sys.getsizeof``), so the bound holds for wide (non-Latin) text too.
 - **Past the bound the close does not wait for the client** (:meth:`overflow`, tests in
   ``tests/test_slow_consumers.py``): what waits is dropped, the frame the writer is blocked on is
-  cut (never half written: the server's ``send`` has not written it), and the close goes out at once,
-  so the server's reader sees the disconnect and the actor loses the connection (its ``on_close``
-  runs, its slot is freed) without waiting on the socket. Under ``roost serve``'s protocol class the
-  close frame is written behind what the socket already holds, and a client that has not taken it
-  within the close timeout is aborted (:mod:`roost.transport.uvicorn_ws`).
+  cut (not half written: uvicorn's ``send`` waits for the socket before it writes anything), and the
+  close goes out at once. Under ``roost serve``'s protocol class that close does not wait for the
+  socket either (:mod:`roost.transport.uvicorn_ws`): it is written behind what the socket holds, the
+  reader sees the disconnect and the actor loses the connection (its ``on_close`` runs, its slot is
+  freed), and a client that has not answered it within the close timeout is reset. Under another
+  server, the disconnect comes when that server's ``send`` of the close returns.
 - A replay is paced by the sink (it is a :class:`roost.actors.Backpressure`): :meth:`when_drained`
   calls back once the queue has drained to a mark, and the actor reads the next page only then, no
   larger than the bound has left once :attr:`queued` and the frames held behind the replay are
