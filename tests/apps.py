@@ -7,6 +7,9 @@ Kinds besides the examples' ``counter``:
   callback's writes are not yet committed.
 - ``batch``: creates many wake-ups in one turn, all due at one absolute time; each fire counts itself
   and records which process ran it.
+
+``roomy``: the example kinds with a 64 MiB send bound, so a client that does not read is held (not
+closed for reading slowly) while megabytes wait for it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 from roost.actors.actor import Actor
 from roost.actors.decorators import callable, wakeup
 from roost.actors.registry import RuntimeConfig
-from roost.examples.kinds import Counter
+from roost.examples.kinds import KINDS, Counter
 from roost.transport import create_app
 
-__all__ = ["Batch", "SlowWake", "app", "roomy_sockets"]
+__all__ = ["Batch", "SlowWake", "app", "roomy", "roomy_sockets"]
 
 
 class SlowWake(Actor):
@@ -83,3 +86,4 @@ app = create_app([SlowWake, Batch, Counter], config=RuntimeConfig(turn_timeout=9
 #: The example counter with a descriptor reserve large enough that, under a small limit, the server
 #: holds more connections than actors fit (``tests/test_descriptors.py`` reaches ``max_active``).
 roomy_sockets = create_app([Counter], config=RuntimeConfig(fd_reserve=140))
+roomy = create_app(KINDS, send_queue_bytes=64 << 20)

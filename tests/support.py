@@ -4,6 +4,7 @@ call over a plain ``websockets`` connection; what an actor's file holds and what
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
@@ -154,6 +155,42 @@ def small_window_socket(addr: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, int(port)))
     return sock
+
+
+async def silent_websocket(addr: str, path: str) -> socket.socket:
+    """A WebSocket client that completes the handshake to ``path`` and then never reads: a
+    :func:`small_window_socket` (non-blocking, for ``loop.sock_*``) that sends the upgrade request
+    and reads the response's head (the ``101``) and nothing after it, so what the server writes
+    backs up into the server."""
+    loop = asyncio.get_running_loop()
+    sock = small_window_socket(addr)
+    sock.setblocking(False)
+    key = base64.b64encode(os.urandom(16)).decode()
+    await loop.sock_sendall(
+        sock,
+        f"GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode(),
+    )
+    head = b""
+    async with asyncio.timeout(10):
+        while not head.endswith(b"\r\n\r\n"):  # byte by byte: nothing after the head is read
+            byte = await loop.sock_recv(sock, 1)
+            if not byte:
+                raise ConnectionError(f"the server closed the handshake: {head!r}")
+            head += byte
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise ConnectionError(f"the handshake was refused: {head!r}")
+    return sock
+
+
+#: ``tcpi_state`` in Linux's ``struct tcp_info``: the peer has reset or closed the connection.
+TCP_CLOSE = 7
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The kernel's TCP state of ``sock`` (Linux's ``TCP_INFO``), read without reading any data:
+    ``TCP_CLOSE`` once the server aborted the connection (a reset reached it)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
 
 
 def queued_inputs(app: RoostApp, kind: str, name: str) -> int:

@@ -258,7 +258,7 @@ async def test_a_slow_consumer_is_closed_1013_by_the_byte_bound_and_its_queue_ne
                 frame = await driver.rpc("shout", size, id=str(i))
                 assert frame["ok"], frame
                 peak = max([peak, *(sink.queued_bytes for sink in app.sinks)])
-                if any(sink.closing for sink in app.sinks):  # the slow member is being closed
+                if len(app.sinks) < 2 or any(sink.closing for sink in app.sinks):  # closed, or gone
                     break
             else:
                 pytest.fail("the slow member was never closed")

@@ -45,6 +45,8 @@ def test_roosts_websocket_protocol_overrides_only_what_it_documents_of_uvicorns_
         "data_received",
         "handle_connect",
         "send_receive_event_to_app",
+        "send",
+        "keepalive_timeout",
     }
 
 

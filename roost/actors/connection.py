@@ -186,6 +186,15 @@ class Backpressure(Protocol):
         once if that is so now; never if the sink closes first). A later call replaces an earlier
         one. ``callback`` must not raise."""
 
+    @property
+    def closing(self) -> bool:
+        """The sink is closing or closed (the server closed it, the client left): what is sent to it
+        now is dropped."""
+
+    def overflow(self, reason: str) -> None:
+        """The client is past the bound: close it with 1013 now, dropping what waits for it, without
+        waiting for it to read."""
+
 
 class Gate(Protocol):
     """Where an attached connection's frames go: its actor's output gate (the host)."""
@@ -372,6 +381,15 @@ class Connection:
         self._host = None
         self.replay = None
 
+    @property
+    def gone(self) -> bool:
+        """Its socket is closing or closed, by the server (a slow consumer past its send bound, a
+        close) or by the client: nothing sent to it arrives any more, so a stream to it stops at its
+        next chunk. Known through a sink with :class:`Backpressure` (the transport's); False for
+        another sink."""
+        sink = self._sink
+        return isinstance(sink, Backpressure) and sink.closing
+
     def holding(self) -> tuple[int, int]:
         """``(frames, bytes)`` the server holds for this connection: what waits in its sink (if the
         sink counts it, :class:`Backpressure`) and, during a replay, the frames held behind it and the
@@ -395,7 +413,11 @@ class Connection:
             self._sink.send_text(text)
         elif not replay.hold(text):
             self.replay = None
-            self._sink.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: frames held behind its replay")
+            reason = "slow consumer: frames held behind its replay"
+            if replay.flow is not None:
+                replay.flow.overflow(reason)
+            else:
+                self._sink.close(CloseCode.TRY_AGAIN_LATER, reason)
 
     def deliver_replayed(self, texts: list[str], done: bool) -> None:
         """After a page's commit: write its frames; then, if it reached the head, what was held, and

@@ -38,6 +38,10 @@ broadcasts are rolled back with the turn, so nobody saw them.
 each chunk's checkpoint the turn gives the event loop a turn, so other clients are served while a
 long stream runs, its chunks are written as they come (and count against the connection's send
 bound), and ``turn_timeout`` cuts it: the chunks before are committed, the caller gets ``timeout``.
+**A stream whose connection is gone stops at its next chunk** (test in
+``tests/test_slow_consumers.py``): once its socket is closing or closed (a slow consumer closed past
+its send bound, a client that left; :attr:`Connection.gone <roost.actors.Connection.gone>`), the
+generator is closed after the chunk it has yielded and the turn ends; what was committed stays.
 """
 
 from __future__ import annotations
@@ -218,11 +222,12 @@ async def _invoke(host: HostCore, item: Call) -> Any:
         if type(res) is CoroutineType or isinstance(res, Awaitable):
             res = await res
         return res if check is None else check(res)
+    conn = item.conn
     async for chunk in res:
         if check is not None:
             chunk = check(chunk)
-        if item.conn is not None:
-            host.gate.turn.append(Frame(item.conn, frames.rpc_chunk(item.id, chunk)))
+        if conn is not None:
+            host.gate.turn.append(Frame(conn, frames.rpc_chunk(item.id, chunk)))
         elif item.chunks is not None:
             item.chunks.append(_as_sent(chunk))
         host.turn.checkpoint()
@@ -230,6 +235,9 @@ async def _invoke(host: HostCore, item: Call) -> Any:
         # (or counts against the connection's send bound), and the turn's timeout can cut the stream
         # (a generator that never awaits anything would otherwise hold the loop to its end)
         await asyncio.sleep(0)
+        if conn is not None and conn.gone:  # nobody reads it any more: the stream stops here
+            await res.aclose()
+            break
     return None
 
 

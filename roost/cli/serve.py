@@ -348,7 +348,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="proxies whose X-Forwarded-For gives the client's address (comma list, or *)",
     )
     serve.add_argument(
-        "--handshake-timeout", type=positive_float, default=10.0, help="seconds to send the headers"
+        "--handshake-timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds a client has to send its request headers, and to take its close frame before "
+        "its connection is reset",
     )
     serve.add_argument(
         "--ping-interval",

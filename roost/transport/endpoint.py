@@ -25,7 +25,9 @@ Guarantees:
   and the connection stays open; a frame over the size limit closes with 1009. Nothing reaches the actor.
 - A client that does not read fast enough is closed with 1013 once ``send_queue`` frames or
   ``send_queue_bytes`` bytes are waiting, instead of growing memory; it can reconnect and resume from
-  its cursor.
+  its cursor. The close does not wait on its socket (:meth:`SocketSink.overflow
+  <roost.transport.sink.SocketSink.overflow>`): the reader sees the disconnect at once, so the actor
+  loses the connection and its slot is given back (``tests/test_slow_consumers.py``).
 - Server shutdown closes every connection with 1001 after the frames already released were sent.
 - A connection is closed with 4401 when its principal's token expires (its ``exp`` claim), by a
   timer on the runtime's clock (:attr:`Registry.clock <roost.actors.Registry>`, so a test's

@@ -11,6 +11,14 @@ Guarantee (test in ``tests/test_input_bounds.py``):
   ``max_bytes`` bytes of frames, wait while the socket does not take them (a burst the socket drains
   is not a reason to close); it can reconnect and resume by replay. The bytes are the queued strings'
   own size in memory (``sys.getsizeof``), so the bound holds for wide (non-Latin) text too.
+- **Past the bound the close does not wait for the client** (:meth:`overflow`, tests in
+  ``tests/test_slow_consumers.py``): what waits is dropped, the frame the writer is blocked on is
+  cut (not half written: uvicorn's ``send`` waits for the socket before it writes anything), and the
+  close goes out at once. Under ``roost serve``'s protocol class that close does not wait for the
+  socket either (:mod:`roost.transport.uvicorn_ws`): it is written behind what the socket holds, the
+  reader sees the disconnect and the actor loses the connection (its ``on_close`` runs, its slot is
+  freed), and a client that has not answered it within the close timeout is reset. Under another
+  server, the disconnect comes when that server's ``send`` of the close returns.
 - A replay is paced by the sink (it is a :class:`roost.actors.Backpressure`): :meth:`when_drained`
   calls back once the queue has drained to a mark, and the actor reads the next page only then, no
   larger than the bound has left once :attr:`queued` and the frames held behind the replay are
@@ -46,6 +54,7 @@ class SocketSink:
     __slots__ = (
         "_blocked",
         "_closing",
+        "_cut",
         "_drained",
         "_queue",
         "_queued_bytes",
@@ -71,6 +80,7 @@ class SocketSink:
         self.closed = False
         self.welcomed = False  # the actor's first frame (always the welcome) was queued
         self._blocked = False  # the writer waits on the socket: the client is not reading
+        self._cut = False  # overflow() cancelled the writer's blocked send: it sends the close next
         self.max_queue = max_queue
         self.max_bytes = max_bytes
         self.task: asyncio.Task[None] | None = None
@@ -144,11 +154,24 @@ class SocketSink:
         self._queue.append(text)
         self._queued_bytes += sys.getsizeof(text)
         if self._blocked and (len(self._queue) > self.max_queue or self._queued_bytes > self.max_bytes):
-            self._queue.clear()
-            self._queued_bytes = 0
-            self.close(CloseCode.TRY_AGAIN_LATER, "slow consumer: send queue full")
+            self.overflow("slow consumer: send queue full")
             return
         self._poke()
+
+    def overflow(self, reason: str) -> None:
+        """The client is past the bound: close it with 1013 now, not behind what waits for it. The
+        queued frames are dropped, the send the writer is blocked on is cut, and the writer sends the
+        close next; nothing more is queued. Idempotent (a close already asked for wins)."""
+        if self._closing is not None or self.closed:
+            return
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._drained = None
+        self.close(CloseCode.TRY_AGAIN_LATER, reason)
+        task = self.task
+        if self._blocked and task is not None:
+            self._cut = True
+            task.cancel()
 
     def close(self, code: int, reason: str) -> None:
         """Close after the frames already queued; idempotent (the first close wins)."""
@@ -174,16 +197,29 @@ class SocketSink:
         queue = self._queue
         try:
             while True:
-                while queue:
-                    self._blocked = True  # stays True only while send() is suspended on the socket
-                    text = queue.popleft()
-                    self._queued_bytes -= sys.getsizeof(text)
-                    drained = self._drained
-                    if drained is not None and len(queue) <= drained[0] and self._queued_bytes <= drained[1]:
-                        self._drained = None
-                        drained[2]()  # the next replay page is read (in a turn, later)
-                    await send({"type": "websocket.send", "text": text})
-                    self._blocked = False
+                try:
+                    while queue:
+                        self._blocked = True  # stays True only while send() is suspended on the socket
+                        text = queue.popleft()
+                        self._queued_bytes -= sys.getsizeof(text)
+                        drained = self._drained
+                        if (
+                            drained is not None
+                            and len(queue) <= drained[0]
+                            and self._queued_bytes <= drained[1]
+                        ):
+                            self._drained = None
+                            drained[2]()  # the next replay page is read (in a turn, later)
+                        await send({"type": "websocket.send", "text": text})
+                        self._blocked = False
+                except asyncio.CancelledError:
+                    if not self._cut or self.closed:  # finish(), or the server's own cancel
+                        raise
+                    # overflow() cut the blocked send: the frame is dropped and the close goes out now
+                    self._cut = self._blocked = False
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
                 if self._closing is not None:
                     code, reason = self._closing
                     await send({"type": "websocket.close", "code": code, "reason": reason})

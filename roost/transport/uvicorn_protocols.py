@@ -4,7 +4,8 @@ Roost's two classes (:mod:`roost.transport.uvicorn_http`, :mod:`roost.transport.
 one documented exception to "other libraries' public APIs only": they subclass classes from uvicorn's
 internal modules, for correctness and safety rather than speed (a handshake timeout against
 slowloris; the connection cap applied to WebSocket upgrades too, answered 503; an answer to a
-handshake the websockets parser refused, instead of a client left hanging).
+handshake the websockets parser refused, instead of a client left hanging; a close that does not
+wait for a client that does not read, and drops it after the close timeout).
 So they are used only on the uvicorn versions they were tested with (the pin in ``pyproject.toml``)
 and only if what they build on is there; otherwise :func:`choose` falls back to uvicorn's own
 ``httptools`` and ``websockets-sansio`` protocols, and says so in one log line. Everything else
@@ -40,7 +41,14 @@ _NEEDS = (
     (
         "uvicorn.protocols.websockets.websockets_sansio_impl",
         "WebSocketsSansIOProtocol",
-        ("connection_made", "data_received", "handle_connect", "send_receive_event_to_app"),
+        (
+            "connection_made",
+            "data_received",
+            "handle_connect",
+            "send_receive_event_to_app",
+            "send",
+            "keepalive_timeout",
+        ),
     ),
 )
 

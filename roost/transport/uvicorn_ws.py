@@ -4,13 +4,24 @@
 ``ws="roost.transport.uvicorn_ws:RoostWebSocketProtocol"``. Under uvicorn's own classes, or any other
 ASGI server, the endpoint works the same through plain ASGI ``receive``/``send``, only slower.
 
-Two things differ from uvicorn's own class:
+Three things differ from uvicorn's own class:
 
 - **Handshakes it cannot parse are answered.** When the ``websockets`` parser refuses an upgrade
   request (request line or header over its limit), it prepares an HTTP error response (414 or 431)
   but uvicorn's adapter never writes it, leaving the client hanging with an open socket. This class
   writes that response (websockets' public ``ServerProtocol.handshake_exc`` and ``data_to_send()``)
   and closes the connection. That is a correctness fix, not a speed-up.
+- **A close does not wait for a client that does not read**, and such a client is dropped. uvicorn's
+  ``send`` waits until the socket takes more before it writes anything, a close frame included, and
+  it ends a connection with ``transport.close()``, which waits for the unsent bytes to go out: a
+  client that never reads kept its connection, its descriptor and (its reader never seeing the
+  disconnect) its place at its actor for ever. Here a ``websocket.close`` is written at once, behind
+  what the socket holds, and the reader is told of the disconnect as uvicorn does; if the client has
+  not answered it within :func:`close_timeout` (the handshake timeout: a closing handshake has as
+  long as an opening one), the connection is reset when bytes are still unsent (linger 0, then
+  ``abort()``: the descriptor is freed at once), else closed as uvicorn would; a keepalive ping not
+  answered in time resets it the same way when bytes are still unsent. These are correctness fixes,
+  on both sides of ``ROOST_FAST_PATHS`` (tests in ``tests/test_slow_consumers.py``).
 - **The direct frame path.** An accepted connection's scope carries the ASGI extension
   ``"roost.direct"`` (this protocol object). The endpoint may then set :attr:`frame_handler`: each
   complete text message is handed to it from ``data_received`` instead of being queued for
@@ -30,26 +41,36 @@ earn (``bench/RESULTS.md``, "Fast paths"). So: uvicorn is pinned to the versions
 such a version with those methods, else uvicorn's own; the attributes are checked on the first
 connection (:func:`direct_available`), before any frame takes the path; ``ROOST_FAST_PATHS=0`` turns
 the path off (the connection is then served the ASGI way). The whole suite runs both ways
-(``make test``, ``make test-public``).
+(``make test``, ``make test-public``). The close fix reads ``handshake_complete``,
+``initial_response``, ``close_sent``, ``disconnected``, ``queue``, ``read_paused``, ``close_timer``,
+``conn`` and ``transport`` the way uvicorn's own ``send`` does, and overrides ``send`` and
+``keepalive_timeout`` (:func:`~roost.transport.uvicorn_protocols.choose` checks for both).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import struct
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
 from websockets.http11 import Request
 from websockets.protocol import State
 
 from roost.actors import fast_paths_off
+from roost.transport import uvicorn_http
 from roost.transport.direct import DIRECT
 
-__all__ = ["RoostWebSocketProtocol", "direct_available", "missing_attributes"]
+if TYPE_CHECKING:
+    from uvicorn._types import ASGISendEvent
+
+__all__ = ["RoostWebSocketProtocol", "close_timeout", "direct_available", "missing_attributes"]
 
 log = logging.getLogger("roost.ws")
 
@@ -67,8 +88,26 @@ _ATTRIBUTES = (
 )
 _HEAD16 = struct.Struct("!BBH")  # FIN + text opcode, length 126, 16-bit length
 _HEAD64 = struct.Struct("!BBQ")  # FIN + text opcode, length 127, 64-bit length
+_LINGER_ZERO = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 
 _checked: bool | None = None  # the attributes were found on the first connection (None: not yet)
+
+
+def close_timeout() -> float:
+    """Seconds a client has to answer the server's close frame before the connection is dropped:
+    the handshake timeout (``roost serve --handshake-timeout``, 10 s by default)."""
+    return uvicorn_http.HANDSHAKE_TIMEOUT
+
+
+def _reset(transport: asyncio.Transport) -> None:
+    """Drop a connection whose peer takes nothing: linger 0, so the kernel resets the TCP connection
+    and discards what it still holds (a plain close would queue a FIN behind bytes that never go
+    out), then abort the transport, which frees the descriptor at once."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
+    transport.abort()
 
 
 def missing_attributes(protocol: object) -> list[str]:
@@ -134,6 +173,56 @@ class RoostWebSocketProtocol(WebSocketsSansIOProtocol):
             self.frames = []
         else:
             super().send_receive_event_to_app()
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if (
+            message["type"] == "websocket.close"
+            and self.handshake_complete
+            and self.initial_response is None
+            and not self.close_sent
+            and not self.disconnected
+        ):
+            self._close_now(int(message.get("code", 1000)), message.get("reason") or "")
+            return
+        await super().send(message)
+
+    def _close_now(self, code: int, reason: str) -> None:
+        """uvicorn's close of an accepted connection, without waiting for the socket to take more: the
+        frame is written behind what the socket holds, the reader is told of the disconnect, and the
+        close timer drops a client that does not answer (:meth:`_close_timed_out`)."""
+        transport = self.transport
+        if transport.is_closing():
+            return
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        try:
+            self.conn.send_close(code, reason)
+        except InvalidState:
+            raise ClientDisconnected() from None
+        transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        if self.read_paused:  # read on, to see the client's answer
+            self.read_paused = False
+            transport.resume_reading()
+        self.close_timer = self.loop.call_later(close_timeout(), self._close_timed_out)
+
+    def _close_timed_out(self) -> None:
+        """The client did not answer the close in time: abort if bytes are still unsent (the TCP
+        connection is reset at once, where ``close()`` would wait for them for ever), else close."""
+        self.close_timer = None
+        transport = self.transport
+        if transport.get_write_buffer_size():
+            _reset(transport)
+        else:
+            transport.close()
+
+    def keepalive_timeout(self) -> None:
+        transport = self.transport
+        if transport.get_write_buffer_size() and not transport.is_closing():
+            # the ping waited behind bytes the peer does not take, and so would a close frame
+            self.pong_timer = None
+            _reset(transport)
+            return
+        super().keepalive_timeout()
 
     def hand_to_reader(self, message: dict[str, object]) -> None:
         """Queue a message of the endpoint's own for its reader's ``receive()``, behind the frames
