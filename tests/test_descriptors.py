@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import resource
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -303,3 +304,50 @@ def test_connections_refused_at_the_cap_are_logged_once_per_burst(caplog: pytest
         f"at the connection cap (48 open): 1 {said}",
         f"at the connection cap (48 open): 1000 {said}",
     ]
+
+
+def _idle_socket(port: int, source: str) -> socket.socket:
+    """A TCP connection to the server from the loopback address ``source`` that sends nothing."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def _answered(sock: socket.socket) -> bytes:
+    """What the server sent on ``sock`` before closing it (b"" if it closed without a word)."""
+    sock.settimeout(10)
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(4096):
+            data += chunk
+    return data
+
+
+async def test_one_address_holding_idle_sockets_leaves_others_the_rest_of_the_cap(tmp_path: Path) -> None:
+    """256 descriptors: sockets that never send a request count towards the cap, so one address could
+    hold every one of them (reconnecting each the handshake timeout drops). A peer address holds at
+    most half the cap: its next socket is answered HTTP 503 and closed, and a bystander from another
+    address is served. (Before, 60 idle sockets from one address left a bystander's ``/healthz``
+    reset or refused, 0 answers of 25.) The trusted proxy (127.0.0.1 by default) is not held to it."""
+    with serving(tmp_path / "data", (256, 256)) as server:
+        cap = (await _health(server)).json()["descriptors"]["connections"]
+        share = cap // 2
+        port = int(server.http.rsplit(":", 1)[1])
+        held = [_idle_socket(port, "127.0.0.2") for _ in range(share)]
+        try:
+            past = [_idle_socket(port, "127.0.0.2") for _ in range(cap)]
+            answers = await asyncio.gather(*(asyncio.to_thread(_answered, s) for s in past))
+            assert all(a.startswith(b"HTTP/1.1 503") for a in answers), {a[:20] for a in answers}
+            transport = httpx.AsyncHTTPTransport(local_address="127.0.0.3")
+            async with httpx.AsyncClient(transport=transport, timeout=10) as bystander:
+                health = await bystander.get(f"{server.http}/healthz")
+                assert health.status_code == 200
+                async with connect(f"{server.ws}/agents/counter/bystander") as ws:
+                    assert (await ws.recv(timeout=10))["type"] == "welcome"
+            for s in past:
+                s.close()
+        finally:
+            for s in held:
+                s.close()
+        await until(lambda: "past its share" in "".join(server.log))

@@ -219,6 +219,13 @@ def _serve(args: argparse.Namespace) -> int:
 
         uvicorn_http.HANDSHAKE_TIMEOUT = args.handshake_timeout
         uvicorn_http.CEILING = ceiling
+        # one peer address holds at most its share of the sockets, as of the WebSockets (the trusted
+        # proxies aside: the clients behind one are told apart by the address it forwards)
+        given = args.max_conns_per_address
+        uvicorn_http.PEER_SHARE = (
+            (given or None) if given is not None else (max(1, cap // 2) if cap else None)
+        )
+        uvicorn_http.EXEMPT = frozenset(h.strip() for h in args.forwarded_allow_ips.split(",") if h.strip())
         uvicorn_http.quiet_uvicorn_refusals()
     # belt and braces: no token reaches a log line, whoever writes it (uvicorn set up its handlers
     # when its Config was made, just above)

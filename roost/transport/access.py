@@ -82,6 +82,12 @@ def _address(client: str | None) -> object | None:
     return ("ip", str(ip))
 
 
+def address_key(client: str | None) -> object | None:
+    """The key one anonymous client's address is counted under (IPv4 by address, IPv6 by /64, IPv4
+    carried in IPv6 as IPv4): what the per-address limits count, and the transport's socket share."""
+    return _address(client)
+
+
 def _ip(client: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """``client`` as an address, an IPv4 address carried in IPv6 as IPv4; None if it is not one."""
     try:

@@ -16,6 +16,12 @@ else's handshake without an answer. This class applies the same test to upgrades
 HTTP 503 too (``Service Unavailable``, ``Connection: close``) instead of reaching the app; and a
 connection opened when :data:`CEILING` connections are already open is closed at once, before it
 can be read (the descriptors left are kept for the answers under way and the process's own files).
+**One peer's share.** Sockets that never finish a request count towards the cap but towards no
+client's WebSocket share: one address could hold every one of them, reconnecting each the handshake
+timeout drops, and leave others nothing. So a peer address (keyed as the per-address limits key it,
+:func:`roost.transport.access.address_key`) holds at most :data:`PEER_SHARE` open sockets: the next is
+answered HTTP 503 and closed at once. The trusted proxies (:data:`EXEMPT`, ``--forwarded-allow-ips``)
+are not held to it: the clients behind a proxy are told apart by the address it forwards.
 The refusals are logged once per burst (:class:`Refusals`: the first, then a count at most every 10
 seconds), not once each. ``roost serve`` sizes both from the descriptor budget
 (:meth:`roost.actors.DescriptorBudget.connections`, :meth:`~roost.actors.DescriptorBudget.ceiling`);
@@ -31,7 +37,17 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["CEILING", "HANDSHAKE_TIMEOUT", "Refusals", "RoostHttpToolsProtocol", "quiet_uvicorn_refusals"]
+from roost.transport.access import address_key
+
+__all__ = [
+    "CEILING",
+    "EXEMPT",
+    "HANDSHAKE_TIMEOUT",
+    "PEER_SHARE",
+    "Refusals",
+    "RoostHttpToolsProtocol",
+    "quiet_uvicorn_refusals",
+]
 
 log = logging.getLogger("roost.serve")
 
@@ -39,6 +55,12 @@ log = logging.getLogger("roost.serve")
 HANDSHAKE_TIMEOUT = 10.0
 #: Open connections past which a new one is closed at once (None: no ceiling).
 CEILING: int | None = None
+#: Open sockets one peer address may hold (None: no share).
+PEER_SHARE: int | None = None
+#: Peers not held to :data:`PEER_SHARE`: the trusted proxies (``"*"``: every peer).
+EXEMPT: frozenset[str] = frozenset()
+#: Open sockets per peer address key, of this process.
+_OPEN: dict[object, int] = {}
 
 _SERVICE_UNAVAILABLE = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -89,8 +111,20 @@ def quiet_uvicorn_refusals() -> None:
     logging.getLogger("uvicorn.error").addFilter(_DropUvicornRefusals())
 
 
+def _peer_key(transport: asyncio.Transport) -> object | None:
+    """The share key of the transport's peer, or None if it is not held to :data:`PEER_SHARE`."""
+    if PEER_SHARE is None or "*" in EXEMPT:
+        return None
+    peer = transport.get_extra_info("peername")
+    host = peer[0] if isinstance(peer, tuple) and peer else None
+    if not isinstance(host, str) or host in EXEMPT:
+        return None
+    return address_key(host)
+
+
 class RoostHttpToolsProtocol(HttpToolsProtocol):
     _handshake_timer: asyncio.TimerHandle | None = None
+    _counted: object | None = None  # the peer key this socket is counted under
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -98,6 +132,15 @@ class RoostHttpToolsProtocol(HttpToolsProtocol):
             REFUSALS.note("connections", len(self.connections))
             transport.close()  # no descriptor for it: dropped before anything is read
             return
+        key = _peer_key(transport)
+        if key is not None:
+            if _OPEN.get(key, 0) >= (PEER_SHARE or 0):
+                REFUSALS.note("connections from one address past its share", len(self.connections))
+                transport.write(_SERVICE_UNAVAILABLE)
+                transport.close()
+                return
+            _OPEN[key] = _OPEN.get(key, 0) + 1
+            self._counted = key
         self._arm()
 
     def _at_cap(self) -> bool:
@@ -139,4 +182,11 @@ class RoostHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Any) -> None:
         self._disarm()
+        key, self._counted = self._counted, None
+        if key is not None:
+            left = _OPEN.get(key, 1) - 1
+            if left > 0:
+                _OPEN[key] = left
+            else:
+                _OPEN.pop(key, None)
         super().connection_lost(exc)
