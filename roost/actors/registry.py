@@ -89,7 +89,15 @@ from roost.actors.releases import FileReleases
 from roost.actors.turn import log_failure
 from roost.protocol import CloseCode
 from roost.scheduler import Clock, Dispatcher, SystemClock
-from roost.storage import ActorFile, Directory, DirectoryBusy, actor_digest, actor_path, validate_kind
+from roost.storage import (
+    ActorFile,
+    Directory,
+    DirectoryBusy,
+    Durability,
+    actor_digest,
+    actor_path,
+    validate_kind,
+)
 from roost.storage import validate_name as _validate_name
 from roost.storage.damage import (
     WITNESS,
@@ -276,9 +284,7 @@ class Registry:
             if host.last_active <= deadline and self._deactivate(host):
                 n += 1
             elif self.directory is not None:
-                self.directory.touch(
-                    host.kind, host.name, self._active_at(host), host.acked_seq, host.row_created
-                )
+                self._touch(host)
         if self.directory is not None:
             self.directory.flush()
         return n
@@ -294,10 +300,13 @@ class Registry:
             return False
         self.hosts.pop(host.key, None)
         if self.directory is not None:
-            self.directory.touch(
-                host.kind, host.name, self._active_at(host), host.acked_seq, host.row_created
-            )
+            self._touch(host)
         return True
+
+    def _touch(self, host: ActorHost) -> None:
+        """Queue the host's last activity and committed seq for the directory's next flush."""
+        assert self.directory is not None
+        self.directory.touch(host.kind, host.name, self._active_at(host), host.acked_seq, host.row_created)
 
     def _active_at(self, host: ActorHost) -> float:
         """The wall-clock time of the host's last activity (its ``last_active`` is monotonic): what the
@@ -415,17 +424,7 @@ class Registry:
         def create() -> ActorFile | None:
             if path.exists():
                 return None
-            return ActorFile.open(
-                path,
-                kind,
-                name,
-                kind_migrations=cls.migrations,
-                components=cls.components,
-                durability=durability,
-                initial_state=initial,
-                state_version=cls.state_version,
-                page_size=cls.page_size,
-            )
+            return _open_file(cls, path, kind, name, durability, initial)
 
         return create
 
@@ -471,9 +470,7 @@ class Registry:
         except OSError as exc:
             if fresh is not None:
                 fresh[0].close()
-            if out_of_descriptors(exc):
-                raise self._no_descriptor(kind, name) from exc
-            raise _start_failed(kind, name, exc, "open") from exc
+            raise self._not_opened(kind, name, path, exc) from exc
         if damage is not None:
             raise self._refuse_damaged(kind, name, path, damage)
         created = not path.exists()
@@ -481,27 +478,12 @@ class Registry:
             file = (
                 fresh[0]
                 if fresh is not None
-                else ActorFile.open(
-                    path,
-                    kind,
-                    name,
-                    kind_migrations=cls.migrations,
-                    components=cls.components,
-                    durability=self.config.durability,
-                    initial_state=_initial_json(cls),
-                    state_version=cls.state_version,
-                    page_size=cls.page_size,
-                )
+                else _open_file(cls, path, kind, name, self.config.durability, _initial_json(cls))
             )
         except ActorLocked as exc:
             raise ActorUnavailable(message=str(exc)) from exc
         except (MigrationError, sqlite3.Error, OSError) as exc:
-            corrupt = corrupt_damage(exc)
-            if corrupt is not None:
-                raise self._refuse_damaged(kind, name, path, corrupt) from exc
-            if out_of_descriptors(exc):  # a capacity error, not a broken file: no traceback
-                raise self._no_descriptor(kind, name) from exc
-            raise _start_failed(kind, name, exc, "open") from exc
+            raise self._not_opened(kind, name, path, exc) from exc
         if not listed:
             # the file first, then its row (prepare did neither): the directory lists only actors
             # whose file existed. A file found without a row is adopted
@@ -510,10 +492,7 @@ class Registry:
             seq = file_seq(file.conn)
         except sqlite3.Error as exc:
             file.close()
-            corrupt = corrupt_damage(exc)
-            if corrupt is not None:
-                raise self._refuse_damaged(kind, name, path, corrupt) from exc
-            raise _start_failed(kind, name, exc, "open") from exc
+            raise self._not_opened(kind, name, path, exc, descriptors=False) from exc
         damage = seq_damage(seq, acked)
         if damage is not None:
             keep_wal(path)  # closing checkpoints the WAL's readable part and drops the rest
@@ -523,17 +502,12 @@ class Registry:
             file.witness = Witness(path, seq)
         except OSError as exc:
             file.close()
-            if out_of_descriptors(exc):
-                raise self._no_descriptor(kind, name) from exc
-            raise _start_failed(kind, name, exc, "open") from exc
+            raise self._not_opened(kind, name, path, exc) from exc
         try:
             host = ActorHost(self, cls, kind, name, file, self._callables[kind])
         except Exception as exc:  # the kind's __init__ or a corrupt state row
             file.close()
-            corrupt = corrupt_damage(exc)
-            if corrupt is not None:
-                raise self._refuse_damaged(kind, name, path, corrupt) from exc
-            raise _start_failed(kind, name, exc, "start") from exc
+            raise self._not_opened(kind, name, path, exc, "start", descriptors=False) from exc
         host.row_created = row_created
         self.hosts[(kind, name)] = host
         self.directory.touch(kind, name, self.clock.now(), seq, row_created)
@@ -571,6 +545,26 @@ class Registry:
             raise ActorUnavailable(
                 message=f"actor failed to start: the directory cannot record it: {exc}"
             ) from exc
+
+    def _not_opened(
+        self,
+        kind: str,
+        name: str,
+        path: Path,
+        exc: Exception,
+        step: str = "open",
+        *,
+        descriptors: bool = True,
+    ) -> ActorUnavailable:
+        """What a failure to ``step`` the actor (open its file, start) is told as: a file SQLite cannot
+        read is damaged; a want of descriptors (when ``descriptors``: the failure was opening a file)
+        is a capacity error, with no traceback; anything else failed to start."""
+        corrupt = corrupt_damage(exc)
+        if corrupt is not None:
+            return self._refuse_damaged(kind, name, path, corrupt)
+        if descriptors and out_of_descriptors(exc):
+            return self._no_descriptor(kind, name)
+        return _start_failed(kind, name, exc, step)
 
     def _no_descriptor(self, kind: str, name: str) -> ActorUnavailable:
         log.warning("actor %s/%r: not opened, no file descriptor left", kind, shown_name(name))
@@ -828,6 +822,23 @@ def _damaged(exc: Exception) -> bool:
 
 def _last_active(host: ActorHost) -> float:
     return host.last_active
+
+
+def _open_file(
+    cls: type[Actor], path: Path, kind: str, name: str, durability: Durability, initial: str
+) -> ActorFile:
+    """Open (or create) the actor's file with its kind's schema and first state."""
+    return ActorFile.open(
+        path,
+        kind,
+        name,
+        kind_migrations=cls.migrations,
+        components=cls.components,
+        durability=durability,
+        initial_state=initial,
+        state_version=cls.state_version,
+        page_size=cls.page_size,
+    )
 
 
 def _initial_json(cls: type[Actor]) -> str:

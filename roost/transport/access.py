@@ -66,12 +66,13 @@ def _anonymous(principal: Principal) -> bool:
     return principal is ANONYMOUS or (principal.id == ANONYMOUS.id and principal.tenant is None)
 
 
-def _address(client: str | None) -> object | None:
-    """Anonymous clients are told apart by address: IPv4 by address, IPv6 by its /64 (one host's
-    usual share). An IPv4 address carried in an IPv6 one is keyed as that IPv4 address: IPv4-mapped
-    ``::ffff:a.b.c.d`` (what a dual-stack socket or proxy reports for an IPv4 client), IPv4-compatible
-    ``::a.b.c.d`` and 6to4 ``2002:aabb:ccdd::/48`` (otherwise every such client would share ``::/64``
-    or one /64 of its 6to4 site)."""
+def address_key(client: str | None) -> object | None:
+    """The key one anonymous client's address is counted under (the per-address limits and the
+    transport's socket share). Anonymous clients are told apart by address: IPv4 by address, IPv6 by
+    its /64 (one host's usual share). An IPv4 address carried in an IPv6 one is keyed as that IPv4
+    address: IPv4-mapped ``::ffff:a.b.c.d`` (what a dual-stack socket or proxy reports for an IPv4
+    client), IPv4-compatible ``::a.b.c.d`` and 6to4 ``2002:aabb:ccdd::/48`` (otherwise every such
+    client would share ``::/64`` or one /64 of its 6to4 site)."""
     if not client:
         return None
     ip = _ip(client)
@@ -80,12 +81,6 @@ def _address(client: str | None) -> object | None:
     if ip.version == 6:
         return ("ip6", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
     return ("ip", str(ip))
-
-
-def address_key(client: str | None) -> object | None:
-    """The key one anonymous client's address is counted under (IPv4 by address, IPv6 by /64, IPv4
-    carried in IPv6 as IPv4): what the per-address limits count, and the transport's socket share."""
-    return _address(client)
 
 
 def _ip(client: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -116,7 +111,7 @@ def limit_key(principal: Principal, client: str | None = None) -> object | None:
     """The key per-principal limits count under: the principal, or for anonymous clients their
     address (None when it is unknown)."""
     if _anonymous(principal):
-        return _address(client)
+        return address_key(client)
     return (principal.tenant, principal.id)
 
 
