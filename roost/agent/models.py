@@ -10,12 +10,23 @@ Requests and steps are plain JSON so that a step can run as a background job and
 - :class:`OpenAICompatibleModel` calls any chat-completions endpoint with tool calls (httpx). A timeout,
   a 5xx or a 429 raise :class:`ModelError` with ``retryable=True``; other failures are not retryable.
   The runtime turns either into a failed step, never a crash.
+
+**Streaming.** A model that can stream also has ``stream(request)``, an async iterator of
+:data:`ModelChunk`: :class:`TextDelta` pieces of the answer's text and :class:`ToolCallDelta` pieces
+of its tool calls as they arrive, then one :class:`StreamEnd` carrying the assembled
+:class:`ModelStep` (and the :class:`Usage` when the endpoint reports it). A stream that fails raises
+:class:`ModelError` like ``step`` does, whatever it yielded before. ``request.partial`` is the text of
+this answer already delivered before an interruption: a model asked to continue goes on from it (its
+deltas are what follows, not a repeat). :func:`is_streaming` tells a streaming model; :func:`collect`
+folds a stream into its step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeGuard
 
 import httpx
 import orjson
@@ -27,11 +38,19 @@ from roost.agent.status import ItemStatus
 __all__ = [
     "DeterministicPlanner",
     "Model",
+    "ModelChunk",
     "ModelError",
     "ModelRequest",
     "ModelStep",
     "OpenAICompatibleModel",
+    "StreamEnd",
+    "StreamingModel",
+    "TextDelta",
     "ToolCall",
+    "ToolCallDelta",
+    "Usage",
+    "collect",
+    "is_streaming",
 ]
 
 
@@ -56,12 +75,48 @@ class ModelRequest(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     steps: list[StepRecord] = Field(default_factory=list)
     hop: int = 0
+    #: Text of this answer already streamed before an interruption (continue from it, do not repeat).
+    partial: str = ""
+
+
+class Usage(BaseModel):
+    """Tokens a model call used, as the endpoint reported them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
 
 
 class ModelStep(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     text: str | None = None
     ask: str | None = None
+    usage: Usage | None = None
+
+
+class TextDelta(BaseModel):
+    """A piece of the answer's text, in order."""
+
+    text: str
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of tool call ``index``: its id and name come once (usually first), ``arguments`` is the
+    next fragment of its JSON arguments."""
+
+    index: int = 0
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class StreamEnd(BaseModel):
+    """The stream's last chunk: the whole step, as ``step`` would have answered it."""
+
+    step: ModelStep
+
+
+ModelChunk = TextDelta | ToolCallDelta | StreamEnd
 
 
 class ModelError(Exception):
@@ -79,13 +134,61 @@ class Model(Protocol):
     async def step(self, request: ModelRequest) -> ModelStep: ...
 
 
+class StreamingModel(Model, Protocol):
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """The step as it is produced (see the module doc); the last chunk is a :class:`StreamEnd`."""
+
+
+def is_streaming(model: Model) -> TypeGuard[StreamingModel]:
+    """True when ``model`` can stream (it has a ``stream`` method)."""
+    return callable(getattr(model, "stream", None))
+
+
+async def collect(chunks: AsyncIterator[ModelChunk]) -> ModelStep:
+    """The step a stream ends with; :class:`ModelError` if it ends without one."""
+    async for chunk in chunks:
+        if isinstance(chunk, StreamEnd):
+            return chunk.step
+    raise ModelError("the model's stream ended without its step", retryable=True)
+
+
 class DeterministicPlanner:
-    """Plans from the catalog by keywords; asks when nothing matches. No network."""
+    """Plans from the catalog by keywords; asks when nothing matches. No network.
+
+    It streams too: its text word by word, one word every ``pace`` seconds (slept with ``sleep``, the
+    process clock's in an agent, so tests control it), its tool calls whole. It is ``inline`` (a step
+    runs inside the turn) unless it streams at a pace: then each step is a background job.
+    """
 
     inline = True
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        pace: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        streams: bool = False,
+    ) -> None:
         self.catalog = catalog
+        self.pace = pace
+        self._sleep = sleep
+        self.inline = not streams
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        step = await self.step(request)
+        for index, call in enumerate(step.tool_calls):
+            args = orjson.dumps(call.args).decode()
+            yield ToolCallDelta(index=index, id=f"call_{index}", name=call.name, arguments=args)
+        text = step.text or step.ask or ""
+        if text.startswith(request.partial):  # continue after what was already delivered
+            text = text[len(request.partial) :]
+        words = text.split(" ") if text else []
+        for i, word in enumerate(words):
+            if self.pace:
+                await self._sleep(self.pace)
+            yield TextDelta(text=word if i == len(words) - 1 else word + " ")
+        yield StreamEnd(step=step)
 
     async def step(self, request: ModelRequest) -> ModelStep:
         if request.steps:
