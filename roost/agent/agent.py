@@ -44,6 +44,7 @@ from roost.agent.payloads import BlobStore
 from roost.agent.records import Records
 from roost.agent.status import ItemStatus
 from roost.agent.store import AGENT_MIGRATIONS, Row
+from roost.agent.streaming import STREAM_MIGRATIONS
 from roost.agent.telemetry import Telemetry
 from roost.storage import Migration
 
@@ -53,7 +54,10 @@ __all__ = ["Agent"]
 class Agent(Actor):
     """Base class of agent kinds. See the module doc."""
 
-    components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (("agent", AGENT_MIGRATIONS),)
+    components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (
+        ("agent", AGENT_MIGRATIONS),
+        ("stream", STREAM_MIGRATIONS),
+    )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`roost.agent.tool`).
     tools: ClassVar[Sequence[Tool]] = ()
@@ -63,6 +67,9 @@ class Agent(Actor):
     stop_condition: ClassVar[str] = "every plan step completed"
     #: Shown in session cards.
     profile: ClassVar[dict[str, Any]] = {}
+    #: Stream model output: each model step is a background job whose text reaches the log as
+    #: ``model_delta`` events while the model produces it (docs/design.md, *Streamed model output*).
+    streams: ClassVar[bool] = False
 
     _catalog: ClassVar[Catalog | None] = None
     _model: Model | None
@@ -116,7 +123,12 @@ class Agent(Actor):
         cfg = self.settings()
         if cfg.model == "openai":
             return OpenAICompatibleModel.from_env(timeout=cfg.model_timeout)
-        return DeterministicPlanner(self.catalog())
+        return DeterministicPlanner(
+            self.catalog(),
+            pace=cfg.stream_pace,
+            sleep=self.extension.process.clock.sleep,
+            streams=self.streams,
+        )
 
     async def verify(self, run: Row, items: list[Row]) -> Verdict:
         """Check the run's stop condition. Default: every step completed (the runtime's own gate)."""
@@ -124,6 +136,10 @@ class Agent(Actor):
         if len(done) == len(items):
             return Verdict("pass", "runtime", [f"item:{i['item_id']}" for i in done], "every step completed")
         return Verdict("fail", "runtime", [], f"{len(items) - len(done)} step(s) did not complete")
+
+    async def on_run_end(self, run: Row) -> None:
+        """A run ended (``run["status"]``: completed, failed or cancelled), in the turn that ended it,
+        after its rows and events. Default: nothing (the chat agent answers its next message here)."""
 
     # -- the protocol ---------------------------------------------------------------------------------
     @callable

@@ -103,6 +103,9 @@ class WorkerJobs(Protocol):
     ) -> bool:
         """Record progress and renew the lease; False as for :meth:`heartbeat`."""
 
+    async def stream(self, job_id: str, attempt: int, worker_id: str, text: str) -> bool:
+        """Commit a batch of a streamed model step and renew the lease; False as for :meth:`heartbeat`."""
+
     async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:
         """Record the attempt's outcome (nothing when fenced) and advance its run."""
 
@@ -280,7 +283,15 @@ class JobRunner:
                 lost.set()
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
 
-        spec.ctx.bind(progress, self.process.clock.sleep)
+        async def stream(text: str) -> None:
+            async def record(actor: Actor) -> bool:
+                return await _jobs(actor).stream(job_id, attempt, wid, text)
+
+            if not await self._turn(kind, name, record):
+                lost.set()
+                raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+
+        spec.ctx.bind(progress, self.process.clock.sleep, stream)
         label = f"{SERVICE}:{job_id}:{attempt}"
         tool: asyncio.Future[Any] = asyncio.ensure_future(spec.execute(spec.ctx))
         if isinstance(tool, asyncio.Task):

@@ -81,6 +81,10 @@ async def _no_sleep(seconds: float) -> None:
     return None
 
 
+async def _no_stream(text: str) -> None:
+    return None
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool may know and do: ids, its settings, the data directory, progress and sleep."""
@@ -100,15 +104,23 @@ class ToolContext:
     checkpoint: Any = None
     _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
+    _stream: Callable[[str], Awaitable[None]] = _no_stream
 
     def bind(
         self,
         progress: Callable[[int, int, str, Any], Awaitable[None]],
         sleep: Callable[[float], Awaitable[None]],
+        stream: Callable[[str], Awaitable[None]] = _no_stream,
     ) -> None:
-        """Called by the job runner: ``progress`` and ``sleep`` of a background job's worker."""
+        """Called by the job runner: ``progress``, ``sleep`` and ``stream`` of a background job's worker."""
         self._progress = progress
         self._sleep = sleep
+        self._stream = stream
+
+    async def stream(self, text: str) -> None:
+        """Commit a batch of a streamed model step's text (a ``model_delta`` event), renewing the lease.
+        Raises :class:`ToolCancelled` if the job was cancelled or lost its lease."""
+        await self._stream(text)
 
     async def progress(self, done: int, total: int, message: str = "", *, checkpoint: Any = None) -> None:
         """Report progress (a ``tool_progress`` event) and renew the job's lease. ``checkpoint``

@@ -44,6 +44,7 @@ __all__ = [
     "ProjectApi",
     "RunsApi",
     "StepsApi",
+    "StreamsApi",
     "Verdict",
     "VerificationApi",
 ]
@@ -95,6 +96,10 @@ class AgentHost(Protocol):
     def extension(self) -> TurnContext:
         """The actor layer's extension API: the turn's clock reading, the process."""
 
+    @property
+    def streams(self) -> bool:
+        """Whether model steps stream (each a background job, its text as ``model_delta`` events)."""
+
     def settings(self) -> AgentConfig: ...
 
     def catalog(self) -> Catalog: ...
@@ -106,6 +111,9 @@ class AgentHost(Protocol):
 
     async def verify(self, run: Row, items: list[Row]) -> Verdict:
         """Check the run's stop condition."""
+
+    async def on_run_end(self, run: Row) -> None:
+        """A run ended (completed, failed or cancelled), in the turn that ended it."""
 
 
 class RunsApi(Protocol):
@@ -217,6 +225,31 @@ class VerificationApi(Protocol):
         """Verify the run and end it."""
 
 
+class StreamsApi(Protocol):
+    """Streamed model output (:class:`roost.agent.streaming.Streams`)."""
+
+    def open(self, run: Row, job: Row) -> str:
+        """A model job begins streaming; returns the text its model continues from."""
+
+    def append(self, run: Row, job: Row, text: str) -> None:
+        """One committed batch of the job's stream: a ``model_delta``."""
+
+    def committed(self, job: Row) -> int:
+        """Characters of the job's message already committed."""
+
+    def finish(self, job: Row) -> str | None:
+        """The job's step ended well; its message's text (None if it never streamed)."""
+
+    def interrupt(self, run: Row, job: Row, error: str) -> int:
+        """The job failed after showing text: its message is interrupted."""
+
+    def cancel_run(self, run: Row) -> None:
+        """The run was cancelled: its streaming messages are cancelled."""
+
+    def of_run(self, run_id: str) -> list[Row]:
+        """The run's messages in step order."""
+
+
 class OrchestratorApi(Protocol):
     """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
 
@@ -249,3 +282,13 @@ class OrchestratorApi(Protocol):
 
     @property
     def verification(self) -> VerificationApi: ...
+
+    @property
+    def streams(self) -> StreamsApi: ...
+
+    @property
+    def ended(self) -> list[str]:
+        """Runs that ended in this turn, not yet handed to ``agent.on_run_end``."""
+
+    async def settle(self) -> None:
+        """Hand the runs that ended to ``agent.on_run_end``."""

@@ -33,11 +33,12 @@ from roost.actors import RetryPolicy
 from roost.agent.background import JobSpec, Outcome, OutcomeStatus, WorkerJobs, job_runner
 from roost.agent.catalog import ToolContext
 from roost.agent.context import Part
-from roost.agent.models import ModelStep
+from roost.agent.models import ModelError, ModelStep, StreamEnd, TextDelta, is_streaming
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
 from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus
 from roost.agent.store import Row, new_id
+from roost.agent.stream_buffer import StreamBuffer
 
 __all__ = ["JobLifecycle"]
 
@@ -124,6 +125,33 @@ class JobLifecycle(Part, WorkerJobs):
         if job["job_kind"] == "model":
             model = self.agent.model()
             request = self.orchestrator.steps.model_request(run)
+            if self.agent.streams and is_streaming(model):
+                request = request.model_copy(update={"partial": self.orchestrator.streams.open(run, job)})
+                cfg = self.agent.settings()
+
+                async def model_stream(ctx: ToolContext) -> Any:
+                    buffer = StreamBuffer(
+                        ctx.stream,
+                        count=cfg.stream_batch_count,
+                        interval=cfg.stream_batch_interval,
+                        sleep=ctx.sleep,
+                    )
+                    step: ModelStep | None = None
+                    try:
+                        async for chunk in model.stream(request):
+                            if isinstance(chunk, TextDelta):
+                                await buffer.add(chunk.text)
+                            elif isinstance(chunk, StreamEnd):
+                                step = chunk.step
+                        await buffer.close()
+                    except BaseException:
+                        await buffer.abandon()
+                        raise
+                    if step is None:
+                        raise ModelError("the model's stream ended without its step", retryable=True)
+                    return step.model_dump(mode="json")
+
+                return model_stream
 
             async def model_step(ctx: ToolContext) -> Any:
                 step = await model.step(request)
@@ -192,6 +220,16 @@ class JobLifecycle(Part, WorkerJobs):
         )
         return True
 
+    async def stream(self, job_id: str, attempt: int, worker_id: str, text: str) -> bool:
+        """A batch of a streamed model step: committed to its message with one ``model_delta``, the
+        lease renewed; False when the attempt is no longer current (the batch is not recorded)."""
+        job = self._current(job_id, attempt, worker_id)
+        if job is None:
+            return False
+        self._renew(job_id)
+        self.orchestrator.streams.append(self.run(job["run_id"]), job, text)
+        return True
+
     async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:
         """Record the attempt's outcome (fenced) and advance its run."""
         job = self._current(job_id, attempt, worker_id)
@@ -215,6 +253,9 @@ class JobLifecycle(Part, WorkerJobs):
                 "jobs", job_id, status=JobStatus.COMPLETED, result=clean, lease_owner=None, updated_at=now
             )
             if step is not None:
+                streamed = self.orchestrator.streams.finish(job)
+                if streamed is not None and not step.tool_calls and not step.ask:
+                    step = step.model_copy(update={"text": streamed})  # what was shown, cleaned
                 steps.record_model_step(run, step)
             else:
                 item = store.get("items", job["item_id"])
@@ -239,6 +280,24 @@ class JobLifecycle(Part, WorkerJobs):
         store = self.store
         steps = self.orchestrator.steps
         policy = self.retry_policy(job)
+        if job["job_kind"] == "model" and self.orchestrator.streams.committed(job):
+            # text was shown: not redone behind the reader's back (continue_run takes it up)
+            chars = self.orchestrator.streams.interrupt(run, job, error or "failed")
+            store.update(
+                "jobs",
+                job["job_id"],
+                status=JobStatus.FAILED,
+                error=error,
+                retryable=1,
+                lease_owner=None,
+                updated_at=self.now,
+            )
+            self.orchestrator.runs.fail(
+                run,
+                f"model stream interrupted after {chars} characters ({error}); continue_run resumes it",
+                retryable=True,
+            )
+            return
         if outcome.retryable and attempt < policy.max_attempts:
             delay = policy.delay(attempt, self.agent.extension.process.rng)
             store.update(
@@ -308,7 +367,9 @@ class JobLifecycle(Part, WorkerJobs):
             )
             return
         run = self.run(job["run_id"])
-        if attempt < job["max_attempts"]:
+        if attempt < job["max_attempts"] and not (
+            job["job_kind"] == "model" and self.orchestrator.streams.committed(job)
+        ):
             if job["job_kind"] == "tool":
                 self._tool_retrying(run, job, LEASE_LOST, 0)
             claimed = await self.claim(job)

@@ -10,7 +10,11 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.jobs` — the job lifecycle (claim, heartbeat, progress, finish, retry, lease);
 - :attr:`~Orchestrator.execution` — tool contexts and inline steps;
 - :attr:`~Orchestrator.verification` — the run's end through its stop condition;
-- :attr:`~Orchestrator.reads` — the read-only callables.
+- :attr:`~Orchestrator.reads` — the read-only callables;
+- :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events).
+
+A run that ends (completed, failed or cancelled) is handed to :meth:`roost.agent.Agent.on_run_end`
+once the part that ended it is done (:meth:`Orchestrator.settle`), in the same turn.
 
 The parts talk to the other modules through their contracts only: policy, memory, catalog, models,
 records (store and payload policy), telemetry (events). They see the agent and each other through
@@ -33,6 +37,7 @@ from roost.agent.records import Records
 from roost.agent.runs import Runs
 from roost.agent.status import FINISHED
 from roost.agent.steps import Steps
+from roost.agent.streaming import Streams
 from roost.agent.telemetry import Telemetry
 from roost.agent.verification import Verification
 
@@ -57,3 +62,14 @@ class Orchestrator:
         self.verification = Verification(self)
         self.runs = Runs(self)
         self.reads = Reads(self)
+        self.streams = Streams(self)
+        #: Runs that ended in this turn and are not yet handed to ``agent.on_run_end``.
+        self.ended: list[str] = []
+
+    async def settle(self) -> None:
+        """Hand each run that ended to ``agent.on_run_end`` (which may start or end others)."""
+        while self.ended:
+            run_id = self.ended.pop(0)
+            run = self.records.store().get("runs", run_id)
+            if run is not None:
+                await self.agent.on_run_end(run)

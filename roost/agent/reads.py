@@ -102,6 +102,18 @@ class Reads(Part):
                 }
                 for j in jobs
             ],
+            # the text each model step streamed so far (docs/design.md, *Streamed model output*)
+            "messages": [
+                {
+                    "message_id": m["message_id"],
+                    "hop": m["hop"],
+                    "status": m["status"],
+                    "text": m["text"],
+                    "chars": m["chars"],
+                    "error": memory.short(m["error"]),
+                }
+                for m in self.orchestrator.streams.of_run(run["run_id"])
+            ],
         }
 
     def session(self, session_id: Any) -> dict[str, Any]:

@@ -42,21 +42,34 @@ class Runs(Part):
         key = memory.principal_key(principal)
         return "~" + hashlib.sha256(f"{self.records.salt()}\0{key}".encode()).hexdigest()[:24]
 
-    # -- requests ----------------------------------------------------------------------------------
-    async def start(self, text: Any, session_id: str | None, background: bool) -> dict[str, Any]:
-        """``turn``: a new turn and its run, advanced now (or by a wake-up when ``background``)."""
-        agent = self.agent
-        cfg = agent.settings()
-        principal = agent.principal
-        text = policy.precheck(text, principal, cfg.max_input_chars)
-        turn_id, run_id = new_id("turn"), new_id("run")
-        self.records.concern(run_id)  # a new run knows no secrets yet: nothing else is scrubbed
+    def session_for(self, session_id: Any, *, write: bool = True) -> str:
+        """The session a request names (its caller's own when None), checked: a valid id, not a
+        reserved one, and, if it exists, the caller's (PolicyRefused otherwise)."""
+        principal = self.agent.principal
         if session_id is None:
             session_id = self._default_session()
         elif not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
             raise InvalidArguments(message="session_id must be a string of 1 to 128 characters")
-        elif session_id.startswith("~") and principal is not None:
+        elif session_id.startswith("~") and principal is not None and session_id != self._default_session():
             raise InvalidArguments(message="session ids starting with ~ are reserved")
+        row = self.store.get("sessions", session_id)
+        if row is not None:
+            self.guard(row["principal"], write=write)
+        return str(session_id)
+
+    def precheck(self, text: Any) -> str:
+        """A request's pre-checks (roost.agent.policy): refused with a clear error, else the text."""
+        return policy.precheck(text, self.agent.principal, self.agent.settings().max_input_chars)
+
+    # -- requests ----------------------------------------------------------------------------------
+    async def start(self, text: Any, session_id: str | None, background: bool) -> dict[str, Any]:
+        """``turn``: a new turn and its run, advanced now (or by a wake-up when ``background``)."""
+        agent = self.agent
+        principal = agent.principal
+        text = self.precheck(text)
+        turn_id, run_id = new_id("turn"), new_id("run")
+        self.records.concern(run_id)  # a new run knows no secrets yet: nothing else is scrubbed
+        session_id = self.session_for(session_id)
         if not isinstance(background, bool):
             raise InvalidArguments(message="background must be true or false")
         clean = self.records.clean(text)
@@ -149,6 +162,7 @@ class Runs(Part):
             raise InvalidTransition(message=f"turn {turn_id} already ended ({run['status']})")
         now = self.now
         orc.jobs.cancel_run(run)
+        orc.streams.cancel_run(run)
         store.execute(
             "UPDATE roost_agent_items SET status = ?, error = 'cancelled', updated_at = ? "
             "WHERE run_id = ? AND status IN (?, ?)",
@@ -159,6 +173,7 @@ class Runs(Part):
         self.set_turn(run, status=TurnStatus.CANCELLED)
         store.update("sessions", run["session_id"], updated_at=now)
         self.event("turn_cancelled", run, status=EventStatus.CANCELLED, payload={})
+        orc.ended.append(run["run_id"])
         orc.project.release_heavy(run["run_id"])
         await orc.steps.drain_released()
         return self.reply(run["run_id"])
@@ -274,3 +289,4 @@ class Runs(Part):
             payload=payload,
         )
         self.orchestrator.project.release_heavy(run["run_id"])
+        self.orchestrator.ended.append(run["run_id"])

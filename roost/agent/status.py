@@ -24,6 +24,7 @@ __all__ = [
     "ItemStatus",
     "JobStatus",
     "RunStatus",
+    "StreamStatus",
     "TurnStatus",
     "VerificationResult",
     "Waiting",
@@ -100,6 +101,15 @@ class JobStatus(_Status):
 
 #: A job in one of these still owns its run's next step.
 ACTIVE_JOB = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRY_WAIT)
+
+
+class StreamStatus(StrEnum):
+    """A streamed message's row (``roost_agent_streams``)."""
+
+    STREAMING = "streaming"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"  # its step failed after text was shown; continue_run takes it up
+    CANCELLED = "cancelled"
 
 
 class ApprovalStatus(_Status):

@@ -41,10 +41,12 @@ class Steps(Part):
         await self.drain_released()
 
     async def drain_released(self) -> None:
-        """Advance the runs the project's heavy slot was handed to during this turn."""
+        """Advance the runs the project's heavy slot was handed to during this turn, then hand the
+        runs that ended to ``agent.on_run_end``."""
         released = self.orchestrator.project.released
         while released:
             await self._advance_one(released.pop(0))
+        await self.orchestrator.settle()
 
     async def _advance_one(self, run_id: str) -> None:
         for _ in range(MAX_STEPS_PER_ADVANCE):

@@ -213,6 +213,7 @@ _KEYS = {
     "sessions": "session_id",
     "project": "project_id",
     "jobs": "job_id",
+    "streams": "message_id",
 }
 
 

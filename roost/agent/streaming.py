@@ -1,0 +1,177 @@
+"""Streamed model output, the turn's side: each batch of deltas a row update and a ``model_delta``.
+
+The worker of a streaming model step (:mod:`roost.agent.stream_buffer`) hands its text to
+:meth:`Streams.append` in batches, each in a turn; the row of the message (``roost_agent_streams``)
+and the event commit together, and the output gate sends the event only after that commit. See
+docs/design.md, *Streamed model output*, for the data flow and the row's states.
+
+Guarantees (tests in ``tests/test_stream_output.py``):
+
+- **Deltas are gap-free and in order**: ``offset`` is the number of characters (Unicode code points)
+  of the message before the delta; each ``model_delta`` starts where the one before it ended, so a
+  reader that holds ``offset`` characters appends, one that holds more skips, one that holds fewer
+  knows it missed something (resume from its cursor fills it).
+- **Streamed text passes the payload policy**: every batch is scrubbed of the run's secrets and of
+  credential patterns before it is written or logged (the buffer never ends a batch inside one).
+- **Once text was shown, nothing redoes it silently**: see :meth:`Streams.interrupt` and
+  :meth:`Streams.open` (``stream_resume``: ``continue`` or ``restart``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from roost.agent.context import Part
+from roost.agent.payloads import redact_text
+from roost.agent.status import EventStatus, StreamStatus
+from roost.agent.store import Row
+from roost.storage import Migration
+
+__all__ = ["STREAM_MIGRATIONS", "Streams", "message_id"]
+
+STREAM_MIGRATIONS: Sequence[Migration] = (
+    """
+    CREATE TABLE roost_agent_streams (
+        message_id TEXT PRIMARY KEY,
+        run_id     TEXT NOT NULL,
+        turn_id    TEXT NOT NULL,
+        hop        INTEGER NOT NULL,
+        job_id     TEXT,
+        text       TEXT NOT NULL DEFAULT '',
+        chars      INTEGER NOT NULL DEFAULT 0,
+        status     TEXT NOT NULL,
+        error      TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_agent_streams_run ON roost_agent_streams (run_id, hop);
+    """,
+)
+
+
+def message_id(run_id: str, hop: int) -> str:
+    """The id of the message a model step of ``run_id`` streams: one per step (``hop``)."""
+    return f"{run_id}.{hop}"
+
+
+class Streams(Part):
+    def get(self, mid: str) -> Row | None:
+        return self.store.get("streams", mid)
+
+    def of_job(self, job: Row) -> Row | None:
+        """The message a model job streams (None for a job that has not streamed yet)."""
+        return self.get(message_id(job["run_id"], int(job["args"].get("hop", 0))))
+
+    def open(self, run: Row, job: Row) -> str:
+        """A model job begins: its message is ``streaming``; returns what the model continues from.
+
+        A message that streamed before (an interrupted step taken up again by ``continue_run``) goes on
+        by ``stream_resume``: ``continue`` hands its committed text back (the model continues after it,
+        new deltas follow at the same offset); ``restart`` logs ``model_stream_restarted`` and empties
+        it (the next delta has offset 0)."""
+        hop = int(job["args"].get("hop", 0))
+        mid = message_id(run["run_id"], hop)
+        now = self.now
+        row = self.get(mid)
+        if row is None:
+            self.store.insert(
+                "streams",
+                {
+                    "message_id": mid,
+                    "run_id": run["run_id"],
+                    "turn_id": run["turn_id"],
+                    "hop": hop,
+                    "job_id": job["job_id"],
+                    "status": StreamStatus.STREAMING,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
+            return ""
+        values: dict[str, object] = {"status": StreamStatus.STREAMING, "job_id": job["job_id"], "error": None}
+        if row["chars"] and self.agent.settings().stream_resume == "restart":
+            self.event(
+                "model_stream_restarted",
+                run,
+                status=EventStatus.IN_PROGRESS,
+                payload={"message_id": mid, "hop": hop, "discarded": row["chars"]},
+            )
+            values.update(text="", chars=0)
+            self.store.update("streams", mid, updated_at=now, **values)
+            return ""
+        self.store.update("streams", mid, updated_at=now, **values)
+        return str(row["text"])
+
+    def append(self, run: Row, job: Row, text: str) -> None:
+        """One batch of the job's stream: cleaned, appended to its message, one ``model_delta``."""
+        row = self.of_job(job)
+        if row is None or row["status"] != StreamStatus.STREAMING:
+            return
+        clean = redact_text(self.records.vault.scrub(text))
+        chars = len(clean)
+        self.store.execute(
+            "UPDATE roost_agent_streams SET text = text || ?, chars = chars + ?, updated_at = ? "
+            "WHERE message_id = ?",
+            (clean, chars, self.now, row["message_id"]),
+        )
+        self.event(
+            "model_delta",
+            run,
+            status=EventStatus.RUNNING,
+            payload={
+                "message_id": row["message_id"],
+                "hop": row["hop"],
+                "offset": row["chars"],
+                "text": clean,
+            },
+        )
+
+    def committed(self, job: Row) -> int:
+        """Characters of the job's message already committed (and so possibly shown)."""
+        row = self.of_job(job)
+        return int(row["chars"]) if row is not None else 0
+
+    def finish(self, job: Row) -> str | None:
+        """The job's step ended well: its message is ``completed``; returns its text (None if the
+        job never streamed)."""
+        row = self.of_job(job)
+        if row is None:
+            return None
+        self.store.update("streams", row["message_id"], status=StreamStatus.COMPLETED, updated_at=self.now)
+        return str(row["text"])
+
+    def interrupt(self, run: Row, job: Row, error: str) -> int:
+        """The job failed after its message showed text: the message is ``interrupted`` and
+        ``model_stream_interrupted`` is logged; returns the committed characters."""
+        row = self.of_job(job)
+        assert row is not None
+        self.store.update(
+            "streams",
+            row["message_id"],
+            status=StreamStatus.INTERRUPTED,
+            error=self.err(error, 500),
+            updated_at=self.now,
+        )
+        self.event(
+            "model_stream_interrupted",
+            run,
+            status=EventStatus.FAILED,
+            payload={
+                "message_id": row["message_id"],
+                "hop": row["hop"],
+                "chars": row["chars"],
+                "error": self.err(error),
+            },
+        )
+        return int(row["chars"])
+
+    def cancel_run(self, run: Row) -> None:
+        """The run was cancelled: its streaming messages are ``cancelled`` (their text stays)."""
+        self.store.execute(
+            "UPDATE roost_agent_streams SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?",
+            (StreamStatus.CANCELLED, self.now, run["run_id"], StreamStatus.STREAMING),
+        )
+
+    def of_run(self, run_id: str) -> list[Row]:
+        """The run's messages in step order (``get_run`` shows them)."""
+        return self.store.select("streams", "run_id = ?", (run_id,), order="hop")

@@ -1,0 +1,299 @@
+"""Streamed model output: deltas batched into commits, gap-free resume, redaction across deltas,
+cancellation, and an interrupted stream taken up by ``continue_run`` (roost/agent/streaming.py for
+the turn's side, roost/agent/stream_buffer.py for the worker's)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from roost.agent import AgentConfig, ModelError, ModelRequest, ModelStep, StreamEnd, TextDelta
+from roost.agent.agent import Agent
+from roost.agent.chat import DeterministicChat
+from roost.agent.models import DeterministicPlanner, Model, ModelChunk
+from roost.agent.stream_buffer import MAX_HELD, StreamBuffer, safe_cut
+from roost.scheduler import FakeClock
+from roost.testing import ActorKit, KitConnection
+from tests.agent_support import drive, events
+
+STREAMING = AgentConfig(
+    heartbeat_interval=0.5,
+    lease_ttl=2.0,
+    job_backoff=0.5,
+    stream_batch_count=4,
+    stream_batch_interval=0.05,
+    stream_pace=0.01,
+)
+
+
+class Scripted:
+    """The model's edge: a stream of given deltas, failing after ``fail_after`` of them once."""
+
+    inline = False
+    script: ClassVar[list[str]] = []
+    fail_after: ClassVar[int | None] = None
+    requests: ClassVar[list[ModelRequest]] = []
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        return ModelStep(text="".join(self.script))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        type(self).requests.append(request)
+        whole = "".join(self.script)
+        rest = whole[len(request.partial) :] if whole.startswith(request.partial) else whole
+        pieces = self.script if not request.partial else [rest]
+        for i, piece in enumerate(pieces):
+            if type(self).fail_after is not None and i == type(self).fail_after:
+                type(self).fail_after = None
+                raise ModelError("the connection dropped mid-stream", retryable=True)
+            yield TextDelta(text=piece)
+        yield StreamEnd(step=ModelStep(text=whole))
+
+
+class Streamer(Agent):
+    """Streams the deterministic chat model's answers."""
+
+    kind = "streamer"
+    config = STREAMING
+    streams = True
+
+    def make_model(self) -> Model:
+        cfg = self.settings()
+        return DeterministicChat(
+            self.catalog(), pace=cfg.stream_pace, sleep=self.extension.process.clock.sleep, streams=True
+        )
+
+
+class ScriptedStreamer(Agent):
+    kind = "scripted"
+    config = STREAMING
+    streams = True
+
+    def make_model(self) -> Model:
+        return Scripted()
+
+
+class Restarting(ScriptedStreamer):
+    kind = "restarting"
+    config = STREAMING.model_copy(update={"stream_resume": "restart", "stream_batch_count": 1})
+
+
+def deltas(conn: KitConnection) -> list[dict[str, Any]]:
+    return [e["payload"] for e in events(conn) if e["event_type"] == "model_delta"]
+
+
+def text_of(conn: KitConnection) -> str:
+    return reassemble(deltas(conn))
+
+
+def reassemble(payloads: list[dict[str, Any]]) -> str:
+    """What a client does: append a delta at its offset, skip a duplicate, fail on a gap."""
+    text = ""
+    for d in payloads:
+        if d["offset"] < len(text):
+            continue
+        assert d["offset"] == len(text), f"gap: holding {len(text)}, delta at {d['offset']}"
+        text += d["text"]
+    return text
+
+
+def ended(conn: KitConnection) -> bool:
+    return any(e["event_type"] in ("turn_completed", "turn_failed") for e in events(conn))
+
+
+# -- the buffer ---------------------------------------------------------------------------------------
+def test_safe_cut_holds_back_what_may_be_the_start_of_a_credential() -> None:
+    assert safe_cut("hello wor") == len("hello ")
+    assert safe_cut("my key is sk-abc") == len("my key is ")
+    assert safe_cut("the password: ") == len("the ")
+    assert safe_cut("use Bearer ") == len("use ")
+    assert safe_cut('password="two words ') == 0
+    assert safe_cut("ok\n-----BEGIN RSA PRIVATE KEY-----\nMIIE abc ") == len("ok\n")
+    assert safe_cut("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY----- done ") > 40
+
+
+async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
+    clock = FakeClock()
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=3, interval=0.5, sleep=clock.sleep)
+    for word in ("one ", "two ", "three "):
+        await buf.add(word)
+    assert sent == ["one two three "]  # by count, at once
+    await buf.add("four ")
+    for _ in range(3):
+        await asyncio.sleep(0)  # the batch's timer starts sleeping
+    assert sent == ["one two three "]
+    clock.advance(0.5)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sent == ["one two three ", "four "]  # by interval
+    await buf.add("fi")
+    await buf.close()
+    assert "".join(sent) == "one two three four fi"
+
+
+async def test_a_word_longer_than_the_hold_limit_is_sent_anyway() -> None:
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=1, interval=10, sleep=FakeClock().sleep)
+    await buf.add("x" * (MAX_HELD + 1))
+    assert sent == ["x" * (MAX_HELD + 1)]
+    await buf.close()
+
+
+# -- the runtime ---------------------------------------------------------------------------------------
+async def test_streamed_text_reaches_the_log_in_batches_with_contiguous_offsets(data_dir: Path) -> None:
+    async with ActorKit([Streamer], data_dir) as kit:
+        c = kit.connect("streamer", "s")
+        reply = await c.call("turn", "hello there, how are you today?")
+        await drive(kit, lambda: ended(c), step=0.01)
+        ds = deltas(c)
+        text = reassemble(ds)
+        card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "completed"
+        assert text == card["output"]
+        words = len(text.split(" "))
+        assert 1 < len(ds) < words  # batched, but more than one commit
+        assert {d["message_id"] for d in ds} == {f"{reply['run_id']}.0"}
+        (message,) = card["messages"]
+        assert message["status"] == "completed"
+        assert message["text"] == text
+
+
+async def test_a_reader_that_drops_mid_stream_gets_exactly_the_missed_deltas(data_dir: Path) -> None:
+    async with ActorKit([Streamer], data_dir) as kit:
+        a = kit.connect("streamer", "s")
+        await a.call("turn", "say something long enough to stream in several batches of words please")
+        await drive(kit, lambda: len(deltas(a)) >= 2, step=0.01)
+        cursor = max(f["seq"] for f in a.frames if "seq" in f)
+        a.disconnect()
+        await drive(kit, lambda: False if not kit.registry.hosts else True, step=0.01)
+        # more deltas are committed while nobody reads
+        b_probe = kit.connect("streamer", "s")
+        await drive(kit, lambda: len(deltas(b_probe)) > 0, step=0.01)
+        b_probe.disconnect()
+        b = kit.connect("streamer", "s", cursor=cursor)
+        await drive(kit, lambda: ended(b), step=0.01)
+        before = deltas(a)
+        after = deltas(b)
+        assert after
+        assert after[0]["offset"] == len(reassemble(before))
+        whole = reassemble(before + after)
+        run = next(e for e in events(b) if e["event_type"] == "turn_completed")
+        assert whole == run["payload"]["output"]
+
+
+async def test_a_secret_split_across_two_deltas_is_redacted(data_dir: Path) -> None:
+    Scripted.script = ["your key is sk-abcdefgh", "ijklmnopqrstuvwx and ", "that is all"]
+    Scripted.fail_after = None
+    cfg = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+    class OneByOne(ScriptedStreamer):
+        kind = "onebyone"
+        config = cfg
+
+    async with ActorKit([OneByOne], data_dir) as kit:
+        c = kit.connect("onebyone", "s")
+        await c.call("turn", "tell me")
+        await drive(kit, lambda: ended(c), step=0.01)
+        ds = deltas(c)
+        assert len(ds) >= 2
+        joined = reassemble(ds)
+        assert "sk-abcdefgh" not in joined
+        assert "ijklmnop" not in joined
+        assert all("sk-" not in d["text"] for d in ds)
+        assert joined == "your key is [redacted] and that is all"
+
+
+async def test_cancel_mid_stream_stops_the_stream_and_keeps_what_was_committed(data_dir: Path) -> None:
+    async with ActorKit([Streamer], data_dir) as kit:
+        c = kit.connect("streamer", "s")
+        reply = await c.call("turn", "a request with many words to answer slowly one after the other")
+        await drive(kit, lambda: len(deltas(c)) >= 1, step=0.01)
+        await c.call("cancel", reply["turn_id"])
+        shown = text_of(c)
+        await drive(kit, lambda: True, step=0.01)
+        for _ in range(20):
+            await drive(kit, lambda: True, step=0.05)
+        assert text_of(c) == shown  # nothing after the cancel
+        card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "cancelled"
+        (message,) = card["messages"]
+        assert message["status"] == "cancelled"
+        assert message["text"] == shown
+
+
+async def test_a_stream_broken_after_text_interrupts_the_run_and_continue_run_goes_on_after_it(
+    data_dir: Path,
+) -> None:
+    Scripted.script = ["one ", "two ", "three ", "four ", "five ", "six"]
+    Scripted.fail_after = 3
+    Scripted.requests = []
+    cfg = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+    class Breaking(ScriptedStreamer):
+        kind = "breaking"
+        config = cfg
+
+    async with ActorKit([Breaking], data_dir) as kit:
+        c = kit.connect("breaking", "s")
+        reply = await c.call("turn", "count")
+        await drive(kit, lambda: ended(c), step=0.01)
+        interrupted = [e for e in events(c) if e["event_type"] == "model_stream_interrupted"]
+        assert len(interrupted) == 1
+        assert interrupted[0]["payload"]["chars"] == len("one two three ")
+        card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "failed"
+        assert card["retryable"]
+        assert card["messages"][0]["status"] == "interrupted"
+        assert card["messages"][0]["text"] == "one two three "
+        await c.call("continue_run", reply["run_id"])
+        await drive(kit, lambda: "turn_completed" in [e["event_type"] for e in events(c)], step=0.01)
+        assert Scripted.requests[-1].partial == "one two three "
+        assert reassemble(deltas(c)) == "one two three four five six"
+        offsets = [d["offset"] for d in deltas(c)]
+        assert offsets == sorted(set(offsets))  # no delta twice
+        done = await c.call("get_run", reply["run_id"])
+        assert done["output"] == "one two three four five six"
+
+
+async def test_restart_policy_streams_an_interrupted_step_again_from_offset_zero(data_dir: Path) -> None:
+    Scripted.script = ["alpha ", "beta ", "gamma"]
+    Scripted.fail_after = 2
+    Scripted.requests = []
+    async with ActorKit([Restarting], data_dir) as kit:
+        c = kit.connect("restarting", "s")
+        reply = await c.call("turn", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+        await c.call("continue_run", reply["run_id"])
+        await drive(kit, lambda: "turn_completed" in [e["event_type"] for e in events(c)], step=0.01)
+        restarted = [e for e in events(c) if e["event_type"] == "model_stream_restarted"]
+        assert len(restarted) == 1
+        assert restarted[0]["payload"]["discarded"] > 0
+        assert Scripted.requests[-1].partial == ""
+        zero = [i for i, d in enumerate(deltas(c)) if d["offset"] == 0]
+        assert len(zero) == 2  # the first attempt and the restart
+        assert reassemble(deltas(c)[zero[1] :]) == "alpha beta gamma"
+
+
+@pytest.mark.parametrize("pace", [0.0])
+async def test_the_deterministic_model_streams_word_by_word(pace: float) -> None:
+    planner = DeterministicPlanner(Streamer.catalog(), pace=pace, streams=True)
+    assert not planner.inline
+    chunks = [c async for c in planner.stream(ModelRequest(text="hello"))]
+    texts = [c.text for c in chunks if isinstance(c, TextDelta)]
+    end = chunks[-1]
+    assert isinstance(end, StreamEnd)
+    assert "".join(texts) == (end.step.text or end.step.ask)
+    assert len(texts) > 3
