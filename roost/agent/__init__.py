@@ -6,6 +6,7 @@ for the class users subclass, :mod:`roost.agent.catalog` for tools.
 
 from roost.agent.agent import Agent
 from roost.agent.catalog import Catalog, NeedInput, Tool, ToolCancelled, ToolContext, tool
+from roost.agent.chat import ChatAgent, ChatMessage, DeterministicChat
 from roost.agent.config import AgentConfig, load_config
 from roost.agent.interfaces import Verdict
 from roost.agent.models import (
@@ -39,6 +40,9 @@ __all__ = [
     "ApprovalStatus",
     "BlobStore",
     "Catalog",
+    "ChatAgent",
+    "ChatMessage",
+    "DeterministicChat",
     "DeterministicPlanner",
     "ItemStatus",
     "JobStatus",

@@ -214,6 +214,7 @@ _KEYS = {
     "project": "project_id",
     "jobs": "job_id",
     "streams": "message_id",
+    "chat_messages": "message_id",
 }
 
 

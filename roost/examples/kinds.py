@@ -1,5 +1,6 @@
-"""Example actor kinds served by a bare ``roost serve``: ``counter``, ``room`` and the ``docs`` agent
-(:mod:`roost.examples.docs_agent`).
+"""Example actor kinds served by a bare ``roost serve``: ``counter``, ``room``, the ``docs`` agent
+(:mod:`roost.examples.docs_agent`) and the ``chat`` agent (:class:`roost.agent.ChatAgent`: ``send(text)``
+starts an answer, streamed by the deterministic model, and returns its ``message_id``).
 
 ``counter`` is part of the wire contract: state ``{"count": int}``; ``increment(by=1) -> int`` returns
 the new count and ``get() -> int`` the current one.
@@ -11,9 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from roost.actors import Actor, Connection, callable, wakeup
+from roost.agent import ChatAgent
 from roost.examples.docs_agent import DocsAgent
 
-__all__ = ["KINDS", "Counter", "DocsAgent", "Room"]
+__all__ = ["KINDS", "Chat", "Counter", "DocsAgent", "Room"]
 
 
 class Counter(Actor):
@@ -86,4 +88,10 @@ class Room(Actor):
         self.broadcast({"from": conn.id, "data": data}, exclude=[conn])
 
 
-KINDS: tuple[type[Actor], ...] = (Counter, Room, DocsAgent)
+class Chat(ChatAgent):
+    """A chat: each message answered in turn, the answer streamed (``model_delta`` events)."""
+
+    kind = "chat"
+
+
+KINDS: tuple[type[Actor], ...] = (Counter, Room, DocsAgent, Chat)

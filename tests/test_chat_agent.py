@@ -1,0 +1,256 @@
+"""The chat agent: a durable, paged, bounded history; answers streamed; the message-concurrency
+policies; tool calls through the catalog and approvals; cancellation (roost/agent/chat.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import BaseModel
+
+from roost.actors import RpcError
+from roost.agent import AgentConfig, ChatAgent, ChatMessage, ToolContext, tool
+from roost.testing import ActorKit, KitConnection
+from tests.agent_support import drive, events
+
+CHAT = AgentConfig(
+    heartbeat_interval=0.5,
+    lease_ttl=2.0,
+    job_backoff=0.5,
+    stream_batch_count=2,
+    stream_batch_interval=0.05,
+    stream_pace=0.01,
+)
+
+
+class Chat(ChatAgent):
+    kind = "chatq"
+    config = CHAT
+
+
+class Latest(Chat):
+    kind = "chatl"
+    message_concurrency = "latest"
+
+
+class Merge(Chat):
+    kind = "chatm"
+    message_concurrency = "merge"
+    asked: ClassVar[list[str]] = []
+
+    async def on_chat_message(self, message: ChatMessage) -> str:
+        type(self).asked.append(message.content)
+        return message.content
+
+
+class Drop(Chat):
+    kind = "chatd"
+    message_concurrency = "drop"
+
+
+class Small(Chat):
+    kind = "chats"
+    max_persisted_messages = 4
+
+
+class Path_(BaseModel):
+    path: str = "notes.txt"
+
+
+@tool(approval_mode="mutating", keywords=("delete",))
+async def delete_file(ctx: ToolContext, args: Path_) -> dict[str, Any]:
+    """Delete a file of the project."""
+    return {"summary": f"deleted {args.path}"}
+
+
+class Tools(Chat):
+    kind = "chatt"
+    tools = (delete_file,)
+
+
+KINDS = [Chat, Latest, Merge, Drop, Small, Tools]
+
+
+def types(conn: KitConnection) -> list[str]:
+    return [e["event_type"] for e in events(conn)]
+
+
+def ended_count(conn: KitConnection) -> int:
+    return sum(t in ("turn_completed", "turn_failed", "turn_cancelled") for t in types(conn))
+
+
+async def history(conn: KitConnection, **kw: Any) -> list[dict[str, Any]]:
+    page = await conn.call("messages", **kw)
+    messages: list[dict[str, Any]] = page["messages"]
+    return messages
+
+
+async def test_send_streams_an_answer_and_the_history_keeps_both_messages(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        reply = await c.call("send", "hello roost")
+        assert reply["status"] == "streaming"
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        deltas = [e["payload"] for e in events(c) if e["event_type"] == "model_delta"]
+        assert len(deltas) > 1
+        streamed = "".join(d["text"] for d in deltas)
+        user, answer = await history(c)
+        assert (user["role"], user["content"], user["status"]) == ("user", "hello roost", "answered")
+        assert answer["message_id"] == reply["message_id"]
+        assert answer["status"] == "completed"
+        assert answer["content"] == streamed
+        assert "hello roost" in streamed
+
+
+async def test_queue_answers_each_message_in_turn_without_overlap(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        first = await c.call("send", "first message")
+        second = await c.call("send", "second message")
+        assert second["status"] == "queued"
+        await drive(kit, lambda: ended_count(c) == 2, step=0.01)
+        evs = events(c)
+        first_end = next(i for i, e in enumerate(evs) if e["event_type"] == "turn_completed")
+        second_run = next(m["run_id"] for m in await history(c) if m["message_id"] == second["message_id"])
+        second_deltas = [
+            i for i, e in enumerate(evs) if e["event_type"] == "model_delta" and e["run_id"] == second_run
+        ]
+        assert second_deltas
+        assert min(second_deltas) > first_end  # the second answer began after the first ended
+        answers = [m for m in await history(c) if m["role"] == "assistant"]
+        assert [a["message_id"] for a in answers] == [first["message_id"], second["message_id"]]
+        assert [a["status"] for a in answers] == ["completed", "completed"]
+        assert "second message" in answers[1]["content"]
+
+
+async def test_latest_cancels_the_running_answer_and_keeps_its_text(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatl", "a")
+        first = await c.call("send", "a long question that takes a while to answer word by word")
+        await drive(kit, lambda: "model_delta" in types(c), step=0.01)
+        second = await c.call("send", "never mind, this instead")
+        assert second["status"] == "streaming"
+        await drive(kit, lambda: ended_count(c) == 2, step=0.01)
+        by_id = {m["message_id"]: m for m in await history(c)}
+        assert by_id[first["message_id"]]["status"] == "cancelled"
+        assert by_id[first["message_id"]]["content"]  # what had streamed stays
+        assert by_id[second["message_id"]]["status"] == "completed"
+        assert "turn_cancelled" in types(c)
+
+
+async def test_merge_answers_every_message_that_arrived_meanwhile_in_one_run(data_dir: Path) -> None:
+    Merge.asked.clear()
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatm", "a")
+        await c.call("send", "one")
+        await c.call("send", "two")
+        third = await c.call("send", "three")
+        await drive(kit, lambda: ended_count(c) == 2, step=0.01)
+        assert Merge.asked == ["one", "two\nthree"]
+        answers = [m for m in await history(c) if m["role"] == "assistant"]
+        assert [a["status"] for a in answers] == ["completed", "merged", "completed"]
+        assert answers[2]["message_id"] == third["message_id"]
+        assert answers[1]["run_id"] == answers[2]["run_id"]
+
+
+async def test_drop_refuses_to_answer_while_an_answer_streams(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatd", "a")
+        await c.call("send", "one")
+        dropped = await c.call("send", "two")
+        assert dropped["status"] == "dropped"
+        assert dropped["run_id"] is None
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        for _ in range(10):
+            await drive(kit, lambda: True, step=0.05)
+        assert types(c).count("turn_started") == 1
+        statuses = [(m["role"], m["status"]) for m in await history(c)]
+        assert statuses == [
+            ("user", "answered"),
+            ("assistant", "completed"),
+            ("user", "dropped"),
+            ("assistant", "dropped"),
+        ]
+
+
+async def test_the_history_is_read_in_pages(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatd", "a")  # drop: three sends, one answer
+        for text in ("one", "two", "three"):
+            await c.call("send", text)
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        page = await c.call("messages", limit=4)
+        assert len(page["messages"]) == 4
+        older = await c.call("messages", limit=4, before=page["next_before"])
+        assert len(older["messages"]) == 2
+        assert older["next_before"] is None
+        ordinals = [m["ordinal"] for m in older["messages"] + page["messages"]]
+        assert ordinals == sorted(ordinals)
+        assert len(set(ordinals)) == 6
+        with pytest.raises(RpcError):
+            await c.call("messages", limit=0)
+
+
+async def test_past_max_persisted_messages_the_oldest_are_deleted(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chats", "a")
+        for n, text in enumerate(("one", "two", "three"), start=1):
+            await c.call("send", text)
+            await drive(kit, lambda n=n: ended_count(c) == n, step=0.01)  # type: ignore[misc]
+        kept = await history(c, limit=50)
+        assert [(m["role"], m["status"]) for m in kept] == [
+            ("user", "answered"),
+            ("assistant", "completed"),
+        ] * 2
+        assert [m["content"] for m in kept if m["role"] == "user"] == ["two", "three"]
+
+
+async def test_two_tabs_on_one_chat_see_the_same_stream(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        a = kit.connect("chatq", "shared")
+        b = kit.connect("chatq", "shared")
+        await a.call("send", "both of you, listen")
+        await drive(kit, lambda: ended_count(a) == 1 and ended_count(b) == 1, step=0.01)
+
+        def stream(conn: KitConnection) -> list[tuple[int, str]]:
+            return [
+                (e["payload"]["offset"], e["payload"]["text"])
+                for e in events(conn)
+                if e["event_type"] == "model_delta"
+            ]
+
+        assert stream(a) == stream(b)
+        assert stream(a)
+
+
+async def test_cancel_mid_stream_ends_the_answer_cancelled(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        reply = await c.call("send", "tell me a long story about actors and their files please")
+        await drive(kit, lambda: "model_delta" in types(c), step=0.01)
+        await c.call("cancel", reply["turn_id"])
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        (_, answer) = await history(c)
+        assert answer["status"] == "cancelled"
+
+
+async def test_a_chat_tool_call_goes_through_approvals(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatt", "a")
+        reply = await c.call("send", "please delete the notes")
+        await drive(kit, lambda: "approval_requested" in types(c), step=0.01)
+        approval = next(e for e in events(c) if e["event_type"] == "approval_requested")
+        await c.call("approve", approval["payload"]["approval_id"], "grant")
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        answer = next(m for m in await history(c) if m["message_id"] == reply["message_id"])
+        assert answer["status"] == "completed"
+        assert "deleted notes.txt" in answer["content"]
+
+
+async def test_send_refuses_an_empty_message(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        with pytest.raises(RpcError):
+            await c.call("send", "   ")
+        assert await history(c) == []
