@@ -34,6 +34,7 @@ from .errors import (
     is_terminal,
 )
 from .frames import JSON, Frame, ResumeMode, Welcome
+from .messages import MessageText
 from .resume import ResumeState
 from .updates import Updates
 from .urls import actor_url, connect_url, parse_subscribe
@@ -51,6 +52,7 @@ __all__ = [
     "CloseCode",
     "ConnectionLost",
     "Frame",
+    "MessageText",
     "OutcomeUnknown",
     "ProtocolViolation",
     "ReplyTimeout",

@@ -11,7 +11,13 @@ planner, no keys):
 4. asks for the approval of ``generate_report`` (answered ``yes`` by itself when stdin is not a
    terminal, or with ``--yes``);
 5. prints the verification, the report's path and a summary: events received, reconnects,
-   duplicates, gaps. Exit status 0 when there was at least one reconnect, no duplicate and no gap.
+   duplicates, gaps;
+6. sends a message to the ``chat`` agent and prints its answer as it streams (``model_delta``
+   events); midway, drops the connection: the answer goes on in the server, and after the reconnect
+   the missed text is replayed, so what is printed has no gap and no repeat (checked against the
+   answer the agent stored).
+
+Exit status 0 when each flow had at least one reconnect, no duplicate and no gap.
 
 The server is stopped at the end (and killed if the demo is interrupted): no process is left behind.
 Talks to the server only over its public protocol, through :class:`roost.client.Client`.
@@ -37,6 +43,7 @@ from rich.table import Table
 from roost.client.client import Client
 from roost.client.errors import ConnectionLost, RpcError
 from roost.client.frames import Welcome
+from roost.client.messages import MessageText
 from roost.client.urls import actor_url
 
 from .demo import Server, free_port
@@ -44,10 +51,12 @@ from .demo import Server, free_port
 __all__ = ["main"]
 
 REQUEST = "analyze the documents and make a report"
+CHAT = "how do durable actors keep their files, their logs and their wake-ups across a crash?"
 CONFIG = """\
 [agent]
 heartbeat_interval = 0.5
 lease_ttl = 2.0
+stream_pace = 0.04
 
 [agent.tools.analyze_documents]
 delay_s = {delay}
@@ -113,7 +122,8 @@ async def run(data: Path, *, assume_yes: bool, delay: float, console: Console) -
             outcome = await follow(client, timeline, reply, assume_yes=assume_yes, console=console)
             run_info = await client.call("get_run", reply["run_id"], timeout=10)
             assert isinstance(run_info, dict)
-            return summary(client, timeline, run_info, data, console, denied=outcome == "denied")
+            docs_ok = summary(client, timeline, run_info, data, console, denied=outcome == "denied")
+        return await chat(port, console) and docs_ok
     finally:
         server.stop()
         console.print(f"server stopped after {time.monotonic() - started:.1f} s")
@@ -204,6 +214,58 @@ async def follow(
                     return outcome
                 console.print(f"   {kind.replace('_', ' ')}")
                 return "completed" if kind == "turn_completed" else "failed"
+
+
+async def chat(port: int, console: Console) -> bool:
+    """Step 6: a streamed answer of the ``chat`` agent, with the connection dropped mid-stream."""
+    timeline = Timeline()
+    texts = MessageText()
+    client = Client(
+        actor_url(f"ws://127.0.0.1:{port}", "chat", "demo"),
+        on_event=timeline.on_event,
+        on_welcome=timeline.on_welcome,
+    )
+    async with client:
+        await client.wait_connected(timeout=10)
+        console.print(f"[bold]6.[/] asking the chat agent: [italic]{CHAT!r}[/]")
+        reply = await client.call("send", CHAT, timeout=10)
+        assert isinstance(reply, dict)
+        console.print("   ", end="")
+        deltas = 0
+        dropped_at = ""
+        while True:
+            _, event = await asyncio.wait_for(timeline.queue.get(), 30)
+            if event["turn_id"] != reply["turn_id"]:
+                continue
+            if event["event_type"] in ("turn_completed", "turn_failed", "turn_cancelled"):
+                break
+            new = texts.feed(event)
+            if new:
+                console.print(new, end="", markup=False, soft_wrap=True)
+                deltas += 1
+            if deltas == 3 and not dropped_at:
+                dropped_at = texts.text(event["payload"]["message_id"])
+                timeline.welcomed.clear()
+                client.drop(away=1.0)  # the answer streams on in the server meanwhile
+                console.print(" [yellow]✂[/] ", end="")
+                await asyncio.wait_for(timeline.welcomed.wait(), 15)
+                console.print("[yellow]↻[/] ", end="")
+        console.print()
+        page = await client.call("messages", timeout=10)
+    assert isinstance(page, dict)
+    stored = next(m for m in page["messages"] if m["message_id"] == reply["message_id"])
+    shown = "".join(texts.texts.values())
+    checks = {
+        "the answer streamed and completed": stored["status"] == "completed" and deltas > 3,
+        "the drop landed mid-stream": 0 < len(dropped_at) < len(stored["content"]),
+        "the printed answer is the stored one (no gap, no repeat)": shown == stored["content"],
+        "at least one reconnect": client.reconnects >= 1,
+        "no duplicate": timeline.duplicates() == 0 and client.duplicates == 0 and texts.duplicates == 0,
+        "no gap": timeline.gaps() == 0 and texts.gaps == 0,
+    }
+    for name, held in checks.items():
+        console.print(f"  {'[green]PASS' if held else '[red]FAIL'}[/] {name}")
+    return all(checks.values())
 
 
 async def decide(client: Client, approval_id: str, decision: str) -> None:
