@@ -8,6 +8,7 @@ resumes from its cursor with no duplicate and no gap.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from roost.agent import AgentConfig
 from roost.examples.demo import free_port
 from roost.examples.docs_agent import DocsAgent
-from roost.testing import ActorKit
+from roost.testing import ActorKit, connect
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -76,7 +77,7 @@ async def test_demo_page_flow_then_server_drop_resumes_without_gap_or_duplicate(
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await page.goto(f"http://{server.addr}/?agent=acme")
         await expect(page.locator("#status")).to_have_text("connected")
-        await page.get_by_role("button", name="Send").click()
+        await page.get_by_role("button", name="Send", exact=True).click()
         await expect(page.locator("#timeline li[data-type=plan_ready]")).to_have_count(1)
         approve = page.get_by_role("button", name="Approve generate_report")
         await expect(approve).to_be_visible(timeout=15_000)
@@ -257,3 +258,38 @@ async def test_the_browser_client_dedups_resumes_and_tells_terminal_from_transie
         "ws://h:1/roost/agents/counter/c1",
         "ws://h:1/agents/counter/c1",
     ]
+
+
+async def test_the_chat_renders_streaming_text_and_resumes_mid_stream_after_drop_connection(
+    browser: Browser, data_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text("[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\nstream_pace = 0.08\n")
+    server = ServerProcess(data_dir, "--config", str(cfg)).start()
+    try:
+        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"http://{server.addr}/?agent=talk")
+        send = page.get_by_role("button", name="Send message")
+        await expect(send).to_be_enabled()
+        await send.click()
+        answer = page.locator("#chat-log li.assistant").first
+        await expect(answer).to_have_text(re.compile(r"\S"))  # text arrives while it streams
+        await expect(answer).to_have_class(re.compile("streaming"))
+        await page.get_by_role("button", name="Drop connection").click()
+        shown_at_drop = await answer.inner_text()
+        await expect(answer).to_have_attribute("data-done", "true", timeout=20_000)
+        await expect(answer).to_have_class(re.compile("completed"))
+        final = await answer.inner_text()
+        async with connect(f"{server.ws}/agents/chat/talk") as peer:
+            history = await peer.call("messages", timeout=10)
+        stored = next(m for m in history["messages"] if m["role"] == "assistant")
+        assert final == stored["content"]  # no gap, no repeat across the drop
+        assert 0 < len(shown_at_drop) < len(final)  # the drop landed mid-stream
+        assert int(await page.locator("#chat-reconnects").inner_text()) >= 1
+        assert int(await page.locator("#chat-gaps").inner_text()) == 0
+        assert int(await page.locator("#chat-duplicates").inner_text()) == 0
+        assert errors == []
+    finally:
+        server.kill()

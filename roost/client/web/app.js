@@ -1,5 +1,6 @@
 // The demo page: one agent of kind "docs", its timeline, progress, approvals and connection.
 import { RoostClient, actorUrl } from "./roost.js";
+import { dropChat, initChat, openChat } from "./chat.js";
 
 const $ = (id) => document.getElementById(id);
 const KIND = "docs";
@@ -277,6 +278,7 @@ function open(name) {
     setCounters();
   });
   client.start();
+  openChat(name);
 }
 
 function init() {
@@ -300,10 +302,14 @@ function init() {
       $("send").disabled = view.client.status !== "open";
     }
   });
-  $("drop").addEventListener("click", () => view.client?.drop(2));
+  $("drop").addEventListener("click", () => {
+    view.client?.drop(2);
+    dropChat(2);
+  });
   $("cancel").addEventListener("click", async () => {
     if (view.currentTurn) await view.client.call("cancel", [view.currentTurn]).catch(() => {});
   });
+  initChat();
   open($("agent").value.trim() || "demo");
 }
 

@@ -335,3 +335,48 @@ export class RoostClient extends EventTarget {
     for (const call of waiting) this._send(call);
   }
 }
+
+/**
+ * Streamed model output, reassembled (docs/protocol.md, *Streamed model output*): feed it every
+ * event; `feed` returns the text a `model_delta` adds. Offsets count Unicode code points, as the
+ * server does: each character is appended once, a delta beyond what is held is a gap (counted, not
+ * appended), `model_stream_restarted` empties the message. The same rules as roost.client.MessageText.
+ */
+export class MessageText {
+  constructor() {
+    this.texts = new Map(); // message_id -> text
+    this.lengths = new Map(); // message_id -> code points held
+    this.gaps = 0;
+    this.duplicates = 0;
+  }
+
+  feed(ev) {
+    const p = (ev && ev.payload) || {};
+    const id = p.message_id;
+    if (typeof id !== "string") return "";
+    if (ev.event_type === "model_stream_restarted") {
+      this.texts.set(id, "");
+      this.lengths.set(id, 0);
+      return "";
+    }
+    if (ev.event_type !== "model_delta" || !Number.isInteger(p.offset) || typeof p.text !== "string") return "";
+    const held = this.lengths.get(id) ?? 0;
+    if (p.offset > held) {
+      this.gaps += 1;
+      return "";
+    }
+    let points = Array.from(p.text);
+    if (p.offset < held) {
+      this.duplicates += 1;
+      points = points.slice(held - p.offset);
+    }
+    const added = points.join("");
+    this.texts.set(id, (this.texts.get(id) ?? "") + added);
+    this.lengths.set(id, held + points.length);
+    return added;
+  }
+
+  text(id) {
+    return this.texts.get(id) ?? "";
+  }
+}
