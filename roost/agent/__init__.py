@@ -14,7 +14,6 @@ from roost.agent.models import (
     ModelError,
     ModelRequest,
     ModelStep,
-    OpenAICompatibleModel,
     StreamEnd,
     StreamingModel,
     TextDelta,
@@ -22,6 +21,7 @@ from roost.agent.models import (
     ToolCallDelta,
     Usage,
 )
+from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import BlobStore, sanitize
 from roost.agent.status import (
     ApprovalStatus,
