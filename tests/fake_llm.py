@@ -241,20 +241,25 @@ async def _send(writer: asyncio.StreamWriter, status: int, body: Any) -> None:
 
 # -- builders -------------------------------------------------------------------------------------------
 def chunk(
-    delta: dict[str, Any] | None = None, *, finish_reason: str | None = None, delay: float = 0.0
+    delta: dict[str, Any] | None = None,
+    *,
+    finish_reason: str | None = None,
+    delay: float = 0.0,
+    gate: bool = False,
 ) -> Event:
-    """One ``chat.completion.chunk`` event of choice 0."""
+    """One ``chat.completion.chunk`` event of choice 0 (sent after ``delay``, and ``gate``: once released)."""
     choice = {"index": 0, "delta": delta or {}, "finish_reason": finish_reason}
-    return Event(
-        delay=delay, chunk={"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [choice]}
-    )
+    return Event(delay=delay, gate=gate, chunk=_chunk(choices=[choice]))
+
+
+def _chunk(**fields: Any) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", **fields}
 
 
 def text(*pieces: str) -> list[Event]:
     """Text deltas, one event each (the first also says the role)."""
-    return [
-        chunk({"role": "assistant", "content": p} if i == 0 else {"content": p}) for i, p in enumerate(pieces)
-    ]
+    first = {"role": "assistant"}
+    return [chunk({**(first if i == 0 else {}), "content": p}) for i, p in enumerate(pieces)]
 
 
 def tool_call(index: int, call_id: str, name: str, *argument_pieces: str) -> list[Event]:
@@ -273,9 +278,7 @@ def finish(reason: str = "stop") -> Event:
 def usage(prompt: int, completion: int) -> Event:
     """The last event before ``[DONE]`` when ``stream_options.include_usage`` is set."""
     counts = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    return Event(
-        chunk={"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": counts}
-    )
+    return Event(chunk=_chunk(choices=[], usage=counts))
 
 
 #: ``data: [DONE]``.

@@ -172,7 +172,7 @@ async def test_a_full_stream_reassembles_text_tool_calls_and_usage(llm: FakeLLM)
 
 async def test_deltas_arrive_before_the_stream_ends(llm: FakeLLM) -> None:
     """Incremental, not buffered: the first delta is yielded while the server still holds the rest."""
-    llm.script(streamed(text("first "), Event(gate=True, chunk=chunk({"content": "second"}).chunk)))
+    llm.script(streamed(text("first "), chunk({"content": "second"}, gate=True)))
     stream = model_for(llm).stream(ModelRequest(text="hi"))
     async with asyncio.timeout(5):
         first = await anext(stream)
