@@ -36,8 +36,9 @@ included, as ``step`` would have answered it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -186,19 +187,13 @@ class OpenAICompatibleModel:
                 raise ModelError(f"model unreachable: {type(exc).__name__}", retryable=True) from None
             try:
                 await self._check_head(resp)
-                decoder, state = SseDecoder(), ChatStream(request.partial, redact=self._redact)
-                async for piece in self._body_bytes(resp):
-                    for data in decoder.feed(piece):
+                state = ChatStream(request.partial, redact=self._redact)
+                async with contextlib.aclosing(self._events(resp)) as events:
+                    async for data in events:
                         for chunk in state.feed(data):
                             yield chunk
-                        if state.done:
+                        if state.done:  # nothing after [DONE] is read
                             break
-                    if state.done:
-                        break
-                if not state.done:
-                    for data in decoder.close():
-                        for chunk in state.feed(data):
-                            yield chunk
                 for chunk in state.flush():
                     yield chunk
                 yield StreamEnd(step=state.end())
@@ -232,15 +227,17 @@ class OpenAICompatibleModel:
             pass  # the status alone says what happened
         return content[:limit]
 
-    async def _body_bytes(self, resp: httpx.Response) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive; a stall or a lost connection is a retryable error."""
+    async def _events(self, resp: httpx.Response) -> AsyncGenerator[str, None]:
+        """The data of each server-sent event as it arrives; a stall or a lost connection is a
+        retryable error."""
+        decoder = SseDecoder()
         pieces = resp.aiter_bytes()
         while True:
             try:
                 async with asyncio.timeout(self.stream_idle_timeout):
                     piece = await anext(pieces)
             except StopAsyncIteration:
-                return
+                break
             except TimeoutError:
                 raise ModelError(
                     f"the model's stream stalled: no data for {self.stream_idle_timeout} s", retryable=True
@@ -253,7 +250,10 @@ class OpenAICompatibleModel:
                 raise ModelError(
                     f"the model's stream could not be read: {type(exc).__name__}", retryable=False
                 ) from None
-            yield piece
+            for data in decoder.feed(piece):
+                yield data
+        for data in decoder.close():
+            yield data
 
 
 class SseDecoder:
