@@ -15,7 +15,6 @@ from roost.agent.models import (
     ModelError,
     ModelRequest,
     ModelStep,
-    OpenAICompatibleModel,
     StreamEnd,
     StreamingModel,
     TextDelta,
@@ -23,6 +22,7 @@ from roost.agent.models import (
     ToolCallDelta,
     Usage,
 )
+from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import BlobStore, sanitize
 from roost.agent.status import (
     ApprovalStatus,

@@ -38,7 +38,8 @@ from roost.agent.background import job_runner
 from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
 from roost.agent.interfaces import Verdict
-from roost.agent.models import DeterministicPlanner, Model, OpenAICompatibleModel
+from roost.agent.models import DeterministicPlanner, Model
+from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.orchestrator import Orchestrator
 from roost.agent.payloads import BlobStore
 from roost.agent.records import Records

@@ -37,7 +37,8 @@ from pydantic import BaseModel
 
 from roost.actors import InvalidArguments, callable
 from roost.agent.agent import Agent
-from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep, OpenAICompatibleModel
+from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep
+from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.status import FINISHED, RunStatus
 from roost.agent.store import Row, new_id
 from roost.storage import Migration

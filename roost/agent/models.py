@@ -7,9 +7,10 @@ Requests and steps are plain JSON so that a step can run as a background job and
 - :class:`DeterministicPlanner` is the embedded default: no network, no keys. It builds the whole plan
   from the catalog on the first step (tools whose keywords appear in the request, with the tools they
   require, in catalog order) and writes a summary of the results on the next one.
-- :class:`OpenAICompatibleModel` calls any chat-completions endpoint with tool calls (httpx). A timeout,
-  a 5xx or a 429 raise :class:`ModelError` with ``retryable=True``; other failures are not retryable.
-  The runtime turns either into a failed step, never a crash.
+- :class:`~roost.agent.openai.OpenAICompatibleModel` (in :mod:`roost.agent.openai`) calls any
+  chat-completions endpoint with tool calls (httpx), streaming or not. Its failures are
+  :class:`ModelError`, each marked retryable or not (the table in that module's doc). The runtime
+  turns either into a failed step, never a crash.
 
 **Streaming.** A model that can stream also has ``stream(request)``, an async iterator of
 :data:`ModelChunk`: :class:`TextDelta` pieces of the answer's text and :class:`ToolCallDelta` pieces
@@ -24,11 +25,9 @@ folds a stream into its step.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeGuard
 
-import httpx
 import orjson
 from pydantic import BaseModel, Field
 
@@ -42,7 +41,6 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "ModelStep",
-    "OpenAICompatibleModel",
     "StreamEnd",
     "StreamingModel",
     "TextDelta",
@@ -240,85 +238,3 @@ def _as_text(value: Any) -> str:
 def _short(value: Any, limit: int = 160) -> str:
     text = orjson.dumps(value).decode() if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class OpenAICompatibleModel:
-    """Any chat-completions endpoint with tool calls (OpenAI, vLLM, llama.cpp, Ollama …)."""
-
-    inline = False
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        model: str = "gpt-4o-mini",
-        timeout: float = 30.0,
-        system: str = "You are an agent. Use the tools to do what the user asks, then answer briefly.",
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.model = model
-        self.timeout = timeout
-        self.system = system
-
-    @classmethod
-    def from_env(cls, *, timeout: float = 30.0) -> OpenAICompatibleModel:
-        """``ROOST_MODEL_BASE_URL`` (or ``OPENAI_BASE_URL``), ``ROOST_MODEL_API_KEY`` (or
-        ``OPENAI_API_KEY``) and ``ROOST_MODEL`` (the model's name)."""
-        base = os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
-        if not base:
-            raise ModelError("set ROOST_MODEL_BASE_URL to use the HTTP model", retryable=False)
-        return cls(
-            base,
-            api_key=os.environ.get("ROOST_MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY"),
-            model=os.environ.get("ROOST_MODEL", "gpt-4o-mini"),
-            timeout=timeout,
-        )
-
-    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
-        system = self.system
-        if request.summary:
-            system += f"\nEarlier in this session: {request.summary}"
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
-        msgs.append({"role": "user", "content": request.text})
-        for extra in request.inputs:
-            msgs.append({"role": "user", "content": _as_text(extra)})
-        for s in request.steps:
-            call = {"name": s.tool, "arguments": orjson.dumps(s.args).decode()}
-            msgs.append(
-                {"role": "assistant", "tool_calls": [{"id": s.item_id, "type": "function", "function": call}]}
-            )
-            msgs.append(
-                {"role": "tool", "tool_call_id": s.item_id, "content": orjson.dumps(s.result).decode()}
-            )
-        return msgs
-
-    async def step(self, request: ModelRequest) -> ModelStep:
-        body = {"model": self.model, "messages": self.messages(request)}
-        if request.tools:
-            body["tools"] = request.tools
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=headers)
-        except httpx.TimeoutException:
-            raise ModelError(f"model timed out after {self.timeout} s", retryable=True) from None
-        except httpx.TransportError as exc:
-            raise ModelError(f"model unreachable: {type(exc).__name__}", retryable=True) from None
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise ModelError(f"model answered HTTP {resp.status_code}", retryable=True)
-        if resp.status_code >= 400:
-            raise ModelError(f"model refused the request: HTTP {resp.status_code}", retryable=False)
-        try:
-            message = resp.json()["choices"][0]["message"]
-            calls = [
-                ToolCall(
-                    name=c["function"]["name"],
-                    args=orjson.loads(c["function"].get("arguments") or "{}"),
-                )
-                for c in message.get("tool_calls") or ()
-            ]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ModelError(f"malformed model answer: {type(exc).__name__}", retryable=False) from None
-        return ModelStep(tool_calls=calls, text=None if calls else (message.get("content") or ""))
