@@ -15,10 +15,14 @@ from roost.agent import AgentConfig, ModelError, ModelRequest, ModelStep, Stream
 from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
+from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.stream_buffer import MAX_HELD, StreamBuffer, safe_cut
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events
+from tests.fake_llm import DONE, FakeLLM, Reply, finish
+from tests.fake_llm import text as fake_text
+from tests.fake_llm import tool_call as fake_tool_call
 
 STREAMING = AgentConfig(
     heartbeat_interval=0.5,
@@ -297,3 +301,45 @@ async def test_the_deterministic_model_streams_word_by_word(pace: float) -> None
     assert isinstance(end, StreamEnd)
     assert "".join(texts) == (end.step.text or end.step.ask)
     assert len(texts) > 3
+
+
+# -- the HTTP model, against a scripted chat-completions endpoint --------------------------------------
+class HttpStreamer(Agent):
+    kind = "httpstreamer"
+    config = STREAMING
+    streams = True
+    base_url: ClassVar[str] = ""
+
+    def make_model(self) -> Model:
+        return OpenAICompatibleModel(self.base_url, api_key="sk-test-key-000000000000", timeout=5.0)
+
+
+async def test_an_http_models_stream_reaches_the_log_as_deltas(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        llm.script(Reply(events=[*fake_text("Streams ", "from ", "the ", "endpoint."), finish(), DONE]))
+        HttpStreamer.base_url = llm.url
+        async with ActorKit([HttpStreamer], data_dir) as kit:
+            c = kit.connect("httpstreamer", "s")
+            reply = await c.call("turn", "hello")
+            await drive(kit, lambda: ended(c), step=0.01, io_wait=0.005)
+            card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "completed"
+        assert reassemble(deltas(c)) == "Streams from the endpoint." == card["output"]
+        assert llm.requests[0].body["stream"] is True
+
+
+async def test_tool_call_arguments_that_are_not_json_fail_the_run_naming_the_tool(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        llm.script(
+            Reply(events=[*fake_tool_call(0, "call_1", "lookup", '{"q": '), finish("tool_calls"), DONE])
+        )
+        HttpStreamer.base_url = llm.url
+        async with ActorKit([HttpStreamer], data_dir) as kit:
+            c = kit.connect("httpstreamer", "s")
+            reply = await c.call("turn", "hello")
+            await drive(kit, lambda: ended(c), step=0.01, io_wait=0.005)
+            card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "failed"
+        assert not card["retryable"]
+        assert "lookup" in card["error"]
+        assert [e["event_type"] for e in events(c)].count("model_step_failed") == 1
