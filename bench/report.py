@@ -24,6 +24,7 @@ HEADINGS = (
     "## Cold activation",
     "## Memory",
     "## Wake-ups",
+    "## Streamed model output",
     "## Targets",
 )
 
@@ -399,9 +400,41 @@ def _wakeups(res: Res) -> list[str]:
     return out
 
 
-def _targets(targets: list[Target]) -> list[str]:
+def _streams(res: Res) -> list[str]:
+    reps = res["reps"]
+    echo = pluck(reps, "echo", "ops_s")
+    shapes = {
+        "one": "1 chat actor, 1 subscriber",
+        "hundred": f"1 chat actor, {res['subs']} subscribers",
+        "concurrent": f"{res['concurrent']} chat actors at once, 1 subscriber each",
+    }
     out = [
         HEADINGS[11],
+        "",
+        "A chat agent (`bench/stream_app.py`) whose model yields words as fast as it can, each word the wall "
+        "clock at its yield, with the default batching (`stream_batch_count`, `stream_batch_interval`): "
+        f"answers of {res['tokens']:,} words (the concurrent shape: {res['concurrent_tokens']:,} each). "
+        "Delta frames and words received per second, summed over subscribers, from the first send to the "
+        "last `turn_completed`; lag: per word, from the model's yield to a subscriber's read. Ceiling: "
+        f"Starlette/uvicorn echo msg/s at {res['echo_conc']} connections, same repetition.",
+        "",
+        "| shape | deltas/s | words/s | deltas/s ÷ echo | lag p50 ms | lag p99 ms | lag max ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for shape, label in shapes.items():
+        frames = pluck(reps, shape, "frames_s")
+        out.append(
+            f"| {label} | {fmt(frames)} | {fmt(pluck(reps, shape, 'words_s'))} | {_ratio(frames, echo)} | "
+            f"{fmt(pluck(reps, shape, 'lag_p50_ms'), 1)} | {fmt(pluck(reps, shape, 'lag_p99_ms'), 1)} | "
+            f"{fmt(pluck(reps, shape, 'lag_max_ms'), 1)} |"
+        )
+    lost = sum(int(r[k]["words_expected"]) - int(r[k]["words"]) for r in reps for k in shapes)
+    return [*out, "", f"Words not delivered, over every repetition and shape: {lost}.", ""]
+
+
+def _targets(targets: list[Target]) -> list[str]:
+    out = [
+        HEADINGS[12],
         "",
         "Judged on the median over repetitions (min–max in brackets). A single figure on this machine varies "
         "by ±15–35 %; read a margin under ~15 % as noise.",
@@ -478,6 +511,7 @@ def render(results: Res) -> str:
     )
     lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[9], "memory", err)
     lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[10], "wakeups", err)
+    lines += _streams(sec["streams"]) if "streams" in sec else _not_run(HEADINGS[11], "streams", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

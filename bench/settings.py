@@ -11,7 +11,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
 #: Section names accepted by ``--only``, in run order.
-SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups")
+SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups", "streams")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,10 @@ class Settings:
     wakeup_spread: int  # unsaturated run: this many wake-ups (one per dormant actor) …
     wakeup_spread_s: float  # … due evenly over this many seconds
     wakeup_reps: int
+    stream_tokens: int  # words of one streamed answer (one and a hundred subscribers)
+    stream_subs: int  # subscribers of one chat actor
+    stream_concurrent: int  # chat actors streaming at once
+    stream_concurrent_tokens: int  # words of each of those answers
     data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
 
     @property
@@ -66,6 +70,10 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         wakeup_spread=2000,
         wakeup_spread_s=10.0,  # 200 wake-ups/s offered: about a third of what one core serves one by one
         wakeup_reps=3,
+        stream_tokens=4000,
+        stream_subs=100,
+        stream_concurrent=100,
+        stream_concurrent_tokens=1000,
         data_dir=BENCH_DIR / ".data",
     )
     if quick:
@@ -88,6 +96,10 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             wakeup_spread=200,
             wakeup_spread_s=1.0,
             wakeup_reps=1,
+            stream_tokens=200,
+            stream_subs=10,
+            stream_concurrent=10,
+            stream_concurrent_tokens=100,
         )
     if reps is not None:
         base = replace(

@@ -10,6 +10,7 @@ from bench.stats import Summary, pluck, ratios, summarize
 __all__ = [
     "DORMANT_RESOLUTION_B",
     "HOT_ABSOLUTE",
+    "STREAM_LAG_P99_MS",
     "WAKEUP_LATENESS_P99_MS",
     "WAKEUP_RATE",
     "WAKEUP_STARTUP_RATIO",
@@ -23,6 +24,7 @@ DORMANT_RESOLUTION_B = 1 << 20  # ΔRSS under 1 MiB over the whole data set: not
 WAKEUP_STARTUP_RATIO = 1.5  # start-up with 100,000 pending wake-ups ÷ with 1,000
 WAKEUP_RATE = 2000.0  # wake-ups fired per second
 WAKEUP_LATENESS_P99_MS = 100.0  # p99 lateness while the dispatcher is not saturated
+STREAM_LAG_P99_MS = 50.0  # a streamed word, from the model's yield to its reader, at 100 streams
 
 Res = dict[str, Any]
 
@@ -179,4 +181,19 @@ def evaluate(sections: Res) -> list[Target]:
         _activation_target(sections.get("activation")),
         *_memory_targets(sections.get("memory")),
         *_wakeup_targets(sections.get("wakeups")),
+        _stream_target(sections.get("streams")),
     ]
+
+
+def _stream_target(res: Res | None) -> Target:
+    name = "p99 from a model's delta to its reader, 100 concurrent streams, default batching"
+    threshold = f"≤ {STREAM_LAG_P99_MS:.0f} ms"
+    if res is None:
+        return _missing(name, threshold, "streams")
+    p99 = summarize(pluck(res["reps"], "concurrent", "lag_p99_ms"))
+    return Target(
+        f"{name} ({res['concurrent']} streams in this run)",
+        threshold,
+        f"{_show(p99, 1)} ms",
+        p99.med <= STREAM_LAG_P99_MS,
+    )

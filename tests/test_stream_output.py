@@ -16,7 +16,7 @@ from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
 from roost.agent.openai import OpenAICompatibleModel
-from roost.agent.stream_buffer import MAX_HELD, StreamBuffer, safe_cut
+from roost.agent.stream_buffer import MAX_BATCH, MAX_HELD, StreamBuffer, safe_cut
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events
@@ -144,6 +144,21 @@ async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     assert "".join(sent) == "one two three four fi"
 
 
+async def test_a_batch_is_bounded_however_large_the_deltas() -> None:
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=100, interval=10, sleep=FakeClock().sleep)
+    words = "word " * 3000  # one delta of 15,000 characters
+    await buf.add(words)
+    await buf.close()
+    assert "".join(sent) == words
+    assert max(len(s) for s in sent) <= MAX_BATCH
+    assert all(s.endswith(" ") for s in sent)  # each ends where no word is cut
+
+
 async def test_a_word_longer_than_the_hold_limit_is_sent_anyway() -> None:
     sent: list[str] = []
 
@@ -152,7 +167,7 @@ async def test_a_word_longer_than_the_hold_limit_is_sent_anyway() -> None:
 
     buf = StreamBuffer(flush, count=1, interval=10, sleep=FakeClock().sleep)
     await buf.add("x" * (MAX_HELD + 1))
-    assert sent == ["x" * (MAX_HELD + 1)]
+    assert "".join(sent) == "x" * (MAX_HELD + 1)  # not held for a whitespace that never comes
     await buf.close()
 
 

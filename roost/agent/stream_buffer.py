@@ -15,6 +15,7 @@ Guarantees (tests in ``tests/test_stream_output.py``):
   characters are held.
 - **Batches keep the stream's order and lose nothing**: flushes run one at a time, in order; the
   concatenation of the flushed texts is the stream's text.
+- **A batch is bounded**: at most :data:`MAX_BATCH` characters, however large the model's deltas.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ __all__ = ["MAX_HELD", "StreamBuffer", "safe_cut"]
 #: Past this many pending characters a batch goes even if its end may cut a credential (a "word" this
 #: long is not text a reader waits for; the base64 runs it could be are blobbed by the policy anyway).
 MAX_HELD = 4096
+#: A batch holds at most this many characters: more pending text goes as several batches (so no one
+#: event is large, whatever size of delta the model yields).
+MAX_BATCH = 4096
 
 #: A tail that waits for the value that follows it: ``password =``, ``api_key:``, ``Bearer``, ``Basic``.
 _WAITING = re.compile(
@@ -82,6 +86,7 @@ class StreamBuffer:
         self._sleep = sleep
         self._pending: list[str] = []
         self._held = ""  # sent with the next batch: it may be the start of a credential
+        self._chars = 0  # characters pending
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
         self._sleeping = False
@@ -95,7 +100,8 @@ class StreamBuffer:
         if not text:
             return
         self._pending.append(text)
-        if len(self._pending) >= self._count:
+        self._chars += len(text)
+        if len(self._pending) >= self._count or self._chars >= MAX_BATCH:
             await self._send(final=False)
         elif self._timer is None or self._timer.done():
             self._sleeping = True  # until it has slept: close() may cancel it
@@ -119,11 +125,17 @@ class StreamBuffer:
         async with self._lock:
             text = self._held + "".join(self._pending)
             self._pending.clear()
+            self._chars = 0
             cut = len(text) if final or len(text) > MAX_HELD else safe_cut(text)
             self._held = text[cut:]
-            if cut:
-                await self._flush(text[:cut])
-                self.sent += cut
+            start = 0
+            while start < cut:
+                end = min(cut, start + MAX_BATCH)
+                if end < cut:  # a batch that is not the last ends where no credential can be cut
+                    end = start + (safe_cut(text[start:end]) or MAX_BATCH)
+                await self._flush(text[start:end])
+                self.sent += end - start
+                start = end
 
     async def close(self) -> None:
         """The stream ended: send everything left, held text included."""

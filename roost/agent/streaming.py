@@ -124,6 +124,7 @@ class Streams(Part):
                 "offset": row["chars"],
                 "text": clean,
             },
+            cleaned=True,  # the text was cleaned above; the ids and numbers need no policy
         )
 
     def committed(self, job: Row) -> int:

@@ -73,8 +73,11 @@ class Telemetry:
         item_id: str | None = None,
         status: EventStatus | None = None,
         payload: dict[str, Any] | None = None,
+        cleaned: bool = False,
     ) -> int:
-        """Log and send one event of ``run``; returns its ``seq``."""
+        """Log and send one event of ``run``; returns its ``seq``. ``cleaned``: the caller already
+        passed every string of ``payload`` through the payload policy (a streamed delta, cleaned with
+        the text it extends), so it is not cleaned again."""
         assert event_type in EVENT_TYPES, event_type
         record = {
             "event_id": uuid.uuid4().hex,
@@ -84,7 +87,7 @@ class Telemetry:
             "run_id": run["run_id"],
             "session_id": run["session_id"],
             "status": status,
-            "payload": self._records.clean(payload or {}),
+            "payload": (payload or {}) if cleaned else self._records.clean(payload or {}),
             "trace_id": run["trace_id"],
             "created_at": self._ctx.now,
         }

@@ -1,0 +1,44 @@
+"""The server of section ``streams``: ``roost serve bench.stream_app:app``.
+
+Kind ``bchat`` is a chat agent whose model emits ``tokens`` text deltas as fast as it can (no pace, no
+I/O). Each delta is one word, the nanoseconds of the wall clock at the moment the model yields it, so
+the client can tell, per word, how long it took from the model to the reader. The answer's length is
+in the message: ``send("2000")`` asks for 2,000 words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from roost.agent import AgentConfig, ChatAgent, ModelRequest, ModelStep, StreamEnd, TextDelta
+from roost.agent.models import Model, ModelChunk
+from roost.transport import create_app
+
+__all__ = ["FastModel", "app"]
+
+
+class FastModel:
+    """Streams as many words as the request asks for, each its own yield time; never waits."""
+
+    inline = False
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        return ModelStep(text="")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        n = int(request.text.split()[0])
+        for _ in range(n):
+            yield TextDelta(text=f"{time.time_ns()} ")
+        yield StreamEnd(step=ModelStep(text=""))
+
+
+class BenchChat(ChatAgent):
+    kind = "bchat"
+    config = AgentConfig(max_input_chars=64)  # the default batching: what the figures are about
+
+    def make_model(self) -> Model:
+        return FastModel()
+
+
+app = create_app([BenchChat])
