@@ -271,6 +271,8 @@ async def test_the_chat_renders_streaming_text_and_resumes_mid_stream_after_drop
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await page.goto(f"http://{server.addr}/?agent=talk")
+        other = await browser.new_page()  # a second tab on the same chat
+        await other.goto(f"http://{server.addr}/?agent=talk")
         send = page.get_by_role("button", name="Send message")
         await expect(send).to_be_enabled()
         await send.click()
@@ -286,6 +288,9 @@ async def test_the_chat_renders_streaming_text_and_resumes_mid_stream_after_drop
             history = await peer.call("messages", timeout=10)
         stored = next(m for m in history["messages"] if m["role"] == "assistant")
         assert final == stored["content"]  # no gap, no repeat across the drop
+        in_other = other.locator("#chat-log li.assistant").first
+        await expect(in_other).to_have_attribute("data-done", "true")
+        assert await in_other.inner_text() == final  # the other tab saw the same stream
         assert 0 < len(shown_at_drop) < len(final)  # the drop landed mid-stream
         assert int(await page.locator("#chat-reconnects").inner_text()) >= 1
         assert int(await page.locator("#chat-gaps").inner_text()) == 0

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from roost.actors import RpcError
 from roost.agent import AgentConfig, ChatAgent, ChatMessage, ToolContext, tool
 from roost.testing import ActorKit, KitConnection
+from roost.transport import admin
 from tests.agent_support import drive, events
 
 CHAT = AgentConfig(
@@ -253,4 +254,29 @@ async def test_send_refuses_an_empty_message(data_dir: Path) -> None:
         c = kit.connect("chatq", "a")
         with pytest.raises(RpcError):
             await c.call("send", "   ")
+        assert await history(c) == []
+
+
+async def test_a_secret_in_a_message_is_redacted_in_the_history_and_the_answer(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        await c.call("send", "my token is ghp_abcdefghijklmnopqrstuvwxyz0123456789 keep it")
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        messages = await history(c)
+        assert all("ghp_" not in m["content"] for m in messages)
+        assert "[redacted]" in messages[0]["content"]
+        assert all("ghp_" not in str(e) for e in events(c))
+
+
+async def test_the_history_is_exported_and_deleted_with_the_agent(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "gone")
+        await c.call("send", "remember this")
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+    exported = admin.export_actor(data_dir, "chatq", "gone")
+    rows = exported["tables"]["roost_agent_chat_messages"]
+    assert [r["content"] for r in rows if r["role"] == "user"] == ["remember this"]
+    admin.delete_actor(data_dir, "chatq", "gone")
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "gone")
         assert await history(c) == []
