@@ -65,11 +65,7 @@ class Streamer(Agent):
     config = STREAMING
     streams = True
 
-    def make_model(self) -> Model:
-        cfg = self.settings()
-        return DeterministicChat(
-            self.catalog(), pace=cfg.stream_pace, sleep=self.extension.process.clock.sleep, streams=True
-        )
+    planner = DeterministicChat
 
 
 class ScriptedStreamer(Agent):

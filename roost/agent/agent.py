@@ -71,6 +71,8 @@ class Agent(Actor):
     #: Stream model output: each model step is a background job whose text reaches the log as
     #: ``model_delta`` events while the model produces it (docs/design.md, *Streamed model output*).
     streams: ClassVar[bool] = False
+    #: The deterministic model of this kind (the default ``model = "planner"``).
+    planner: ClassVar[type[DeterministicPlanner]] = DeterministicPlanner
 
     _catalog: ClassVar[Catalog | None] = None
     _model: Model | None
@@ -123,8 +125,10 @@ class Agent(Actor):
         """The model of this agent: the deterministic planner, or the HTTP model (``model = "openai"``)."""
         cfg = self.settings()
         if cfg.model == "openai":
-            return OpenAICompatibleModel.from_env(timeout=cfg.model_timeout)
-        return DeterministicPlanner(
+            return OpenAICompatibleModel.from_env(
+                timeout=cfg.model_timeout, stream_idle_timeout=cfg.model_stream_idle_timeout
+            )
+        return self.planner(
             self.catalog(),
             pace=cfg.stream_pace,
             sleep=self.extension.process.clock.sleep,

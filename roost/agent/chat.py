@@ -37,8 +37,7 @@ from pydantic import BaseModel
 
 from roost.actors import InvalidArguments, callable
 from roost.agent.agent import Agent
-from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep
-from roost.agent.openai import OpenAICompatibleModel
+from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep
 from roost.agent.status import FINISHED, RunStatus
 from roost.agent.store import Row, new_id
 from roost.storage import Migration
@@ -100,18 +99,11 @@ class ChatAgent(Agent):
 
     components = (*Agent.components, ("chat", CHAT_MIGRATIONS))
     streams = True
+    planner = DeterministicChat
     #: What a message that arrives while an answer streams does (see the module doc).
     message_concurrency: ClassVar[Concurrency] = "queue"
     #: Messages kept per agent; the oldest go first.
     max_persisted_messages: ClassVar[int] = 10_000
-
-    def make_model(self) -> Model:
-        cfg = self.settings()
-        if cfg.model == "openai":
-            return OpenAICompatibleModel.from_env(timeout=cfg.model_timeout)
-        return DeterministicChat(
-            self.catalog(), pace=cfg.stream_pace, sleep=self.extension.process.clock.sleep, streams=True
-        )
 
     async def on_chat_message(self, message: ChatMessage) -> str:
         """What the run that answers ``message`` is asked. Default: the message itself."""

@@ -15,6 +15,7 @@
     recent_turns = 5           # turns handed to the model as memory
     model = "planner"          # or "openai" (OpenAICompatibleModel, settings from the environment)
     model_timeout = 30.0
+    model_stream_idle_timeout = 30.0   # a stream silent this long has stalled (default: model_timeout)
     stream_batch_count = 64    # streamed deltas per commit (one model_delta event) at most
     stream_batch_interval = 0.02  # seconds a streamed delta waits for its batch at most
     stream_pace = 0.03         # seconds per word of the deterministic model when it streams
@@ -60,6 +61,9 @@ class AgentConfig(BaseModel):
     recent_turns: int = Field(5, ge=0, le=100)
     model: Literal["planner", "openai"] = "planner"
     model_timeout: float = Field(30.0, gt=0)
+    #: Seconds a streaming HTTP model may send nothing mid-stream before the step fails "stalled"
+    #: (retryable); None: ``model_timeout``.
+    model_stream_idle_timeout: float | None = Field(None, gt=0)
     stream_batch_count: int = Field(64, ge=1, le=10_000)
     stream_batch_interval: float = Field(0.02, gt=0, le=10)
     stream_pace: float = Field(0.03, ge=0, le=10)

@@ -95,7 +95,9 @@ class OpenAICompatibleModel:
         self.system = system
 
     @classmethod
-    def from_env(cls, *, timeout: float = 30.0) -> OpenAICompatibleModel:
+    def from_env(
+        cls, *, timeout: float = 30.0, stream_idle_timeout: float | None = None
+    ) -> OpenAICompatibleModel:
         """``ROOST_MODEL_BASE_URL`` (or ``OPENAI_BASE_URL``), ``ROOST_MODEL_API_KEY`` (or
         ``OPENAI_API_KEY``) and ``ROOST_MODEL`` (the model's name)."""
         base = os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
@@ -106,6 +108,7 @@ class OpenAICompatibleModel:
             api_key=os.environ.get("ROOST_MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY"),
             model=os.environ.get("ROOST_MODEL", "gpt-4o-mini"),
             timeout=timeout,
+            stream_idle_timeout=stream_idle_timeout,
         )
 
     def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
