@@ -67,6 +67,8 @@ SESSION_HEADER = "mcp-session-id"
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 #: Sessions idle this long are closed by the SDK; their bindings are forgotten after it too.
 IDLE_S = 30 * 60.0
+#: The reconnection delay the SSE streams suggest to clients (their `retry:` field), in milliseconds.
+RETRY_MS = 1000
 
 
 def mcp_origin_allowed(request: Request, origins: frozenset[str] | None) -> bool:
@@ -122,6 +124,7 @@ class McpService:
                     event_store=self.events,
                     max_request_body_size=self.runtime.max_frame_bytes,
                     session_idle_timeout=IDLE_S,
+                    retry_interval=RETRY_MS,
                     max_sessions=self.runtime.access.limits.conns_per_actor,
                 )
                 started = asyncio.Event()

@@ -18,7 +18,10 @@ as the description, ``inputSchema`` from its signature
 - a streaming method's chunks of the form ``{"progress": n, "total": t, "message": m}`` as
   ``notifications/progress`` (when the request asked for progress), and ``{"log": level, "data": d}``
   as ``notifications/message`` (at or above the session's ``logging/setLevel``, ``info`` by
-  default), in order, before the result; the other chunks go into ``structuredContent``;
+  default), in order, before the result (they are sent once the turn committed: a tool's
+  notifications follow its turn, they do not interleave with it); the other chunks go into
+  ``structuredContent``, and when the last of them is an object with a ``content`` list, that is
+  the answer;
 - an error (``invalid_arguments``, ``handler_error``, ``forbidden``, …) as ``isError: true`` with the
   text ``code: message`` (the same code and message as over HTTP); an unknown tool as the JSON-RPC
   error ``-32602``.
@@ -184,6 +187,8 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         uri = state_uri(bound.kind, bound.name)
         if not info.readonly and uri in bound.subscriptions:
             await ctx.session.send_resource_updated(uri)
+        if info.streaming and rest and _is_content(rest[-1]):
+            return _result(rest[-1], None)
         return _result(result, rest if info.streaming else None)
 
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
@@ -363,14 +368,19 @@ async def _notify_chunks(ctx: ServerRequestContext[Any, Any], bound: Binding, ch
     return rest
 
 
-def _result(result: Any, chunks: list[Any] | None) -> dict[str, Any]:
-    content = result.get("content") if isinstance(result, Mapping) else None
-    if (
+def _is_content(value: Any) -> bool:
+    """Whether ``value`` is an object with a ``content`` list of MCP content blocks."""
+    content = value.get("content") if isinstance(value, Mapping) else None
+    return (
         isinstance(content, list)
-        and content
+        and bool(content)
         and all(isinstance(b, Mapping) and b.get("type") in _CONTENT_TYPES for b in content)
-    ):
-        return {"content": content, "isError": bool(result.get("isError", False))}
+    )
+
+
+def _result(result: Any, chunks: list[Any] | None) -> dict[str, Any]:
+    if _is_content(result):
+        return {"content": result["content"], "isError": bool(result.get("isError", False))}
     text = result if isinstance(result, str) else orjson.dumps(result).decode()
     structured: dict[str, Any] = {"result": result}
     if chunks is not None:
