@@ -1,0 +1,334 @@
+"""Actors served as MCP servers (``roost.transport.mcp``), driven by the official Python SDK's client
+over real sockets, and by raw HTTP where the SDK's client would hide what the server answered."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import orjson
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from roost.examples.kinds import KINDS
+from roost.transport import RoostApp, create_app
+from roost.transport.limits import Limits
+from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
+from roost.transport.mcp_tools import RESOURCE_NOT_FOUND
+from roost.transport.security import claims_authorize, token_authenticate
+from roost.transport.tokens import TokenSigner
+from tests.support import serve_in_process
+
+SECRET = "m" * 40
+signer = TokenSigner(SECRET)
+NO_RATES = Limits(conn_rate=None, principal_rate=None)
+ACCEPT = {"accept": "application/json, text/event-stream"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session on ``url`` (with a bearer token if given)."""
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=20) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def text_of(result: Any) -> str:
+    text: str = result.content[0].text
+    return text
+
+
+def sse_messages(body: str) -> list[tuple[str | None, Any]]:
+    """``(event id, JSON message or None for a priming event)`` of an SSE body."""
+    events: list[tuple[str | None, Any]] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(":")
+            fields[key] = value.removeprefix(" ")
+        if "id" in fields or "data" in fields:
+            data = fields.get("data", "")
+            events.append((fields.get("id"), orjson.loads(data) if data.strip() else None))
+    return events
+
+
+async def open_raw(http: httpx.AsyncClient, url: str, **headers: str) -> str:
+    """Initialize a session with raw requests; its session id."""
+    opened = await http.post(url, json=INIT, headers={**ACCEPT, **headers})
+    assert opened.status_code == 200, opened.text
+    sid = opened.headers["mcp-session-id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    done = await http.post(url, json=note, headers={**ACCEPT, "mcp-session-id": sid, **headers})
+    assert done.status_code == 202
+    return sid
+
+
+@pytest.fixture
+async def mcp_app(data_dir: Path) -> RoostApp:
+    return create_app(KINDS, data_dir=data_dir, limits=NO_RATES)
+
+
+@pytest.fixture
+async def addr(mcp_app: RoostApp) -> AsyncIterator[str]:
+    async with serve_in_process(mcp_app) as where:
+        yield where
+
+
+def secured(data_dir: Path) -> RoostApp:
+    return create_app(
+        KINDS,
+        data_dir=data_dir,
+        authenticate=token_authenticate(signer),
+        authorize=claims_authorize,
+        limits=NO_RATES,
+    )
+
+
+async def test_a_tool_call_changes_the_actor_seen_over_http(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert {"increment", "get", "count_to", "increment_later", "schedules"} <= set(tools)
+        assert tools["get"].annotations is not None
+        assert tools["get"].annotations.read_only_hint is True
+        assert tools["increment"].annotations is None
+        schema = tools["increment"].input_schema
+        assert schema["properties"]["by"] == {"type": "integer", "default": 1}
+        assert schema["additionalProperties"] is False
+        result = await mcp.call_tool("increment", {"by": 2})
+        assert not result.is_error
+        assert result.structured_content == {"result": 2}
+        async with httpx.AsyncClient(timeout=10) as http:
+            seen = (await http.get(f"http://{addr}/agents/counter/{name}")).json()
+            assert seen["state"] == {"count": 2}
+            called = await http.post(f"http://{addr}/agents/counter/{name}/rpc/increment", json=[5])
+            assert called.json() == {"ok": True, "result": 7}
+        state = await mcp.read_resource(f"roost://counter/{name}/state")
+        assert orjson.loads(state.contents[0].text) == {"state": {"count": 7}, "cursor": 2}  # type: ignore[union-attr]
+
+
+async def test_a_refused_call_is_an_error_result_and_writes_nothing(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        bad = await mcp.call_tool("increment", {"by": "two"})
+        assert bad.is_error
+        assert text_of(bad).startswith("invalid_arguments: increment: argument 'by'")
+        with pytest.raises(MCPError) as unknown:
+            await mcp.call_tool("no_such_tool", {})
+        assert "unknown tool" in unknown.value.error.message
+        streamed = await mcp.call_tool("count_to", {"n": 3})
+        assert streamed.structured_content == {"result": None, "chunks": [1, 2, 3]}
+
+
+async def test_reading_the_state_of_an_actor_never_created_creates_nothing(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        resources = [r.uri for r in (await mcp.list_resources()).resources]
+        assert f"roost://counter/{name}/state" in resources
+        with pytest.raises(MCPError) as missing:
+            await mcp.read_resource(f"roost://counter/{name}/state")
+        assert missing.value.error.code == RESOURCE_NOT_FOUND
+        got = await mcp.call_tool("get", {})  # a read-only tool: not_found, and nothing is created
+        assert got.is_error
+        assert text_of(got).startswith("not_found")
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.get(f"http://{addr}/agents/counter/{name}")).status_code == 404
+
+
+async def test_each_session_on_the_kind_has_its_own_actor(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter"
+    async with mcp_session(url) as one, mcp_session(url) as two:
+        assert (await one.call_tool("increment", {})).structured_content == {"result": 1}
+        assert (await two.call_tool("increment", {})).structured_content == {"result": 1}
+        assert (await one.call_tool("increment", {"by": 4})).structured_content == {"result": 5}
+        mine = [r.uri for r in (await one.list_resources()).resources if r.uri.startswith("roost://counter/")]
+        theirs = [
+            r.uri for r in (await two.list_resources()).resources if r.uri.startswith("roost://counter/")
+        ]
+        assert mine != theirs
+        state = await one.read_resource(mine[0])
+        assert orjson.loads(state.contents[0].text)["state"] == {"count": 5}  # type: ignore[union-attr]
+
+
+async def test_tokens_tenants_and_read_only_principals_apply(data_dir: Path) -> None:
+    app = secured(data_dir)
+    async with serve_in_process(app) as where:
+        url = f"http://{where}/mcp/counter/shared"
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(url, json=INIT, headers=ACCEPT)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["message"].startswith("unauthenticated")
+        ann = signer.issue("ann", ttl=600, tenant="t1")
+        async with mcp_session(url, ann) as mcp:
+            assert (await mcp.call_tool("increment", {"by": 3})).structured_content == {"result": 3}
+        bob = signer.issue("bob", ttl=600, tenant="t2")  # another tenant: another actor of that name
+        async with mcp_session(url, bob) as mcp:
+            assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+        reader = signer.issue("rita", ttl=600, tenant="t1", read_only=True)
+        async with mcp_session(url, reader) as mcp:
+            refused_call = await mcp.call_tool("increment", {})
+            assert refused_call.is_error
+            assert text_of(refused_call).startswith("forbidden: read-only")
+            assert (await mcp.call_tool("get", {})).structured_content == {"result": 3}
+        other_kind = signer.issue("cal", ttl=600, kinds=["room"])
+        async with httpx.AsyncClient(timeout=10) as http:
+            headers = {**ACCEPT, "authorization": f"Bearer {other_kind}"}
+            assert (await http.post(url, json=INIT, headers=headers)).status_code == 403
+    await app.aclose()
+
+
+async def test_a_browser_origin_that_is_not_allowed_is_refused(addr: str, data_dir: Path) -> None:
+    url = f"http://{addr}/mcp/counter/o1"
+    async with httpx.AsyncClient(timeout=10) as http:
+        evil = await http.post(url, json=INIT, headers={**ACCEPT, "origin": "http://evil.example.com"})
+        assert evil.status_code == 403
+        assert "origin_refused" in evil.json()["error"]["message"]
+        rebound = await http.post(
+            url,
+            json=INIT,
+            headers={**ACCEPT, "origin": "http://evil.example.com", "host": "evil.example.com"},
+        )
+        assert rebound.status_code == 403
+        local = await http.post(url, json=INIT, headers={**ACCEPT, "origin": f"http://{addr}"})
+        assert local.status_code == 200
+    listed = create_app(KINDS, data_dir=data_dir / "listed", origins=["https://app.example"], limits=NO_RATES)
+    async with serve_in_process(listed) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/o1"
+        ok = await http.post(url, json=INIT, headers={**ACCEPT, "origin": "https://app.example"})
+        assert ok.status_code == 200
+        local = await http.post(url, json=INIT, headers={**ACCEPT, "origin": f"http://{where}"})
+        assert local.status_code == 403  # with a list, the list alone decides
+    await listed.aclose()
+
+
+async def test_an_unknown_session_id_is_404_and_other_sessions_go_on(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/s1"
+    async with mcp_session(url) as mcp, httpx.AsyncClient(timeout=10) as http:
+        await mcp.call_tool("increment", {})
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        answer = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": "no-such-session"})
+        assert answer.status_code == 404
+        assert answer.json()["error"]["message"] == "Session not found"
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 2}
+
+
+async def test_a_session_answers_only_on_its_path_and_to_its_principal(data_dir: Path) -> None:
+    app = secured(data_dir)
+    ann, bob = signer.issue("ann", ttl=600), signer.issue("bob", ttl=600)
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        base = f"http://{where}/mcp/counter"
+        sid = await open_raw(http, f"{base}/a", authorization=f"Bearer {ann}")
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        own = {**ACCEPT, "mcp-session-id": sid, "authorization": f"Bearer {ann}"}
+        assert (await http.post(f"{base}/a", json=listing, headers=own)).status_code == 200
+        assert (await http.post(f"{base}/b", json=listing, headers=own)).status_code == 404
+        theirs = {**own, "authorization": f"Bearer {bob}"}
+        assert (await http.post(f"{base}/a", json=listing, headers=theirs)).status_code == 404
+        assert (await http.post(f"{base}/a", json=listing, headers=own)).status_code == 200
+    await app.aclose()
+
+
+async def test_a_request_before_initialize_is_a_json_rpc_error(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/early"
+    async with httpx.AsyncClient(timeout=10) as http:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "increment"}}
+        early = await http.post(url, json=call, headers=ACCEPT)
+        assert early.status_code == 400
+        body = early.json()
+        assert body["jsonrpc"] == "2.0"
+        assert "Missing session ID" in body["error"]["message"]
+        garbage = await http.post(
+            url, content=b"{not json", headers={**ACCEPT, "content-type": "application/json"}
+        )
+        assert garbage.status_code == 400
+        assert garbage.json()["error"]["code"] == -32700
+        per_session = await http.post(f"http://{addr}/mcp/counter", json=call, headers=ACCEPT)
+        assert per_session.status_code == 400
+    async with mcp_session(url) as mcp:  # the server goes on serving
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+    async with httpx.AsyncClient(timeout=10) as http:  # and nothing was created by the early call
+        assert (await http.get(f"http://{addr}/agents/counter/early")).json()["state"] == {"count": 1}
+
+
+async def test_an_sse_stream_resumes_from_the_event_store(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/r1"
+    async with httpx.AsyncClient(timeout=10) as http:
+        sid = await open_raw(http, url)
+        session = {**ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "increment", "arguments": {}},
+        }
+        answered = await http.post(url, json=call, headers=session)
+        events = sse_messages(answered.text)
+        assert events[0][1] is None
+        assert events[0][0]
+        assert events[-1][1]["id"] == 7
+        replay: list[tuple[str | None, Any]] = []
+        resume = {"accept": "text/event-stream", "mcp-session-id": sid, "last-event-id": str(events[0][0])}
+        async with http.stream("GET", url, headers=resume) as stream:
+            assert stream.status_code == 200
+            buffer = ""
+            async for piece in stream.aiter_text():
+                buffer += piece
+                replay = [e for e in sse_messages(buffer) if e[1] is not None]
+                if replay:
+                    break
+        assert replay[0][1] == events[-1][1]  # the answer, replayed once, from the store
+
+
+async def test_the_event_store_keeps_sessions_apart_and_outlives_a_reopen(tmp_path: Path) -> None:
+    from mcp_types import JSONRPCNotification
+
+    path = tmp_path / "events.sqlite"
+    store = SqliteEventStore(path)
+    token = SESSION_KEY.set("one")
+    try:
+        first = await store.store_event("1", None)
+        await store.store_event("1", JSONRPCNotification(jsonrpc="2.0", method="notifications/a"))
+        await store.store_event("2", JSONRPCNotification(jsonrpc="2.0", method="notifications/b"))
+    finally:
+        SESSION_KEY.reset(token)
+    store.close()
+    reopened = SqliteEventStore(path)
+    sent: list[Any] = []
+
+    async def collect(event: Any) -> None:
+        sent.append(event.message.method)
+
+    token = SESSION_KEY.set("two")
+    try:
+        assert await reopened.replay_events_after(first, collect) is None  # another session's id
+    finally:
+        SESSION_KEY.reset(token)
+    token = SESSION_KEY.set("one")
+    try:
+        assert await reopened.replay_events_after(first, collect) == "1"
+    finally:
+        SESSION_KEY.reset(token)
+    assert sent == ["notifications/a"]  # its own stream only
+    reopened.close()
