@@ -16,7 +16,9 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
+from roost.actors import Actor, callable, callables_of
 from roost.examples.kinds import KINDS
 from roost.transport import RoostApp, create_app
 from roost.transport.limits import Limits
@@ -40,6 +42,11 @@ INIT = {
         "clientInfo": {"name": "t", "version": "1"},
     },
 }
+
+
+class Point(BaseModel):
+    x: int
+    y: int
 
 
 @contextlib.asynccontextmanager
@@ -259,13 +266,17 @@ async def test_a_request_before_initialize_is_a_json_rpc_error(addr: str) -> Non
         body = early.json()
         assert body["jsonrpc"] == "2.0"
         assert "Missing session ID" in body["error"]["message"]
-        garbage = await http.post(
-            url, content=b"{not json", headers={**ACCEPT, "content-type": "application/json"}
-        )
+        as_json = {**ACCEPT, "content-type": "application/json"}
+        garbage = await http.post(url, content=b"{not json", headers=as_json)
         assert garbage.status_code == 400
         assert garbage.json()["error"]["code"] == -32700
         per_session = await http.post(f"http://{addr}/mcp/counter", json=call, headers=ACCEPT)
         assert per_session.status_code == 400
+        drafted = await http.post(url, json=call, headers={**ACCEPT, "mcp-protocol-version": "2026-07-28"})
+        assert drafted.status_code == 400
+        assert "'2026-07-28' is not served" in drafted.json()["error"]["message"]
+        big = await http.post(url, content=b" " * (2 << 20), headers=as_json)
+        assert big.status_code == 413
     async with mcp_session(url) as mcp:  # the server goes on serving
         assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
     async with httpx.AsyncClient(timeout=10) as http:  # and nothing was created by the early call
@@ -332,3 +343,70 @@ async def test_the_event_store_keeps_sessions_apart_and_outlives_a_reopen(tmp_pa
         SESSION_KEY.reset(token)
     assert sent == ["notifications/a"]  # its own stream only
     reopened.close()
+
+
+async def test_a_principals_request_rate_holds_over_mcp(data_dir: Path) -> None:
+    app = create_app(
+        KINDS,
+        data_dir=data_dir,
+        authenticate=token_authenticate(signer),
+        limits=Limits(conn_rate=None, principal_rate=0.001, principal_burst=2),
+    )
+    token = signer.issue("ann", ttl=600)
+    headers = {**ACCEPT, "authorization": f"Bearer {token}"}
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/rated"
+        answers = [(await http.post(url, json=INIT, headers=headers)).status_code for _ in range(3)]
+        assert answers == [200, 200, 429]
+    await app.aclose()
+
+
+class Shapes(Actor):
+    kind = "shapes"
+
+    @callable
+    async def place(
+        self,
+        where: Point,
+        label: str = "x",
+        /,
+        *rest: int,
+        size: float = 1.0,
+        near: Point | None = None,
+        **tags: str,
+    ) -> None:
+        """Put a label at a point.
+
+        More about it, left out of the description."""
+
+    @callable(readonly=True)
+    async def look(self) -> None:
+        pass
+
+
+def test_the_input_schema_follows_the_signature() -> None:
+    schema = callables_of(Shapes)["place"].arguments.json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["properties"]["where"]["required"] == ["x", "y"]  # the model's own schema
+    assert schema["properties"]["label"] == {"type": "string", "default": "x"}
+    assert schema["properties"]["size"] == {"type": "number", "default": 1.0}
+    assert schema["properties"]["near"]["anyOf"][0] == {"$ref": "#/$defs/Point"}  # a model used in a union
+    assert schema["$defs"]["Point"]["required"] == ["x", "y"]
+    assert "rest" not in schema["properties"]  # *args have no name a caller could give
+    assert schema["required"] == ["where"]
+    assert schema["additionalProperties"] == {"type": "string"}  # **tags
+    assert callables_of(Shapes)["look"].arguments.json_schema()["additionalProperties"] is False
+
+
+async def test_tools_describe_themselves_and_take_positional_only_arguments_by_name(data_dir: Path) -> None:
+    app = create_app([Shapes, *KINDS], data_dir=data_dir, limits=NO_RATES)
+    async with serve_in_process(app) as where, mcp_session(f"http://{where}/mcp/shapes/s1") as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert tools["place"].description == "Put a label at a point."
+        assert tools["look"].description == "Call look on the actor."
+        placed = await mcp.call_tool("place", {"where": {"x": 1, "y": 2}, "label": "a", "size": 2.5})
+        assert placed.structured_content == {"result": None}
+        wrong = await mcp.call_tool("place", {"where": {"x": 1}})
+        assert wrong.is_error
+        assert "argument 'where.y'" in text_of(wrong)
+    await app.aclose()

@@ -15,11 +15,13 @@ Roost's failure table, ``docs/protocol.md``):
    send a listed one; without a list, only a loopback origin (``http://localhost:*``,
    ``http://127.0.0.1:*``, ``http://[::1]:*``) passes; a request without ``Origin`` (not a browser)
    passes → 403 ``origin_refused``;
-3. ``authenticate`` (Roost's tokens: ``Authorization: Bearer``) → 401 ``unauthenticated``;
-4. ``authorize(principal, kind, name, "connect")``, the name scoped to the principal's tenant →
+3. an ``MCP-Protocol-Version`` header must name a version with sessions (2024-11-05 to 2025-11-25;
+   the SDK's session-less 2026 drafts are not served) → 400 ``bad_frame``;
+4. ``authenticate`` (Roost's tokens: ``Authorization: Bearer``) → 401 ``unauthenticated``;
+5. ``authorize(principal, kind, name, "connect")``, the name scoped to the principal's tenant →
    403 ``forbidden``;
-5. the principal's request rate (its token bucket, as for HTTP calls) → 429 ``rate_limited``;
-6. a request with an ``Mcp-Session-Id`` must come for the session's own path and from the principal
+6. the principal's request rate (its token bucket, as for HTTP calls) → 429 ``rate_limited``;
+7. a request with an ``Mcp-Session-Id`` must come for the session's own path and from the principal
    that opened it (same tenant and id), else 404 as for an unknown session (the SDK answers an
    unknown one so: ``Session not found``, and ``Bad Request: Missing session ID`` for a request
    without one other than ``initialize``). Other sessions are never affected.
@@ -210,6 +212,12 @@ class McpService:
                 "refused MCP %s: origin %r not allowed", request.url.path, request.headers.get("origin")
             )
             return _refusal("origin_refused", "origin not allowed")
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            served = ", ".join(HANDSHAKE_PROTOCOL_VERSIONS)
+            return _refusal(
+                "bad_frame", f"MCP protocol version {version[:40]!r} is not served: use one of {served}"
+            )
         sid = request.headers.get(SESSION_HEADER)
         known = self.sessions.get(sid) if sid is not None else None
         key = known.key if known is not None else secrets.token_hex(16)
@@ -231,15 +239,5 @@ class McpService:
             known.last_used = time.monotonic()
             known.principal = principal  # a renewed token's claims apply from now on
             return known, False
-        if asked is None and sid is None and not _handshake(request):
-            return _refusal(
-                "bad_frame", "per-session actors need a session: initialize with a 2025 protocol version", 400
-            )
         bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=time.monotonic())
         return bound, sid is None
-
-
-def _handshake(request: Request) -> bool:
-    """Whether the request speaks a protocol with sessions (an initialize handshake)."""
-    version = request.headers.get("mcp-protocol-version")
-    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
