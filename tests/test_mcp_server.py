@@ -50,13 +50,14 @@ class Point(BaseModel):
 
 
 @contextlib.asynccontextmanager
-async def mcp_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session on ``url`` (with a bearer token if given)."""
+async def mcp_session(url: str, token: str | None = None, **options: Any) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session on ``url`` (with a bearer token if given; ``options`` for
+    the :class:`ClientSession`)."""
     headers = {"authorization": f"Bearer {token}"} if token else None
     async with (
         httpx2.AsyncClient(headers=headers, timeout=20) as http,
         streamable_http_client(url, http_client=http) as streams,
-        ClientSession(streams[0], streams[1]) as session,
+        ClientSession(streams[0], streams[1], **options) as session,
     ):
         await session.initialize()
         yield session
@@ -410,3 +411,74 @@ async def test_tools_describe_themselves_and_take_positional_only_arguments_by_n
         assert wrong.is_error
         assert "argument 'where.y'" in text_of(wrong)
     await app.aclose()
+
+
+class Steps(Actor):
+    kind = "steps"
+
+    @callable
+    async def work(self) -> AsyncIterator[Any]:
+        """Reports progress and logs as it goes."""
+        yield {"progress": 1, "total": 2, "message": "half"}
+        yield {"log": "debug", "data": "below the session's level"}
+        yield {"log": "warning", "data": "careful"}
+        yield "a plain chunk"
+        yield {"progress": 2, "total": 2}
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_progress_log_and_update_chunks_become_notifications_before_the_answer(data_dir: Path) -> None:
+    app = create_app([Steps, *KINDS], data_dir=data_dir, limits=NO_RATES)
+    logs: list[Any] = []
+    reports: list[tuple[float, float | None, str | None]] = []
+    notes: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append((params.level, params.data))
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async def on_message(message: Any) -> None:
+        notes.append(message)
+
+    async with serve_in_process(app) as where:
+        async with mcp_session(f"http://{where}/mcp/steps/s1", logging_callback=on_log) as mcp:
+            done = await mcp.call_tool("work", {}, progress_callback=on_progress)
+            assert reports == [(1.0, 2.0, "half"), (2.0, 2.0, None)]
+            assert logs == [("warning", "careful")]  # debug is below the default level, info
+            assert done.structured_content == {"result": None, "chunks": ["a plain chunk"]}
+        url = f"http://{where}/mcp/counter/watched"
+        async with mcp_session(url, message_handler=on_message) as mcp:
+            await mcp.subscribe_resource("roost://counter/watched/state")
+            await mcp.call_tool("increment", {})
+            updated = [n for n in notes if getattr(n, "method", "") == "notifications/resources/updated"]
+            assert [n.params.uri for n in updated] == ["roost://counter/watched/state"]
+            await mcp.call_tool("get", {})  # read-only: no update
+            await mcp.unsubscribe_resource("roost://counter/watched/state")
+            await mcp.call_tool("increment", {})
+            updated = [n for n in notes if getattr(n, "method", "") == "notifications/resources/updated"]
+            assert len(updated) == 1
+    await app.aclose()
+
+
+async def test_the_event_store_is_bounded(tmp_path: Path) -> None:
+    from mcp_types import JSONRPCNotification
+
+    now = [0.0]
+    note = JSONRPCNotification(jsonrpc="2.0", method="notifications/a")
+    old = SqliteEventStore(tmp_path / "old.sqlite", clock=lambda: now[0], retention_s=10, prune_every=2)
+    await old.store_event("1", note)  # the first write prunes (nothing yet)
+    now[0] = 20.0
+    await old.store_event("1", note)
+    assert await old.count() == 2
+    await old.store_event("1", note)  # the third prunes: the first is older than 10 s
+    assert await old.count() == 2
+    old.close()
+    many = SqliteEventStore(tmp_path / "many.sqlite", max_events=3, prune_every=1)
+    for _ in range(10):
+        await many.store_event("1", note)
+    assert await many.count() == 3
+    many.close()

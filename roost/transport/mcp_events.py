@@ -15,8 +15,9 @@ the first of them is written). Guarantees:
   by the session's tasks); a replay finds only the events of the session asking, so an id from
   another session replays nothing, even where the SDK's stream ids (a request's JSON-RPC id) repeat.
 - **Unguessable ids.** An event id is 128 random bits (hex); its order is the row's.
-- **Bounded.** Events older than :data:`RETENTION_S` are removed as new ones come (at most every
-  :data:`PRUNE_EVERY` writes), as are the oldest beyond :data:`MAX_EVENTS`.
+- **Bounded.** Events older than :data:`RETENTION_S` (an hour) are removed as new ones come (on the
+  first write and every :data:`PRUNE_EVERY` writes after it), as are the oldest beyond
+  :data:`MAX_EVENTS`; the constructor takes other bounds.
 - **Durable.** Written in SQLite's WAL mode, committed before the event is sent. A restart ends the
   sessions (the SDK keeps them in memory), so a resumption after one is refused with 404 all the same.
 
@@ -67,9 +68,20 @@ CREATE INDEX IF NOT EXISTS events_at ON events (at);
 class SqliteEventStore(EventStore):
     """The SDK's :class:`~mcp.server.streamable_http.EventStore` over one SQLite file (module doc)."""
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        retention_s: float = RETENTION_S,
+        max_events: int = MAX_EVENTS,
+        prune_every: int = PRUNE_EVERY,
+    ) -> None:
         self.path = path
         self.clock = clock
+        self.retention_s = retention_s
+        self.max_events = max_events
+        self.prune_every = prune_every
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="roost-mcp-events")
         self._conn: sqlite3.Connection | None = None
         self._writes = 0
@@ -97,7 +109,7 @@ class SqliteEventStore(EventStore):
         )
         now = self.clock()
         self._writes += 1
-        prune = self._writes % PRUNE_EVERY == 1
+        prune = self._writes % self.prune_every == 1 % self.prune_every
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -105,9 +117,9 @@ class SqliteEventStore(EventStore):
                 (event_id, session, stream_id, body, now),
             )
             if prune:
-                conn.execute("DELETE FROM events WHERE at < ?", (now - RETENTION_S,))
+                conn.execute("DELETE FROM events WHERE at < ?", (now - self.retention_s,))
                 conn.execute(
-                    "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?", (MAX_EVENTS,)
+                    "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?", (self.max_events,)
                 )
 
         await self._run(write)

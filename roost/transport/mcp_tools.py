@@ -32,8 +32,8 @@ an actor never created answers ``not_found`` and creates nothing (as over HTTP).
 
 Resources: ``roost://{kind}/{name}/state`` (``application/json``: ``{"state": …, "cursor": seq}``);
 reading it before the actor exists is the JSON-RPC error ``-32002`` (resource not found), creating
-nothing. ``resources/subscribe`` to it: a ``notifications/resources/updated`` follows every tool call
-of that session that may have changed it.
+nothing. ``resources/subscribe`` to it: a ``notifications/resources/updated`` comes before the answer
+of every tool call of that session that may have changed it (one not ``readonly``).
 """
 
 from __future__ import annotations
@@ -185,8 +185,11 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
             return _error_result(exc.code, exc.message)
         rest = await _notify_chunks(ctx, bound, chunks)
         uri = state_uri(bound.kind, bound.name)
-        if not info.readonly and uri in bound.subscriptions:
-            await ctx.session.send_resource_updated(uri)
+        if not info.readonly and uri in bound.subscriptions:  # on this call's stream, before its answer
+            updated = types.ResourceUpdatedNotification(
+                params=types.ResourceUpdatedNotificationParams(uri=uri)
+            )
+            await ctx.session.send_notification(updated, related_request_id=ctx.request_id)
         if info.streaming and rest and _is_content(rest[-1]):
             return _result(rest[-1], None)
         return _result(result, rest if info.streaming else None)
