@@ -20,8 +20,10 @@ from pydantic import BaseModel
 
 from roost.actors import Actor, callable, callables_of
 from roost.examples.kinds import KINDS
+from roost.scheduler.clock import FakeClock
 from roost.transport import RoostApp, create_app
 from roost.transport.limits import Limits
+from roost.transport.mcp import IDLE_S
 from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
 from roost.transport.mcp_tools import RESOURCE_NOT_FOUND
 from roost.transport.security import claims_authorize, token_authenticate
@@ -238,7 +240,7 @@ async def test_an_unknown_session_id_is_404_and_other_sessions_go_on(addr: str) 
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         answer = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": "no-such-session"})
         assert answer.status_code == 404
-        assert answer.json()["error"]["message"] == "Session not found"
+        assert answer.json()["error"]["message"] == "not_found: Session not found"
         assert (await mcp.call_tool("increment", {})).structured_content == {"result": 2}
 
 
@@ -482,3 +484,21 @@ async def test_the_event_store_is_bounded(tmp_path: Path) -> None:
         await many.store_event("1", note)
     assert await many.count() == 3
     many.close()
+
+
+async def test_a_forgotten_session_is_refused_and_never_reaches_the_sdk(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES, clock=clock)
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/idle"
+        old = await open_raw(http, url)
+        clock.advance(IDLE_S * 2 + 1)  # idle (no request in flight) for twice the SDK's timeout
+        new = await open_raw(http, url)  # a new session makes the service forget the idle ones
+        assert old not in app.mcp.sessions
+        answer = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": old})
+        assert answer.status_code == 404  # refused at the gate, though the SDK may still hold it
+        assert (
+            await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": new})
+        ).status_code == 200
+    await app.aclose()

@@ -22,9 +22,9 @@ Roost's failure table, ``docs/protocol.md``):
    403 ``forbidden``;
 6. the principal's request rate (its token bucket, as for HTTP calls) → 429 ``rate_limited``;
 7. a request with an ``Mcp-Session-Id`` must come for the session's own path and from the principal
-   that opened it (same tenant and id), else 404 as for an unknown session (the SDK answers an
-   unknown one so: ``Session not found``, and ``Bad Request: Missing session ID`` for a request
-   without one other than ``initialize``). Other sessions are never affected.
+   that opened it (same tenant and id), else 404 ``Session not found``, as an unknown or ended one
+   (the SDK answers ``Bad Request: Missing session ID`` for a request without one other than
+   ``initialize``). Other sessions are never affected.
 
 Then each tool call is checked as an HTTP call is (read-only principals, ``call:<method>``,
 creations). Bodies are bounded by the app's ``max_frame_bytes`` (413). The SSE streams are
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -165,9 +164,12 @@ class McpService:
         manager = await self._ensure_running()
         scope["roost.mcp"] = bound
         token = SESSION_KEY.set(bound.key)
+        bound.in_flight += 1
         try:
             await manager.handle_request(scope, receive, self._watch(bound, send) if new else send)
         finally:
+            bound.in_flight -= 1
+            bound.last_used = self.runtime.access.clock()
             SESSION_KEY.reset(token)
         if request.method == "DELETE":
             sid = request.headers.get(SESSION_HEADER)
@@ -188,8 +190,11 @@ class McpService:
         return watched
 
     def _forget_idle(self) -> None:
-        cutoff = time.monotonic() - IDLE_S * 2
-        for sid in [sid for sid, b in self.sessions.items() if b.last_used < cutoff]:
+        """Forget the sessions the SDK has surely ended: idle (no request in flight, an open GET stream
+        included) for twice its idle timeout. A forgotten session's id is refused (404) from then on,
+        so forgetting one too early can end it but never lets another principal in."""
+        cutoff = self.runtime.access.clock() - IDLE_S * 2
+        for sid in [sid for sid, b in self.sessions.items() if b.in_flight == 0 and b.last_used < cutoff]:
             del self.sessions[sid]
 
     async def _admit(self, request: Request) -> tuple[Binding, bool] | Response:
@@ -220,6 +225,9 @@ class McpService:
             )
         sid = request.headers.get(SESSION_HEADER)
         known = self.sessions.get(sid) if sid is not None else None
+        if sid is not None and known is None:  # unknown, ended or forgotten: never the SDK's to serve
+            log.info("refused MCP session %r on %s: unknown", sid[:64], request.url.path)
+            return _refusal("not_found", "Session not found", 404)
         key = known.key if known is not None else secrets.token_hex(16)
         name = asked if asked is not None else f"mcp-{key}"
         verdict = await access.admit(request, kind, name, "connect")
@@ -234,10 +242,9 @@ class McpService:
         if known is not None:
             owner = (known.principal.tenant, known.principal.id)
             if known.path != path or owner != (principal.tenant, principal.id):
-                log.warning("refused MCP session %s on %s: another path or principal", sid, path)
+                log.warning("refused MCP session %r on %s: another path or principal", str(sid)[:64], path)
                 return _refusal("not_found", "Session not found", 404)
-            known.last_used = time.monotonic()
             known.principal = principal  # a renewed token's claims apply from now on
             return known, False
-        bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=time.monotonic())
+        bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=access.clock())
         return bound, sid is None

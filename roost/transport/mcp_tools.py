@@ -86,7 +86,8 @@ class Binding:
     client: str | None = None
     level: str = "info"
     subscriptions: set[str] = field(default_factory=set)
-    last_used: float = 0.0
+    last_used: float = 0.0  #: on the runtime's clock, when its last request ended
+    in_flight: int = 0  #: its requests being served (an open GET stream is one)
 
 
 @dataclass(frozen=True, slots=True)
