@@ -28,7 +28,7 @@ from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
 from roost.transport.mcp_tools import RESOURCE_NOT_FOUND
 from roost.transport.security import claims_authorize, token_authenticate
 from roost.transport.tokens import TokenSigner
-from tests.support import serve_in_process
+from tests.support import serve_in_process, server_process
 
 SECRET = "m" * 40
 signer = TokenSigner(SECRET)
@@ -502,3 +502,15 @@ async def test_a_forgotten_session_is_refused_and_never_reaches_the_sdk(data_dir
             await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": new})
         ).status_code == 200
     await app.aclose()
+
+
+@pytest.mark.slow
+async def test_the_default_apps_counter_is_an_mcp_server(tmp_path: Path) -> None:
+    with server_process(tmp_path / "data") as server:
+        async with mcp_session(f"{server.http}/mcp/counter/default") as mcp:
+            tools = {t.name for t in (await mcp.list_tools()).tools}
+            assert {"increment", "get", "count_to"} <= tools
+            assert (await mcp.call_tool("increment", {"by": 3})).structured_content == {"result": 3}
+        async with httpx.AsyncClient(timeout=10) as http:
+            seen = (await http.get(f"{server.http}/agents/counter/default")).json()
+        assert seen["state"] == {"count": 3}

@@ -195,8 +195,9 @@ class Arguments:
         per parameter that can be passed by name (its annotation's schema, ``{}`` for one that
         accepts anything, its default when it has a JSON form), ``required`` for those without a
         default, and ``additionalProperties`` from ``**kwargs`` (its item schema; ``false``
-        without). ``*args`` and positional-only parameters have no name a caller could give: they
-        are left out (a positional-only one without default is still required, under its name)."""
+        without). ``*args`` have no name a caller could give: they are left out. Positional-only
+        parameters are listed under their names (a caller that passes arguments by name, the MCP
+        server, hands them on by position)."""
         properties: dict[str, Any] = {}
         required: list[str] = []
         defs: dict[str, Any] = {}
