@@ -514,3 +514,20 @@ async def test_the_default_apps_counter_is_an_mcp_server(tmp_path: Path) -> None
         async with httpx.AsyncClient(timeout=10) as http:
             seen = (await http.get(f"{server.http}/agents/counter/default")).json()
         assert seen["state"] == {"count": 3}
+
+
+async def test_reading_the_state_resource_is_a_read_the_authorize_hook_decides(data_dir: Path) -> None:
+    asked: list[str] = []
+
+    def no_reads(principal: Any, kind: str, name: str, action: str) -> bool:
+        asked.append(action)
+        return action != "read"
+
+    app = create_app(KINDS, data_dir=data_dir, authorize=no_reads, limits=NO_RATES)
+    async with serve_in_process(app) as where, mcp_session(f"http://{where}/mcp/counter/hidden") as mcp:
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+        with pytest.raises(MCPError) as refused:
+            await mcp.read_resource("roost://counter/hidden/state")
+        assert refused.value.error.message.startswith("forbidden: read")
+    assert {"connect", "call:increment", "read"} <= set(asked)
+    await app.aclose()

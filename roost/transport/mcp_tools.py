@@ -30,7 +30,8 @@ Who may call what: a read-only principal only read-only methods; ``authorize(pri
 "call:<method>")``; a call that would create the actor takes a creation token; a read-only method on
 an actor never created answers ``not_found`` and creates nothing (as over HTTP).
 
-Resources: ``roost://{kind}/{name}/state`` (``application/json``: ``{"state": …, "cursor": seq}``);
+Resources: ``roost://{kind}/{name}/state`` (``application/json``: ``{"state": …, "cursor": seq}``),
+read as ``GET /agents/{kind}/{name}`` is (``authorize(…, "read")``, else ``-32602`` ``forbidden``);
 reading it before the actor exists is the JSON-RPC error ``-32002`` (resource not found), creating
 nothing. ``resources/subscribe`` to it: a ``notifications/resources/updated`` comes before the answer
 of every tool call of that session that may have changed it (one not ``readonly``).
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -147,9 +148,6 @@ def state_uri(kind: str, name: str) -> str:
     return f"roost://{kind}/{name}/state"
 
 
-Handler = Callable[[ServerRequestContext[Any, Any], Any], Awaitable[Any]]
-
-
 def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[Any]:
     """The SDK server whose handlers serve the session's actor (module doc)."""
     registry = runtime.registry
@@ -161,8 +159,13 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
             raise MCPError(INVALID_PARAMS, "no actor is bound to this request")
         return bound
 
+    tools: dict[str, dict[str, CallableInfo]] = {}  # by kind, built once (the registry's own are too)
+
     def tools_of(kind: str) -> dict[str, CallableInfo]:
-        return callables_of(registry.kind_of(kind))
+        found = tools.get(kind)
+        if found is None:
+            found = tools[kind] = callables_of(registry.kind_of(kind))
+        return found
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         bound = binding(ctx)
@@ -229,6 +232,8 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         bound = binding(ctx)
         uri = str(params.uri)
         if uri == state_uri(bound.kind, bound.name):
+            if not await runtime.access.allowed(bound.principal, bound.kind, bound.name, "read"):
+                raise MCPError(INVALID_PARAMS, f"forbidden: read on {bound.kind}/{bound.name} is not allowed")
             try:
                 state, seq = await registry.snapshot(bound.kind, bound.scoped)
             except ActorNotFound as exc:
