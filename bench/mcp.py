@@ -11,12 +11,13 @@ its own process on 127.0.0.1, both on uvicorn with uvloop and httptools:
 
 The client, its own process (``--client URL``), is the SDK's client: one session, ``tools/call``
 ``increment {"by": 1}`` one after the other for ``--seconds`` after a short warm-up; it reports calls
-per second and the median round trip. Each repetition measures both servers, in alternating order,
-and the figure is the ratio paired per repetition: Roost's median round trip ÷ the SDK's (and the
-throughput ratio). What the ratio holds: Roost's gate (origin, authentication, rate), the registry
-call (a turn, its SQLite commit), the argument check and the event store's writes, against a tool
-that does no I/O and an SDK server without an event store. One run's figures: ``bench/RESULTS.md``,
-*MCP tool calls*.
+per second and the median round trip; the server's CPU per call is read from ``/proc`` around the
+run. Each repetition measures both servers, in alternating order, and the figures are ratios paired
+per repetition (median, min–max): Roost's server CPU per call ÷ the SDK's (the one that holds on a
+busy machine), its median round trip ÷ the SDK's, and its calls per second ÷ the SDK's. What the
+ratios hold: Roost's gate (origin, authentication, rate), the registry call (a turn, its SQLite
+commit), the argument check and the event store's writes, against a tool that does no I/O and an SDK
+server without an event store. One run's figures: ``bench/RESULTS.md``, *MCP tool calls*.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, free_port, log, run_client, running
+from bench.procs import Server, free_port, log, proc_cpu_s, run_client, running
 
 __all__ = ["main"]
 
@@ -46,8 +47,10 @@ async def _client(url: str, seconds: float) -> dict[str, Any]:
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         warm = time.perf_counter() + WARMUP_S
+        warmed = 0
         while time.perf_counter() < warm:
             await session.call_tool("increment", {"by": 1})
+            warmed += 1
         trips: list[float] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
@@ -60,6 +63,7 @@ async def _client(url: str, seconds: float) -> dict[str, Any]:
         "calls_per_s": len(trips) / seconds,
         "p50_us": statistics.median(trips) * 1e6,
         "calls": len(trips),
+        "all_calls": warmed + len(trips),
     }
 
 
@@ -111,6 +115,19 @@ def _servers(data: Path) -> tuple[Server, Server]:
     return roost, sdk
 
 
+def _measure(server: Server, url: str, seconds: float) -> dict[str, Any]:
+    """One client run against ``server``, with the server's CPU per call (the session's set-up and
+    the warm-up counted in, over every call made)."""
+    before = proc_cpu_s(server.pid)
+    result = run_client(["--client", url, "--seconds", str(seconds)], seconds + 60, "bench.mcp")
+    result["cpu_us"] = (proc_cpu_s(server.pid) - before) / result["all_calls"] * 1e6
+    return result
+
+
+def _median_range(values: list[float]) -> list[float]:
+    return [statistics.median(values), min(values), max(values)]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.mcp", description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -126,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     data = Path(tempfile.mkdtemp(prefix="roost-bench-mcp-"))
     roost, sdk = _servers(data)
+    servers = {"roost": roost, "sdk": sdk}
     urls = {
         "roost": f"http://127.0.0.1:{roost.port}/mcp/counter/bench",
         "sdk": f"http://127.0.0.1:{sdk.port}/mcp",
@@ -135,30 +153,25 @@ def main(argv: list[str] | None = None) -> None:
         with running(roost, sdk):
             for rep in range(a.reps):
                 order = ("roost", "sdk") if rep % 2 == 0 else ("sdk", "roost")
-                row = {
-                    name: run_client(
-                        ["--client", urls[name], "--seconds", str(a.seconds)], a.seconds + 60, "bench.mcp"
-                    )
-                    for name in order
-                }
+                row = {name: _measure(servers[name], urls[name], a.seconds) for name in order}
                 rows.append(row)
                 ours, theirs = row["roost"], row["sdk"]
                 log(
-                    f"rep {rep + 1}: roost {ours['calls_per_s']:.0f}/s p50 {ours['p50_us']:.0f} µs, "
-                    f"sdk {theirs['calls_per_s']:.0f}/s p50 {theirs['p50_us']:.0f} µs"
+                    f"rep {rep + 1}: roost {ours['calls_per_s']:.0f}/s p50 {ours['p50_us']:.0f} µs "
+                    f"cpu {ours['cpu_us']:.0f} µs/call; sdk {theirs['calls_per_s']:.0f}/s "
+                    f"p50 {theirs['p50_us']:.0f} µs cpu {theirs['cpu_us']:.0f} µs/call"
                 )
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    latency = [r["roost"]["p50_us"] / r["sdk"]["p50_us"] for r in rows]
-    throughput = [r["roost"]["calls_per_s"] / r["sdk"]["calls_per_s"] for r in rows]
-    summary = {
-        "p50_ratio": statistics.median(latency),
-        "p50_ratio_range": [min(latency), max(latency)],
-        "throughput_ratio": statistics.median(throughput),
-        "roost_p50_us": statistics.median(r["roost"]["p50_us"] for r in rows),
-        "sdk_p50_us": statistics.median(r["sdk"]["p50_us"] for r in rows),
-    }
-    print(json.dumps(summary))
+    summary: dict[str, list[float]] = {"cpu_ratio": [], "p50_ratio": [], "throughput_ratio": []}
+    for r in rows:
+        summary["cpu_ratio"].append(r["roost"]["cpu_us"] / r["sdk"]["cpu_us"])
+        summary["p50_ratio"].append(r["roost"]["p50_us"] / r["sdk"]["p50_us"])
+        summary["throughput_ratio"].append(r["roost"]["calls_per_s"] / r["sdk"]["calls_per_s"])
+    for name in ("roost", "sdk"):
+        for figure in ("cpu_us", "p50_us", "calls_per_s"):
+            summary[f"{name}_{figure}"] = [r[name][figure] for r in rows]
+    print(json.dumps({key: _median_range(values) for key, values in summary.items()}))
 
 
 if __name__ == "__main__":
