@@ -14,7 +14,8 @@ the first of them is written). Guarantees:
   (:data:`SESSION_KEY`, set by :mod:`roost.transport.mcp` for every request of a session and inherited
   by the session's tasks); a replay finds only the events of the session asking, so an id from
   another session replays nothing, even where the SDK's stream ids (a request's JSON-RPC id) repeat.
-- **Unguessable ids.** An event id is 128 random bits (hex); its order is the row's.
+- **Unguessable ids.** An event id is ``<row>.<128 random bits in hex>``: the row orders it, the
+  random part is checked (with the session) before anything is replayed.
 - **Bounded.** Events older than :data:`RETENTION_S` (an hour) are removed as new ones come (on the
   first write and every :data:`PRUNE_EVERY` writes after it), as are the oldest beyond
   :data:`MAX_EVENTS`; the constructor takes other bounds.
@@ -51,17 +52,18 @@ PRUNE_EVERY = 1000
 
 T = TypeVar("T")
 
+#: One table, no secondary index: a write is one B-tree insert at the end of the table. An event's
+#: id is ``<seq>.<token>``: found by its rowid, checked by its token and session; a replay reads the
+#: rows after it in rowid order (a bounded table: the retention bounds the scan).
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
+CREATE TABLE IF NOT EXISTS mcp_events (
+    seq INTEGER PRIMARY KEY,
+    token TEXT NOT NULL,
     session TEXT NOT NULL,
     stream TEXT NOT NULL,
     message BLOB,
     at REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_stream ON events (session, stream, seq);
-CREATE INDEX IF NOT EXISTS events_at ON events (at);
 """
 
 
@@ -100,7 +102,7 @@ class SqliteEventStore(EventStore):
         return await asyncio.get_running_loop().run_in_executor(self._pool, job)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        event_id = secrets.token_hex(16)
+        token = secrets.token_hex(16)
         session = SESSION_KEY.get()
         body = (
             None
@@ -111,36 +113,45 @@ class SqliteEventStore(EventStore):
         self._writes += 1
         prune = self._writes % self.prune_every == 1 % self.prune_every
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO events (id, session, stream, message, at) VALUES (?, ?, ?, ?, ?)",
-                (event_id, session, stream_id, body, now),
-            )
+        def write(conn: sqlite3.Connection) -> int:
+            seq = conn.execute(
+                "INSERT INTO mcp_events (token, session, stream, message, at) VALUES (?, ?, ?, ?, ?)",
+                (token, session, stream_id, body, now),
+            ).lastrowid
             if prune:
-                conn.execute("DELETE FROM events WHERE at < ?", (now - self.retention_s,))
+                old = conn.execute(
+                    "SELECT MAX(seq) FROM mcp_events WHERE at < ?", (now - self.retention_s,)
+                ).fetchone()[0]
                 conn.execute(
-                    "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?", (self.max_events,)
+                    "DELETE FROM mcp_events WHERE seq <= MAX(?, (SELECT MAX(seq) FROM mcp_events) - ?)",
+                    (old or 0, self.max_events),
                 )
+            assert seq is not None
+            return seq
 
-        await self._run(write)
-        return event_id
+        seq = await self._run(write)
+        return f"{seq}.{token}"
 
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
     ) -> StreamId | None:
         session = SESSION_KEY.get()
+        seq_text, _, token = last_event_id.partition(".")
+        if not seq_text.isdigit() or len(seq_text) > 19:
+            return None
 
-        def read(conn: sqlite3.Connection) -> tuple[str, list[tuple[str, bytes]]] | None:
+        def read(conn: sqlite3.Connection) -> tuple[str, list[tuple[int, str, bytes]]] | None:
             row = conn.execute(
-                "SELECT seq, stream FROM events WHERE id = ? AND session = ?", (last_event_id, session)
+                "SELECT stream FROM mcp_events WHERE seq = ? AND token = ? AND session = ?",
+                (int(seq_text), token, session),
             ).fetchone()
             if row is None:
                 return None
-            seq, stream = row
+            stream = row[0]
             later = conn.execute(
-                "SELECT id, message FROM events WHERE session = ? AND stream = ? AND seq > ? "
+                "SELECT seq, token, message FROM mcp_events WHERE seq > ? AND session = ? AND stream = ? "
                 "AND message IS NOT NULL ORDER BY seq",
-                (session, stream, seq),
+                (int(seq_text), session, stream),
             ).fetchall()
             return stream, later
 
@@ -148,16 +159,16 @@ class SqliteEventStore(EventStore):
         if found is None:
             return None
         stream, later = found
-        for event_id, body in later:
+        for seq, event_token, body in later:
             message: Any = jsonrpc_message_adapter.validate_json(body)
-            await send_callback(EventMessage(message, event_id))
+            await send_callback(EventMessage(message, f"{seq}.{event_token}"))
         return stream
 
     async def count(self) -> int:
         """How many events the file holds (for tests and the operator)."""
 
         def read(conn: sqlite3.Connection) -> int:
-            total: int = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+            total: int = conn.execute("SELECT COUNT(*) FROM mcp_events").fetchone()[0]
             return total
 
         return await self._run(read)
