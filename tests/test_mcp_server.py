@@ -531,3 +531,19 @@ async def test_reading_the_state_resource_is_a_read_the_authorize_hook_decides(d
         assert refused.value.error.message.startswith("forbidden: read")
     assert {"connect", "call:increment", "read"} <= set(asked)
     await app.aclose()
+
+
+async def test_per_session_actors_take_creation_tokens(data_dir: Path) -> None:
+    limits = Limits(
+        conn_rate=None, principal_rate=None, anonymous_creation_rate=0.001, anonymous_creation_burst=1
+    )
+    app = create_app(KINDS, data_dir=data_dir, limits=limits)
+    async with serve_in_process(app) as where:
+        url = f"http://{where}/mcp/counter"
+        async with mcp_session(url) as first, mcp_session(url) as second:
+            assert (await first.call_tool("increment", {})).structured_content == {"result": 1}
+            refused = await second.call_tool("increment", {})
+            assert refused.is_error
+            assert text_of(refused).startswith("creation_limited")
+            assert (await first.call_tool("increment", {})).structured_content == {"result": 2}  # it exists
+    await app.aclose()
