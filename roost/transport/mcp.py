@@ -27,7 +27,8 @@ Roost's failure table, ``docs/protocol.md``):
    ``initialize``). Other sessions are never affected.
 
 Then each tool call is checked as an HTTP call is (read-only principals, ``call:<method>``,
-creations). Bodies are bounded by the app's ``max_frame_bytes`` (413). The SSE streams are
+creations). Bodies are bounded by the app's ``max_frame_bytes`` (413), open sessions by
+:data:`MAX_SESSIONS` (503 for a new one beyond). The SSE streams are
 resumable: their events go to :class:`roost.transport.mcp_events.SqliteEventStore`.
 
 Lifecycle: the session manager starts with the first MCP request (in a task of its own) and stops
@@ -39,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from importlib import metadata
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -68,8 +70,17 @@ SESSION_HEADER = "mcp-session-id"
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 #: Sessions idle this long are closed by the SDK; their bindings are forgotten after it too.
 IDLE_S = 30 * 60.0
+#: Open sessions at most (the SDK answers a new one 503 beyond; the open ones are unaffected).
+MAX_SESSIONS = 10_000
 #: The reconnection delay the SSE streams suggest to clients (their `retry:` field), in milliseconds.
 RETRY_MS = 1000
+
+
+def _roost_version() -> str:
+    try:
+        return metadata.version("roost")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def mcp_origin_allowed(request: Request, origins: frozenset[str] | None) -> bool:
@@ -101,9 +112,9 @@ class McpService:
     """The ASGI endpoint of both MCP routes (module doc). ``extras``: prompts and resources the app
     adds to every session (:class:`~roost.transport.mcp_tools.McpExtras`)."""
 
-    def __init__(self, runtime: Runtime, *, version: str = "") -> None:
+    def __init__(self, runtime: Runtime, *, version: str | None = None) -> None:
         self.runtime = runtime
-        self.version = version
+        self.version = version if version is not None else _roost_version()
         self.extras = McpExtras()
         self.sessions: dict[str, Binding] = {}
         self.events: SqliteEventStore | None = None
@@ -126,12 +137,18 @@ class McpService:
                     max_request_body_size=self.runtime.max_frame_bytes,
                     session_idle_timeout=IDLE_S,
                     retry_interval=RETRY_MS,
-                    max_sessions=self.runtime.access.limits.conns_per_actor,
+                    max_sessions=MAX_SESSIONS,
                 )
                 started = asyncio.Event()
                 self._stop = asyncio.Event()
-                self._task = asyncio.create_task(self._serve(manager, started, self._stop), name="roost-mcp")
-                await started.wait()
+                task = asyncio.create_task(self._serve(manager, started, self._stop), name="roost-mcp")
+                ready = asyncio.create_task(started.wait())
+                await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+                if not started.is_set():  # it failed to start: the request that asked says why
+                    ready.cancel()
+                    await task
+                    raise RuntimeError("the MCP session manager stopped before it started")
+                self._task = task
                 self._manager = manager
         return self._manager
 
