@@ -56,11 +56,12 @@ CLIENT = python_block("# client.py")
 CHAT = python_block("# chat.py")
 AGENT = python_block("from pydantic import BaseModel\n")
 FASTAPI = python_block("# main.py, beside myapp.py\n")
+MCP_CLIENT = python_block("# mcp_client.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 5, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 6, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -159,6 +160,34 @@ def test_the_client_block_runs_against_the_annotated_actor_and_prints_what_the_r
     said = README.split("## A Python client", 1)[1].split("It prints ", 1)[1].split(" on a fresh", 1)[0]
     printed = re.findall(r"`([^`]+)`", said)
     assert out.stdout.splitlines() == printed, (out.stdout, said)
+
+
+def test_the_mcp_block_runs_against_the_annotated_actor_and_prints_what_the_readme_says(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    server = served(SHELL[2].strip(), tmp_path)
+    try:
+        assert "http://127.0.0.1:8000/mcp/counter/c1" in MCP_CLIENT
+        (tmp_path / "mcp_client.py").write_text(MCP_CLIENT.replace("127.0.0.1:8000", server.addr))
+        out = subprocess.run(
+            [sys.executable, "mcp_client.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        seen = httpx.get(f"{server.http}/agents/counter/c1", timeout=10).json()
+    finally:
+        server.terminate()
+    assert out.returncode == 0, out.stderr[-2000:]
+    section = README.split("## Serving actors over MCP", 1)[1]
+    said = section.split("It prints ", 1)[1].split(" on a fresh", 1)[0]
+    printed = re.findall(r"`([^`]+)`", said)
+    assert out.stdout.splitlines() == printed, (out.stdout, said)
+    assert seen["state"] == {"count": 2}
 
 
 def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ class Arguments:
     the ``(args, kwargs)`` to call the method with, or raises ``InvalidArguments``."""
 
     __slots__ = (
+        "_annotations",
         "_checks",
         "_fast",
         "_kinds",
@@ -86,7 +87,9 @@ class Arguments:
         self.method = method
         #: The signature a caller sees (without ``self``).
         self.signature = inspect.Signature(params)
-        checks = {p.name: _checker(fn, p.name, _resolve(fn, p.name, p.annotation)) for p in params}
+        annotations = {p.name: _resolve(fn, p.name, p.annotation) for p in params}
+        checks = {p.name: _checker(fn, p.name, annotations[p.name]) for p in params}
+        self._annotations = annotations
         positional = [p for p in params if p.kind in _POSITIONAL]
         self._checks = checks
         self._kinds = {p.name: p.kind for p in params}
@@ -186,6 +189,46 @@ class Arguments:
             except ValidationError as exc:
                 raise self._invalid(label, exc) from None
         return list(bound.args), bound.kwargs
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema (draft 2020-12) of a call's keyword arguments: an object with one property
+        per parameter that can be passed by name (its annotation's schema, ``{}`` for one that
+        accepts anything, its default when it has a JSON form), ``required`` for those without a
+        default, and ``additionalProperties`` from ``**kwargs`` (its item schema; ``false``
+        without). ``*args`` have no name a caller could give: they are left out. Positional-only
+        parameters are listed under their names (a caller that passes arguments by name, the MCP
+        server, hands them on by position)."""
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        defs: dict[str, Any] = {}
+        extra: Any = False
+        for param in self.signature.parameters.values():
+            annotation = self._annotations[param.name]
+            schema = _schema_of(annotation, defs)
+            if param.kind is _P.VAR_POSITIONAL:
+                continue
+            if param.kind is _P.VAR_KEYWORD:
+                extra = schema
+                continue
+            if param.default is not _P.empty:
+                try:
+                    schema = {**schema, "default": orjson.loads(orjson.dumps(param.default))}
+                except TypeError:
+                    pass
+            else:
+                required.append(param.name)
+            properties[param.name] = schema
+        out: dict[str, Any] = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": properties,
+        }
+        if required:
+            out["required"] = required
+        out["additionalProperties"] = extra
+        if defs:
+            out["$defs"] = defs
+        return out
 
     def _invalid(self, label: str, exc: ValidationError) -> InvalidArguments:
         return InvalidArguments(message=f"{self.method}: {describe(label, exc)}"[:_MAX_MESSAGE])
@@ -295,6 +338,16 @@ def _adapter(fn: Callable[..., Any], name: str, annotation: Any) -> TypeAdapter[
             f"@callable {fn.__qualname__}: pydantic cannot validate {name!r} ({annotation!r}): "
             f"{exc.message.splitlines()[0]} Annotate it with Any to accept anything."
         ) from exc
+
+
+def _schema_of(annotation: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of values of ``annotation`` as :func:`_validate` reads them (``{}``: anything);
+    the definitions it refers to are added to ``defs`` (``#/$defs/NAME``)."""
+    if annotation is _P.empty or annotation is Any or annotation is object:
+        return {}
+    schema = TypeAdapter(annotation).json_schema(ref_template="#/$defs/{model}", mode="validation")
+    defs.update(schema.pop("$defs", {}))
+    return schema
 
 
 def _exact_types(annotation: Any) -> tuple[type, ...] | None:

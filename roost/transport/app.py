@@ -3,7 +3,8 @@
 Routes: ``WS /agents/{kind}/{name}``, ``GET /agents/{kind}/{name}``,
 ``POST /agents/{kind}/{name}/rpc/{method}``, ``GET /healthz``; for the operator ``POST /admin/backup``,
 ``GET /admin/actors/{kind}/{name}``, ``GET /admin/actors/{kind}/{name}/export`` and
-``DELETE /admin/actors/{kind}/{name}``.
+``DELETE /admin/actors/{kind}/{name}``; MCP over streamable HTTP at ``/mcp/{kind}/{name}`` and
+``/mcp/{kind}`` (:mod:`roost.transport.mcp`).
 
 The app can be served by ``roost serve module:app`` or mounted inside any ASGI application (FastAPI
 included). Its runtime starts with the app's lifespan, or — when mounted in an app that does not forward
@@ -41,6 +42,7 @@ from roost.transport.http import (
     post_rpc,
 )
 from roost.transport.limits import Limits
+from roost.transport.mcp import McpService
 from roost.transport.security import Authorize
 from roost.transport.sink import SocketSink
 from roost.transport.web import web_routes
@@ -75,6 +77,7 @@ class RoostApp(Starlette):
     send_queue: int
     send_queue_bytes: int
     sinks: set[SocketSink]
+    mcp: McpService  #: the MCP routes; ``app.mcp.extras`` takes the app's prompts and resources
     _started: bool
     _start_lock: asyncio.Lock
 
@@ -147,6 +150,7 @@ class RoostApp(Starlette):
         writers = [s.task for s in self.sinks if s.task is not None]
         if writers:
             await asyncio.wait(writers, timeout=2.0)
+        await self.mcp.aclose()
         await self.registry.stop()
         self._started = False
 
@@ -214,12 +218,15 @@ def create_app(
     app._start_lock = asyncio.Lock()
     app.state.roost = app
     ws = WebSocketEndpoint(app)
+    app.mcp = McpService(app)
     app.router.routes.extend(
         [
             WebSocketRoute("/agents/{kind}/{name:actor_name}", ws),
             Route("/agents/{kind}/{name:actor_name}/rpc/{method}", post_rpc, methods=["POST"]),
             Route("/agents/{kind}/{name:actor_name}", get_actor, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/mcp/{kind}/{name:actor_name}", app.mcp, methods=["GET", "POST", "DELETE"]),
+            Route("/mcp/{kind}", app.mcp, methods=["GET", "POST", "DELETE"]),
             Route("/admin/backup", admin_backup, methods=["POST"]),
             Route("/admin/actors/{kind}/{name:actor_name}/export", admin_export, methods=["GET"]),
             Route("/admin/actors/{kind}/{name:actor_name}", admin_inspect, methods=["GET"]),

@@ -1,0 +1,549 @@
+"""Actors served as MCP servers (``roost.transport.mcp``), driven by the official Python SDK's client
+over real sockets, and by raw HTTP where the SDK's client would hide what the server answered."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import orjson
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from roost.actors import Actor, callable, callables_of
+from roost.examples.kinds import KINDS
+from roost.scheduler.clock import FakeClock
+from roost.transport import RoostApp, create_app
+from roost.transport.limits import Limits
+from roost.transport.mcp import IDLE_S
+from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
+from roost.transport.mcp_tools import RESOURCE_NOT_FOUND
+from roost.transport.security import claims_authorize, token_authenticate
+from roost.transport.tokens import TokenSigner
+from tests.support import serve_in_process, server_process
+
+SECRET = "m" * 40
+signer = TokenSigner(SECRET)
+NO_RATES = Limits(conn_rate=None, principal_rate=None)
+ACCEPT = {"accept": "application/json, text/event-stream"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, token: str | None = None, **options: Any) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session on ``url`` (with a bearer token if given; ``options`` for
+    the :class:`ClientSession`)."""
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=20) as http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1], **options) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def text_of(result: Any) -> str:
+    text: str = result.content[0].text
+    return text
+
+
+def sse_messages(body: str) -> list[tuple[str | None, Any]]:
+    """``(event id, JSON message or None for a priming event)`` of an SSE body."""
+    events: list[tuple[str | None, Any]] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(":")
+            fields[key] = value.removeprefix(" ")
+        if "id" in fields or "data" in fields:
+            data = fields.get("data", "")
+            events.append((fields.get("id"), orjson.loads(data) if data.strip() else None))
+    return events
+
+
+async def open_raw(http: httpx.AsyncClient, url: str, **headers: str) -> str:
+    """Initialize a session with raw requests; its session id."""
+    opened = await http.post(url, json=INIT, headers={**ACCEPT, **headers})
+    assert opened.status_code == 200, opened.text
+    sid = opened.headers["mcp-session-id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    done = await http.post(url, json=note, headers={**ACCEPT, "mcp-session-id": sid, **headers})
+    assert done.status_code == 202
+    return sid
+
+
+@pytest.fixture
+async def mcp_app(data_dir: Path) -> RoostApp:
+    return create_app(KINDS, data_dir=data_dir, limits=NO_RATES)
+
+
+@pytest.fixture
+async def addr(mcp_app: RoostApp) -> AsyncIterator[str]:
+    async with serve_in_process(mcp_app) as where:
+        yield where
+
+
+def secured(data_dir: Path) -> RoostApp:
+    return create_app(
+        KINDS,
+        data_dir=data_dir,
+        authenticate=token_authenticate(signer),
+        authorize=claims_authorize,
+        limits=NO_RATES,
+    )
+
+
+async def test_a_tool_call_changes_the_actor_seen_over_http(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert {"increment", "get", "count_to", "increment_later", "schedules"} <= set(tools)
+        assert tools["get"].annotations is not None
+        assert tools["get"].annotations.read_only_hint is True
+        assert tools["increment"].annotations is None
+        schema = tools["increment"].input_schema
+        assert schema["properties"]["by"] == {"type": "integer", "default": 1}
+        assert schema["additionalProperties"] is False
+        result = await mcp.call_tool("increment", {"by": 2})
+        assert not result.is_error
+        assert result.structured_content == {"result": 2}
+        async with httpx.AsyncClient(timeout=10) as http:
+            seen = (await http.get(f"http://{addr}/agents/counter/{name}")).json()
+            assert seen["state"] == {"count": 2}
+            called = await http.post(f"http://{addr}/agents/counter/{name}/rpc/increment", json=[5])
+            assert called.json() == {"ok": True, "result": 7}
+        state = await mcp.read_resource(f"roost://counter/{name}/state")
+        assert orjson.loads(state.contents[0].text) == {"state": {"count": 7}, "cursor": 2}  # type: ignore[union-attr]
+
+
+async def test_a_refused_call_is_an_error_result_and_writes_nothing(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        bad = await mcp.call_tool("increment", {"by": "two"})
+        assert bad.is_error
+        assert text_of(bad).startswith("invalid_arguments: increment: argument 'by'")
+        with pytest.raises(MCPError) as unknown:
+            await mcp.call_tool("no_such_tool", {})
+        assert "unknown tool" in unknown.value.error.message
+        streamed = await mcp.call_tool("count_to", {"n": 3})
+        assert streamed.structured_content == {"result": None, "chunks": [1, 2, 3]}
+
+
+async def test_reading_the_state_of_an_actor_never_created_creates_nothing(addr: str) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        resources = [r.uri for r in (await mcp.list_resources()).resources]
+        assert f"roost://counter/{name}/state" in resources
+        with pytest.raises(MCPError) as missing:
+            await mcp.read_resource(f"roost://counter/{name}/state")
+        assert missing.value.error.code == RESOURCE_NOT_FOUND
+        got = await mcp.call_tool("get", {})  # a read-only tool: not_found, and nothing is created
+        assert got.is_error
+        assert text_of(got).startswith("not_found")
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.get(f"http://{addr}/agents/counter/{name}")).status_code == 404
+
+
+async def test_each_session_on_the_kind_has_its_own_actor(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter"
+    async with mcp_session(url) as one, mcp_session(url) as two:
+        assert (await one.call_tool("increment", {})).structured_content == {"result": 1}
+        assert (await two.call_tool("increment", {})).structured_content == {"result": 1}
+        assert (await one.call_tool("increment", {"by": 4})).structured_content == {"result": 5}
+        mine = [r.uri for r in (await one.list_resources()).resources if r.uri.startswith("roost://counter/")]
+        theirs = [
+            r.uri for r in (await two.list_resources()).resources if r.uri.startswith("roost://counter/")
+        ]
+        assert mine != theirs
+        state = await one.read_resource(mine[0])
+        assert orjson.loads(state.contents[0].text)["state"] == {"count": 5}  # type: ignore[union-attr]
+
+
+async def test_tokens_tenants_and_read_only_principals_apply(data_dir: Path) -> None:
+    app = secured(data_dir)
+    async with serve_in_process(app) as where:
+        url = f"http://{where}/mcp/counter/shared"
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(url, json=INIT, headers=ACCEPT)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["message"].startswith("unauthenticated")
+        ann = signer.issue("ann", ttl=600, tenant="t1")
+        async with mcp_session(url, ann) as mcp:
+            assert (await mcp.call_tool("increment", {"by": 3})).structured_content == {"result": 3}
+        bob = signer.issue("bob", ttl=600, tenant="t2")  # another tenant: another actor of that name
+        async with mcp_session(url, bob) as mcp:
+            assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+        reader = signer.issue("rita", ttl=600, tenant="t1", read_only=True)
+        async with mcp_session(url, reader) as mcp:
+            refused_call = await mcp.call_tool("increment", {})
+            assert refused_call.is_error
+            assert text_of(refused_call).startswith("forbidden: read-only")
+            assert (await mcp.call_tool("get", {})).structured_content == {"result": 3}
+        other_kind = signer.issue("cal", ttl=600, kinds=["room"])
+        async with httpx.AsyncClient(timeout=10) as http:
+            headers = {**ACCEPT, "authorization": f"Bearer {other_kind}"}
+            assert (await http.post(url, json=INIT, headers=headers)).status_code == 403
+    await app.aclose()
+
+
+async def test_a_browser_origin_that_is_not_allowed_is_refused(addr: str, data_dir: Path) -> None:
+    url = f"http://{addr}/mcp/counter/o1"
+    async with httpx.AsyncClient(timeout=10) as http:
+        evil = await http.post(url, json=INIT, headers={**ACCEPT, "origin": "http://evil.example.com"})
+        assert evil.status_code == 403
+        assert "origin_refused" in evil.json()["error"]["message"]
+        rebound = await http.post(
+            url,
+            json=INIT,
+            headers={**ACCEPT, "origin": "http://evil.example.com", "host": "evil.example.com"},
+        )
+        assert rebound.status_code == 403
+        local = await http.post(url, json=INIT, headers={**ACCEPT, "origin": f"http://{addr}"})
+        assert local.status_code == 200
+    listed = create_app(KINDS, data_dir=data_dir / "listed", origins=["https://app.example"], limits=NO_RATES)
+    async with serve_in_process(listed) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/o1"
+        ok = await http.post(url, json=INIT, headers={**ACCEPT, "origin": "https://app.example"})
+        assert ok.status_code == 200
+        local = await http.post(url, json=INIT, headers={**ACCEPT, "origin": f"http://{where}"})
+        assert local.status_code == 403  # with a list, the list alone decides
+    await listed.aclose()
+
+
+async def test_an_unknown_session_id_is_404_and_other_sessions_go_on(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/s1"
+    async with mcp_session(url) as mcp, httpx.AsyncClient(timeout=10) as http:
+        await mcp.call_tool("increment", {})
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        answer = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": "no-such-session"})
+        assert answer.status_code == 404
+        assert answer.json()["error"]["message"] == "not_found: Session not found"
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 2}
+
+
+async def test_a_session_answers_only_on_its_path_and_to_its_principal(data_dir: Path) -> None:
+    app = secured(data_dir)
+    ann, bob = signer.issue("ann", ttl=600), signer.issue("bob", ttl=600)
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        base = f"http://{where}/mcp/counter"
+        sid = await open_raw(http, f"{base}/a", authorization=f"Bearer {ann}")
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        own = {**ACCEPT, "mcp-session-id": sid, "authorization": f"Bearer {ann}"}
+        assert (await http.post(f"{base}/a", json=listing, headers=own)).status_code == 200
+        assert (await http.post(f"{base}/b", json=listing, headers=own)).status_code == 404
+        theirs = {**own, "authorization": f"Bearer {bob}"}
+        assert (await http.post(f"{base}/a", json=listing, headers=theirs)).status_code == 404
+        assert (await http.post(f"{base}/a", json=listing, headers=own)).status_code == 200
+    await app.aclose()
+
+
+async def test_a_request_before_initialize_is_a_json_rpc_error(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/early"
+    async with httpx.AsyncClient(timeout=10) as http:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "increment"}}
+        early = await http.post(url, json=call, headers=ACCEPT)
+        assert early.status_code == 400
+        body = early.json()
+        assert body["jsonrpc"] == "2.0"
+        assert "Missing session ID" in body["error"]["message"]
+        as_json = {**ACCEPT, "content-type": "application/json"}
+        garbage = await http.post(url, content=b"{not json", headers=as_json)
+        assert garbage.status_code == 400
+        assert garbage.json()["error"]["code"] == -32700
+        per_session = await http.post(f"http://{addr}/mcp/counter", json=call, headers=ACCEPT)
+        assert per_session.status_code == 400
+        drafted = await http.post(url, json=call, headers={**ACCEPT, "mcp-protocol-version": "2026-07-28"})
+        assert drafted.status_code == 400
+        assert "'2026-07-28' is not served" in drafted.json()["error"]["message"]
+        big = await http.post(url, content=b" " * (2 << 20), headers=as_json)
+        assert big.status_code == 413
+    async with mcp_session(url) as mcp:  # the server goes on serving
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+    async with httpx.AsyncClient(timeout=10) as http:  # and nothing was created by the early call
+        assert (await http.get(f"http://{addr}/agents/counter/early")).json()["state"] == {"count": 1}
+
+
+async def test_an_sse_stream_resumes_from_the_event_store(addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/r1"
+    async with httpx.AsyncClient(timeout=10) as http:
+        sid = await open_raw(http, url)
+        session = {**ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "increment", "arguments": {}},
+        }
+        answered = await http.post(url, json=call, headers=session)
+        events = sse_messages(answered.text)
+        assert events[0][1] is None
+        assert events[0][0]
+        assert events[-1][1]["id"] == 7
+        replay: list[tuple[str | None, Any]] = []
+        resume = {"accept": "text/event-stream", "mcp-session-id": sid, "last-event-id": str(events[0][0])}
+        async with http.stream("GET", url, headers=resume) as stream:
+            assert stream.status_code == 200
+            buffer = ""
+            async for piece in stream.aiter_text():
+                buffer += piece
+                replay = [e for e in sse_messages(buffer) if e[1] is not None]
+                if replay:
+                    break
+        assert replay[0][1] == events[-1][1]  # the answer, replayed once, from the store
+
+
+async def test_the_event_store_keeps_sessions_apart_and_outlives_a_reopen(tmp_path: Path) -> None:
+    from mcp_types import JSONRPCNotification
+
+    path = tmp_path / "events.sqlite"
+    store = SqliteEventStore(path)
+    token = SESSION_KEY.set("one")
+    try:
+        first = await store.store_event("1", None)
+        await store.store_event("1", JSONRPCNotification(jsonrpc="2.0", method="notifications/a"))
+        await store.store_event("2", JSONRPCNotification(jsonrpc="2.0", method="notifications/b"))
+    finally:
+        SESSION_KEY.reset(token)
+    store.close()
+    reopened = SqliteEventStore(path)
+    sent: list[Any] = []
+
+    async def collect(event: Any) -> None:
+        sent.append(event.message.method)
+
+    token = SESSION_KEY.set("two")
+    try:
+        assert await reopened.replay_events_after(first, collect) is None  # another session's id
+    finally:
+        SESSION_KEY.reset(token)
+    token = SESSION_KEY.set("one")
+    try:
+        assert await reopened.replay_events_after(first, collect) == "1"
+    finally:
+        SESSION_KEY.reset(token)
+    assert sent == ["notifications/a"]  # its own stream only
+    reopened.close()
+
+
+async def test_a_principals_request_rate_holds_over_mcp(data_dir: Path) -> None:
+    app = create_app(
+        KINDS,
+        data_dir=data_dir,
+        authenticate=token_authenticate(signer),
+        limits=Limits(conn_rate=None, principal_rate=0.001, principal_burst=2),
+    )
+    token = signer.issue("ann", ttl=600)
+    headers = {**ACCEPT, "authorization": f"Bearer {token}"}
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/rated"
+        answers = [(await http.post(url, json=INIT, headers=headers)).status_code for _ in range(3)]
+        assert answers == [200, 200, 429]
+    await app.aclose()
+
+
+class Shapes(Actor):
+    kind = "shapes"
+
+    @callable
+    async def place(
+        self,
+        where: Point,
+        label: str = "x",
+        /,
+        *rest: int,
+        size: float = 1.0,
+        near: Point | None = None,
+        **tags: str,
+    ) -> None:
+        """Put a label at a point.
+
+        More about it, left out of the description."""
+
+    @callable(readonly=True)
+    async def look(self) -> None:
+        pass
+
+
+def test_the_input_schema_follows_the_signature() -> None:
+    schema = callables_of(Shapes)["place"].arguments.json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["properties"]["where"]["required"] == ["x", "y"]  # the model's own schema
+    assert schema["properties"]["label"] == {"type": "string", "default": "x"}
+    assert schema["properties"]["size"] == {"type": "number", "default": 1.0}
+    assert schema["properties"]["near"]["anyOf"][0] == {"$ref": "#/$defs/Point"}  # a model used in a union
+    assert schema["$defs"]["Point"]["required"] == ["x", "y"]
+    assert "rest" not in schema["properties"]  # *args have no name a caller could give
+    assert schema["required"] == ["where"]
+    assert schema["additionalProperties"] == {"type": "string"}  # **tags
+    assert callables_of(Shapes)["look"].arguments.json_schema()["additionalProperties"] is False
+
+
+async def test_tools_describe_themselves_and_take_positional_only_arguments_by_name(data_dir: Path) -> None:
+    app = create_app([Shapes, *KINDS], data_dir=data_dir, limits=NO_RATES)
+    async with serve_in_process(app) as where, mcp_session(f"http://{where}/mcp/shapes/s1") as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert tools["place"].description == "Put a label at a point."
+        assert tools["look"].description == "Call look on the actor."
+        placed = await mcp.call_tool("place", {"where": {"x": 1, "y": 2}, "label": "a", "size": 2.5})
+        assert placed.structured_content == {"result": None}
+        wrong = await mcp.call_tool("place", {"where": {"x": 1}})
+        assert wrong.is_error
+        assert "argument 'where.y'" in text_of(wrong)
+    await app.aclose()
+
+
+class Steps(Actor):
+    kind = "steps"
+
+    @callable
+    async def work(self) -> AsyncIterator[Any]:
+        """Reports progress and logs as it goes."""
+        yield {"progress": 1, "total": 2, "message": "half"}
+        yield {"log": "debug", "data": "below the session's level"}
+        yield {"log": "warning", "data": "careful"}
+        yield "a plain chunk"
+        yield {"progress": 2, "total": 2}
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_progress_log_and_update_chunks_become_notifications_before_the_answer(data_dir: Path) -> None:
+    app = create_app([Steps, *KINDS], data_dir=data_dir, limits=NO_RATES)
+    logs: list[Any] = []
+    reports: list[tuple[float, float | None, str | None]] = []
+    notes: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append((params.level, params.data))
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async def on_message(message: Any) -> None:
+        notes.append(message)
+
+    async with serve_in_process(app) as where:
+        async with mcp_session(f"http://{where}/mcp/steps/s1", logging_callback=on_log) as mcp:
+            done = await mcp.call_tool("work", {}, progress_callback=on_progress)
+            assert reports == [(1.0, 2.0, "half"), (2.0, 2.0, None)]
+            assert logs == [("warning", "careful")]  # debug is below the default level, info
+            assert done.structured_content == {"result": None, "chunks": ["a plain chunk"]}
+        url = f"http://{where}/mcp/counter/watched"
+        async with mcp_session(url, message_handler=on_message) as mcp:
+            await mcp.subscribe_resource("roost://counter/watched/state")
+            await mcp.call_tool("increment", {})
+            updated = [n for n in notes if getattr(n, "method", "") == "notifications/resources/updated"]
+            assert [n.params.uri for n in updated] == ["roost://counter/watched/state"]
+            await mcp.call_tool("get", {})  # read-only: no update
+            await mcp.unsubscribe_resource("roost://counter/watched/state")
+            await mcp.call_tool("increment", {})
+            updated = [n for n in notes if getattr(n, "method", "") == "notifications/resources/updated"]
+            assert len(updated) == 1
+    await app.aclose()
+
+
+async def test_the_event_store_is_bounded(tmp_path: Path) -> None:
+    from mcp_types import JSONRPCNotification
+
+    now = [0.0]
+    note = JSONRPCNotification(jsonrpc="2.0", method="notifications/a")
+    old = SqliteEventStore(tmp_path / "old.sqlite", clock=lambda: now[0], retention_s=10, prune_every=2)
+    await old.store_event("1", note)  # the first write prunes (nothing yet)
+    now[0] = 20.0
+    await old.store_event("1", note)
+    assert await old.count() == 2
+    await old.store_event("1", note)  # the third prunes: the first is older than 10 s
+    assert await old.count() == 2
+    old.close()
+    many = SqliteEventStore(tmp_path / "many.sqlite", max_events=3, prune_every=1)
+    for _ in range(10):
+        await many.store_event("1", note)
+    assert await many.count() == 3
+    many.close()
+
+
+async def test_a_forgotten_session_is_refused_and_never_reaches_the_sdk(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES, clock=clock)
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter/idle"
+        old = await open_raw(http, url)
+        clock.advance(IDLE_S * 2 + 1)  # idle (no request in flight) for twice the SDK's timeout
+        new = await open_raw(http, url)  # a new session makes the service forget the idle ones
+        assert old not in app.mcp.sessions
+        answer = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": old})
+        assert answer.status_code == 404  # refused at the gate, though the SDK may still hold it
+        assert (
+            await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": new})
+        ).status_code == 200
+    await app.aclose()
+
+
+@pytest.mark.slow
+async def test_the_default_apps_counter_is_an_mcp_server(tmp_path: Path) -> None:
+    with server_process(tmp_path / "data") as server:
+        async with mcp_session(f"{server.http}/mcp/counter/default") as mcp:
+            tools = {t.name for t in (await mcp.list_tools()).tools}
+            assert {"increment", "get", "count_to"} <= tools
+            assert (await mcp.call_tool("increment", {"by": 3})).structured_content == {"result": 3}
+        async with httpx.AsyncClient(timeout=10) as http:
+            seen = (await http.get(f"{server.http}/agents/counter/default")).json()
+        assert seen["state"] == {"count": 3}
+
+
+async def test_reading_the_state_resource_is_a_read_the_authorize_hook_decides(data_dir: Path) -> None:
+    asked: list[str] = []
+
+    def no_reads(principal: Any, kind: str, name: str, action: str) -> bool:
+        asked.append(action)
+        return action != "read"
+
+    app = create_app(KINDS, data_dir=data_dir, authorize=no_reads, limits=NO_RATES)
+    async with serve_in_process(app) as where, mcp_session(f"http://{where}/mcp/counter/hidden") as mcp:
+        assert (await mcp.call_tool("increment", {})).structured_content == {"result": 1}
+        with pytest.raises(MCPError) as refused:
+            await mcp.read_resource("roost://counter/hidden/state")
+        assert refused.value.error.message.startswith("forbidden: read")
+    assert {"connect", "call:increment", "read"} <= set(asked)
+    await app.aclose()
+
+
+async def test_per_session_actors_take_creation_tokens(data_dir: Path) -> None:
+    limits = Limits(
+        conn_rate=None, principal_rate=None, anonymous_creation_rate=0.001, anonymous_creation_burst=1
+    )
+    app = create_app(KINDS, data_dir=data_dir, limits=limits)
+    async with serve_in_process(app) as where:
+        url = f"http://{where}/mcp/counter"
+        async with mcp_session(url) as first, mcp_session(url) as second:
+            assert (await first.call_tool("increment", {})).structured_content == {"result": 1}
+            refused = await second.call_tool("increment", {})
+            assert refused.is_error
+            assert text_of(refused).startswith("creation_limited")
+            assert (await first.call_tool("increment", {})).structured_content == {"result": 2}  # it exists
+    await app.aclose()
