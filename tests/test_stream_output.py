@@ -5,6 +5,8 @@ the turn's side, roost/agent/stream_buffer.py for the worker's)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,6 +18,7 @@ from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
 from roost.agent.openai import OpenAICompatibleModel
+from roost.agent.payloads import redact_text
 from roost.agent.stream_buffer import MAX_BATCH, MAX_HELD, StreamBuffer, safe_cut
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
@@ -138,6 +141,83 @@ async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     await buf.add("fi")
     await buf.close()
     assert "".join(sent) == "one two three four fi"
+
+
+async def flushed(deltas: list[str], *, count: int = 1) -> list[str]:
+    """The batches a buffer sends for ``deltas``, each redacted as the turn redacts it."""
+    out: list[str] = []
+
+    async def flush(text: str) -> None:
+        out.append(redact_text(text))
+
+    buf = StreamBuffer(flush, count=count, interval=10, sleep=FakeClock().sleep)
+    for d in deltas:
+        await buf.add(d)
+    await buf.close()
+    return out
+
+
+def pem_key(size: int) -> tuple[str, list[str]]:
+    body = base64.b64encode(bytes(range(256)) * (size // 256 + 1))[: size * 4 // 3].decode()
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    joined = "\n".join(lines)
+    return f"Here:\n-----BEGIN RSA PRIVATE KEY-----\n{joined}\n-----END RSA PRIVATE KEY-----\nDone. ", lines
+
+
+@pytest.mark.parametrize("count", [1, 4, 64])
+async def test_a_private_key_whose_header_is_split_into_tokens_is_redacted(count: int) -> None:
+    text, lines = pem_key(1200)
+    tokens = re.findall(r"\s*\S{1,6}", text)  # as a model's tokenizer splits it: -----B, EGIN, ...
+    shown = "".join(await flushed(tokens, count=count))
+    assert not any(line in shown for line in lines)
+    assert shown.endswith("Done.")  # what follows the block is not held back
+
+
+async def test_a_private_key_longer_than_a_batch_is_redacted_whole() -> None:
+    text, lines = pem_key(4700)  # 6.3 KB: more than one batch
+    batches = await flushed(list(text))
+    assert not any(line in "".join(batches) for line in lines)
+
+
+async def test_text_without_spaces_streams_before_the_end() -> None:
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=2, interval=10, sleep=FakeClock().sleep)
+    for ch in "你好，世界。这是一个没有空格的回答。":
+        await buf.add(ch)
+    assert len("".join(sent)) > 10  # sent by count, not held until close
+    await buf.close()
+
+
+async def test_a_delta_added_while_a_timed_batch_commits_gets_its_own_timer() -> None:
+    clock = FakeClock()
+    sent: list[str] = []
+    gate = asyncio.Event()
+
+    async def slow(text: str) -> None:
+        sent.append(text)
+        await gate.wait()
+
+    buf = StreamBuffer(slow, count=100, interval=0.5, sleep=clock.sleep)
+    await buf.add("hello ")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    clock.advance(0.5)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sent == ["hello "]  # the timed batch is being committed
+    await buf.add("world ")  # arrives meanwhile
+    gate.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    clock.advance(0.5)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sent == ["hello ", "world "]  # due one interval later, without waiting for another delta
+    await buf.close()
 
 
 async def test_a_batch_is_bounded_however_large_the_deltas() -> None:

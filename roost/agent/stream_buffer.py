@@ -9,10 +9,14 @@ what is left.
 Guarantees (tests in ``tests/test_stream_output.py``):
 
 - **A secret split across deltas is redacted whole**: a batch never ends inside what may be the start
-  of a credential — an unfinished word, a ``password:`` or ``Bearer`` still waiting for its value, an
-  open PEM block, an open quoted value — so the turn's redaction sees every credential in one piece.
-  What is held back goes with the next batch (or at :meth:`close`); at most :data:`MAX_HELD`
-  characters are held.
+  of a credential — an unfinished token (a batch ends only after a character no credential contains:
+  whitespace, prose punctuation, any non-ASCII letter, so text without spaces streams too), a
+  ``password:`` or ``Bearer`` still waiting for its value, an open quoted value, a PEM block from its
+  first dashes to its ``-----END …-----`` — so the turn's redaction sees every credential in one
+  piece. What is held back goes with the next batch (or at :meth:`close`); at most :data:`MAX_HELD`
+  characters are held (:data:`MAX_PEM` for a PEM block).
+- **A batch is due within** ``interval`` **of its first delta**, also when that delta arrives while
+  the batch before it is being committed.
 - **Batches keep the stream's order and lose nothing**: flushes run one at a time, in order; the
   concatenation of the flushed texts is the stream's text.
 - **A batch is bounded**: at most :data:`MAX_BATCH` characters, however large the model's deltas.
@@ -24,15 +28,20 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
-__all__ = ["MAX_HELD", "StreamBuffer", "safe_cut"]
+__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut"]
 
 #: Past this many pending characters a batch goes even if its end may cut a credential (a "word" this
-#: long is not text a reader waits for; the base64 runs it could be are blobbed by the policy anyway).
+#: long is not text a reader waits for).
 MAX_HELD = 4096
+#: An open PEM block is held this long at most (a 4096-bit RSA key is about 3,300 characters).
+MAX_PEM = 16_384
 #: A batch holds at most this many characters: more pending text goes as several batches (so no one
 #: event is large, whatever size of delta the model yields).
 MAX_BATCH = 4096
 
+#: Characters a credential may be made of: a batch ends only after a character that is not one of them
+#: (whitespace, punctuation of prose, any non-ASCII letter), so no token is cut.
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~+/=:@%")
 #: A tail that waits for the value that follows it: ``password =``, ``api_key:``, ``Bearer``, ``Basic``.
 _WAITING = re.compile(
     r"(?i)(?:\b(?:bearer|basic)|\b(?:password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key|"
@@ -43,22 +52,34 @@ _OPEN_QUOTE = re.compile(
     r"(?i)\b(?:password|passwd|pwd|secret|token|api[_\-]?key|access[_\-]?key|client[_\-]?secret)"
     r"\s*[=:]\s*(?:\"[^\"]*|'[^']*)$"
 )
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+#: The start of a PEM block, as far as it has come: ``-``… up to ``-----BEGIN RSA PRIVATE KEY-----``.
+_PEM_START = re.compile(r"-----BEGIN\b|-{1,5}(?:B(?:E(?:G(?:I(?:N)?)?)?)?)?$")
+_PEM_END = re.compile(r"-----END [A-Z ]*-----")
+
+
+def _open_pem(text: str, pos: int = 0, end: int | None = None) -> tuple[int, int | None] | None:
+    """The first PEM block that starts in ``text[pos:end]`` and is not closed before ``end``: its start
+    and where it closes in ``text`` (None: not yet); None if there is no such block."""
+    end = len(text) if end is None else end
+    while True:
+        m = _PEM_START.search(text, pos, end)
+        if m is None:
+            return None
+        close = _PEM_END.search(text, m.end())
+        if close is None or close.end() > end:
+            return m.start(), (close.end() if close is not None else None)
+        pos = close.end()
 
 
 def safe_cut(text: str) -> int:
     """How much of ``text`` can be sent now: everything before what may still become a credential."""
-    begin = None
-    for m in _PEM_BEGIN.finditer(text):
-        begin = m.start()
-    if begin is not None and not _PEM_END.search(text, begin):
-        return begin
-    # up to the last whitespace: the word after it may be unfinished
-    cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
-    if cut < 0:
-        return 0
-    cut += 1
+    pem = _open_pem(text)
+    if pem is not None and len(text) - pem[0] <= MAX_PEM:
+        text = text[: pem[0]]  # an open PEM block (or the start of one): held whole
+    floor = max((m.end() for m in _PEM_END.finditer(text)), default=0)  # a closed block goes whole
+    cut = len(text)
+    while cut > floor and text[cut - 1] in _TOKEN_CHARS:
+        cut -= 1  # the token at the end may be unfinished
     head = text[:cut]
     quoted = _OPEN_QUOTE.search(head)
     if quoted is not None:
@@ -67,6 +88,15 @@ def safe_cut(text: str) -> int:
     if waiting is not None:
         return waiting.start()
     return cut
+
+
+def _batch_end(text: str, start: int, end: int, cut: int) -> int:
+    """Where a batch of ``text[start:cut]`` that should end near ``end`` ends: after a PEM block it
+    holds the start of (the whole block in one batch), else where :func:`safe_cut` allows."""
+    pem = _open_pem(text, start, end)
+    if pem is not None:
+        return cut if pem[1] is None else min(cut, pem[1])
+    return start + (safe_cut(text[start:end]) or (end - start))
 
 
 class StreamBuffer:
@@ -88,11 +118,9 @@ class StreamBuffer:
         self._held = ""  # sent with the next batch: it may be the start of a credential
         self._chars = 0  # characters pending
         self._lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
-        self._sleeping = False
+        self._timer: asyncio.Task[None] | None = None  # sleeping until its batch is due
+        self._flushing: set[asyncio.Task[None]] = set()  # timers past their sleep, sending
         self._error: BaseException | None = None  # a timed flush that failed: raised by the next call
-        #: Characters handed to ``flush`` so far.
-        self.sent = 0
 
     async def add(self, text: str) -> None:
         """One delta. May wait for a batch to be committed (the stream waits with it: back-pressure)."""
@@ -103,8 +131,7 @@ class StreamBuffer:
         self._chars += len(text)
         if len(self._pending) >= self._count or self._chars >= MAX_BATCH:
             await self._send(final=False)
-        elif self._timer is None or self._timer.done():
-            self._sleeping = True  # until it has slept: close() may cancel it
+        elif self._timer is None:
             self._timer = asyncio.get_running_loop().create_task(self._later(), name="roost.stream.batch")
 
     def _raise(self) -> None:
@@ -112,29 +139,35 @@ class StreamBuffer:
             raise self._error
 
     async def _later(self) -> None:
-        try:
-            await self._sleep(self._interval)
-        finally:
-            self._sleeping = False  # from here on it is a flush: close() waits for it
+        me = asyncio.current_task()
+        assert me is not None
+        await self._sleep(self._interval)
+        if self._timer is me:
+            self._timer = None  # a delta added from now on starts the next timer
+        self._flushing.add(me)
         try:
             await self._send(final=False)
         except Exception as exc:  # the stream's task raises it at its next add or close
             self._error = exc
+        finally:
+            self._flushing.discard(me)
 
     async def _send(self, *, final: bool) -> None:
         async with self._lock:
             text = self._held + "".join(self._pending)
             self._pending.clear()
             self._chars = 0
-            cut = len(text) if final or len(text) > MAX_HELD else safe_cut(text)
+            cut = len(text) if final else safe_cut(text)
+            held = len(text) - cut
+            if held > MAX_PEM or (held > MAX_HELD and _open_pem(text, cut) is None):
+                cut = len(text)  # a "word" this long is not text a reader should wait for
             self._held = text[cut:]
             start = 0
             while start < cut:
                 end = min(cut, start + MAX_BATCH)
                 if end < cut:  # a batch that is not the last ends where no credential can be cut
-                    end = start + (safe_cut(text[start:end]) or MAX_BATCH)
+                    end = _batch_end(text, start, end, cut)
                 await self._flush(text[start:end])
-                self.sent += end - start
                 start = end
 
     async def close(self) -> None:
@@ -149,10 +182,15 @@ class StreamBuffer:
         await self._stop_timer(flushing_too=True)
 
     async def _stop_timer(self, *, flushing_too: bool) -> None:
-        """Cancel the timer while it sleeps (or, ``flushing_too``, whatever it does) and wait for it."""
+        """Cancel the sleeping timer and wait for it; wait for timed flushes under way (cancelled
+        too when ``flushing_too``)."""
         timer, self._timer = self._timer, None
-        if timer is None:
-            return
-        if self._sleeping or flushing_too:
+        tasks = list(self._flushing)
+        if flushing_too:
+            for t in tasks:
+                t.cancel()
+        if timer is not None:
             timer.cancel()
-        await asyncio.wait((timer,))
+            tasks.append(timer)
+        if tasks:
+            await asyncio.wait(tasks)
