@@ -280,3 +280,92 @@ async def test_the_history_is_exported_and_deleted_with_the_agent(data_dir: Path
     async with ActorKit(KINDS, data_dir) as kit:
         c = kit.connect("chatq", "gone")
         assert await history(c) == []
+
+
+async def test_a_denied_approval_ends_the_answer_and_the_next_message_is_answered(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatt", "a")
+        first = await c.call("send", "please delete the notes")
+        await drive(kit, lambda: "approval_requested" in types(c), step=0.01)
+        second = await c.call("send", "something else then")
+        assert second["status"] == "queued"
+        approval = next(e for e in events(c) if e["event_type"] == "approval_requested")
+        await c.call("approve", approval["payload"]["approval_id"], "deny")
+        await drive(kit, lambda: types(c).count("turn_completed") == 1, step=0.01)
+        by_id = {m["message_id"]: m for m in await history(c)}
+        assert by_id[first["message_id"]]["status"] == "failed"
+        assert by_id[second["message_id"]]["status"] == "completed"
+
+
+class Picky(Chat):
+    kind = "chatp"
+
+    async def on_chat_message(self, message: ChatMessage) -> str:
+        if "bad" in message.content:
+            raise ValueError("the hook refused it")
+        return message.content
+
+
+async def test_a_hook_that_fails_for_a_queued_message_fails_that_answer_only(data_dir: Path) -> None:
+    async with ActorKit([Picky], data_dir) as kit:
+        c = kit.connect("chatp", "a")
+        first = await c.call("send", "first question")
+        bad = await c.call("send", "bad one")
+        third = await c.call("send", "third")
+        await drive(kit, lambda: types(c).count("turn_completed") == 2, step=0.01)
+        by_id = {m["message_id"]: m for m in await history(c)}
+        assert by_id[first["message_id"]]["status"] == "completed"
+        assert by_id[bad["message_id"]]["status"] == "failed"
+        assert "the hook refused it" in by_id[bad["message_id"]]["content"]
+        assert by_id[third["message_id"]]["status"] == "completed"
+
+
+async def test_a_long_answer_is_stored_whole(data_dir: Path) -> None:
+    long = " ".join(f"word{i}" for i in range(600))  # the answer echoes it: over the blob threshold
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        reply = await c.call("send", long[:3990])
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        answer = next(m for m in await history(c) if m["message_id"] == reply["message_id"])
+        streamed = "".join(e["payload"]["text"] for e in events(c) if e["event_type"] == "model_delta")
+        assert len(answer["content"]) > 4000
+        assert answer["content"] == streamed
+
+
+async def test_stop_cancels_a_queued_answer_before_it_starts_and_a_streaming_one(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatq", "a")
+        first = await c.call("send", "a question that takes a while to answer word by word")
+        queued = await c.call("send", "never mind this one")
+        assert (await c.call("stop", queued["message_id"]))["status"] == "cancelled"
+        await drive(kit, lambda: "model_delta" in types(c), step=0.01)
+        await c.call("stop", first["message_id"])
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        for _ in range(10):
+            await drive(kit, lambda: True, step=0.05)
+        assert types(c).count("turn_started") == 1  # the queued answer never started
+        statuses = {m["message_id"]: m["status"] for m in await history(c)}
+        assert statuses[first["message_id"]] == "cancelled"
+        assert statuses[queued["message_id"]] == "cancelled"
+        with pytest.raises(RpcError):
+            await c.call("stop", first["message_id"])
+
+
+async def test_pruning_never_deletes_an_open_answer_or_its_message(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chats", "a")  # keeps 4 messages
+        for text in ("one", "two", "three"):
+            await c.call("send", text)  # the first streams, two wait
+        kept = await history(c)
+        assert [m["content"] for m in kept if m["role"] == "user"] == ["one", "two", "three"]
+        await drive(kit, lambda: ended_count(c) == 3, step=0.01)
+        assert [m["status"] for m in await history(c) if m["role"] == "assistant"][-1] == "completed"
+
+
+async def test_merged_messages_are_answered(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("chatm", "a")
+        for text in ("one", "two", "three"):
+            await c.call("send", text)
+        await drive(kit, lambda: ended_count(c) == 2, step=0.01)
+        assert {m["status"] for m in await history(c) if m["role"] == "user"} == {"answered"}

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from roost.agent import AgentConfig, ModelError, ModelRequest, ModelStep, StreamEnd, TextDelta
+from roost.actors import RpcError
+from roost.agent import AgentConfig, ChatAgent, ModelError, ModelRequest, ModelStep, StreamEnd, TextDelta
 from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
@@ -434,3 +435,74 @@ async def test_tool_call_arguments_that_are_not_json_fail_the_run_naming_the_too
         assert not card["retryable"]
         assert "lookup" in card["error"]
         assert [e["event_type"] for e in events(c)].count("model_step_failed") == 1
+        assert card["messages"][0]["status"] == "interrupted"  # not left "streaming"
+
+
+async def test_continue_run_of_an_answer_waits_while_another_streams(data_dir: Path) -> None:
+    Scripted.script = ["one ", "two ", "three ", "four"]
+    Scripted.fail_after = 2
+    cfg = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+    class ChatBreaking(ChatAgent):
+        kind = "chatbreaking"
+        config = cfg
+
+        def make_model(self) -> Model:
+            return Scripted()
+
+    async with ActorKit([ChatBreaking], data_dir) as kit:
+        c = kit.connect("chatbreaking", "s")
+        first = await c.call("send", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+        second = await c.call("send", "and then")  # the interrupted answer ended: this one starts
+        assert second["status"] == "streaming"
+        with pytest.raises(RpcError):  # one answer at a time
+            await c.call("continue_run", first["run_id"])
+        await drive(kit, lambda: [e["event_type"] for e in events(c)].count("turn_completed") == 1, step=0.01)
+        reply = await c.call("continue_run", first["run_id"])
+        assert reply["status"] == "in_progress"
+        page = await c.call("messages")
+        assert next(m for m in page["messages"] if m["message_id"] == first["message_id"])["status"] == (
+            "streaming"
+        )
+
+
+async def test_a_stream_that_fails_for_good_after_text_is_not_retryable(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        broken = fake_tool_call(0, "call_1", "lookup", '{"q": ')
+        llm.script(Reply(events=[*fake_text("Looking ", "it ", "up. "), *broken, finish("tool_calls"), DONE]))
+        HttpStreamer.base_url = llm.url
+
+        class EachDelta(HttpStreamer):
+            kind = "eachdelta"
+            config = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+        async with ActorKit([EachDelta], data_dir) as kit:
+            c = kit.connect("eachdelta", "s")
+            reply = await c.call("turn", "hello")
+            await drive(kit, lambda: ended(c), step=0.01, io_wait=0.005)
+            card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "failed"
+        assert not card["retryable"]
+        assert card["messages"][0]["status"] == "interrupted"
+        assert card["messages"][0]["text"] == "Looking it up. "
+        assert "model_stream_interrupted" in [e["event_type"] for e in events(c)]
+
+
+async def test_a_stream_longer_than_max_stream_chars_fails_not_retryable(data_dir: Path) -> None:
+    Scripted.script = ["word "] * 50
+    Scripted.fail_after = None
+
+    class Bounded(ScriptedStreamer):
+        kind = "bounded"
+        config = STREAMING.model_copy(update={"max_stream_chars": 100, "stream_batch_count": 1})
+
+    async with ActorKit([Bounded], data_dir) as kit:
+        c = kit.connect("bounded", "s")
+        reply = await c.call("turn", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+        card = await c.call("get_run", reply["run_id"])
+    assert card["status"] == "failed"
+    assert not card["retryable"]
+    assert "100 characters" in card["error"]
+    assert len(reassemble(deltas(c))) <= 100

@@ -143,6 +143,7 @@ class Approvals(Part):
                 retryable=False,
                 verification=VerificationResult.BLOCKED,
             )
+            await orc.steps.drain_released()  # the slot it held moves on; its end reaches on_run_end
             return orc.runs.reply(run["run_id"])
         if scope is None:
             scope = appr["proposed_scope"]

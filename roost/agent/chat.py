@@ -30,6 +30,7 @@ Guarantees (tests in ``tests/test_chat_agent.py``):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -37,12 +38,16 @@ from pydantic import BaseModel
 
 from roost.actors import InvalidArguments, callable
 from roost.agent.agent import Agent
+from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep
+from roost.agent.payloads import error_line
 from roost.agent.status import FINISHED, RunStatus
 from roost.agent.store import Row, new_id
 from roost.storage import Migration
 
-__all__ = ["CHAT_MIGRATIONS", "ChatAgent", "ChatMessage", "DeterministicChat"]
+__all__ = ["CHAT_MIGRATIONS", "ChatAgent", "ChatMessage", "DeterministicChat", "answer_text"]
+
+log = logging.getLogger("roost.agent")
 
 CHAT_MIGRATIONS: Sequence[Migration] = (
     """
@@ -68,6 +73,11 @@ Concurrency = Literal["queue", "latest", "merge", "drop"]
 #: Statuses of an answer (an assistant message) that has not ended yet.
 OPEN = ("queued", "streaming")
 MAX_PAGE = 200
+
+
+def answer_text(messages: list[Row]) -> str:
+    """An answer's text as readers assemble it: the text of each model step, blank-line separated."""
+    return "\n\n".join(m["text"] for m in messages if m["text"])
 
 
 class ChatMessage(BaseModel):
@@ -130,6 +140,49 @@ class ChatAgent(Agent):
             await runs.cancel(active["turn_id"])  # its end starts the oldest queued answer: ours
         return self._reply(answer["message_id"])
 
+    @callable
+    async def stop(self, message_id: str) -> dict[str, Any]:
+        """Stop an answer: a queued one is ``cancelled`` before it starts; a streaming one is cancelled
+        as ``cancel(turn_id)`` would (its text so far kept)."""
+        store = self.orchestrator.records.store()
+        row = store.get("chat_messages", message_id) if isinstance(message_id, str) else None
+        if row is None or row["role"] != "assistant":
+            raise AgentNotFound(message=f"no answer {message_id!r}")
+        self.orchestrator.runs.session_for(row["session_id"])  # only the session's principal
+        if row["status"] == "queued":
+            self._set(row, status="cancelled")
+            if row["reply_to"]:
+                store.update("chat_messages", row["reply_to"], status="answered", updated_at=self._now)
+        elif row["status"] == "streaming":
+            await self.orchestrator.runs.cancel(row["turn_id"])
+        else:
+            raise InvalidTransition(message=f"answer {message_id} already ended ({row['status']})")
+        return self._reply(message_id)
+
+    @callable
+    async def continue_run(self, run_id: str) -> dict[str, Any]:
+        """As the agent's, for an answer's run: refused while another answer of its session streams
+        (one answer at a time); the answer is ``streaming`` again."""
+        store = self.orchestrator.records.store()
+        answers = (
+            store.select(
+                "chat_messages", "run_id = ? AND role = 'assistant' AND status != 'merged'", (run_id,)
+            )
+            if isinstance(run_id, str)
+            else []
+        )
+        if answers:
+            other = self._open(answers[0]["session_id"], status="streaming")
+            if other is not None:
+                raise InvalidTransition(
+                    message=f"answer {other['message_id']} streams in this session; stop it or wait for it"
+                )
+        reply = await self.orchestrator.runs.continue_run(run_id)
+        for answer in answers:
+            if reply["status"] not in FINISHED:
+                self._set(answer, status="streaming")
+        return reply
+
     @callable(readonly=True)
     async def messages(
         self, session_id: str | None = None, before: int | None = None, limit: int = 50
@@ -138,8 +191,8 @@ class ChatAgent(Agent):
         (all when None), at most ``limit`` (≤ 200); ``next_before`` pages further back (None: no more)."""
         if not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
             raise InvalidArguments(message=f"limit must be 1 to {MAX_PAGE}")
-        if before is not None and not isinstance(before, int):
-            raise InvalidArguments(message="before must be an ordinal (an integer)")
+        if before is not None and (not isinstance(before, int) or not 0 <= before <= 2**62):
+            raise InvalidArguments(message="before must be an ordinal (an integer from 0 to 2**62)")
         session = self.orchestrator.runs.session_for(session_id, write=False)
         store = self.orchestrator.records.store()
         rows = store.select(
@@ -164,17 +217,17 @@ class ChatAgent(Agent):
         answers = store.select("chat_messages", "run_id = ? AND role = 'assistant'", (run["run_id"],))
         if not answers:
             return
-        streamed = "".join(m["text"] for m in self.orchestrator.streams.of_run(run["run_id"]))
+        content = answer_text(self.orchestrator.streams.of_run(run["run_id"]))
+        if not content and run["status"] == RunStatus.COMPLETED:
+            content = run["output"] or ""  # a model that did not stream
         status = {RunStatus.COMPLETED: "completed", RunStatus.CANCELLED: "cancelled"}.get(
             run["status"], "failed"
         )
         for answer in answers:
-            if answer["status"] == "merged":
-                continue
-            content = run["output"] if run["status"] == RunStatus.COMPLETED and run["output"] else streamed
-            self._set(answer, status=status, content=content or "")
             if answer["reply_to"]:
                 store.update("chat_messages", answer["reply_to"], status="answered", updated_at=self._now)
+            if answer["status"] != "merged":
+                self._set(answer, status=status, content=content)
         if self._open(answers[0]["session_id"], status="streaming") is None:
             await self._start(answers[0]["session_id"])
 
@@ -198,8 +251,9 @@ class ChatAgent(Agent):
             "updated_at": self._now,
         }
         store.insert("chat_messages", row)
-        store.execute(
-            "DELETE FROM roost_agent_chat_messages WHERE ordinal <= ?",
+        store.execute(  # never an open answer or the message it answers
+            "DELETE FROM roost_agent_chat_messages WHERE ordinal <= ? "
+            "AND status NOT IN ('queued', 'streaming', 'received')",
             (ordinal - self.max_persisted_messages,),
         )
         return row
@@ -241,7 +295,18 @@ class ChatAgent(Agent):
             content="\n".join(contents),
             merged=[u["message_id"] for u in users[:-1] if u is not None],
         )
-        request = await self.on_chat_message(message)
+        try:
+            request = self.orchestrator.runs.precheck(await self.on_chat_message(message))
+        except Exception as exc:  # this answer fails; the turn (another answer's end, say) goes on
+            log.warning(
+                "chat %s/%s: the answer to %s was not started", self.kind, self.name, message.message_id
+            )
+            for row in batch:
+                self._set(row, status="failed", content=f"not started: {error_line(exc)}"[:500])
+                if row["reply_to"]:
+                    store.update("chat_messages", row["reply_to"], status="answered", updated_at=self._now)
+            await self._start(session)
+            return
         for earlier in batch[:-1]:
             self._set(earlier, status="merged", content="")
         self._set(answer, status="streaming")

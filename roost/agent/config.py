@@ -20,6 +20,8 @@
     stream_batch_interval = 0.02  # seconds a streamed delta waits for its batch at most
     stream_pace = 0.03         # seconds per word of the deterministic model when it streams
     stream_resume = "continue" # an interrupted stream: "continue" after what was shown, or "restart"
+    max_stream_chars = 200000  # a streamed answer longer than this fails (not retryable)
+    model_stream_timeout = 600.0  # seconds (wall clock) a streamed model step may take at most
 
     [agent.tools.analyze_documents]   # settings handed to one tool (ctx.settings)
     delay_s = 0.5
@@ -68,6 +70,8 @@ class AgentConfig(BaseModel):
     stream_batch_interval: float = Field(0.02, gt=0, le=10)
     stream_pace: float = Field(0.03, ge=0, le=10)
     stream_resume: Literal["continue", "restart"] = "continue"
+    max_stream_chars: int = Field(200_000, ge=1)
+    model_stream_timeout: float = Field(600.0, gt=0)
     tools: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -241,7 +241,7 @@ class StreamsApi(Protocol):
         """The job's step ended well; its message's text (None if it never streamed)."""
 
     def interrupt(self, run: Row, job: Row, error: str) -> int:
-        """The job failed after showing text: its message is interrupted."""
+        """The job failed for good: its message, if any, is interrupted."""
 
     def cancel_run(self, run: Row) -> None:
         """The run was cancelled: its streaming messages are cancelled."""

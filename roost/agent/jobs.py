@@ -33,12 +33,12 @@ from roost.actors import RetryPolicy
 from roost.agent.background import JobSpec, Outcome, OutcomeStatus, WorkerJobs, job_runner
 from roost.agent.catalog import ToolContext
 from roost.agent.context import Part
-from roost.agent.models import ModelError, ModelStep, StreamEnd, TextDelta, is_streaming
+from roost.agent.models import ModelStep, is_streaming
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
 from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus
 from roost.agent.store import Row, new_id
-from roost.agent.stream_buffer import StreamBuffer
+from roost.agent.stream_buffer import stream_step
 
 __all__ = ["JobLifecycle"]
 
@@ -130,25 +130,7 @@ class JobLifecycle(Part, WorkerJobs):
                 cfg = self.agent.settings()
 
                 async def model_stream(ctx: ToolContext) -> Any:
-                    buffer = StreamBuffer(
-                        ctx.stream,
-                        count=cfg.stream_batch_count,
-                        interval=cfg.stream_batch_interval,
-                        sleep=ctx.sleep,
-                    )
-                    step: ModelStep | None = None
-                    try:
-                        async for chunk in model.stream(request):
-                            if isinstance(chunk, TextDelta):
-                                await buffer.add(chunk.text)
-                            elif isinstance(chunk, StreamEnd):
-                                step = chunk.step
-                        await buffer.close()
-                    except BaseException:
-                        await buffer.abandon()
-                        raise
-                    if step is None:
-                        raise ModelError("the model's stream ended without its step", retryable=True)
+                    step = await stream_step(model, request, ctx.stream, ctx.sleep, cfg)
                     return step.model_dump(mode="json")
 
                 return model_stream
@@ -288,14 +270,15 @@ class JobLifecycle(Part, WorkerJobs):
                 job["job_id"],
                 status=JobStatus.FAILED,
                 error=error,
-                retryable=1,
+                retryable=int(outcome.retryable),
                 lease_owner=None,
                 updated_at=self.now,
             )
+            resume = "; continue_run resumes it" if outcome.retryable else ""
             self.orchestrator.runs.fail(
                 run,
-                f"model stream interrupted after {chars} characters ({error}); continue_run resumes it",
-                retryable=True,
+                f"model stream interrupted after {chars} characters ({error}){resume}",
+                retryable=outcome.retryable,
             )
             return
         if outcome.retryable and attempt < policy.max_attempts:
@@ -324,6 +307,7 @@ class JobLifecycle(Part, WorkerJobs):
             updated_at=self.now,
         )
         if job["job_kind"] == "model":
+            self.orchestrator.streams.interrupt(run, job, error or "failed")  # if it began streaming
             steps.model_failed(run, error or "", outcome.retryable, will_retry=False, attempt=attempt)
             return
         item = store.get("items", job["item_id"])

@@ -71,5 +71,5 @@ class Orchestrator:
         while self.ended:
             run_id = self.ended.pop(0)
             run = self.records.store().get("runs", run_id)
-            if run is not None:
+            if run is not None and run["status"] in FINISHED:  # not an id a rolled-back turn left
                 await self.agent.on_run_end(run)

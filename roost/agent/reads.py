@@ -99,6 +99,8 @@ class Reads(Part):
                     "progress": j["progress"],
                     "lease_expires_at": j["lease_expires_at"],
                     "error": memory.short(j["error"]),
+                    # tokens a model step used, as its endpoint reported them (None: not reported)
+                    "usage": j["result"].get("usage") if isinstance(j["result"], dict) else None,
                 }
                 for j in jobs
             ],

@@ -27,8 +27,22 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut"]
+from roost.agent.models import (
+    ModelError,
+    ModelRequest,
+    ModelStep,
+    StreamEnd,
+    StreamingModel,
+    TextDelta,
+    ToolCallDelta,
+)
+
+if TYPE_CHECKING:
+    from roost.agent.config import AgentConfig
+
+__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut", "stream_step"]
 
 #: Past this many pending characters a batch goes even if its end may cut a credential (a "word" this
 #: long is not text a reader waits for).
@@ -194,3 +208,53 @@ class StreamBuffer:
             tasks.append(timer)
         if tasks:
             await asyncio.wait(tasks)
+
+
+async def stream_step(
+    model: StreamingModel,
+    request: ModelRequest,
+    flush: Callable[[str], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[None]],
+    cfg: AgentConfig,
+) -> ModelStep:
+    """Run one streamed model step in the worker: its text to ``flush`` in batches, its step returned.
+
+    **A stream is bounded**: past ``max_stream_chars`` characters of text and tool-call arguments, or
+    ``model_stream_timeout`` seconds (wall clock) from its start, it fails with a ModelError that is
+    not retryable (asking again would do the same); what was committed stays shown."""
+    buffer = StreamBuffer(
+        flush, count=cfg.stream_batch_count, interval=cfg.stream_batch_interval, sleep=sleep
+    )
+    step: ModelStep | None = None
+    chars = 0
+    try:
+        async with asyncio.timeout(cfg.model_stream_timeout):
+            async for chunk in model.stream(request):
+                if isinstance(chunk, TextDelta):
+                    chars += len(chunk.text)
+                    if chars > cfg.max_stream_chars:
+                        raise ModelError(
+                            f"the model's answer passed {cfg.max_stream_chars} characters", retryable=False
+                        )
+                    await buffer.add(chunk.text)
+                elif isinstance(chunk, ToolCallDelta):
+                    chars += len(chunk.arguments)
+                    if chars > cfg.max_stream_chars:
+                        raise ModelError(
+                            f"the model's tool calls passed {cfg.max_stream_chars} characters",
+                            retryable=False,
+                        )
+                elif isinstance(chunk, StreamEnd):
+                    step = chunk.step
+            await buffer.close()
+    except TimeoutError:
+        await buffer.abandon()
+        raise ModelError(
+            f"the model's stream ran past {cfg.model_stream_timeout} s", retryable=False
+        ) from None
+    except BaseException:
+        await buffer.abandon()
+        raise
+    if step is None:
+        raise ModelError("the model's stream ended without its step", retryable=True)
+    return step

@@ -142,10 +142,11 @@ class Streams(Part):
         return str(row["text"])
 
     def interrupt(self, run: Row, job: Row, error: str) -> int:
-        """The job failed after its message showed text: the message is ``interrupted`` and
-        ``model_stream_interrupted`` is logged; returns the committed characters."""
+        """The job failed for good: its message (if it began one) is ``interrupted``, and if it had
+        shown text ``model_stream_interrupted`` is logged; returns the committed characters."""
         row = self.of_job(job)
-        assert row is not None
+        if row is None or row["status"] != StreamStatus.STREAMING:
+            return 0
         self.store.update(
             "streams",
             row["message_id"],
@@ -153,6 +154,8 @@ class Streams(Part):
             error=self.err(error, 500),
             updated_at=self.now,
         )
+        if not row["chars"]:
+            return 0
         self.event(
             "model_stream_interrupted",
             run,

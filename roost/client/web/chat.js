@@ -38,7 +38,7 @@ function onEvent(seq, ev) {
     const entry = item(ev.run_id);
     chat.texts.feed(ev);
     if (!entry.messages.includes(p.message_id)) entry.messages.push(p.message_id);
-    entry.answer.textContent = entry.messages.map((id) => chat.texts.text(id)).join("");
+    entry.answer.textContent = entry.messages.map((id) => chat.texts.text(id)).filter((t) => t).join("\n\n");
   } else if (["turn_completed", "turn_failed", "turn_cancelled"].includes(ev.event_type)) {
     const entry = item(ev.run_id);
     entry.answer.classList.remove("streaming");
