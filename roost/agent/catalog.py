@@ -81,6 +81,10 @@ async def _no_sleep(seconds: float) -> None:
     return None
 
 
+async def _no_turn(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    raise RuntimeError("ctx.turn is only bound in a background job")
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool may know and do: ids, its settings, the data directory, progress and sleep."""
@@ -100,15 +104,19 @@ class ToolContext:
     checkpoint: Any = None
     _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
+    _turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] = _no_turn
 
     def bind(
         self,
         progress: Callable[[int, int, str, Any], Awaitable[None]],
         sleep: Callable[[float], Awaitable[None]],
+        turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] | None = None,
     ) -> None:
-        """Called by the job runner: ``progress`` and ``sleep`` of a background job's worker."""
+        """Called by the job runner: ``progress``, ``sleep`` and ``turn`` of a background job's worker."""
         self._progress = progress
         self._sleep = sleep
+        if turn is not None:
+            self._turn = turn
 
     async def progress(self, done: int, total: int, message: str = "", *, checkpoint: Any = None) -> None:
         """Report progress (a ``tool_progress`` event) and renew the job's lease. ``checkpoint``
@@ -119,6 +127,17 @@ class ToolContext:
     async def sleep(self, seconds: float) -> None:
         """Sleep on the runtime's clock (a fake clock in tests)."""
         await self._sleep(seconds)
+
+    async def turn(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(agent)`` (a function, or a coroutine function) as a turn of this tool's agent
+        (background jobs only): how a runtime tool such as an MCP call (:mod:`roost.agent.mcp_tools`)
+        records what happens during it. Its result after the commit."""
+
+        async def run(actor: Any) -> Any:
+            out = fn(actor)
+            return await out if inspect.isawaitable(out) else out
+
+        return await self._turn(run)
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

@@ -308,6 +308,7 @@ class JobLifecycle(Part, WorkerJobs):
             )
             return
         run = self.run(job["run_id"])
+        self.orchestrator.capabilities.lease_lost(job)
         if attempt < job["max_attempts"]:
             if job["job_kind"] == "tool":
                 self._tool_retrying(run, job, LEASE_LOST, 0)

@@ -10,7 +10,8 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.jobs` — the job lifecycle (claim, heartbeat, progress, finish, retry, lease);
 - :attr:`~Orchestrator.execution` — tool contexts and inline steps;
 - :attr:`~Orchestrator.verification` — the run's end through its stop condition;
-- :attr:`~Orchestrator.reads` — the read-only callables.
+- :attr:`~Orchestrator.reads` — the read-only callables;
+- :attr:`~Orchestrator.capabilities` — the capability sessions of MCP servers.
 
 The parts talk to the other modules through their contracts only: policy, memory, catalog, models,
 records (store and payload policy), telemetry (events). They see the agent and each other through
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost.agent.approvals import Approvals
+from roost.agent.capabilities import Capabilities
 from roost.agent.execution import Execution
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
@@ -57,3 +59,4 @@ class Orchestrator:
         self.verification = Verification(self)
         self.runs = Runs(self)
         self.reads = Reads(self)
+        self.capabilities = Capabilities(self)
