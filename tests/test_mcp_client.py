@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from roost.actors import InvalidArguments
+from roost.actors import InvalidArguments, RpcError
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
 from roost.agent.catalog import InvalidToolCall
@@ -146,3 +146,245 @@ async def test_an_mcp_tool_call_completes_and_its_session_is_a_row(data_dir: Pat
             # over HTTP the server's session id is tracked (shown as a digest), over stdio there is none
             assert (row["resume_token"] is not None) == (transport == "http")
         assert session_statuses(c) == ["in_progress", "closed"]
+
+
+# -- the execution gate --------------------------------------------------------------------------------
+async def test_the_approval_mode_of_an_mcp_server_applies_to_its_tools(data_dir: Path) -> None:
+    kind = kind_of("appr", stdio(approval_mode="mutating"))
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", 'mcp__t__echo {"text": "careful"}')
+        await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+        (asked,) = payloads(c, "approval_requested")
+        assert asked["tool"] == "mcp__t__echo"
+        assert asked["mode"] == "mutating"
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "approval"
+        (row,) = run["capability_sessions"]
+        assert row["status"] == "waiting_for_approval"
+        assert row["approval_state"] == {
+            "status": "pending",
+            "approval_id": asked["approval_id"],
+            "item_id": row["approval_state"]["item_id"],
+        }
+        assert "tool_started" not in event_types(c)  # nothing reached the server
+        await c.call("approve", asked["approval_id"], "grant")
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed"
+        assert run["capability_sessions"][0]["approval_state"]["status"] == "granted"
+        assert session_statuses(c) == ["waiting_for_approval", "in_progress", "closed"]
+
+
+async def test_a_secret_in_an_mcp_result_is_redacted_in_events(data_dir: Path) -> None:
+    kind = kind_of("leak", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__leak")
+        assert run["status"] == "completed"
+        (done,) = payloads(c, "tool_completed")
+        assert "sk-live" not in str(done["result"])
+        assert "abcdefghijklmnop0123" not in str(done["result"])
+    frames = log_frames(data_dir, kind.kind, "a")
+    assert not any("sk-live-0123456789abcdefghij" in f for f in frames)
+    assert not any("abcdefghijklmnop0123" in f for f in frames)
+
+
+@pytest.mark.parametrize("emit", [True, False])
+async def test_mcp_progress_notifications_become_tool_progress_events(data_dir: Path, emit: bool) -> None:
+    kind = kind_of(f"prog{int(emit)}", stdio(), progress=emit)
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, 'mcp__t__count {"steps": 3}')
+        assert run["status"] == "completed"
+        progress = [(p["done"], p["total"], p["message"]) for p in payloads(c, "tool_progress")]
+        if emit:
+            assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+            assert all(p["tool"] == "mcp__t__count" for p in payloads(c, "tool_progress"))
+        else:
+            assert progress == []
+        assert payloads(c, "tool_completed")[0]["result"] == {"counted": 3}
+
+
+# -- elicitation ---------------------------------------------------------------------------------------
+async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data_dir: Path) -> None:
+    kind = kind_of("elicit", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour", session_id="s1")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        (asked,) = payloads(c, "input_requested")
+        assert asked["question"] == "What is your favourite colour?"
+        assert asked["server"] == "t"
+        assert asked["requested_schema"]["properties"]["colour"]["type"] == "string"
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert run["question"] == "What is your favourite colour?"
+        (row,) = run["capability_sessions"]
+        assert row["status"] == "waiting_for_input"
+        assert row["elicitation"]["message"] == "What is your favourite colour?"
+        assert run["jobs"][0]["status"] == "running"  # the worker holds the call open
+        card = await c.call("session", "s1")
+        assert card["capability_sessions"][0]["status"] == "waiting_for_input"
+        # an answer that does not fit the requested schema is refused; the run keeps waiting
+        with pytest.raises(RpcError, match="does not fit the requested schema") as refused:
+            await c.call("provide_input", reply["run_id"], {"colour": 7})
+        assert refused.value.code == InvalidArguments.code
+        assert (await c.call("get_run", reply["run_id"]))["waiting"] == "input"
+        await c.call("provide_input", reply["run_id"], {"colour": "teal"})
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
+        assert session_statuses(c) == ["in_progress", "waiting_for_input", "in_progress", "closed"]
+        assert run["capability_sessions"][0]["initialized"] == 1  # the same session throughout
+
+
+async def test_a_huge_elicitation_is_refused_and_other_sessions_go_on(data_dir: Path) -> None:
+    kind = kind_of("huge", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        other = kit.connect(kind.kind, "b")
+        reply = await c.call("turn", "mcp__t__ask_huge")
+        second = await other.call("turn", 'mcp__t__echo {"text": "unaffected"}')
+        await drive(kit, lambda: finished(c) and finished(other), io_wait=IO)
+        (refused,) = payloads(c, "elicitation_refused")
+        assert refused["message_chars"] == 1_000_000
+        assert "at most 4000" in refused["error"]
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert run["waiting"] is None
+        assert len(run["jobs"]) == 1 and run["jobs"][0]["attempt"] == 1  # the server's answer is final
+        assert "input_requested" not in event_types(c)
+        assert (await other.call("get_run", second["run_id"]))["status"] == "completed"
+    assert max(len(f) for f in log_frames(data_dir, kind.kind, "a")) < 20_000  # nothing huge kept
+
+
+# -- bad answers and dying servers -------------------------------------------------------------------
+async def test_a_schema_violating_result_fails_the_step_without_retry(data_dir: Path) -> None:
+    kind = kind_of("bad", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        other = kit.connect(kind.kind, "b")
+        reply = await c.call("turn", "mcp__t__bad_result")
+        second = await other.call("turn", 'mcp__t__echo {"text": "fine"}')
+        await drive(kit, lambda: finished(c) and finished(other), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert "Invalid structured content" in run["error"]
+        assert [(j["attempt"], j["status"]) for j in run["jobs"]] == [(1, "failed")]
+        (failed,) = payloads(c, "tool_failed")
+        assert failed["will_retry"] is False
+        assert (await other.call("get_run", second["run_id"]))["status"] == "completed"
+
+
+async def test_an_error_result_fails_the_step_with_the_servers_reason(data_dir: Path) -> None:
+    kind = kind_of("err", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__fail")
+        assert run["status"] == "failed"
+        assert "Error executing tool fail" in run["error"]  # what the server said
+        assert len(run["jobs"]) == 1 and run["jobs"][0]["attempt"] == 1
+
+
+async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(data_dir: Path, tmp_path: Path) -> None:
+    kind = kind_of("dies", stdio())
+    marker = tmp_path / "died"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, f'mcp__t__die_once {{"marker": "{marker}"}}')
+        assert marker.exists()
+        assert run["status"] == "completed", run
+        (lost,) = payloads(c, "tool_failed")
+        assert lost["will_retry"] is True
+        assert "connection ended under the call" in lost["error"]
+        assert run["jobs"][0]["attempt"] == 2
+        assert session_statuses(c) == ["in_progress", "resumable", "in_progress", "closed"]
+        assert run["capability_sessions"][0]["initialized"] == 2
+
+
+async def test_a_server_that_always_dies_fails_the_run_after_its_attempts(data_dir: Path) -> None:
+    kind = kind_of("alwaysdies", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__crash")
+        assert run["status"] == "failed"
+        assert run["retryable"] == 1  # continue_run may try again
+        assert "attempt 3 of 3" in run["error"]
+        assert run["capability_sessions"][0]["status"] == "closed"
+
+
+# -- expiry ----------------------------------------------------------------------------------------------
+TWO_CALLS = 'mcp__t__echo {"text": "first"} then mcp__t__count {"steps": 1}'
+
+
+async def test_an_expired_session_is_reinitialised_when_support_reinit_on_expiry(data_dir: Path) -> None:
+    with http_server("--expire") as url:
+        kind = kind_of("reinit", McpServer(name="t", url=url), reinit=True)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, TWO_CALLS)
+            assert run["status"] == "completed", run
+            assert session_statuses(c) == [
+                "in_progress",
+                "reinitialize_required",
+                "in_progress",
+                "closed",
+            ]
+            gone = payloads(c, "capability_session")[1]
+            assert "Session terminated" in gone["reason"]
+            (row,) = run["capability_sessions"]
+            assert row["initialized"] == 2
+            assert row["calls"] == 2
+            assert [j["attempt"] for j in run["jobs"]] == [1, 1]  # re-initialised within the attempt
+
+
+async def test_an_expired_session_waits_for_input_without_reinit(data_dir: Path) -> None:
+    with http_server("--expire") as url:
+        kind = kind_of("noreinit", McpServer(name="t", url=url), reinit=False)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            reply = await c.call("turn", TWO_CALLS)
+            await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["waiting"] == "input"
+            assert "expired" in run["question"]
+            assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+            await c.call("provide_input", reply["run_id"], "yes, start a new session")
+            await drive(kit, lambda: finished(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["status"] == "completed", run
+            assert run["capability_sessions"][0]["initialized"] == 2
+            assert "reinitialize_required" in session_statuses(c)
+
+
+async def test_a_session_past_expires_at_is_reinitialize_required(data_dir: Path) -> None:
+    kind = kind_of("ttl", stdio(session_ttl_s=30, tool_approval={"count": "mutating"}))
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", TWO_CALLS)
+        await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        (row,) = run["capability_sessions"]
+        assert row["expires_at"] is not None
+        advance(kit, 31)  # the session is unused for longer than session_ttl_s
+        (asked,) = payloads(c, "approval_requested")
+        await c.call("approve", asked["approval_id"], "grant")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+        assert "expires_at passed" in run["capability_sessions"][0]["reason"]
+        assert run["waiting"] == "input"
+
+
+async def test_no_mcp_connection_outlives_the_pool(data_dir: Path) -> None:
+    """The registry stops while a worker waits for an elicitation's answer on a live connection."""
+    kind = kind_of("pool", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        assert [t for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
+    left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
+    assert left == []

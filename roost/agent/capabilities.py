@@ -24,6 +24,7 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -121,6 +122,11 @@ def _decode(row: Row) -> Row:
     return row
 
 
+def _digest(token: str | None) -> str | None:
+    """How a card shows a session id: a digest (the id itself lets anyone holding it use the session)."""
+    return None if token is None else "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def _fits(schema: Any, answer: Any) -> str | None:
     """Why ``answer`` does not fit ``schema`` (None when it does)."""
     try:
@@ -178,8 +184,15 @@ class Capabilities(Part):
             },
         )
 
-    def ensure(self, run: Row, server: str, transport: str) -> Row:
-        """The row of (run, server), made ``in_progress`` with no session yet if there is none."""
+    def ensure(
+        self,
+        run: Row,
+        server: str,
+        transport: str,
+        status: CapabilityStatus = CapabilityStatus.IN_PROGRESS,
+        approval_state: dict[str, Any] | None = None,
+    ) -> Row:
+        """The row of (run, server); made (with ``status``, one event) if there is none."""
         row = self._row_of(run["run_id"], server)
         if row is not None:
             if transport and not row["transport"]:
@@ -192,8 +205,8 @@ class Capabilities(Part):
             "trace_id": run["trace_id"],
             "server": server,
             "transport": transport,
-            "status": CapabilityStatus.IN_PROGRESS,
-            "approval_state": {"status": "not_required"},
+            "status": status,
+            "approval_state": approval_state or {"status": "not_required"},
             "created_at": now,
             "updated_at": now,
         }
@@ -204,6 +217,7 @@ class Capabilities(Part):
         )
         row = self._row_of(run["run_id"], server)
         assert row is not None
+        self._status(run, row, status)
         return row
 
     # -- hooks of the runtime ---------------------------------------------------------------------------
@@ -214,9 +228,13 @@ class Capabilities(Part):
         server = server_of(tool_name)
         if server is None:
             return
-        row = self.ensure(run, server, "")
         state = {"status": "pending", "approval_id": approval_id, "item_id": item["item_id"]}
-        self._status(run, row, CapabilityStatus.WAITING_FOR_APPROVAL, approval_state=state)
+        waiting = CapabilityStatus.WAITING_FOR_APPROVAL
+        row = self._row_of(run["run_id"], server)
+        if row is None:
+            self.ensure(run, server, "", waiting, state)
+        else:
+            self._status(run, row, waiting, approval_state=state)
 
     def lease_lost(self, job: Row) -> None:
         """The lease of ``job`` expired (its worker is gone): its live rows become ``resumable``."""
@@ -276,7 +294,7 @@ class Capabilities(Part):
                 run, row, CapabilityStatus.IN_PROGRESS, "re-initialised after expiry", reinit_allowed=0, **values
             )
             return Opened(row["capability_session_id"], job_id, "connect")
-        if row["status"] != CapabilityStatus.IN_PROGRESS or row["job_id"] != job_id or row["attempt"] != attempt:
+        if row["status"] != CapabilityStatus.IN_PROGRESS:
             reason = "resumed on a new connection" if row["status"] == CapabilityStatus.RESUMABLE else None
             self._status(run, row, CapabilityStatus.IN_PROGRESS, reason, **values)
         else:
@@ -323,14 +341,15 @@ class Capabilities(Part):
     # -- elicitation ------------------------------------------------------------------------------------
     def elicit(
         self, capability_session_id: str, job_id: str | None, attempt: int, message: str, schema: Any
-    ) -> tuple[bool, Any]:
-        """The server asks the user (during ``(job_id, attempt)``'s call). ``(True, answer)`` when the
-        row holds the answer to this very question; otherwise the run pauses ``waiting_for_input``
-        and ``(False, None)``: the worker waits for :meth:`answer`. Raises ``ValueError`` for an
-        elicitation over the bounds (the caller refuses it)."""
+    ) -> tuple[str, Any]:
+        """The server asks the user (during ``(job_id, attempt)``'s call). ``("answered", answer)``
+        when the row holds the answer to this very question; ``("refused", why)`` for a call no
+        longer current or an elicitation over the bounds (event ``elicitation_refused``); otherwise
+        the run pauses ``waiting_for_input`` and ``("wait", None)``: the worker waits for
+        :meth:`answer`."""
         row = self.row(capability_session_id)
         if row is None or row["job_id"] != job_id or row["attempt"] != attempt:
-            raise ValueError("the call is no longer current")
+            return "refused", "the call is no longer current"
         run = self.run(row["run_id"])
         encoded = len(orjson.dumps(schema))
         if len(message) > MAX_MESSAGE or encoded > MAX_SCHEMA:
@@ -349,12 +368,12 @@ class Capabilities(Part):
                     "error": reason,
                 },
             )
-            raise ValueError(reason)
+            return "refused", reason
         asked = {"message": message, "requested_schema": schema}
         kept = row["answer"]
         if kept is not None and kept.get("question") == asked:
             self._set(row, answer=None, elicitation=None)
-            return True, self.records.original(kept["content"])
+            return "answered", self.records.original(kept["content"])
         self.orchestrator.project.release_heavy(run["run_id"])
         self._status(run, row, CapabilityStatus.WAITING_FOR_INPUT, "the server asked for input", elicitation=asked)
         self.set_run(run, waiting=Waiting.INPUT, question=self.err(message, 1000))
@@ -371,7 +390,7 @@ class Capabilities(Part):
                 "requested_schema": schema,
             },
         )
-        return False, None
+        return "wait", None
 
     def _item_of(self, job_id: str | None) -> str | None:
         job = self.store.get("jobs", job_id) if job_id else None
@@ -421,7 +440,7 @@ class Capabilities(Part):
                 "status": r["status"],
                 "reason": r["reason"],
                 "expires_at": r["expires_at"],
-                "resume_token": r["resume_token"],
+                "resume_token": _digest(r["resume_token"]),
                 "approval_state": r["approval_state"],
                 "elicitation": r["elicitation"],
                 "job_id": r["job_id"],

@@ -28,6 +28,8 @@ import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of m
 import mcp_types as types
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from mcp.shared.exceptions import MCPError
+
 from roost.agent.capabilities import Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
 from roost.agent.mcp_client import ConnectionLost, McpConnection, SessionExpired, mcp_pool
@@ -39,9 +41,10 @@ PREFIX = "mcp__"
 
 
 class McpToolError(RuntimeError):
-    """The server answered the call with an error, or with a result that breaks its output schema."""
+    """The server answered the call with an error, or with a result that breaks its output schema:
+    final (``retryable`` False), but for a timeout."""
 
-    retryable = False
+    retryable: bool = False
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -201,16 +204,13 @@ async def _call(
 
     async def elicit(message: str, schema: dict[str, Any]) -> types.ElicitResult | types.ErrorData:
         waiter = pool.wait_for_answer(cid)  # before the turn: an answer may come right after it
-        try:
-            hit, answer = await ctx.turn(lambda a: _caps(a).elicit(cid, job_id, attempt, message, schema))
-        except ValueError as exc:
+        how, answer = await ctx.turn(lambda a: _caps(a).elicit(cid, job_id, attempt, message, schema))
+        if how != "wait":
             pool.waiters.pop(cid, None)
             waiter.cancel()
-            return types.ErrorData(code=types.INVALID_PARAMS, message=str(exc))
-        if hit:
-            pool.waiters.pop(cid, None)
-            waiter.cancel()
-        else:
+        if how == "refused":
+            return types.ErrorData(code=types.INVALID_PARAMS, message=str(answer))
+        if how == "wait":
             answer = await waiter
         if not isinstance(answer, dict):
             return types.ErrorData(code=types.INVALID_PARAMS, message="the answer is not an object")
@@ -221,6 +221,10 @@ async def _call(
         return await conn.call(tool, arguments, progress)
     except RuntimeError as exc:  # the SDK's check of the result against the output schema
         raise McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: {exc}") from None
+    except MCPError as exc:  # the server answered the call with an error: final, unless it timed out
+        error = McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}")
+        error.retryable = exc.code == types.REQUEST_TIMEOUT
+        raise error from None
     finally:
         conn.on_elicit = None
 

@@ -14,13 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import uvicorn
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp.server.mcpserver import Context, MCPServer
 
-app = MCPServer("roost-test-tools")
+class ToolsServer(MCPServer):
+    """Lists ``bad_result`` with an output schema that its results break (the SDK's server checks
+    results of the schemas it derives, so this one is added to the listing)."""
+
+    async def list_tools(self) -> list[types.Tool]:
+        listed = await super().list_tools()
+        for tool in listed:
+            if tool.name == "bad_result":
+                tool.output_schema = BAD_SCHEMA
+        return listed
+
+
+BAD_SCHEMA = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+app = ToolsServer("roost-test-tools")
 
 
 @app.tool()
@@ -63,14 +77,13 @@ async def ask_huge(ctx: Context) -> str:
     return f"asked: {answer.action}"
 
 
-class Out(BaseModel):
-    total: int
-
-
 @app.tool()
-def bad_result() -> Out:
-    """Declares an output schema and breaks it."""
-    return {"total": "not a number"}  # type: ignore[return-value]
+def bad_result() -> types.CallToolResult:
+    """Declares an output schema (see ToolsServer) and breaks it."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text="not a number")],
+        structured_content={"total": "not a number"},
+    )
 
 
 @app.tool()
@@ -90,7 +103,7 @@ def die_once(marker: str) -> str:
 
 
 @app.tool()
-def die() -> str:
+def crash() -> str:
     """Kill the server mid-call, every time."""
     os._exit(3)
 
