@@ -27,7 +27,8 @@ from roost.agent.catalog import InvalidToolCall
 from roost.agent.config import ConfigError
 from roost.agent.mcp_config import CapabilitySessions, McpServer
 from roost.storage import actor_path
-from roost.testing import ActorKit, KitConnection, WsClient, connect, until
+from roost.testing import ActorKit, KitConnection, WsClient, connect
+from roost.transport.admin import inspect_actor
 from tests.agent_support import advance, drive, event_types, events, log_frames
 from tests.support import server_process
 
@@ -76,9 +77,13 @@ def kind_of(kind: str, *servers: McpServer, reinit: bool = False, progress: bool
         heartbeat_interval=0.5,
         lease_ttl=2.0,
         job_backoff=0.0,
-        capability_sessions=CapabilitySessions(support_reinit_on_expiry=reinit, emit_progress_events=progress),
+        capability_sessions=CapabilitySessions(
+            support_reinit_on_expiry=reinit, emit_progress_events=progress
+        ),
     )
-    made: type[Agent] = type(f"Kind_{kind}", (Agent,), {"kind": kind, "config": config, "mcp_servers": servers})
+    made: type[Agent] = type(
+        f"Kind_{kind}", (Agent,), {"kind": kind, "config": config, "mcp_servers": servers}
+    )
     return made
 
 
@@ -117,7 +122,9 @@ async def test_mcp_tools_enter_the_catalog_typed_by_their_input_schema(data_dir:
 
 
 async def test_an_mcp_server_that_cannot_be_reached_refuses_the_kind(data_dir: Path) -> None:
-    kind = kind_of("gone", McpServer(name="gone", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_s=3))
+    kind = kind_of(
+        "gone", McpServer(name="gone", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_s=3)
+    )
     with pytest.raises(ConfigError, match=r"\[agent.mcp_servers.gone\].*cannot list its tools"):
         async with ActorKit([kind], data_dir):
             pass
@@ -254,7 +261,7 @@ async def test_a_huge_elicitation_is_refused_and_other_sessions_go_on(data_dir: 
         run = await c.call("get_run", reply["run_id"])
         assert run["status"] == "failed"
         assert run["waiting"] is None
-        assert len(run["jobs"]) == 1 and run["jobs"][0]["attempt"] == 1  # the server's answer is final
+        assert [j["attempt"] for j in run["jobs"]] == [1]  # the server's answer is final
         assert "input_requested" not in event_types(c)
         assert (await other.call("get_run", second["run_id"]))["status"] == "completed"
     assert max(len(f) for f in log_frames(data_dir, kind.kind, "a")) < 20_000  # nothing huge kept
@@ -285,10 +292,12 @@ async def test_an_error_result_fails_the_step_with_the_servers_reason(data_dir: 
         run = await run_to_end(kit, c, "mcp__t__fail")
         assert run["status"] == "failed"
         assert "Error executing tool fail" in run["error"]  # what the server said
-        assert len(run["jobs"]) == 1 and run["jobs"][0]["attempt"] == 1
+        assert [j["attempt"] for j in run["jobs"]] == [1]
 
 
-async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(data_dir: Path, tmp_path: Path) -> None:
+async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(
+    data_dir: Path, tmp_path: Path
+) -> None:
     kind = kind_of("dies", stdio())
     marker = tmp_path / "died"
     async with ActorKit([kind], data_dir) as kit:
@@ -388,3 +397,72 @@ async def test_no_mcp_connection_outlives_the_pool(data_dir: Path) -> None:
         assert [t for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
     left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
     assert left == []
+
+
+# -- a real server process, killed mid-call ------------------------------------------------------------
+WAIT = 20.0
+
+
+def has_event(kind: str) -> Any:
+    return lambda f: f.get("type") == "event" and f["event"]["event_type"] == kind
+
+
+def ws_events(peer: WsClient, event_type: str) -> list[dict[str, Any]]:
+    return [
+        f["event"]["payload"]
+        for f in peer.frames
+        if f.get("type") == "event" and f["event"]["event_type"] == event_type
+    ]
+
+
+def rows_in_file(data_dir: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(actor_path(data_dir, "mcpagent", "a"))
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM roost_agent_capability_sessions")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL of ``roost serve`` while an MCP call (streamable HTTP) is in flight: the capability
+    session row is in the file; the restarted server finds the lease expired, marks the row
+    ``resumable``, retries the call on a new session, and the run completes; ``roost inspect`` and
+    ``get_run`` show the row."""
+    flag = tmp_path / "release"
+    with http_server() as url:
+        cfg = tmp_path / "roost.toml"
+        cfg.write_text(
+            f'[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\n[agent.mcp_servers.t]\nurl = "{url}"\n'
+        )
+        app = "tests.mcp_servers.app:app"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                reply = await peer.call("turn", f'mcp__t__hold {{"flag": "{flag}"}}', timeout=WAIT)
+                await peer.wait_for(has_event("tool_progress"), WAIT)
+                srv.kill()  # SIGKILL, mid-call
+        (row,) = rows_in_file(data_dir)
+        assert row["status"] == "in_progress"  # what it was when the process died
+        assert row["run_id"] == reply["run_id"]
+        assert row["resume_token"] is not None  # the HTTP session id was tracked
+        first_token = row["resume_token"]
+        report = inspect_actor(data_dir, "mcpagent", "a")
+        assert [r["status"] for r in report["capability_sessions"]] == ["in_progress"]
+        flag.write_text("go")
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
+                await peer.wait_for(has_event("turn_completed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                statuses = [p["status"] for p in ws_events(peer, "capability_session")]
+        assert statuses == ["in_progress", "resumable", "in_progress", "closed"]
+        assert run["status"] == "completed"
+        assert [(j["attempt"], j["status"]) for j in run["jobs"]] == [(2, "completed")]
+        (card,) = run["capability_sessions"]
+        assert card["status"] == "closed"
+        assert card["initialized"] == 2  # a new MCP session after the restart
+        (row,) = rows_in_file(data_dir)
+        assert row["resume_token"] != first_token

@@ -104,11 +104,12 @@ class Agent(Actor):
     @classmethod
     def on_register(cls) -> None:
         """Refuse the kind (:class:`~roost.agent.config.ConfigError`) when its settings hold a
-        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare."""
+        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare, or
+        when one of its MCP servers cannot be asked for its tools (they are listed now)."""
         known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
         check_tools(cls.settings(), known, config_source())
         if mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source()):
-            cls.catalog()  # MCP servers are asked for their tools now: one that cannot answer refuses the kind
+            cls.catalog()
 
     @classmethod
     def catalog(cls) -> Catalog:

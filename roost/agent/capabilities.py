@@ -35,6 +35,7 @@ import orjson
 
 from roost.actors import InvalidArguments
 from roost.agent.context import Part
+from roost.agent.mcp_config import server_of
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
 from roost.agent.status import EventStatus, JobStatus, TurnStatus, Waiting
@@ -167,7 +168,9 @@ class Capabilities(Part):
         )
         row.update(values)
 
-    def _status(self, run: Row, row: Row, status: CapabilityStatus, reason: str | None = None, **values: Any) -> None:
+    def _status(
+        self, run: Row, row: Row, status: CapabilityStatus, reason: str | None = None, **values: Any
+    ) -> None:
         """Change the row's status (with ``values``), and say so in one ``capability_session`` event."""
         reason = self.err(reason, 300)
         self._set(row, status=status, reason=reason, **values)
@@ -223,8 +226,6 @@ class Capabilities(Part):
     # -- hooks of the runtime ---------------------------------------------------------------------------
     def awaiting_approval(self, run: Row, item: Row, approval_id: str, tool_name: str) -> None:
         """A step of an MCP server waits for an approval: the row of (run, server) says so."""
-        from roost.agent.mcp_tools import server_of
-
         server = server_of(tool_name)
         if server is None:
             return
@@ -245,10 +246,13 @@ class Capabilities(Part):
 
     def close_run(self, run: Row) -> None:
         """The run ended: its rows are ``closed`` and this process's connections of them closed."""
+        rows = self.rows(run["run_id"])
+        if not rows:
+            return  # (an agent without MCP sessions never loads the SDK)
         from roost.agent.mcp_client import mcp_pool
 
         pool = mcp_pool(self.agent.extension.process)
-        for row in self.rows(run["run_id"]):
+        for row in rows:
             pool.close(row["capability_session_id"])
             if row["status"] != CapabilityStatus.CLOSED:
                 self._status(run, row, CapabilityStatus.CLOSED, f"the run ended ({run['status']})")
@@ -271,7 +275,9 @@ class Capabilities(Part):
         now = self.now
         expired = row["expires_at"] is not None and row["expires_at"] <= now
         if expired and row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED:
-            self._status(run, row, CapabilityStatus.REINITIALIZE_REQUIRED, "the session expired (expires_at passed)")
+            self._status(
+                run, row, CapabilityStatus.REINITIALIZE_REQUIRED, "the session expired (expires_at passed)"
+            )
         approval = row["approval_state"]
         item = self.store.get("items", item_id) if item_id else None
         if item is not None and item["grant_id"] is not None:
@@ -291,7 +297,12 @@ class Capabilities(Part):
                 self._set(row, **values)
                 return Opened(row["capability_session_id"], job_id, "wait", question)
             self._status(
-                run, row, CapabilityStatus.IN_PROGRESS, "re-initialised after expiry", reinit_allowed=0, **values
+                run,
+                row,
+                CapabilityStatus.IN_PROGRESS,
+                "re-initialised after expiry",
+                reinit_allowed=0,
+                **values,
             )
             return Opened(row["capability_session_id"], job_id, "connect")
         if row["status"] != CapabilityStatus.IN_PROGRESS:
@@ -375,7 +386,9 @@ class Capabilities(Part):
             self._set(row, answer=None, elicitation=None)
             return "answered", self.records.original(kept["content"])
         self.orchestrator.project.release_heavy(run["run_id"])
-        self._status(run, row, CapabilityStatus.WAITING_FOR_INPUT, "the server asked for input", elicitation=asked)
+        self._status(
+            run, row, CapabilityStatus.WAITING_FOR_INPUT, "the server asked for input", elicitation=asked
+        )
         self.set_run(run, waiting=Waiting.INPUT, question=self.err(message, 1000))
         self.set_turn(run, status=TurnStatus.AWAITING_INPUT)
         self.event(
@@ -400,8 +413,6 @@ class Capabilities(Part):
         """``provide_input`` for a run whose MCP session waits: the answer of an elicitation (checked
         against its schema, kept, handed to the worker here), or the consent to a new session of an
         expired one. False when no session of the run waits (the run's own input)."""
-        from roost.agent.mcp_client import mcp_pool
-
         for row in self.rows(run["run_id"]):
             if row["status"] == CapabilityStatus.WAITING_FOR_INPUT and row["elicitation"] is not None:
                 why = _fits(row["elicitation"]["requested_schema"], payload)
@@ -414,6 +425,8 @@ class Capabilities(Part):
                 self._set(row, answer={"question": row["elicitation"], "content": kept})
                 self._status(run, row, CapabilityStatus.IN_PROGRESS, "answered")
                 self._resume(run, kept)
+                from roost.agent.mcp_client import mcp_pool
+
                 mcp_pool(self.agent.extension.process).deliver(row["capability_session_id"], payload)
                 return True
             if row["status"] == CapabilityStatus.REINITIALIZE_REQUIRED and run["waiting"] == Waiting.INPUT:

@@ -126,7 +126,9 @@ def discover(server: McpServer) -> list[types.Tool]:
     thread.join()
     if failed or not found:
         why = _why(failed[0]) if failed else "no answer"
-        raise ConnectionError(f"MCP server {server.name!r} ({server.transport}): cannot list its tools: {why}")
+        raise ConnectionError(
+            f"MCP server {server.name!r} ({server.transport}): cannot list its tools: {why}"
+        )
     return found[0]
 
 
@@ -158,13 +160,14 @@ class McpConnection:
     async def start(self) -> None:
         """Connect and initialise (``mode="legacy"``: the handshake protocol, see docs/design.md).
         Raises :class:`ConnectionLost` when that fails."""
-        self._task = asyncio.get_running_loop().create_task(
-            self._own(), name=f"{SERVICE}:{self.server.name}"
-        )
+        self._task = asyncio.get_running_loop().create_task(self._own(), name=f"{SERVICE}:{self.server.name}")
         ready = asyncio.ensure_future(self._ready.wait())
         try:
-            await asyncio.wait((ready, self._task), timeout=self.server.connect_timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                (ready, self._task),
+                timeout=self.server.connect_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         finally:
             ready.cancel()
         if not self._ready.is_set():

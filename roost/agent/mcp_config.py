@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from roost.agent.catalog import ApprovalMode
 
-__all__ = ["MAX_SERVER_NAME", "CapabilitySessions", "McpServer"]
+__all__ = ["MAX_SERVER_NAME", "CapabilitySessions", "McpServer", "mcp_tool_name", "server_of"]
 
 MAX_SERVER_NAME = 40
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -84,3 +84,18 @@ class CapabilitySessions(BaseModel):
     track_session_ids: bool = True
     emit_progress_events: bool = True
     support_reinit_on_expiry: bool = False
+
+
+PREFIX = "mcp__"
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The catalog name of ``server``'s tool ``tool``: ``mcp__SERVER__TOOL``."""
+    return f"{PREFIX}{server}__{tool}"
+
+
+def server_of(tool_name: str) -> str | None:
+    """The server of an MCP tool's catalog name; None for any other tool."""
+    if not tool_name.startswith(PREFIX):
+        return None
+    return tool_name[len(PREFIX) :].split("__", 1)[0]

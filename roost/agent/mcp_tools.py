@@ -26,18 +26,15 @@ from typing import Any, ClassVar, Protocol
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of mcp
 import mcp_types as types
-from pydantic import BaseModel, ConfigDict, model_validator
-
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from roost.agent.capabilities import Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
 from roost.agent.mcp_client import ConnectionLost, McpConnection, SessionExpired, mcp_pool
-from roost.agent.mcp_config import CapabilitySessions, McpServer
+from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
 
 __all__ = ["McpToolError", "mcp_tool_name", "server_of", "tools_of"]
-
-PREFIX = "mcp__"
 
 
 class McpToolError(RuntimeError):
@@ -45,17 +42,6 @@ class McpToolError(RuntimeError):
     final (``retryable`` False), but for a timeout."""
 
     retryable: bool = False
-
-
-def mcp_tool_name(server: str, tool: str) -> str:
-    return f"{PREFIX}{server}__{tool}"
-
-
-def server_of(tool_name: str) -> str | None:
-    """The server of an MCP tool's catalog name; None for any other tool."""
-    if not tool_name.startswith(PREFIX):
-        return None
-    return tool_name[len(PREFIX) :].split("__", 1)[0]
 
 
 class McpArgs(BaseModel):
@@ -142,29 +128,33 @@ def _tool_fn(server: McpServer, tool: str) -> Any:
 async def call(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
     """One MCP call of a background job (see the module doc and docs/design.md)."""
     for _ in range(2):  # a session that expired under the call may be re-initialised once
-        opened, settings, pool = await ctx.turn(lambda a: _open(a, ctx, server))
-        if opened.action == "wait":
-            raise NeedInput(opened.question or "the MCP session expired")
-        cid = opened.capability_session_id
-        conn = pool.live(cid) if opened.action == "reuse" else None
         try:
-            if conn is None:
-                conn = await pool.connect(cid, server)
-                sid, ttl = conn.session_id, server.session_ttl_s
-                await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl))
-            result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
-        except SessionExpired as exc:
-            reason = str(exc)
-            await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=True))
+            return await _once(ctx, server, tool, arguments)
+        except SessionExpired:
             continue
-        except ConnectionLost as exc:
-            reason = str(exc)
-            await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=False))
-            raise
-        ttl = server.session_ttl_s
-        await ctx.turn(lambda a: _caps(a).called(cid, ttl))
-        return _value(server, tool, result)
     raise SessionExpired(f"MCP server {server.name!r}: the new session expired too")
+
+
+async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+    """Open the row, connect if needed, call; the row records how it went."""
+    opened, settings, pool = await ctx.turn(lambda a: _open(a, ctx, server))
+    if opened.action == "wait":
+        raise NeedInput(opened.question or "the MCP session expired")
+    cid = opened.capability_session_id
+    ttl = server.session_ttl_s
+    conn = pool.live(cid) if opened.action == "reuse" else None
+    try:
+        if conn is None:
+            conn = await pool.connect(cid, server)
+            sid = conn.session_id
+            await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl))
+        result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
+    except (SessionExpired, ConnectionLost) as exc:
+        reason, expired = str(exc), isinstance(exc, SessionExpired)
+        await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired))
+        raise
+    await ctx.turn(lambda a: _caps(a).called(cid, ttl))
+    return _value(server, tool, result)
 
 
 def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, CapabilitySessions, Any]:
@@ -222,7 +212,9 @@ async def _call(
     except RuntimeError as exc:  # the SDK's check of the result against the output schema
         raise McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: {exc}") from None
     except MCPError as exc:  # the server answered the call with an error: final, unless it timed out
-        error = McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}")
+        error = McpToolError(
+            f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}"
+        )
         error.retryable = exc.code == types.REQUEST_TIMEOUT
         raise error from None
     finally:

@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import mcp_types as types
 import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp.server.mcpserver import Context, MCPServer
 
 class ToolsServer(MCPServer):
     """Lists ``bad_result`` with an output schema that its results break (the SDK's server checks
@@ -112,7 +112,7 @@ def crash() -> str:
 async def hold(flag: str, ctx: Context) -> str:
     """Report progress, then wait until the file ``flag`` exists."""
     await ctx.report_progress(1, 2, "holding")
-    while not Path(flag).exists():
+    while not await anyio.Path(flag).exists():  # noqa: ASYNC110  (another process makes it)
         await anyio.sleep(0.02)
     return "released"
 
