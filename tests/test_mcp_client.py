@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from roost.actors import InvalidArguments, RpcError
+from roost.actors import Actor, InvalidArguments, RpcError
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
 from roost.agent.catalog import InvalidToolCall
 from roost.agent.config import ConfigError
+from roost.agent.mcp_client import mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer
 from roost.storage import actor_path
 from roost.testing import ActorKit, KitConnection, WsClient, connect
@@ -245,6 +246,47 @@ async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data
         assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
         assert session_statuses(c) == ["in_progress", "waiting_for_input", "in_progress", "closed"]
         assert run["capability_sessions"][0]["initialized"] == 1  # the same session throughout
+
+
+async def test_an_answered_elicitation_is_not_asked_twice(data_dir: Path) -> None:
+    """The answer reaches the row while the worker that asked is out of reach (as when it runs in a
+    process that died); that worker is lost; the next attempt's call asks the same question and gets
+    the kept answer, without asking the user again."""
+    kind = kind_of("kept", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run_id = reply["run_id"]
+
+        async def unreachable(actor: Actor) -> Any:
+            assert isinstance(actor, Agent)
+            pool = mcp_pool(actor.extension.process)
+            (row,) = actor.orchestrator.capabilities.rows(run_id)
+            return pool.waiters.pop(row["capability_session_id"])
+
+        waiter = await kit.registry.run(kind.kind, "a", unreachable)
+        await c.call("provide_input", run_id, {"colour": "teal"})
+        assert not waiter.done()  # kept in the row, not delivered
+
+        async def lose_worker(actor: Actor) -> None:  # what the lease's end does when a worker died
+            assert isinstance(actor, Agent)
+            orch = actor.orchestrator
+            (row,) = orch.capabilities.rows(run_id)
+            mcp_pool(actor.extension.process).close(row["capability_session_id"])
+            waiter.cancel()
+            (job,) = orch.jobs.store.select("jobs", "run_id = ?", (run_id,))
+            orch.capabilities.lease_lost(job)
+            await orch.jobs.claim(job)
+
+        await kit.registry.run(kind.kind, "a", lose_worker)
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", run_id)
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
+        assert len(payloads(c, "input_requested")) == 1  # asked once
+        assert run["jobs"][0]["attempt"] == 2
+        assert "resumable" in session_statuses(c)
 
 
 async def test_a_huge_elicitation_is_refused_and_other_sessions_go_on(data_dir: Path) -> None:
