@@ -24,7 +24,8 @@ from roost.actors import Actor, InvalidArguments, RpcError
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
 from roost.agent.catalog import InvalidToolCall
-from roost.agent.config import ConfigError
+from roost.agent.config import ConfigError, load_config
+from roost.agent.mcp_agent import servers
 from roost.agent.mcp_client import mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer
 from roost.storage import actor_path
@@ -120,6 +121,40 @@ async def test_mcp_tools_enter_the_catalog_typed_by_their_input_schema(data_dir:
             catalog.check("mcp__t__echo", {"text": 3})
         with pytest.raises(InvalidToolCall, match="'text' is a required property"):
             catalog.check("mcp__t__echo", {})
+
+
+@pytest.mark.parametrize(
+    ("toml", "refusal"),
+    [
+        ('[agent.mcp_servers.t]\ncommand = "x"\nurl = "http://h/mcp"\n', "either command"),
+        ("[agent.mcp_servers.t]\n", "either command"),
+        ('[agent.mcp_servers.t]\ncommand = "x"\ntimeout = 3\n', "mcp_servers.t.timeout"),
+        ("[agent.capability_sessions]\nsupport_reinit = true\n", "capability_sessions.support_reinit"),
+        ('[agent.mcp_servers.t]\nurl = "ftp://h"\n', "url must be http"),
+    ],
+)
+def test_mcp_settings_in_roost_toml_are_checked(tmp_path: Path, toml: str, refusal: str) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(toml)
+    with pytest.raises(ConfigError, match=refusal):
+        load_config(cfg)
+
+
+def test_mcp_servers_of_roost_toml_are_named_by_their_table(tmp_path: Path) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(
+        '[agent.mcp_servers.files]\ncommand = "python"\nargs = ["-m", "files"]\n'
+        'approval_mode = "confirm_once"\n[agent.capability_sessions]\nsupport_reinit_on_expiry = true\n'
+    )
+    config = load_config(cfg)
+    (server,) = servers((), config, cfg)
+    assert (server.name, server.transport, server.args) == ("files", "stdio", ("-m", "files"))
+    assert server.approval_mode == "confirm_once"
+    assert config.capability_sessions.support_reinit_on_expiry is True
+    with pytest.raises(ConfigError, match="two MCP servers of that name"):
+        servers((McpServer(name="files", url="http://h/mcp"),), config, cfg)
+    with pytest.raises(ConfigError, match="letters, digits"):
+        servers((McpServer(name="a__b", url="http://h/mcp"),), AgentConfig(), cfg)
 
 
 async def test_an_mcp_server_that_cannot_be_reached_refuses_the_kind(data_dir: Path) -> None:
@@ -508,3 +543,48 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
         assert card["initialized"] == 2  # a new MCP session after the restart
         (row,) = rows_in_file(data_dir)
         assert row["resume_token"] != first_token
+
+
+@pytest.mark.slow
+async def test_sigkill_while_a_server_asks_and_the_question_is_asked_again(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL while the run waits for the answer to an MCP server's question: the row says
+    ``waiting_for_input`` in the file; after the restart the lost worker's row is ``resumable``, the
+    call is made again, the server asks again, and ``provide_input`` answers it."""
+    with http_server() as url:
+        cfg = tmp_path / "roost.toml"
+        cfg.write_text(
+            f'[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\n[agent.mcp_servers.t]\nurl = "{url}"\n'
+        )
+        app = "tests.mcp_servers.app:app"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                reply = await peer.call("turn", "mcp__t__ask_colour", timeout=WAIT)
+                await peer.wait_for(has_event("input_requested"), WAIT)
+                srv.kill()
+        (row,) = rows_in_file(data_dir)
+        assert row["status"] == "waiting_for_input"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
+                await peer.wait_for(lambda f: len(ws_events(peer, "input_requested")) == 2, WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                assert run["waiting"] == "input"
+                assert run["capability_sessions"][0]["status"] == "waiting_for_input"
+                await peer.call("provide_input", reply["run_id"], {"colour": "plum"}, timeout=WAIT)
+                await peer.wait_for(has_event("turn_completed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                statuses = [p["status"] for p in ws_events(peer, "capability_session")]
+                done = ws_events(peer, "tool_completed")
+        assert run["status"] == "completed"
+        assert done[0]["result"] == {"result": "colour: plum"}
+        assert statuses == [
+            "in_progress",
+            "waiting_for_input",
+            "resumable",
+            "in_progress",
+            "waiting_for_input",
+            "in_progress",
+            "closed",
+        ]
