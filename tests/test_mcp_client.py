@@ -73,14 +73,16 @@ def http_server(*flags: str) -> Iterator[str]:
         proc.wait(10)
 
 
-def kind_of(kind: str, *servers: McpServer, reinit: bool = False, progress: bool = True) -> type[Agent]:
+def kind_of(
+    kind: str, *servers: McpServer, reinit: bool = False, progress: bool = True, track: bool = True
+) -> type[Agent]:
     """An agent kind whose tools are the servers' (a class per test: its catalog is its servers')."""
     config = AgentConfig(
         heartbeat_interval=0.5,
         lease_ttl=2.0,
         job_backoff=0.0,
         capability_sessions=CapabilitySessions(
-            support_reinit_on_expiry=reinit, emit_progress_events=progress
+            support_reinit_on_expiry=reinit, emit_progress_events=progress, track_session_ids=track
         ),
     )
     made: type[Agent] = type(
@@ -281,6 +283,53 @@ async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data
         assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
         assert session_statuses(c) == ["in_progress", "waiting_for_input", "in_progress", "closed"]
         assert run["capability_sessions"][0]["initialized"] == 1  # the same session throughout
+
+
+async def test_a_huge_answer_is_refused_and_the_run_keeps_waiting(data_dir: Path) -> None:
+    kind = kind_of("hugeanswer", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        with pytest.raises(RpcError, match="an answer is at most 65536 bytes") as refused:
+            await c.call("provide_input", reply["run_id"], {"colour": "x" * 100_000})
+        assert refused.value.code == InvalidArguments.code
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert run["capability_sessions"][0]["status"] == "waiting_for_input"
+        await c.call("provide_input", reply["run_id"], {"colour": "red"})
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        assert (await c.call("get_run", reply["run_id"]))["status"] == "completed"
+
+
+async def test_cancel_while_a_server_asks_closes_its_session(data_dir: Path) -> None:
+    kind = kind_of("cancelask", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        await c.call("cancel", reply["turn_id"])
+        await drive(
+            kit,
+            lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")],
+            io_wait=IO,
+        )
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "cancelled"
+        assert run["waiting"] is None
+        assert run["capability_sessions"][0]["status"] == "closed"
+        assert [j["status"] for j in run["jobs"]] == ["cancelled"]
+        assert session_statuses(c)[-1] == "closed"
+
+
+async def test_session_ids_are_not_kept_without_track_session_ids(data_dir: Path) -> None:
+    with http_server() as url:
+        kind = kind_of("notrack", McpServer(name="t", url=url), track=False)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, 'mcp__t__echo {"text": "x"}')
+            assert run["status"] == "completed"
+            assert run["capability_sessions"][0]["resume_token"] is None
 
 
 async def test_an_answered_elicitation_is_not_asked_twice(data_dir: Path) -> None:

@@ -19,7 +19,7 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 - **An answered elicitation is not asked twice**: the answer is kept in the row until the call took
   it; a retried call whose server asks the same question (message and schema) gets it back.
 - **Bounded**: an elicitation's message and schema are bounded (:data:`MAX_MESSAGE`,
-  :data:`MAX_SCHEMA`); an answer must fit the requested schema.
+  :data:`MAX_SCHEMA`); an answer must fit the requested schema and :data:`MAX_ANSWER`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ shown = Records.shown
 MAX_MESSAGE = 4000
 #: An elicitation's requested schema larger than this once encoded (bytes) is refused.
 MAX_SCHEMA = 16_384
+#: An answer to an elicitation larger than this once encoded (bytes) is refused.
+MAX_ANSWER = 65_536
 
 CAPABILITY_MIGRATIONS: Sequence[Migration] = (
     """
@@ -415,6 +417,14 @@ class Capabilities(Part):
         expired one. False when no session of the run waits (the run's own input)."""
         for row in self.rows(run["run_id"]):
             if row["status"] == CapabilityStatus.WAITING_FOR_INPUT and row["elicitation"] is not None:
+                try:
+                    size = len(orjson.dumps(payload))
+                except TypeError:
+                    raise InvalidArguments(message="payload: not JSON") from None
+                if size > MAX_ANSWER:
+                    raise InvalidArguments(
+                        message=f"payload: an answer is at most {MAX_ANSWER} bytes of JSON"
+                    )
                 why = _fits(row["elicitation"]["requested_schema"], payload)
                 if why is not None:
                     raise InvalidArguments(message=f"payload does not fit the requested schema: {why}")
