@@ -24,23 +24,29 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of mcp
 import orjson
 
 from roost.actors import InvalidArguments
+from roost.agent.capability_rows import (
+    CAPABILITY_MIGRATIONS,
+    LIVE,
+    TABLE,
+    CapabilityStatus,
+    Opened,
+    card,
+    decode,
+    encode,
+)
 from roost.agent.context import Part
 from roost.agent.mcp_config import server_of
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
 from roost.agent.status import EventStatus, JobStatus, TurnStatus, Waiting
 from roost.agent.store import Row, new_id
-from roost.storage import Migration
 
 __all__ = [
     "CAPABILITY_MIGRATIONS",
@@ -60,75 +66,6 @@ MAX_SCHEMA = 16_384
 #: An answer to an elicitation larger than this once encoded (bytes) is refused.
 MAX_ANSWER = 65_536
 
-CAPABILITY_MIGRATIONS: Sequence[Migration] = (
-    """
-    CREATE TABLE roost_agent_capability_sessions (
-        capability_session_id TEXT PRIMARY KEY,
-        run_id          TEXT NOT NULL,
-        trace_id        TEXT NOT NULL,
-        server          TEXT NOT NULL,
-        transport       TEXT NOT NULL,
-        status          TEXT NOT NULL,
-        reason          TEXT,
-        expires_at      REAL,
-        resume_token    TEXT,
-        approval_state  TEXT NOT NULL,
-        elicitation     TEXT,
-        answer          TEXT,
-        reinit_allowed  INTEGER NOT NULL DEFAULT 0,
-        job_id          TEXT,
-        attempt         INTEGER NOT NULL DEFAULT 0,
-        initialized     INTEGER NOT NULL DEFAULT 0,
-        calls           INTEGER NOT NULL DEFAULT 0,
-        created_at      REAL NOT NULL,
-        updated_at      REAL NOT NULL,
-        UNIQUE (run_id, server)
-    ) WITHOUT ROWID;
-    """,
-)
-
-TABLE = "roost_agent_capability_sessions"
-_JSON = ("approval_state", "elicitation", "answer")
-
-
-class CapabilityStatus(StrEnum):
-    """``capability_sessions.status`` (docs/design.md draws the machine)."""
-
-    IN_PROGRESS = "in_progress"
-    WAITING_FOR_INPUT = "waiting_for_input"
-    WAITING_FOR_APPROVAL = "waiting_for_approval"
-    RESUMABLE = "resumable"
-    REINITIALIZE_REQUIRED = "reinitialize_required"
-    CLOSED = "closed"
-
-
-#: A row in one of these has (or may have) a live MCP session.
-LIVE = (CapabilityStatus.IN_PROGRESS, CapabilityStatus.WAITING_FOR_INPUT)
-
-
-@dataclass(slots=True, frozen=True)
-class Opened:
-    """What :meth:`Capabilities.open` decided for the worker of an MCP call."""
-
-    capability_session_id: str
-    job_id: str | None
-    #: ``reuse`` the connection this process holds, ``connect`` anew (a new MCP session), or ``wait``:
-    #: the session expired and may not be re-initialised (``question`` says why).
-    action: str
-    question: str | None = None
-
-
-def _decode(row: Row) -> Row:
-    for col in _JSON:
-        if row.get(col) is not None:
-            row[col] = orjson.loads(row[col])
-    return row
-
-
-def _digest(token: str | None) -> str | None:
-    """How a card shows a session id: a digest (the id itself lets anyone holding it use the session)."""
-    return None if token is None else "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-
 
 def _fits(schema: Any, answer: Any) -> str | None:
     """Why ``answer`` does not fit ``schema`` (None when it does)."""
@@ -145,25 +82,22 @@ def _fits(schema: Any, answer: Any) -> str | None:
 class Capabilities(Part):
     # -- rows ---------------------------------------------------------------------------------------
     def rows(self, run_id: str) -> list[Row]:
-        return [_decode(r) for r in self.store.select("capability_sessions", "run_id = ?", (run_id,))]
+        return [decode(r) for r in self.store.select("capability_sessions", "run_id = ?", (run_id,))]
 
     def row(self, capability_session_id: str) -> Row | None:
         found = self.store.select(
             "capability_sessions", "capability_session_id = ?", (capability_session_id,)
         )
-        return _decode(found[0]) if found else None
+        return decode(found[0]) if found else None
 
     def _row_of(self, run_id: str, server: str) -> Row | None:
         found = self.store.select("capability_sessions", "run_id = ? AND server = ?", (run_id, server))
-        return _decode(found[0]) if found else None
+        return decode(found[0]) if found else None
 
     def _set(self, row: Row, **values: Any) -> None:
         values["updated_at"] = self.now
         cols = list(values)
-        encoded = [
-            orjson.dumps(values[c]).decode() if c in _JSON and values[c] is not None else values[c]
-            for c in cols
-        ]
+        encoded = [encode(c, values[c]) for c in cols]
         self.store.execute(
             f"UPDATE {TABLE} SET {', '.join(f'{c} = ?' for c in cols)} WHERE capability_session_id = ?",
             [*encoded, row["capability_session_id"]],
@@ -218,7 +152,7 @@ class Capabilities(Part):
         cols = list(made)
         self.store.execute(
             f"INSERT INTO {TABLE} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [orjson.dumps(made[c]).decode() if c in _JSON else made[c] for c in cols],
+            [encode(c, made[c]) for c in cols],
         )
         row = self._row_of(run["run_id"], server)
         assert row is not None
@@ -453,23 +387,4 @@ class Capabilities(Part):
     # -- reads --------------------------------------------------------------------------------------
     def cards(self, run_id: str) -> list[dict[str, Any]]:
         """The run's capability sessions as ``get_run`` shows them (answers in their shown form)."""
-        return [
-            {
-                "capability_session_id": r["capability_session_id"],
-                "run_id": r["run_id"],
-                "trace_id": r["trace_id"],
-                "server": r["server"],
-                "transport": r["transport"],
-                "status": r["status"],
-                "reason": r["reason"],
-                "expires_at": r["expires_at"],
-                "resume_token": _digest(r["resume_token"]),
-                "approval_state": r["approval_state"],
-                "elicitation": r["elicitation"],
-                "job_id": r["job_id"],
-                "attempt": r["attempt"],
-                "initialized": r["initialized"],
-                "calls": r["calls"],
-            }
-            for r in self.rows(run_id)
-        ]
+        return [card(r) for r in self.rows(run_id)]
