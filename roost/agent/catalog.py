@@ -16,7 +16,8 @@ pydantic model::
 - ``approval_mode``: ``safe_readonly`` runs without asking; ``confirm_once`` and ``mutating`` need a
   grant that covers the call (see :mod:`roost.agent.policy`).
 - ``background``: runs as a :class:`~roost.agent.background` job, outside the agent's mailbox, with a
-  lease, heartbeats, progress and retries. Otherwise the tool runs inside a turn and must be quick.
+  lease, heartbeats, progress and retries (an exception whose ``retryable`` attribute is False fails
+  the step at once, without a retry). Otherwise the tool runs inside a turn and must be quick.
 - ``heavy``: one heavy operation per project at a time.
 - ``keywords`` and ``requires`` drive the deterministic planner.
 
