@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def http_server(*flags: str) -> Iterator[str]:
                 break
             if proc.poll() is not None:
                 raise RuntimeError("the MCP test server did not start")
-            subprocess.run(["sleep", "0.025"], check=True)
+            time.sleep(0.025)  # polled until the port answers (a readiness check, bounded)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.kill()
