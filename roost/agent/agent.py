@@ -34,10 +34,13 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from roost.actors import Actor, callable, wakeup
+from roost.agent import mcp_agent
 from roost.agent.background import job_runner
+from roost.agent.capabilities import CAPABILITY_MIGRATIONS
 from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
 from roost.agent.interfaces import Verdict
+from roost.agent.mcp_config import McpServer
 from roost.agent.models import DeterministicPlanner, Model
 from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.orchestrator import Orchestrator
@@ -58,10 +61,14 @@ class Agent(Actor):
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (
         ("agent", AGENT_MIGRATIONS),
         ("stream", STREAM_MIGRATIONS),
+        ("capability", CAPABILITY_MIGRATIONS),
     )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`roost.agent.tool`).
     tools: ClassVar[Sequence[Tool]] = ()
+    #: MCP servers whose tools join the catalog (with those of ``[agent.mcp_servers.NAME]``; see
+    #: :mod:`roost.agent.mcp_config`).
+    mcp_servers: ClassVar[Sequence[McpServer]] = ()
     #: Settings; ``None`` reads ``roost.toml`` (see :mod:`roost.agent.config`) once per kind.
     config: ClassVar[AgentConfig | None] = None
     #: What verification checks, recorded on every run.
@@ -105,14 +112,18 @@ class Agent(Actor):
     @classmethod
     def on_register(cls) -> None:
         """Refuse the kind (:class:`~roost.agent.config.ConfigError`) when its settings hold a
-        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare."""
+        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare, or
+        when one of its MCP servers cannot be asked for its tools (they are listed now)."""
         known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
         check_tools(cls.settings(), known, config_source())
+        if mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source()):
+            cls.catalog()
 
     @classmethod
     def catalog(cls) -> Catalog:
         if cls.__dict__.get("_catalog") is None:
-            cls._catalog = Catalog(cls.tools)
+            servers = mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source())
+            cls._catalog = Catalog([*cls.tools, *mcp_agent.listed_tools(servers, config_source())])
         assert cls._catalog is not None
         return cls._catalog
 

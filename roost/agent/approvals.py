@@ -104,6 +104,7 @@ class Approvals(Part):
                 "default_ttl_s": self.agent.settings().approval_ttl_s,
             },
         )
+        self.orchestrator.capabilities.awaiting_approval(run, item, approval["approval_id"], tool.name)
 
     async def decide(self, approval_id: Any, decision: Any, scope: Any, ttl_s: Any) -> dict[str, Any]:
         """``approve``: deny (the run fails, ``blocked``) or grant (the run goes on) a pending approval."""

@@ -293,7 +293,10 @@ class JobRunner:
                 lost.set()
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
 
-        spec.ctx.bind(progress, self.process.clock.sleep, stream)
+        async def turn(fn: Callable[[Actor], Awaitable[Any]]) -> Any:
+            return await self._turn(kind, name, fn)
+
+        spec.ctx.bind(progress, self.process.clock.sleep, turn, stream)
         label = f"{SERVICE}:{job_id}:{attempt}"
         tool: asyncio.Future[Any] = asyncio.ensure_future(spec.execute(spec.ctx))
         if isinstance(tool, asyncio.Task):
@@ -318,7 +321,8 @@ class JobRunner:
                 return  # cancelled by cancel(): the record already says so
             except Exception as exc:
                 log.warning("job %s attempt %s failed", job_id, attempt, exc_info=True)
-                outcome = Outcome(OutcomeStatus.FAILED, error=error_line(exc)[:500], retryable=True)
+                retryable = getattr(exc, "retryable", True) is not False  # a tool may say it is final
+                outcome = Outcome(OutcomeStatus.FAILED, error=error_line(exc)[:500], retryable=retryable)
         finally:
             await _cancel_and_wait(beat)
         if lost.is_set() and outcome.status != OutcomeStatus.OK:

@@ -16,7 +16,8 @@ pydantic model::
 - ``approval_mode``: ``safe_readonly`` runs without asking; ``confirm_once`` and ``mutating`` need a
   grant that covers the call (see :mod:`roost.agent.policy`).
 - ``background``: runs as a :class:`~roost.agent.background` job, outside the agent's mailbox, with a
-  lease, heartbeats, progress and retries. Otherwise the tool runs inside a turn and must be quick.
+  lease, heartbeats, progress and retries (an exception whose ``retryable`` attribute is False fails
+  the step at once, without a retry). Otherwise the tool runs inside a turn and must be quick.
 - ``heavy``: one heavy operation per project at a time.
 - ``keywords`` and ``requires`` drive the deterministic planner.
 
@@ -85,6 +86,10 @@ async def _no_stream(text: str) -> None:
     return None
 
 
+async def _no_turn(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    raise RuntimeError("ctx.turn is only bound in a background job")
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool may know and do: ids, its settings, the data directory, progress and sleep."""
@@ -105,16 +110,21 @@ class ToolContext:
     _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
     _stream: Callable[[str], Awaitable[None]] = _no_stream
+    _turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] = _no_turn
 
     def bind(
         self,
         progress: Callable[[int, int, str, Any], Awaitable[None]],
         sleep: Callable[[float], Awaitable[None]],
+        turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] | None = None,
         stream: Callable[[str], Awaitable[None]] = _no_stream,
     ) -> None:
-        """Called by the job runner: ``progress``, ``sleep`` and ``stream`` of a background job's worker."""
+        """Called by the job runner: ``progress``, ``sleep``, ``turn`` and ``stream`` of a background
+        job's worker."""
         self._progress = progress
         self._sleep = sleep
+        if turn is not None:
+            self._turn = turn
         self._stream = stream
 
     async def stream(self, text: str) -> None:
@@ -131,6 +141,17 @@ class ToolContext:
     async def sleep(self, seconds: float) -> None:
         """Sleep on the runtime's clock (a fake clock in tests)."""
         await self._sleep(seconds)
+
+    async def turn(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(agent)`` (a function, or a coroutine function) as a turn of this tool's agent
+        (background jobs only): how a runtime tool such as an MCP call (:mod:`roost.agent.mcp_tools`)
+        records what happens during it. Its result after the commit."""
+
+        async def run(actor: Any) -> Any:
+            out = fn(actor)
+            return await out if inspect.isawaitable(out) else out
+
+        return await self._turn(run)
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[Any]]

@@ -26,6 +26,9 @@
     [agent.tools.analyze_documents]   # settings handed to one tool (ctx.settings)
     delay_s = 0.5
 
+    [agent.mcp_servers.files]         # MCP servers and their sessions: see roost.agent.mcp_config
+    command = "python"
+
 Unknown keys are refused (a typo would otherwise silently keep a default), with the close match when
 there is one (``max_tool_hop``: did you mean ``max_tool_hops``?). So are a ``[agent.tools.NAME]``
 table for which no ``@tool`` is named ``NAME`` and a key the tool does not declare
@@ -43,6 +46,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from roost.agent.mcp_config import CapabilitySessions, McpServer
 
 __all__ = ["TABLES", "AgentConfig", "ConfigError", "check_tools", "config_source", "load_config"]
 
@@ -73,6 +78,9 @@ class AgentConfig(BaseModel):
     max_stream_chars: int = Field(200_000, ge=1)
     model_stream_timeout: float = Field(600.0, gt=0)
     tools: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: ``[agent.mcp_servers.NAME]`` and ``[agent.capability_sessions]`` (:mod:`roost.agent.mcp_config`).
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+    capability_sessions: CapabilitySessions = Field(default_factory=CapabilitySessions)
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> AgentConfig:

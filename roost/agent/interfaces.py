@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentHost",
     "ApprovalsApi",
+    "CapabilitiesApi",
     "ExecutionApi",
     "JobsApi",
     "OrchestratorApi",
@@ -250,6 +251,25 @@ class StreamsApi(Protocol):
         """The run's messages in step order."""
 
 
+class CapabilitiesApi(Protocol):
+    """Capability sessions of MCP servers (:class:`roost.agent.capabilities.Capabilities`)."""
+
+    def awaiting_approval(self, run: Row, item: Row, approval_id: str, tool_name: str) -> None:
+        """A step waits for an approval: the row of its MCP server (if it is an MCP tool) says so."""
+
+    def lease_lost(self, job: Row) -> None:
+        """The job's lease expired: its live capability sessions become ``resumable``."""
+
+    def close_run(self, run: Row) -> None:
+        """The run ended: its capability sessions are ``closed``."""
+
+    def answer(self, run: Row, payload: Any) -> bool:
+        """``provide_input`` for a run whose MCP session waits; False if none waits."""
+
+    def cards(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's capability sessions as ``get_run`` shows them."""
+
+
 class OrchestratorApi(Protocol):
     """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
 
@@ -292,3 +312,6 @@ class OrchestratorApi(Protocol):
 
     async def settle(self) -> None:
         """Hand the runs that ended to ``agent.on_run_end``."""
+
+    @property
+    def capabilities(self) -> CapabilitiesApi: ...

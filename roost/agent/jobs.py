@@ -351,6 +351,7 @@ class JobLifecycle(Part, WorkerJobs):
             )
             return
         run = self.run(job["run_id"])
+        self.orchestrator.capabilities.lease_lost(job)
         if attempt < job["max_attempts"] and not (
             job["job_kind"] == "model" and self.orchestrator.streams.committed(job)
         ):

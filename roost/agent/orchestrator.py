@@ -11,6 +11,7 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.execution` — tool contexts and inline steps;
 - :attr:`~Orchestrator.verification` — the run's end through its stop condition;
 - :attr:`~Orchestrator.reads` — the read-only callables;
+- :attr:`~Orchestrator.capabilities` — the capability sessions of MCP servers;
 - :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events).
 
 A run that ends (completed, failed or cancelled) is handed to :meth:`roost.agent.Agent.on_run_end`
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from roost.agent.approvals import Approvals
+from roost.agent.capabilities import Capabilities
 from roost.agent.execution import Execution
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
@@ -62,6 +64,7 @@ class Orchestrator:
         self.verification = Verification(self)
         self.runs = Runs(self)
         self.reads = Reads(self)
+        self.capabilities = Capabilities(self)
         self.streams = Streams(self)
         #: Runs that ended in this turn and are not yet handed to ``agent.on_run_end``.
         self.ended: list[str] = []

@@ -116,6 +116,7 @@ class Reads(Part):
                 }
                 for m in self.orchestrator.streams.of_run(run["run_id"])
             ],
+            "capability_sessions": self.orchestrator.capabilities.cards(run_id),
         }
 
     def session(self, session_id: Any) -> dict[str, Any]:
@@ -124,7 +125,10 @@ class Reads(Part):
         row = self.store.get("sessions", session_id)
         if row is not None:  # a session nobody opened is an empty card
             self.guard(row["principal"], write=False)
-        return memory.session_card(self.store, session_id, self.agent.seq, dict(self.agent.profile))
+        card = memory.session_card(self.store, session_id, self.agent.seq, dict(self.agent.profile))
+        caps = self.orchestrator.capabilities
+        card["capability_sessions"] = [c for t in card["open_turns"] for c in caps.cards(t["run_id"])]
+        return card
 
     def project(self) -> dict[str, Any]:
         return self.orchestrator.project.read()

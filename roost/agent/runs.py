@@ -174,6 +174,7 @@ class Runs(Part):
         store.update("sessions", run["session_id"], updated_at=now)
         self.event("turn_cancelled", run, status=EventStatus.CANCELLED, payload={})
         orc.ended.append(run["run_id"])
+        orc.capabilities.close_run(run)
         orc.project.release_heavy(run["run_id"])
         await orc.steps.drain_released()
         return self.reply(run["run_id"])
@@ -221,6 +222,9 @@ class Runs(Part):
         self.guard(run["principal"], write=True)
         if run["waiting"] != Waiting.INPUT:
             raise InvalidTransition(message=f"run {run_id} is not waiting for input")
+        if self.orchestrator.capabilities.answer(run, payload):  # an MCP server asked (mcp_tools)
+            await self.orchestrator.steps.advance(run_id)
+            return self.reply(run_id)
         try:
             kept = self.records.keep(payload)
         except (PayloadError, TypeError) as exc:
@@ -288,5 +292,6 @@ class Runs(Part):
             status=EventStatus.COMPLETED if completed else EventStatus.FAILED,
             payload=payload,
         )
+        self.orchestrator.capabilities.close_run(run)
         self.orchestrator.project.release_heavy(run["run_id"])
         self.orchestrator.ended.append(run["run_id"])

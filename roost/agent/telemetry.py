@@ -49,6 +49,8 @@ EVENT_TYPES = frozenset(
         "turn_completed",
         "turn_failed",
         "turn_cancelled",
+        "capability_session",
+        "elicitation_refused",
     }
 )
 

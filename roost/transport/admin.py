@@ -113,6 +113,27 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
 
 
+#: An agent's MCP sessions (roost.agent.capabilities), shown by ``inspect`` when its file has them.
+CAPABILITY_TABLE = "roost_agent_capability_sessions"
+CAPABILITY_COLUMNS = (
+    "capability_session_id",
+    "run_id",
+    "trace_id",
+    "server",
+    "status",
+    "reason",
+    "expires_at",
+)
+
+
+def _capability_sessions(conn: sqlite3.Connection, tables: list[str]) -> list[dict[str, Any]] | None:
+    if CAPABILITY_TABLE not in tables:
+        return None
+    cols = ", ".join(CAPABILITY_COLUMNS)
+    rows = conn.execute(f"SELECT {cols} FROM {CAPABILITY_TABLE} ORDER BY created_at LIMIT 100").fetchall()
+    return [dict(zip(CAPABILITY_COLUMNS, r, strict=True)) for r in rows]
+
+
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
     """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
     meta = {k: _meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
@@ -120,12 +141,13 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
         conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
     )
     head = conn.execute("SELECT coalesce(max(seq), 0), count(*) FROM roost_log").fetchone()
-    counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(conn)}
+    tables = _tables(conn)
+    counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
     active = conn.execute(
         "SELECT count(*) FROM roost_schedules WHERE status = ?", (ScheduleStatus.ACTIVE.value,)
     ).fetchone()[0]
     integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    return {
+    report: dict[str, Any] = {
         "kind": kind,
         "name": name,
         "path": str(path),
@@ -139,6 +161,10 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
         "rows": counts,
         "integrity_check": integrity,
     }
+    sessions = _capability_sessions(conn, tables)
+    if sessions is not None:  # an agent with MCP sessions: the oldest 100 (docs/design.md)
+        report["capability_sessions"] = sessions
+    return report
 
 
 def _acked_seq(data: Path, kind: str, name: str) -> int | None:

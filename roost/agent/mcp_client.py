@@ -1,0 +1,318 @@
+"""Connections to MCP servers, over stdio or streamable HTTP, with the official SDK's ``Client``.
+
+- :func:`discover`: a server's tools (``tools/list``), once per agent kind at registration.
+- :class:`McpConnection`: one MCP session, held by a task of its own (the SDK's anyio scopes are
+  entered and left in that task), used by the worker of an MCP call (:mod:`roost.agent.mcp_tools`).
+- :class:`McpPool`: this process's connections, by capability session id (the service
+  ``agent.mcp``), and the futures through which ``provide_input`` answers an elicitation a worker
+  waits on. Stopped with the registry: every connection is closed, every waiter cancelled.
+
+Guarantees (tests in ``tests/test_mcp_client.py``):
+
+- **No connection outlives the pool**: :meth:`McpPool.stop` closes and awaits every connection task.
+- **A broken connection is never reused**: a connection whose task ended (the server died, the
+  session was terminated) is dropped and the next call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+
+from roost.agent.mcp_config import McpServer
+
+if TYPE_CHECKING:
+    from roost.actors.extension import Process
+
+__all__ = [
+    "SERVICE",
+    "ConnectionLost",
+    "McpConnection",
+    "McpPool",
+    "SessionExpired",
+    "discover",
+    "mcp_pool",
+]
+
+log = logging.getLogger("roost.agent.mcp")
+SERVICE = "agent.mcp"
+
+#: What the SDK says when a streamable HTTP server answers 404 for the session id it gave.
+_TERMINATED = "Session terminated"
+
+ElicitFn = Callable[[str, dict[str, Any]], Awaitable[types.ElicitResult | types.ErrorData]]
+ProgressFn = ProgressFnT
+
+
+class ConnectionLost(ConnectionError):
+    """The connection ended under a call (the server died or closed it): the call may be retried."""
+
+    retryable = True
+
+
+class SessionExpired(ConnectionError):
+    """The server no longer knows the session (streamable HTTP answered 404 for its id)."""
+
+    retryable = True
+
+
+def _transport(server: McpServer, on_session_id: Callable[[str], None]) -> Any:
+    """What :class:`mcp.Client` connects to: stdio parameters, or a streamable HTTP transport whose
+    HTTP client (closed with it) notes the session id the server hands out."""
+    if server.command is not None:
+        return StdioServerParameters(
+            command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
+        )
+    return _http(server, on_session_id)
+
+
+@contextlib.asynccontextmanager
+async def _http(server: McpServer, on_session_id: Callable[[str], None]) -> AsyncIterator[Any]:
+    assert server.url is not None
+
+    async def note(response: httpx2.Response) -> None:
+        sid = response.headers.get("mcp-session-id")
+        if sid:
+            on_session_id(sid)
+
+    async with httpx2.AsyncClient(
+        timeout=httpx2.Timeout(server.connect_timeout_s, read=server.call_timeout_s),
+        event_hooks={"response": [note]},
+    ) as http:
+        async with streamable_http_client(server.url, http_client=http) as streams:
+            yield streams
+
+
+async def _list_tools(server: McpServer) -> list[types.Tool]:
+    async with Client(_transport(server, lambda sid: None), mode="legacy", cache=None) as client:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a paginator that never ends cannot hang the registration
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+
+def discover(server: McpServer) -> list[types.Tool]:
+    """The tools of ``server``, listed in a thread of their own (the caller may be inside an event
+    loop: the kind's registration). Raises ``ConnectionError`` naming the server when it cannot be
+    reached or listed within ``connect_timeout_s``."""
+    found: list[list[types.Tool]] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            found.append(asyncio.run(asyncio.wait_for(_list_tools(server), server.connect_timeout_s)))
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name=f"roost-mcp-discover-{server.name}", daemon=True)
+    thread.start()
+    thread.join()
+    if failed or not found:
+        why = _why(failed[0]) if failed else "no answer"
+        raise ConnectionError(
+            f"MCP server {server.name!r} ({server.transport}): cannot list its tools: {why}"
+        )
+    return found[0]
+
+
+def _why(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+class McpConnection:
+    """One MCP session with one server, owned by one task (see the module doc)."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        #: The server's session id (streamable HTTP), when it gave one.
+        self.session_id: str | None = None
+        self._client: Client | None = None
+        self._ready = asyncio.Event()
+        self._close = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        #: The elicitation handler of the call in progress (calls of one run are sequential).
+        self.on_elicit: ElicitFn | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done() and not self._close.is_set()
+
+    async def start(self) -> None:
+        """Connect and initialise (``mode="legacy"``: the handshake protocol, see docs/design.md).
+        Raises :class:`ConnectionLost` when that fails."""
+        self._task = asyncio.get_running_loop().create_task(self._own(), name=f"{SERVICE}:{self.server.name}")
+        ready = asyncio.ensure_future(self._ready.wait())
+        try:
+            await asyncio.wait(
+                (ready, self._task),
+                timeout=self.server.connect_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            ready.cancel()
+        if not self._ready.is_set():
+            await self.aclose()
+            why = _why(self._failure) if self._failure else "timed out"
+            raise ConnectionLost(f"MCP server {self.server.name!r}: cannot connect: {why}")
+
+    def _noted(self, sid: str) -> None:
+        self.session_id = sid
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        handler = self.on_elicit
+        if handler is None or not isinstance(params, types.ElicitRequestFormParams):
+            return types.ErrorData(code=types.INVALID_REQUEST, message="no call of this client elicits now")
+        return await handler(params.message, dict(params.requested_schema))
+
+    async def _own(self) -> None:
+        try:
+            async with Client(
+                _transport(self.server, self._noted),
+                mode="legacy",
+                cache=None,
+                elicitation_callback=self._elicit,
+                read_timeout_seconds=self.server.call_timeout_s,
+            ) as client:
+                self._client = client
+                self._ready.set()
+                await self._close.wait()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._failure = exc
+            log.info("MCP connection to %s ended: %s", self.server.name, _why(exc))
+        finally:
+            self._client = None
+            self._close.set()
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: ProgressFn | None
+    ) -> types.CallToolResult:
+        """``tools/call``. Raises :class:`SessionExpired` or :class:`ConnectionLost` when the session
+        or the connection ended under the call; other ``MCPError`` s as they come."""
+        client = self._client
+        if client is None or not self.alive:
+            raise ConnectionLost(f"MCP server {self.server.name!r}: the connection is closed")
+        call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=progress))
+        assert self._task is not None
+        try:
+            await asyncio.wait((call, self._task), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        if not call.done():
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await call
+            raise self._lost()
+        try:
+            return call.result()
+        except MCPError as exc:
+            if exc.message == _TERMINATED:
+                await self.aclose()
+                raise SessionExpired(f"MCP server {self.server.name!r}: {exc.message}") from None
+            if exc.code == types.CONNECTION_CLOSED or not self.alive:
+                await self.aclose()
+                raise self._lost() from None
+            raise
+
+    def _lost(self) -> ConnectionLost | SessionExpired:
+        why = _why(self._failure) if self._failure else "connection closed"
+        if _TERMINATED in why:
+            return SessionExpired(f"MCP server {self.server.name!r}: {_TERMINATED}")
+        return ConnectionLost(f"MCP server {self.server.name!r}: the connection ended under the call: {why}")
+
+    async def aclose(self) -> None:
+        """Close the session and wait for its task (idempotent)."""
+        self._close.set()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+def mcp_pool(process: Process) -> McpPool:
+    """This process's pool of MCP connections (made on first use, stopped with the registry)."""
+    return process.service(SERVICE, McpPool)
+
+
+class McpPool:
+    """This process's MCP connections and elicitation waiters, by capability session id."""
+
+    def __init__(self, process: Process) -> None:
+        self.connections: dict[str, McpConnection] = {}
+        self.waiters: dict[str, asyncio.Future[Any]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def live(self, capability_session_id: str) -> McpConnection | None:
+        conn = self.connections.get(capability_session_id)
+        if conn is not None and not conn.alive:
+            self.close(capability_session_id)
+            return None
+        return conn
+
+    async def connect(self, capability_session_id: str, server: McpServer) -> McpConnection:
+        """A new connection (a new MCP session) for the row, replacing any it had."""
+        self.close(capability_session_id)
+        conn = McpConnection(server)
+        await conn.start()
+        self.connections[capability_session_id] = conn
+        return conn
+
+    def close(self, capability_session_id: str) -> None:
+        """Close the row's connection (in the background; :meth:`stop` awaits it) and cancel its waiter."""
+        conn = self.connections.pop(capability_session_id, None)
+        waiter = self.waiters.pop(capability_session_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+        if conn is not None:
+            task = asyncio.get_running_loop().create_task(conn.aclose(), name=f"{SERVICE}:close")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def wait_for_answer(self, capability_session_id: str) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiters[capability_session_id] = fut
+        return fut
+
+    def deliver(self, capability_session_id: str, answer: Any) -> bool:
+        """Hand ``answer`` to the worker waiting on the row here; False if none waits here."""
+        fut = self.waiters.pop(capability_session_id, None)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(answer)
+        return True
+
+    async def stop(self) -> None:
+        for key in list(self.connections):
+            self.close(key)
+        for fut in list(self.waiters.values()):
+            fut.cancel()
+        self.waiters.clear()
+        await asyncio.gather(*self._closing, return_exceptions=True)

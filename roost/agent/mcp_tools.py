@@ -1,0 +1,233 @@
+"""MCP tools in the catalog, and the worker side of one MCP call.
+
+Each tool a server lists becomes a :class:`~roost.agent.catalog.Tool` named ``mcp__SERVER__TOOL``:
+its arguments are checked against the tool's input schema (JSON Schema) before a step is planned,
+and a model sees that schema; it runs as a background job (it is I/O) with the server's approval
+mode. Its function (:func:`call`) drives the capability session row through ``ctx.turn`` and the
+connection through the process's pool (:mod:`roost.agent.mcp_client`).
+
+The deterministic planner picks an MCP tool when the request names it (its keywords: its catalog
+name, or ``keywords`` of the server's settings) and reads its arguments from the JSON object that
+follows the name in the request (``mcp__files__read {"path": "a.txt"}``).
+
+Guarantees (tests in ``tests/test_mcp_client.py``):
+
+- **The same gate as every tool**: approval mode, payload policy, telemetry, jobs and retries.
+- **A server's wrong answer is final**: an ``isError`` result, or one that violates the tool's output
+  schema, fails the step (not retried) with the reason; a connection that broke under the call is
+  retried (:class:`~roost.agent.mcp_client.ConnectionLost`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of mcp
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from roost.agent.capabilities import Capabilities, Opened
+from roost.agent.catalog import NeedInput, Tool, ToolContext
+from roost.agent.mcp_client import ConnectionLost, McpConnection, SessionExpired, mcp_pool
+from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
+
+__all__ = ["McpToolError", "mcp_tool_name", "server_of", "tools_of"]
+
+
+class McpToolError(RuntimeError):
+    """The server answered the call with an error, or with a result that breaks its output schema:
+    final (``retryable`` False), but for a timeout."""
+
+    retryable: bool = False
+
+
+class McpArgs(BaseModel):
+    """Arguments of an MCP tool: any JSON object its input schema accepts (subclassed per tool)."""
+
+    model_config = ConfigDict(extra="allow")
+    mcp_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_schema(cls, data: Any) -> Any:
+        try:
+            jsonschema.validate(data, cls.mcp_schema)
+        except jsonschema.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.absolute_path)
+            raise ValueError(f"{where + ': ' if where else ''}{exc.message[:300]}") from None
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"the server's input schema is not valid: {exc.message[:300]}") from None
+        return data
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return dict(cls.mcp_schema)
+
+
+class HasCapabilities(Protocol):
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+
+class CapabilityHost(Protocol):
+    @property
+    def orchestrator(self) -> HasCapabilities: ...
+
+
+def _caps(actor: Any) -> Capabilities:
+    host: CapabilityHost = actor
+    return host.orchestrator.capabilities
+
+
+def _plan_args(name: str) -> Any:
+    def plan(text: str) -> dict[str, Any]:
+        at = text.lower().find(name.lower())
+        if at < 0:
+            return {}
+        rest = text[at + len(name) :].lstrip()
+        try:
+            found, _ = json.JSONDecoder().raw_decode(rest)
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    return plan
+
+
+def tools_of(server: McpServer, listed: Sequence[types.Tool]) -> list[Tool]:
+    """The catalog tools of ``server``'s listed tools."""
+    made = []
+    for t in listed:
+        name = mcp_tool_name(server.name, t.name)
+        model = type(f"{name}_args", (McpArgs,), {"mcp_schema": dict(t.input_schema)})
+        made.append(
+            Tool(
+                name=name,
+                fn=_tool_fn(server, t.name),
+                args_model=model,
+                description=f"{t.description or t.name} (MCP server {server.name})",
+                approval_mode=server.tool_approval.get(t.name, server.approval_mode),
+                background=True,
+                keywords=tuple(k.lower() for k in server.keywords.get(t.name, (name,))),
+                plan_args=_plan_args(name),
+            )
+        )
+    return made
+
+
+def _tool_fn(server: McpServer, tool: str) -> Any:
+    async def run(ctx: ToolContext, args: BaseModel) -> Any:
+        return await call(ctx, server, tool, args.model_dump(mode="json"))
+
+    return run
+
+
+async def call(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+    """One MCP call of a background job (see the module doc and docs/design.md)."""
+    for _ in range(2):  # a session that expired under the call may be re-initialised once
+        try:
+            return await _once(ctx, server, tool, arguments)
+        except SessionExpired:
+            continue
+    raise SessionExpired(f"MCP server {server.name!r}: the new session expired too")
+
+
+async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+    """Open the row, connect if needed, call; the row records how it went."""
+    opened, settings, pool = await ctx.turn(lambda a: _open(a, ctx, server))
+    if opened.action == "wait":
+        raise NeedInput(opened.question or "the MCP session expired")
+    cid = opened.capability_session_id
+    ttl = server.session_ttl_s
+    conn = pool.live(cid) if opened.action == "reuse" else None
+    try:
+        if conn is None:
+            conn = await pool.connect(cid, server)
+            sid = conn.session_id
+            await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl))
+        result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
+    except (SessionExpired, ConnectionLost) as exc:
+        reason, expired = str(exc), isinstance(exc, SessionExpired)
+        await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired))
+        raise
+    await ctx.turn(lambda a: _caps(a).called(cid, ttl))
+    return _value(server, tool, result)
+
+
+def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, CapabilitySessions, Any]:
+    pool = mcp_pool(actor.extension.process)
+    caps = _caps(actor)
+    opened = caps.open(
+        ctx.run_id,
+        server.name,
+        server.transport,
+        ctx.item_id,
+        ctx.attempt,
+        lambda cid: pool.live(cid) is not None,
+    )
+    return opened, actor.settings().capability_sessions, pool
+
+
+async def _call(
+    ctx: ToolContext,
+    conn: McpConnection,
+    pool: Any,
+    opened: Opened,
+    settings: CapabilitySessions,
+    tool: str,
+    arguments: dict[str, Any],
+) -> types.CallToolResult:
+    cid, job_id, attempt = opened.capability_session_id, opened.job_id, ctx.attempt
+
+    class Progress:
+        async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+            if settings.emit_progress_events:
+                try:
+                    await ctx.progress(int(progress), int(total or 0), message or "")
+                except Exception:  # lost or cancelled: the heartbeat stops the call
+                    return
+
+    progress = Progress()
+
+    async def elicit(message: str, schema: dict[str, Any]) -> types.ElicitResult | types.ErrorData:
+        waiter = pool.wait_for_answer(cid)  # before the turn: an answer may come right after it
+        how, answer = await ctx.turn(lambda a: _caps(a).elicit(cid, job_id, attempt, message, schema))
+        if how != "wait":
+            pool.waiters.pop(cid, None)
+            waiter.cancel()
+        if how == "refused":
+            return types.ErrorData(code=types.INVALID_PARAMS, message=str(answer))
+        if how == "wait":
+            answer = await waiter
+        if not isinstance(answer, dict):
+            return types.ErrorData(code=types.INVALID_PARAMS, message="the answer is not an object")
+        return types.ElicitResult(action="accept", content=answer)
+
+    conn.on_elicit = elicit
+    try:
+        return await conn.call(tool, arguments, progress)
+    except RuntimeError as exc:  # the SDK's check of the result against the output schema
+        raise McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: {exc}") from None
+    except MCPError as exc:  # the server answered the call with an error: final, unless it timed out
+        error = McpToolError(
+            f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}"
+        )
+        error.retryable = exc.code == types.REQUEST_TIMEOUT
+        raise error from None
+    finally:
+        conn.on_elicit = None
+
+
+def _value(server: McpServer, tool: str, result: types.CallToolResult) -> Any:
+    """The step's result: the structured content, else the text, else the content blocks."""
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    if result.is_error:
+        raise McpToolError(f"MCP server {server.name!r} tool {tool!r} failed: {' '.join(texts)[:500]}")
+    if result.structured_content is not None:
+        return result.structured_content
+    if len(texts) == len(result.content):
+        return "\n".join(texts)
+    return [c.model_dump(mode="json", exclude_none=True) for c in result.content]

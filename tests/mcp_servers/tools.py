@@ -1,0 +1,173 @@
+"""One MCP server with every behaviour the client's tests need (see ``tests/test_mcp_client.py``).
+
+``stdio``: over stdin/stdout. ``http PORT``: streamable HTTP on 127.0.0.1:PORT, path ``/mcp``;
+``--expire``: a session that made one ``tools/call`` is forgotten, so its next call is answered 404
+(what a server that expires sessions does), deterministically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class ToolsServer(MCPServer):
+    """Lists ``bad_result`` with an output schema that its results break (the SDK's server checks
+    results of the schemas it derives, so this one is added to the listing)."""
+
+    async def list_tools(self) -> list[types.Tool]:
+        listed = await super().list_tools()
+        for tool in listed:
+            if tool.name == "bad_result":
+                tool.output_schema = BAD_SCHEMA
+        return listed
+
+
+BAD_SCHEMA = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+app = ToolsServer("roost-test-tools")
+
+
+@app.tool()
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@app.tool()
+def leak() -> dict[str, Any]:
+    """Answer with a credential in the result."""
+    return {"token": "sk-live-0123456789abcdefghij", "note": "use Bearer abcdefghijklmnop0123 for it"}
+
+
+@app.tool()
+async def count(steps: int, ctx: Context) -> dict[str, int]:
+    """Count to ``steps``, reporting progress at each."""
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+    return {"counted": steps}
+
+
+class Colour(BaseModel):
+    colour: str
+
+
+@app.tool()
+async def ask_colour(ctx: Context) -> str:
+    """Ask the user for a colour (an elicitation) and answer with it."""
+    answer = await ctx.elicit("What is your favourite colour?", Colour)
+    if answer.action != "accept":
+        return f"no colour ({answer.action})"
+    return f"colour: {answer.data.colour}"
+
+
+@app.tool()
+async def ask_huge(ctx: Context) -> str:
+    """Elicit with a message far too large."""
+    answer = await ctx.elicit("x" * 1_000_000, Colour)
+    return f"asked: {answer.action}"
+
+
+@app.tool()
+def bad_result() -> types.CallToolResult:
+    """Declares an output schema (see ToolsServer) and breaks it."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text="not a number")],
+        structured_content={"total": "not a number"},
+    )
+
+
+@app.tool()
+def fail() -> str:
+    """Always fails (an isError result)."""
+    raise RuntimeError("the tool failed on purpose")
+
+
+@app.tool()
+def die_once(marker: str) -> str:
+    """Kill the server mid-call the first time (``marker`` does not exist yet), else answer."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died")
+        os._exit(3)
+    return "alive"
+
+
+@app.tool()
+def crash() -> str:
+    """Kill the server mid-call, every time."""
+    os._exit(3)
+
+
+@app.tool()
+async def hold(flag: str, ctx: Context) -> str:
+    """Report progress, then wait until the file ``flag`` exists."""
+    await ctx.report_progress(1, 2, "holding")
+    while not await anyio.Path(flag).exists():  # noqa: ASYNC110  (another process makes it)
+        await anyio.sleep(0.02)
+    return "released"
+
+
+class ExpireAfterOneCall:
+    """ASGI middleware: a session's second ``tools/call`` is answered 404 (the session is gone)."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+        self.used: set[str] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.inner(scope, receive, send)
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        sid = headers.get("mcp-session-id")
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            method = json.loads(body).get("method")
+        except (ValueError, AttributeError):
+            method = None
+        if method == "tools/call" and sid is not None:
+            if sid in self.used:
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                await send({"type": "http.response.body", "body": b"session expired"})
+                return
+            self.used.add(sid)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.inner(scope, replay, send)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["http"]:
+        asgi: ASGIApp = app.streamable_http_app(session_idle_timeout=None)
+        if "--expire" in argv:
+            asgi = ExpireAfterOneCall(asgi)
+        uvicorn.run(asgi, host="127.0.0.1", port=int(argv[1]), log_level="warning")
+    else:
+        app.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,640 @@
+"""The MCP client: MCP servers' tools in an agent's catalog, run through the execution gate, with a
+durable capability session per (run, server) (roost/agent/mcp_client.py, mcp_tools.py,
+capabilities.py; docs/design.md, *MCP client and capability sessions*).
+
+Every server is real: ``tests/mcp_servers/tools.py``, written with the SDK's ``MCPServer``, started
+as a subprocess over stdio or over streamable HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roost.actors import Actor, InvalidArguments, RpcError
+from roost.agent import AgentConfig
+from roost.agent.agent import Agent
+from roost.agent.catalog import InvalidToolCall
+from roost.agent.config import ConfigError, load_config
+from roost.agent.mcp_agent import servers
+from roost.agent.mcp_client import mcp_pool
+from roost.agent.mcp_config import CapabilitySessions, McpServer
+from roost.storage import actor_path
+from roost.testing import ActorKit, KitConnection, WsClient, connect
+from roost.transport.admin import inspect_actor
+from tests.agent_support import advance, drive, event_types, events, log_frames
+from tests.support import server_process
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = ["-m", "tests.mcp_servers.tools"]
+IO = 0.02  # real seconds per driving step: the servers are real processes
+
+
+def stdio(name: str = "t", **kw: Any) -> McpServer:
+    return McpServer(name=name, command=sys.executable, args=(*SERVER, "stdio"), cwd=str(ROOT), **kw)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def http_server(*flags: str) -> Iterator[str]:
+    """The test server over streamable HTTP; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, *SERVER, "http", str(port), *flags],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(400):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError("the MCP test server did not start")
+            time.sleep(0.025)  # polled until the port answers (a readiness check, bounded)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def kind_of(
+    kind: str, *servers: McpServer, reinit: bool = False, progress: bool = True, track: bool = True
+) -> type[Agent]:
+    """An agent kind whose tools are the servers' (a class per test: its catalog is its servers')."""
+    config = AgentConfig(
+        heartbeat_interval=0.5,
+        lease_ttl=2.0,
+        job_backoff=0.0,
+        capability_sessions=CapabilitySessions(
+            support_reinit_on_expiry=reinit, emit_progress_events=progress, track_session_ids=track
+        ),
+    )
+    made: type[Agent] = type(
+        f"Kind_{kind}", (Agent,), {"kind": kind, "config": config, "mcp_servers": servers}
+    )
+    return made
+
+
+def finished(c: KitConnection) -> bool:
+    return any(t in event_types(c) for t in ("turn_completed", "turn_failed"))
+
+
+def payloads(c: KitConnection, event_type: str) -> list[dict[str, Any]]:
+    return [e["payload"] for e in events(c) if e["event_type"] == event_type]
+
+
+def session_statuses(c: KitConnection) -> list[str]:
+    return [p["status"] for p in payloads(c, "capability_session")]
+
+
+async def run_to_end(kit: ActorKit, c: KitConnection, text: str) -> dict[str, Any]:
+    reply = await c.call("turn", text)
+    await drive(kit, lambda: finished(c), io_wait=IO)
+    run: dict[str, Any] = await c.call("get_run", reply["run_id"])
+    return run
+
+
+# -- the catalog --------------------------------------------------------------------------------------
+async def test_mcp_tools_enter_the_catalog_typed_by_their_input_schema(data_dir: Path) -> None:
+    kind = kind_of("cat", stdio())
+    async with ActorKit([kind], data_dir):
+        catalog = kind.catalog()
+        echo = catalog.get("mcp__t__echo")
+        assert echo.background is True
+        assert echo.spec()["function"]["parameters"]["properties"]["text"]["type"] == "string"
+        assert catalog.check("mcp__t__echo", {"text": "hi"}) == {"text": "hi"}
+        with pytest.raises(InvalidToolCall, match="not of type 'string'"):
+            catalog.check("mcp__t__echo", {"text": 3})
+        with pytest.raises(InvalidToolCall, match="'text' is a required property"):
+            catalog.check("mcp__t__echo", {})
+
+
+@pytest.mark.parametrize(
+    ("toml", "refusal"),
+    [
+        ('[agent.mcp_servers.t]\ncommand = "x"\nurl = "http://h/mcp"\n', "either command"),
+        ("[agent.mcp_servers.t]\n", "either command"),
+        ('[agent.mcp_servers.t]\ncommand = "x"\ntimeout = 3\n', "mcp_servers.t.timeout"),
+        ("[agent.capability_sessions]\nsupport_reinit = true\n", "capability_sessions.support_reinit"),
+        ('[agent.mcp_servers.t]\nurl = "ftp://h"\n', "url must be http"),
+    ],
+)
+def test_mcp_settings_in_roost_toml_are_checked(tmp_path: Path, toml: str, refusal: str) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(toml)
+    with pytest.raises(ConfigError, match=refusal):
+        load_config(cfg)
+
+
+def test_mcp_servers_of_roost_toml_are_named_by_their_table(tmp_path: Path) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(
+        '[agent.mcp_servers.files]\ncommand = "python"\nargs = ["-m", "files"]\n'
+        'approval_mode = "confirm_once"\n[agent.capability_sessions]\nsupport_reinit_on_expiry = true\n'
+    )
+    config = load_config(cfg)
+    (server,) = servers((), config, cfg)
+    assert (server.name, server.transport, server.args) == ("files", "stdio", ("-m", "files"))
+    assert server.approval_mode == "confirm_once"
+    assert config.capability_sessions.support_reinit_on_expiry is True
+    with pytest.raises(ConfigError, match="two MCP servers of that name"):
+        servers((McpServer(name="files", url="http://h/mcp"),), config, cfg)
+    with pytest.raises(ConfigError, match="letters, digits"):
+        servers((McpServer(name="a__b", url="http://h/mcp"),), AgentConfig(), cfg)
+
+
+async def test_an_mcp_server_that_cannot_be_reached_refuses_the_kind(data_dir: Path) -> None:
+    kind = kind_of(
+        "gone", McpServer(name="gone", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_s=3)
+    )
+    with pytest.raises(ConfigError, match=r"\[agent.mcp_servers.gone\].*cannot list its tools"):
+        async with ActorKit([kind], data_dir):
+            pass
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_mcp_tool_call_completes_and_its_session_is_a_row(data_dir: Path, transport: str) -> None:
+    with http_server() as url:
+        server = stdio() if transport == "stdio" else McpServer(name="t", url=url)
+        kind = kind_of(f"plain{transport}", server)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, 'please mcp__t__echo {"text": "hello there"}')
+            assert run["status"] == "completed", run
+            done = payloads(c, "tool_completed")
+            assert done[0]["tool"] == "mcp__t__echo"
+            assert done[0]["result"] == {"result": "hello there"}  # the structured content
+            (row,) = run["capability_sessions"]
+            assert row["server"] == "t"
+            assert row["run_id"] == run["run_id"]
+            assert row["trace_id"] == run["trace_id"]
+            assert row["status"] == "closed"
+            assert row["transport"] == ("stdio" if transport == "stdio" else "streamable_http")
+            assert row["calls"] == 1
+            assert row["initialized"] == 1
+            # over HTTP the server's session id is tracked (shown as a digest), over stdio there is none
+            assert (row["resume_token"] is not None) == (transport == "http")
+        assert session_statuses(c) == ["in_progress", "closed"]
+
+
+# -- the execution gate --------------------------------------------------------------------------------
+async def test_the_approval_mode_of_an_mcp_server_applies_to_its_tools(data_dir: Path) -> None:
+    kind = kind_of("appr", stdio(approval_mode="mutating"))
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", 'mcp__t__echo {"text": "careful"}')
+        await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+        (asked,) = payloads(c, "approval_requested")
+        assert asked["tool"] == "mcp__t__echo"
+        assert asked["mode"] == "mutating"
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "approval"
+        (row,) = run["capability_sessions"]
+        assert row["status"] == "waiting_for_approval"
+        assert row["approval_state"] == {
+            "status": "pending",
+            "approval_id": asked["approval_id"],
+            "item_id": row["approval_state"]["item_id"],
+        }
+        assert "tool_started" not in event_types(c)  # nothing reached the server
+        await c.call("approve", asked["approval_id"], "grant")
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed"
+        assert run["capability_sessions"][0]["approval_state"]["status"] == "granted"
+        assert session_statuses(c) == ["waiting_for_approval", "in_progress", "closed"]
+
+
+async def test_a_secret_in_an_mcp_result_is_redacted_in_events(data_dir: Path) -> None:
+    kind = kind_of("leak", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__leak")
+        assert run["status"] == "completed"
+        (done,) = payloads(c, "tool_completed")
+        assert "sk-live" not in str(done["result"])
+        assert "abcdefghijklmnop0123" not in str(done["result"])
+    frames = log_frames(data_dir, kind.kind, "a")
+    assert not any("sk-live-0123456789abcdefghij" in f for f in frames)
+    assert not any("abcdefghijklmnop0123" in f for f in frames)
+
+
+@pytest.mark.parametrize("emit", [True, False])
+async def test_mcp_progress_notifications_become_tool_progress_events(data_dir: Path, emit: bool) -> None:
+    kind = kind_of(f"prog{int(emit)}", stdio(), progress=emit)
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, 'mcp__t__count {"steps": 3}')
+        assert run["status"] == "completed"
+        progress = [(p["done"], p["total"], p["message"]) for p in payloads(c, "tool_progress")]
+        if emit:
+            assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+            assert all(p["tool"] == "mcp__t__count" for p in payloads(c, "tool_progress"))
+        else:
+            assert progress == []
+        assert payloads(c, "tool_completed")[0]["result"] == {"counted": 3}
+
+
+# -- elicitation ---------------------------------------------------------------------------------------
+async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data_dir: Path) -> None:
+    kind = kind_of("elicit", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour", session_id="s1")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        (asked,) = payloads(c, "input_requested")
+        assert asked["question"] == "What is your favourite colour?"
+        assert asked["server"] == "t"
+        assert asked["requested_schema"]["properties"]["colour"]["type"] == "string"
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert run["question"] == "What is your favourite colour?"
+        (row,) = run["capability_sessions"]
+        assert row["status"] == "waiting_for_input"
+        assert row["elicitation"]["message"] == "What is your favourite colour?"
+        assert run["jobs"][0]["status"] == "running"  # the worker holds the call open
+        card = await c.call("session", "s1")
+        assert card["capability_sessions"][0]["status"] == "waiting_for_input"
+        # an answer that does not fit the requested schema is refused; the run keeps waiting
+        with pytest.raises(RpcError, match="does not fit the requested schema") as refused:
+            await c.call("provide_input", reply["run_id"], {"colour": 7})
+        assert refused.value.code == InvalidArguments.code
+        assert (await c.call("get_run", reply["run_id"]))["waiting"] == "input"
+        await c.call("provide_input", reply["run_id"], {"colour": "teal"})
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
+        assert session_statuses(c) == ["in_progress", "waiting_for_input", "in_progress", "closed"]
+        assert run["capability_sessions"][0]["initialized"] == 1  # the same session throughout
+
+
+async def test_a_huge_answer_is_refused_and_the_run_keeps_waiting(data_dir: Path) -> None:
+    kind = kind_of("hugeanswer", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        with pytest.raises(RpcError, match="an answer is at most 65536 bytes") as refused:
+            await c.call("provide_input", reply["run_id"], {"colour": "x" * 100_000})
+        assert refused.value.code == InvalidArguments.code
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert run["capability_sessions"][0]["status"] == "waiting_for_input"
+        await c.call("provide_input", reply["run_id"], {"colour": "red"})
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        assert (await c.call("get_run", reply["run_id"]))["status"] == "completed"
+
+
+async def test_cancel_while_a_server_asks_closes_its_session(data_dir: Path) -> None:
+    kind = kind_of("cancelask", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        await c.call("cancel", reply["turn_id"])
+        await drive(
+            kit,
+            lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")],
+            io_wait=IO,
+        )
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "cancelled"
+        assert run["waiting"] is None
+        assert run["capability_sessions"][0]["status"] == "closed"
+        assert [j["status"] for j in run["jobs"]] == ["cancelled"]
+        assert session_statuses(c)[-1] == "closed"
+
+
+async def test_session_ids_are_not_kept_without_track_session_ids(data_dir: Path) -> None:
+    with http_server() as url:
+        kind = kind_of("notrack", McpServer(name="t", url=url), track=False)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, 'mcp__t__echo {"text": "x"}')
+            assert run["status"] == "completed"
+            assert run["capability_sessions"][0]["resume_token"] is None
+
+
+async def test_an_answered_elicitation_is_not_asked_twice(data_dir: Path) -> None:
+    """The answer reaches the row while the worker that asked is out of reach (as when it runs in a
+    process that died); that worker is lost; the next attempt's call asks the same question and gets
+    the kept answer, without asking the user again."""
+    kind = kind_of("kept", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run_id = reply["run_id"]
+
+        async def unreachable(actor: Actor) -> Any:
+            assert isinstance(actor, Agent)
+            pool = mcp_pool(actor.extension.process)
+            (row,) = actor.orchestrator.capabilities.rows(run_id)
+            return pool.waiters.pop(row["capability_session_id"])
+
+        waiter = await kit.registry.run(kind.kind, "a", unreachable)
+        await c.call("provide_input", run_id, {"colour": "teal"})
+        assert not waiter.done()  # kept in the row, not delivered
+
+        async def lose_worker(actor: Actor) -> None:  # what the lease's end does when a worker died
+            assert isinstance(actor, Agent)
+            orch = actor.orchestrator
+            (row,) = orch.capabilities.rows(run_id)
+            mcp_pool(actor.extension.process).close(row["capability_session_id"])
+            waiter.cancel()
+            (job,) = orch.jobs.store.select("jobs", "run_id = ?", (run_id,))
+            orch.capabilities.lease_lost(job)
+            await orch.jobs.claim(job)
+
+        await kit.registry.run(kind.kind, "a", lose_worker)
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", run_id)
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
+        assert len(payloads(c, "input_requested")) == 1  # asked once
+        assert run["jobs"][0]["attempt"] == 2
+        assert "resumable" in session_statuses(c)
+
+
+async def test_a_huge_elicitation_is_refused_and_other_sessions_go_on(data_dir: Path) -> None:
+    kind = kind_of("huge", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        other = kit.connect(kind.kind, "b")
+        reply = await c.call("turn", "mcp__t__ask_huge")
+        second = await other.call("turn", 'mcp__t__echo {"text": "unaffected"}')
+        await drive(kit, lambda: finished(c) and finished(other), io_wait=IO)
+        (refused,) = payloads(c, "elicitation_refused")
+        assert refused["message_chars"] == 1_000_000
+        assert "at most 4000" in refused["error"]
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert run["waiting"] is None
+        assert [j["attempt"] for j in run["jobs"]] == [1]  # the server's answer is final
+        assert "input_requested" not in event_types(c)
+        assert (await other.call("get_run", second["run_id"]))["status"] == "completed"
+    assert max(len(f) for f in log_frames(data_dir, kind.kind, "a")) < 20_000  # nothing huge kept
+
+
+# -- bad answers and dying servers -------------------------------------------------------------------
+async def test_a_schema_violating_result_fails_the_step_without_retry(data_dir: Path) -> None:
+    kind = kind_of("bad", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        other = kit.connect(kind.kind, "b")
+        reply = await c.call("turn", "mcp__t__bad_result")
+        second = await other.call("turn", 'mcp__t__echo {"text": "fine"}')
+        await drive(kit, lambda: finished(c) and finished(other), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert "Invalid structured content" in run["error"]
+        assert [(j["attempt"], j["status"]) for j in run["jobs"]] == [(1, "failed")]
+        (failed,) = payloads(c, "tool_failed")
+        assert failed["will_retry"] is False
+        assert (await other.call("get_run", second["run_id"]))["status"] == "completed"
+
+
+async def test_an_error_result_fails_the_step_with_the_servers_reason(data_dir: Path) -> None:
+    kind = kind_of("err", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__fail")
+        assert run["status"] == "failed"
+        assert "Error executing tool fail" in run["error"]  # what the server said
+        assert [j["attempt"] for j in run["jobs"]] == [1]
+
+
+async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    kind = kind_of("dies", stdio())
+    marker = tmp_path / "died"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, f'mcp__t__die_once {{"marker": "{marker}"}}')
+        assert marker.exists()
+        assert run["status"] == "completed", run
+        (lost,) = payloads(c, "tool_failed")
+        assert lost["will_retry"] is True
+        assert "connection ended under the call" in lost["error"]
+        assert run["jobs"][0]["attempt"] == 2
+        assert session_statuses(c) == ["in_progress", "resumable", "in_progress", "closed"]
+        assert run["capability_sessions"][0]["initialized"] == 2
+
+
+async def test_a_server_that_always_dies_fails_the_run_after_its_attempts(data_dir: Path) -> None:
+    kind = kind_of("alwaysdies", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__crash")
+        assert run["status"] == "failed"
+        assert run["retryable"] == 1  # continue_run may try again
+        assert "attempt 3 of 3" in run["error"]
+        assert run["capability_sessions"][0]["status"] == "closed"
+
+
+# -- expiry ----------------------------------------------------------------------------------------------
+TWO_CALLS = 'mcp__t__echo {"text": "first"} then mcp__t__count {"steps": 1}'
+
+
+async def test_an_expired_session_is_reinitialised_when_support_reinit_on_expiry(data_dir: Path) -> None:
+    with http_server("--expire") as url:
+        kind = kind_of("reinit", McpServer(name="t", url=url), reinit=True)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, TWO_CALLS)
+            assert run["status"] == "completed", run
+            assert session_statuses(c) == [
+                "in_progress",
+                "reinitialize_required",
+                "in_progress",
+                "closed",
+            ]
+            gone = payloads(c, "capability_session")[1]
+            assert "Session terminated" in gone["reason"]
+            (row,) = run["capability_sessions"]
+            assert row["initialized"] == 2
+            assert row["calls"] == 2
+            assert [j["attempt"] for j in run["jobs"]] == [1, 1]  # re-initialised within the attempt
+
+
+async def test_an_expired_session_waits_for_input_without_reinit(data_dir: Path) -> None:
+    with http_server("--expire") as url:
+        kind = kind_of("noreinit", McpServer(name="t", url=url), reinit=False)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            reply = await c.call("turn", TWO_CALLS)
+            await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["waiting"] == "input"
+            assert "expired" in run["question"]
+            assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+            await c.call("provide_input", reply["run_id"], "yes, start a new session")
+            await drive(kit, lambda: finished(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["status"] == "completed", run
+            assert run["capability_sessions"][0]["initialized"] == 2
+            assert "reinitialize_required" in session_statuses(c)
+
+
+async def test_a_session_past_expires_at_is_reinitialize_required(data_dir: Path) -> None:
+    kind = kind_of("ttl", stdio(session_ttl_s=30, tool_approval={"count": "mutating"}))
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", TWO_CALLS)
+        await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        (row,) = run["capability_sessions"]
+        assert row["expires_at"] is not None
+        advance(kit, 31)  # the session is unused for longer than session_ttl_s
+        (asked,) = payloads(c, "approval_requested")
+        await c.call("approve", asked["approval_id"], "grant")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+        assert "expires_at passed" in run["capability_sessions"][0]["reason"]
+        assert run["waiting"] == "input"
+
+
+async def test_no_mcp_connection_outlives_the_pool(data_dir: Path) -> None:
+    """The registry stops while a worker waits for an elicitation's answer on a live connection."""
+    kind = kind_of("pool", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        assert [t for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
+    left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("agent.mcp")]
+    assert left == []
+
+
+# -- a real server process, killed mid-call ------------------------------------------------------------
+WAIT = 20.0
+
+
+def has_event(kind: str) -> Any:
+    return lambda f: f.get("type") == "event" and f["event"]["event_type"] == kind
+
+
+def ws_events(peer: WsClient, event_type: str) -> list[dict[str, Any]]:
+    return [
+        f["event"]["payload"]
+        for f in peer.frames
+        if f.get("type") == "event" and f["event"]["event_type"] == event_type
+    ]
+
+
+def rows_in_file(data_dir: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(actor_path(data_dir, "mcpagent", "a"))
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM roost_agent_capability_sessions")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL of ``roost serve`` while an MCP call (streamable HTTP) is in flight: the capability
+    session row is in the file; the restarted server finds the lease expired, marks the row
+    ``resumable``, retries the call on a new session, and the run completes; ``roost inspect`` and
+    ``get_run`` show the row."""
+    flag = tmp_path / "release"
+    with http_server() as url:
+        cfg = tmp_path / "roost.toml"
+        cfg.write_text(
+            f'[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\n[agent.mcp_servers.t]\nurl = "{url}"\n'
+        )
+        app = "tests.mcp_servers.app:app"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                reply = await peer.call("turn", f'mcp__t__hold {{"flag": "{flag}"}}', timeout=WAIT)
+                await peer.wait_for(has_event("tool_progress"), WAIT)
+                srv.kill()  # SIGKILL, mid-call
+        (row,) = rows_in_file(data_dir)
+        assert row["status"] == "in_progress"  # what it was when the process died
+        assert row["run_id"] == reply["run_id"]
+        assert row["resume_token"] is not None  # the HTTP session id was tracked
+        first_token = row["resume_token"]
+        report = inspect_actor(data_dir, "mcpagent", "a")
+        assert [r["status"] for r in report["capability_sessions"]] == ["in_progress"]
+        flag.write_text("go")
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
+                await peer.wait_for(has_event("turn_completed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                statuses = [p["status"] for p in ws_events(peer, "capability_session")]
+        assert statuses == ["in_progress", "resumable", "in_progress", "closed"]
+        assert run["status"] == "completed"
+        assert [(j["attempt"], j["status"]) for j in run["jobs"]] == [(2, "completed")]
+        (card,) = run["capability_sessions"]
+        assert card["status"] == "closed"
+        assert card["initialized"] == 2  # a new MCP session after the restart
+        (row,) = rows_in_file(data_dir)
+        assert row["resume_token"] != first_token
+
+
+@pytest.mark.slow
+async def test_sigkill_while_a_server_asks_and_the_question_is_asked_again(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL while the run waits for the answer to an MCP server's question: the row says
+    ``waiting_for_input`` in the file; after the restart the lost worker's row is ``resumable``, the
+    call is made again, the server asks again, and ``provide_input`` answers it."""
+    with http_server() as url:
+        cfg = tmp_path / "roost.toml"
+        cfg.write_text(
+            f'[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\n[agent.mcp_servers.t]\nurl = "{url}"\n'
+        )
+        app = "tests.mcp_servers.app:app"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                reply = await peer.call("turn", "mcp__t__ask_colour", timeout=WAIT)
+                await peer.wait_for(has_event("input_requested"), WAIT)
+                srv.kill()
+        (row,) = rows_in_file(data_dir)
+        assert row["status"] == "waiting_for_input"
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
+                await peer.wait_for(lambda f: len(ws_events(peer, "input_requested")) == 2, WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                assert run["waiting"] == "input"
+                assert run["capability_sessions"][0]["status"] == "waiting_for_input"
+                await peer.call("provide_input", reply["run_id"], {"colour": "plum"}, timeout=WAIT)
+                await peer.wait_for(has_event("turn_completed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+                statuses = [p["status"] for p in ws_events(peer, "capability_session")]
+                done = ws_events(peer, "tool_completed")
+        assert run["status"] == "completed"
+        assert done[0]["result"] == {"result": "colour: plum"}
+        assert statuses == [
+            "in_progress",
+            "waiting_for_input",
+            "resumable",
+            "in_progress",
+            "waiting_for_input",
+            "in_progress",
+            "closed",
+        ]
