@@ -56,12 +56,15 @@ CLIENT = python_block("# client.py")
 CHAT = python_block("# chat.py")
 AGENT = python_block("from pydantic import BaseModel\n")
 FASTAPI = python_block("# main.py, beside myapp.py\n")
+WEATHER = python_block("# weather.py")
+ASSISTANT = python_block("# assistant.py")
+ASK = python_block("# ask.py")
 MCP_CLIENT = python_block("# mcp_client.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 6, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 9, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -284,3 +287,30 @@ async def test_the_fastapi_app_runs_under_the_uvicorn_command_line_the_readme_gi
     finally:
         server.terminate()
     assert (tmp_path / "data" / "directory.sqlite").exists()
+
+
+def test_the_streaming_chat_agent_block_is_short_and_answers_with_its_mcp_tool(tmp_path: Path) -> None:
+    """The chat agent with one MCP tool: under 30 lines (the server and the agent), served as written,
+    asked by the client block, which prints what the README says."""
+    code = [ln for ln in (WEATHER + ASSISTANT).splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(code) < 30, len(code)
+    (tmp_path / "weather.py").write_text(WEATHER)
+    (tmp_path / "assistant.py").write_text(ASSISTANT)
+    command = ASSISTANT.splitlines()[0].split(": ", 1)[1].split(",", 1)[0]
+    server = served(command, tmp_path)
+    try:
+        (tmp_path / "ask.py").write_text(ASK.replace("127.0.0.1:8000", server.addr))
+        out = subprocess.run(
+            [sys.executable, "ask.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+    finally:
+        server.terminate()
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = README.split("## A streaming chat agent with an MCP tool", 1)[1].split("It prints `", 1)[1]
+    assert out.stdout.strip() == said.split("` (", 1)[0]

@@ -9,6 +9,7 @@ from roost.agent.catalog import Catalog, NeedInput, Tool, ToolCancelled, ToolCon
 from roost.agent.chat import ChatAgent, ChatMessage, DeterministicChat
 from roost.agent.config import AgentConfig, load_config
 from roost.agent.interfaces import Verdict
+from roost.agent.mcp_config import McpServer
 from roost.agent.models import (
     DeterministicPlanner,
     Model,
@@ -46,6 +47,7 @@ __all__ = [
     "DeterministicPlanner",
     "ItemStatus",
     "JobStatus",
+    "McpServer",
     "Model",
     "ModelError",
     "ModelRequest",

@@ -82,17 +82,23 @@ def _caps(actor: Any) -> Capabilities:
     return host.orchestrator.capabilities
 
 
-def _plan_args(name: str) -> Any:
+def _plan_args(*names: str) -> Any:
+    """The deterministic planner's arguments: the JSON object after the first of ``names`` (the
+    tool's catalog name, then its keywords) that the request holds and a JSON object follows."""
+
     def plan(text: str) -> dict[str, Any]:
-        at = text.lower().find(name.lower())
-        if at < 0:
-            return {}
-        rest = text[at + len(name) :].lstrip()
-        try:
-            found, _ = json.JSONDecoder().raw_decode(rest)
-        except ValueError:
-            return {}
-        return found if isinstance(found, dict) else {}
+        lowered = text.lower()
+        for name in names:
+            at = lowered.find(name.lower())
+            if at < 0:
+                continue
+            try:
+                found, _ = json.JSONDecoder().raw_decode(text[at + len(name) :].lstrip())
+            except ValueError:
+                continue
+            if isinstance(found, dict):
+                return found
+        return {}
 
     return plan
 
@@ -112,7 +118,7 @@ def tools_of(server: McpServer, listed: Sequence[types.Tool]) -> list[Tool]:
                 approval_mode=server.tool_approval.get(t.name, server.approval_mode),
                 background=True,
                 keywords=tuple(k.lower() for k in server.keywords.get(t.name, (name,))),
-                plan_args=_plan_args(name),
+                plan_args=_plan_args(name, *server.keywords.get(t.name, ())),
             )
         )
     return made
