@@ -25,6 +25,7 @@ HEADINGS = (
     "## Memory",
     "## Wake-ups",
     "## Streamed model output",
+    "## MCP tool calls through an agent",
     "## Targets",
 )
 
@@ -432,9 +433,27 @@ def _streams(res: Res) -> list[str]:
     return [*out, "", f"Words not delivered, over every repetition and shape: {lost}.", ""]
 
 
+def _mcp_agent(res: Res) -> list[str]:
+    reps = res["reps"]
+    return [
+        HEADINGS[12],
+        "",
+        f"One MCP server over stdio (`bench/mcp_tool_server.py`, an `echo` tool), {res['calls']} calls per "
+        "repetition one after the other: with the SDK's client directly, and as turns of an agent whose "
+        "catalog holds the tool (`bench/mcp_agent.py`: plan, background job, capability session row, "
+        "events, verification, each committed). Medians per repetition; the ratio paired per repetition.",
+        "",
+        "| direct, ms | through the agent, ms | agent ÷ direct |",
+        "|---:|---:|---:|",
+        f"| {fmt(pluck(reps, 'direct_ms'), 2)} | {fmt(pluck(reps, 'agent_ms'), 2)} | "
+        f"{fmt(pluck(reps, 'ratio'), 1)} |",
+        "",
+    ]
+
+
 def _targets(targets: list[Target]) -> list[str]:
     out = [
-        HEADINGS[12],
+        HEADINGS[13],
         "",
         "Judged on the median over repetitions (min–max in brackets). A single figure on this machine varies "
         "by ±15–35 %; read a margin under ~15 % as noise.",
@@ -512,6 +531,7 @@ def render(results: Res) -> str:
     lines += _memory(sec["memory"]) if "memory" in sec else _not_run(HEADINGS[9], "memory", err)
     lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[10], "wakeups", err)
     lines += _streams(sec["streams"]) if "streams" in sec else _not_run(HEADINGS[11], "streams", err)
+    lines += _mcp_agent(sec["mcp_agent"]) if "mcp_agent" in sec else _not_run(HEADINGS[12], "mcp_agent", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

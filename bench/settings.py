@@ -11,7 +11,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
 #: Section names accepted by ``--only``, in run order.
-SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups", "streams")
+SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups", "streams", "mcp_agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class Settings:
     stream_subs: int  # subscribers of one chat actor
     stream_concurrent: int  # chat actors streaming at once
     stream_concurrent_tokens: int  # words of each of those answers
+    mcp_calls: int  # MCP tool calls per repetition, direct and through an agent
     data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
 
     @property
@@ -74,6 +75,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         stream_subs=100,
         stream_concurrent=100,
         stream_concurrent_tokens=1000,
+        mcp_calls=50,
         data_dir=BENCH_DIR / ".data",
     )
     if quick:
@@ -100,6 +102,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             stream_subs=10,
             stream_concurrent=10,
             stream_concurrent_tokens=100,
+            mcp_calls=5,
         )
     if reps is not None:
         base = replace(

@@ -194,6 +194,21 @@ async def test_an_mcp_tool_call_completes_and_its_session_is_a_row(data_dir: Pat
         assert session_statuses(c) == ["in_progress", "closed"]
 
 
+async def test_the_next_run_reuses_a_healthy_connection_of_an_ended_one(data_dir: Path) -> None:
+    """Starting a stdio server costs seconds: a run that ends leaves its idle connection to the next
+    run that needs the server (McpPool.release), which finds the same server process."""
+    kind = kind_of("reuse", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        first = await run_to_end(kit, c, "please mcp__t__whoami")
+        second = await run_to_end(kit, c, "please mcp__t__whoami")
+        assert first["status"] == second["status"] == "completed"
+        pids = [p["result"] for p in payloads(c, "tool_completed")]
+        assert len(pids) == 2
+        assert pids[0] == pids[1]
+        assert [r["status"] for r in second["capability_sessions"]] == ["closed"]
+
+
 # -- the execution gate --------------------------------------------------------------------------------
 async def test_the_approval_mode_of_an_mcp_server_applies_to_its_tools(data_dir: Path) -> None:
     kind = kind_of("appr", stdio(approval_mode="mutating"))

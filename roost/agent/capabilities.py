@@ -181,7 +181,8 @@ class Capabilities(Part):
                 self._status(run, row, CapabilityStatus.RESUMABLE, "the worker of the call was lost")
 
     def close_run(self, run: Row) -> None:
-        """The run ended: its rows are ``closed`` and this process's connections of them closed."""
+        """The run ended: its rows are ``closed``; this process keeps their healthy connections a moment
+        for the next run (:meth:`roost.agent.mcp_client.McpPool.release`)."""
         rows = self.rows(run["run_id"])
         if not rows:
             return  # (an agent without MCP sessions never loads the SDK)
@@ -189,7 +190,7 @@ class Capabilities(Part):
 
         pool = mcp_pool(self.agent.extension.process)
         for row in rows:
-            pool.close(row["capability_session_id"])
+            pool.release(row["capability_session_id"])  # kept briefly for the next run
             if row["status"] != CapabilityStatus.CLOSED:
                 self._status(run, row, CapabilityStatus.CLOSED, f"the run ended ({run['status']})")
 

@@ -12,6 +12,10 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 - **No connection outlives the pool**: :meth:`McpPool.stop` closes and awaits every connection task.
 - **A broken connection is never reused**: a connection whose task ended (the server died, the
   session was terminated) is dropped and the next call opens a new one.
+- **A healthy connection outlives its run, briefly**: when a run ends, its idle connections are kept
+  :data:`IDLE_S` seconds for the next run that needs the same server in this process (starting a
+  stdio server costs seconds; a call on a live session, milliseconds), then closed. A connection with
+  a call in flight is never kept.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ __all__ = [
 
 log = logging.getLogger("roost.agent.mcp")
 SERVICE = "agent.mcp"
+#: Seconds a healthy connection of an ended run waits for the next run that needs its server.
+IDLE_S = 30.0
 
 #: What the SDK says when a streamable HTTP server answers 404 for the session id it gave.
 _TERMINATED = "Session terminated"
@@ -152,6 +158,8 @@ class McpConnection:
         self._failure: BaseException | None = None
         #: The elicitation handler of the call in progress (calls of one run are sequential).
         self.on_elicit: ElicitFn | None = None
+        #: Calls in flight (a connection is kept for another run only when there is none).
+        self.calls = 0
 
     @property
     def alive(self) -> bool:
@@ -217,11 +225,14 @@ class McpConnection:
             raise ConnectionLost(f"MCP server {self.server.name!r}: the connection is closed")
         call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=progress))
         assert self._task is not None
+        self.calls += 1
         try:
             await asyncio.wait((call, self._task), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             call.cancel()
             raise
+        finally:
+            self.calls -= 1
         if not call.done():
             call.cancel()
             with contextlib.suppress(BaseException):
@@ -257,6 +268,11 @@ class McpConnection:
                     await task
 
 
+def _key(server: McpServer) -> str:
+    """Connections to equal servers (same name, transport and settings) are interchangeable."""
+    return server.model_dump_json()
+
+
 def mcp_pool(process: Process) -> McpPool:
     """This process's pool of MCP connections (made on first use, stopped with the registry)."""
     return process.service(SERVICE, McpPool)
@@ -269,6 +285,8 @@ class McpPool:
         self.connections: dict[str, McpConnection] = {}
         self.waiters: dict[str, asyncio.Future[Any]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        #: Healthy connections of ended runs, by server, each with the timer that closes it.
+        self._idle: dict[str, list[tuple[McpConnection, asyncio.TimerHandle]]] = {}
 
     def live(self, capability_session_id: str) -> McpConnection | None:
         conn = self.connections.get(capability_session_id)
@@ -280,10 +298,50 @@ class McpPool:
     async def connect(self, capability_session_id: str, server: McpServer) -> McpConnection:
         """A new connection (a new MCP session) for the row, replacing any it had."""
         self.close(capability_session_id)
-        conn = McpConnection(server)
-        await conn.start()
+        conn = self._take_idle(server)
+        if conn is None:
+            conn = McpConnection(server)
+            await conn.start()
         self.connections[capability_session_id] = conn
         return conn
+
+    def release(self, capability_session_id: str) -> None:
+        """The row's run ended: its connection, if healthy and idle, waits :data:`IDLE_S` seconds
+        for another run that needs the same server; otherwise it is closed."""
+        conn = self.connections.get(capability_session_id)
+        if conn is None or not conn.alive or conn.calls:
+            self.close(capability_session_id)
+            return
+        self.connections.pop(capability_session_id)
+        waiter = self.waiters.pop(capability_session_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+        conn.on_elicit = None
+        timer = asyncio.get_running_loop().call_later(IDLE_S, self._expire, conn)
+        self._idle.setdefault(_key(conn.server), []).append((conn, timer))
+
+    def _take_idle(self, server: McpServer) -> McpConnection | None:
+        parked = self._idle.get(_key(server), [])
+        while parked:
+            conn, timer = parked.pop()
+            timer.cancel()
+            if conn.alive:
+                return conn
+            self._aclose(conn)
+        return None
+
+    def _expire(self, conn: McpConnection) -> None:
+        for key, parked in self._idle.items():
+            kept = [(c, t) for c, t in parked if c is not conn]
+            if len(kept) != len(parked):
+                self._idle[key] = kept
+                self._aclose(conn)
+                return
+
+    def _aclose(self, conn: McpConnection) -> None:
+        task = asyncio.get_running_loop().create_task(conn.aclose(), name=f"{SERVICE}:close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def close(self, capability_session_id: str) -> None:
         """Close the row's connection (in the background; :meth:`stop` awaits it) and cancel its waiter."""
@@ -292,9 +350,7 @@ class McpPool:
         if waiter is not None and not waiter.done():
             waiter.cancel()
         if conn is not None:
-            task = asyncio.get_running_loop().create_task(conn.aclose(), name=f"{SERVICE}:close")
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._aclose(conn)
 
     def wait_for_answer(self, capability_session_id: str) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -312,6 +368,11 @@ class McpPool:
     async def stop(self) -> None:
         for key in list(self.connections):
             self.close(key)
+        for parked in self._idle.values():
+            for conn, timer in parked:
+                timer.cancel()
+                self._aclose(conn)
+        self._idle.clear()
         for fut in list(self.waiters.values()):
             fut.cancel()
         self.waiters.clear()

@@ -44,6 +44,12 @@ def echo(text: str) -> str:
 
 
 @app.tool()
+def whoami() -> int:
+    """The server process's pid (which process answered)."""
+    return os.getpid()
+
+
+@app.tool()
 def leak() -> dict[str, Any]:
     """Answer with a credential in the result."""
     return {"token": "sk-live-0123456789abcdefghij", "note": "use Bearer abcdefghijklmnop0123 for it"}
