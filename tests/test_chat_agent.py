@@ -369,3 +369,31 @@ async def test_merged_messages_are_answered(data_dir: Path) -> None:
             await c.call("send", text)
         await drive(kit, lambda: ended_count(c) == 2, step=0.01)
         assert {m["status"] for m in await history(c) if m["role"] == "user"} == {"answered"}
+
+
+class Lookup(BaseModel):
+    city: str
+
+
+@tool(keywords=("weather",))
+async def forecast(ctx: ToolContext, args: Lookup) -> str:
+    """Tomorrow's weather."""
+    return f"sunny in {args.city}"
+
+
+class Weather(Chat):
+    kind = "chatw"
+    tools = (forecast,)
+
+
+async def test_the_deterministic_model_says_how_to_give_a_tools_arguments(data_dir: Path) -> None:
+    async with ActorKit([Weather], data_dir) as kit:
+        c = kit.connect("chatw", "a")
+        plain = await c.call("send", "what's the weather in Paris?")
+        await drive(kit, lambda: ended_count(c) == 1, step=0.01)
+        given = await c.call("send", 'the weather {"city": "Paris"}')
+        await drive(kit, lambda: ended_count(c) == 2, step=0.01)
+        by_id = {m["message_id"]: m for m in await history(c)}
+        assert by_id[plain["message_id"]]["status"] == "completed"  # an answer, not a failed run
+        assert "as a JSON object after its name or keyword" in by_id[plain["message_id"]]["content"]
+        assert "sunny in Paris" in by_id[given["message_id"]]["content"]

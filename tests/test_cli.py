@@ -83,6 +83,13 @@ def _cases(data: Path, tmp: Path) -> list[tuple[list[str], dict[str, str], int, 
         (["serve", "--config", str(tmp / "extra.toml"), "--port", "0"], {}, USAGE, "bogus: Extra inputs"),
         (["serve", "--config", str(tmp / "type.toml"), "--port", "0"], {}, USAGE, "max_tool_hops"),
         (["serve", "--config", str(tmp / "table.toml"), "--port", "0"], {}, USAGE, "unknown table [agnet]"),
+        (["serve", "--config", str(tmp / "top.toml"), "--port", "0"], {}, USAGE, "model belongs in [agent]"),
+        (
+            ["serve", "--config", str(tmp / "openai.toml"), "--port", "0"],
+            {"ROOST_MODEL_BASE_URL": "", "OPENAI_BASE_URL": ""},
+            USAGE,
+            'model = "openai" needs ROOST_MODEL_BASE_URL',
+        ),
         (["serve", "--config", str(tmp / "syntax.toml"), "--port", "0"], {}, USAGE, "not TOML"),
         (
             ["serve", "--config", str(tmp / "near.toml"), "--port", "0"],
@@ -116,6 +123,8 @@ def test_every_subcommand_given_bad_input_says_one_line_and_exits_1_or_2(data: P
     (tmp_path / "extra.toml").write_text("[agent]\nmax_tool_hops = 4\nbogus = 1\n")
     (tmp_path / "type.toml").write_text('[agent]\nmax_tool_hops = "four"\n')
     (tmp_path / "table.toml").write_text("[agnet]\nmax_tool_hops = 4\n")
+    (tmp_path / "top.toml").write_text('model = "openai"\n')
+    (tmp_path / "openai.toml").write_text('[agent]\nmodel = "openai"\n')
     (tmp_path / "syntax.toml").write_text("[agent\n")
     (tmp_path / "near.toml").write_text("[agent]\nmax_tool_hop = 4\n")
     (tmp_path / "tool.toml").write_text("[agent.tools.nope]\nx = 1\n")

@@ -116,6 +116,8 @@ class Agent(Actor):
         when one of its MCP servers cannot be asked for its tools (they are listed now)."""
         known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
         check_tools(cls.settings(), known, config_source())
+        if cls.settings().model == "openai" and cls.make_model is Agent.make_model:
+            OpenAICompatibleModel.check_env(config_source())  # refused at start, not at the first turn
         if mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source()):
             cls.catalog()
 
@@ -123,7 +125,8 @@ class Agent(Actor):
     def catalog(cls) -> Catalog:
         if cls.__dict__.get("_catalog") is None:
             servers = mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source())
-            cls._catalog = Catalog([*cls.tools, *mcp_agent.listed_tools(servers, config_source())])
+            listed = mcp_agent.listed_tools(servers, config_source(), cls.__qualname__, cls.settings())
+            cls._catalog = Catalog([*cls.tools, *listed])
         assert cls._catalog is not None
         return cls._catalog
 

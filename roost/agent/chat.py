@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from roost.actors import InvalidArguments, callable
 from roost.agent.agent import Agent
+from roost.agent.catalog import InvalidToolCall
 from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep
 from roost.agent.payloads import error_line
@@ -90,17 +91,31 @@ class ChatMessage(BaseModel):
 
 
 class DeterministicChat(DeterministicPlanner):
-    """The deterministic planner, answering in words when no tool fits (it never asks)."""
+    """The deterministic planner, answering in words when no tool fits (it never asks), or when a
+    tool fits but the message does not give its arguments (it says how to write them)."""
 
     async def step(self, request: ModelRequest) -> ModelStep:
         step = await super().step(request)
+        problems = []
+        for call in step.tool_calls:
+            try:
+                self.catalog.check(call.name, call.args)
+            except InvalidToolCall as exc:
+                problems.append(str(exc))
+        if problems:
+            first = step.tool_calls[0].name
+            return ModelStep(
+                text=f"I would call {first}, but {'; '.join(problems)}. Roost's deterministic model reads "
+                f"a tool's arguments as a JSON object after its name or keyword ({first} "
+                '{"name": "value"}); a real model (model = "openai" in [agent]) reads them from words.'
+            )
         if step.ask is None:
             return step
         words = request.text.split()
         return ModelStep(
             text=f"You wrote {len(words)} word{'s' if len(words) != 1 else ''}: “{request.text}”. "
-            'I am Roost\'s deterministic model: no network, no keys. Set model = "openai" in roost.toml '
-            "to talk to a real one."
+            'I am Roost\'s deterministic model: no network, no keys. Set model = "openai" in [agent] of '
+            "roost.toml to talk to a real one."
         )
 
 

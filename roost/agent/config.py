@@ -121,6 +121,14 @@ def load_config(path: str | Path | None = None) -> AgentConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{chosen}: not TOML: {exc}") from None
     unknown = sorted(set(data) - TABLES)
+    keys = [k for k in unknown if not isinstance(data[k], dict)]
+    if keys:  # `model = "openai"` at the top: a setting of [agent] written outside it
+        inside = [k for k in keys if k in AgentConfig.model_fields]
+        hint = f"; {', '.join(inside)} belong{'s' if len(inside) == 1 else ''} in [agent]" if inside else ""
+        raise ConfigError(
+            f"{chosen}: {', '.join(keys)}: a setting outside any table{hint} "
+            "(write [agent] on the line before it)"
+        )
     if unknown:
         raise ConfigError(f"{chosen}: unknown table {', '.join(f'[{t}]' for t in unknown)} (known: [agent])")
     try:

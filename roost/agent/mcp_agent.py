@@ -32,9 +32,15 @@ def servers(declared: Sequence[McpServer], config: AgentConfig, source: str | Pa
     return list(found.values())
 
 
-def listed_tools(servers: Sequence[McpServer], source: str | Path | None) -> list[Tool]:
+def listed_tools(
+    servers: Sequence[McpServer],
+    source: str | Path | None,
+    owner: str = "",
+    config: AgentConfig | None = None,
+) -> list[Tool]:
     """The catalog tools of every server, each asked for its tools now. A server that cannot be
-    asked is a :class:`ConfigError` naming it (the kind is refused)."""
+    asked is a :class:`ConfigError` naming it and where it was declared (``owner``'s ``mcp_servers``
+    or ``roost.toml``), with the command a stdio server was started with (the kind is refused)."""
     if not servers:
         return []
     from roost.agent.mcp_client import discover
@@ -45,5 +51,12 @@ def listed_tools(servers: Sequence[McpServer], source: str | Path | None) -> lis
         try:
             made.extend(tools_of(server, discover(server)))
         except ConnectionError as exc:
-            raise ConfigError(f"{source or 'roost.toml'}: [agent.mcp_servers.{server.name}]: {exc}") from None
+            if (config is not None and server.name in config.mcp_servers) or not owner:
+                where = f"{source or 'roost.toml'}: [agent.mcp_servers.{server.name}]"
+            else:
+                where = f"{owner}.mcp_servers, server {server.name!r}"
+            if server.command is not None:
+                started = " ".join([server.command, *server.args])
+                exc = ConnectionError(f"{exc} (started as: {started}, in {server.cwd or Path.cwd()})")
+            raise ConfigError(f"{where}: {exc}") from None
     return made

@@ -20,7 +20,6 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -33,6 +32,7 @@ from roost.agent.capabilities import Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
 from roost.agent.mcp_client import ConnectionLost, McpConnection, SessionExpired, mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
+from roost.agent.models import arguments_in
 
 __all__ = ["McpToolError", "mcp_tool_name", "server_of", "tools_of"]
 
@@ -83,22 +83,11 @@ def _caps(actor: Any) -> Capabilities:
 
 
 def _plan_args(*names: str) -> Any:
-    """The deterministic planner's arguments: the JSON object after the first of ``names`` (the
-    tool's catalog name, then its keywords) that the request holds and a JSON object follows."""
+    """The deterministic planner's arguments: the JSON object after the tool's catalog name or one
+    of its keywords (:func:`roost.agent.models.arguments_in`)."""
 
     def plan(text: str) -> dict[str, Any]:
-        lowered = text.lower()
-        for name in names:
-            at = lowered.find(name.lower())
-            if at < 0:
-                continue
-            try:
-                found, _ = json.JSONDecoder().raw_decode(text[at + len(name) :].lstrip())
-            except ValueError:
-                continue
-            if isinstance(found, dict):
-                return found
-        return {}
+        return arguments_in(text, *names)
 
     return plan
 

@@ -25,6 +25,7 @@ folds a stream into its step.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeGuard
 
@@ -47,6 +48,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "Usage",
+    "arguments_in",
     "collect",
     "is_streaming",
 ]
@@ -205,7 +207,8 @@ class DeterministicPlanner:
         calls = []
         for t in self.catalog:
             if t.name in wanted:
-                calls.append(ToolCall(name=t.name, args=t.plan_args(original) if t.plan_args else {}))
+                args = t.plan_args(original) if t.plan_args else arguments_in(original, t.name, *t.keywords)
+                calls.append(ToolCall(name=t.name, args=args))
         return ModelStep(tool_calls=calls)
 
     def _with_requirements(self, name: str, into: set[str]) -> None:
@@ -227,6 +230,27 @@ class DeterministicPlanner:
                 outcome = _short(s.result)
             parts.append(f"{s.tool}: {outcome}")
         return "Done. " + "; ".join(parts) + "."
+
+
+def arguments_in(text: str, *names: str) -> dict[str, Any]:
+    """The JSON object that follows the first of ``names`` (a tool's name, then its keywords) in
+    ``text`` that has one — how the deterministic planner reads a tool's arguments from a request
+    (``forecast {"city": "Paris"}``); empty when none does."""
+    lowered = text.lower()
+    for name in names:
+        at = lowered.find(name.lower())
+        if at < 0:
+            continue
+        try:
+            found, _ = _DECODER.raw_decode(text[at + len(name) :].lstrip())
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return {}
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _as_text(value: Any) -> str:

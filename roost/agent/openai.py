@@ -45,6 +45,7 @@ import httpx
 import orjson
 import pydantic
 
+from roost.agent.config import ConfigError
 from roost.agent.models import (
     ModelChunk,
     ModelError,
@@ -93,6 +94,17 @@ class OpenAICompatibleModel:
         self.timeout = timeout
         self.stream_idle_timeout = timeout if stream_idle_timeout is None else stream_idle_timeout
         self.system = system
+
+    @staticmethod
+    def check_env(source: object = None) -> None:
+        """:class:`~roost.agent.config.ConfigError` unless the environment names an endpoint."""
+        if not (os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
+            raise ConfigError(
+                f'{source or "roost.toml"}: [agent] model = "openai" needs ROOST_MODEL_BASE_URL (or '
+                "OPENAI_BASE_URL): the endpoint's base URL, such as https://api.openai.com/v1 (requests go "
+                "to BASE/chat/completions; the key in ROOST_MODEL_API_KEY or OPENAI_API_KEY, the model's "
+                "name in ROOST_MODEL, default gpt-4o-mini)"
+            )
 
     @classmethod
     def from_env(

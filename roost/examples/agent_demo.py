@@ -251,6 +251,7 @@ async def chat(port: int, console: Console) -> bool:
                 await asyncio.wait_for(timeline.welcomed.wait(), 15)
                 console.print("[yellow]↻[/] ", end="")
         console.print()
+        console.print("   (✂ the connection dropped mid-answer; ↻ back, the text missed meanwhile replayed)")
         page = await client.call("messages", timeout=10)
     assert isinstance(page, dict)
     stored = next(m for m in page["messages"] if m["message_id"] == reply["message_id"])
@@ -301,6 +302,7 @@ def summary(
 ) -> bool:
     refs = run_info.get("evidence_refs") or []
     path = next((data / r[5:] for r in refs if r.startswith("file:")), None)
+    console.print("[bold]5.[/] what the client was handed")
     table = Table(title="summary", show_header=False, show_edge=False)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
