@@ -1,7 +1,7 @@
 """An MCP tool call through Roost ÷ the same call served by the MCP SDK alone.
 
-``python -m bench.mcp [--reps 5] [--seconds 3]`` (not part of ``python -m bench``). Two servers, each
-its own process on 127.0.0.1, both on uvicorn with uvloop and httptools:
+``python -m bench.mcp [--reps 5] [--seconds 3]`` (and section ``mcp_server`` of ``python -m bench``).
+Two servers, each its own process on 127.0.0.1, both on uvicorn with uvloop and httptools:
 
 - Roost: ``roost serve`` of the default app (limits off, as in ``bench/rpc.py``); the tool is the
   ``counter`` actor's ``increment`` at ``/mcp/counter/bench`` (a turn, committed to SQLite before the
@@ -35,7 +35,7 @@ from typing import Any
 
 from bench.procs import Server, free_port, log, proc_cpu_s, run_client, running
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 WARMUP_S = 0.5
 
@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     if a.serve_sdk:
         _serve_sdk(a.serve_sdk)
         return
+    print(json.dumps(run(a.reps, a.seconds)["summary"]))
+
+
+def run(reps: int = 5, seconds: float = 3.0) -> dict[str, Any]:
+    """Both servers, ``reps`` paired repetitions: ``{"reps": [...], "summary": {figure: [median, min,
+    max]}}`` (section ``mcp_server`` of ``python -m bench``)."""
     data = Path(tempfile.mkdtemp(prefix="roost-bench-mcp-"))
     roost, sdk = _servers(data)
     servers = {"roost": roost, "sdk": sdk}
@@ -151,9 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, dict[str, Any]]] = []
     try:
         with running(roost, sdk):
-            for rep in range(a.reps):
+            for rep in range(reps):
                 order = ("roost", "sdk") if rep % 2 == 0 else ("sdk", "roost")
-                row = {name: _measure(servers[name], urls[name], a.seconds) for name in order}
+                row = {name: _measure(servers[name], urls[name], seconds) for name in order}
                 rows.append(row)
                 ours, theirs = row["roost"], row["sdk"]
                 log(
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("roost", "sdk"):
         for figure in ("cpu_us", "p50_us", "calls_per_s"):
             summary[f"{name}_{figure}"] = [r[name][figure] for r in rows]
-    print(json.dumps({key: _median_range(values) for key, values in summary.items()}))
+    return {"reps": rows, "summary": {key: _median_range(values) for key, values in summary.items()}}
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ HEADINGS = (
     "## Wake-ups",
     "## Streamed model output",
     "## MCP tool calls through an agent",
+    "## MCP tool calls served by an actor",
     "## Targets",
 )
 
@@ -451,9 +452,32 @@ def _mcp_agent(res: Res) -> list[str]:
     ]
 
 
+def _mcp_server(res: Res) -> list[str]:
+    s = res["summary"]
+
+    def cell(key: str, digits: int = 2) -> str:
+        med, lo, hi = s[key]
+        return f"{med:,.{digits}f} ({lo:,.{digits}f}–{hi:,.{digits}f})"
+
+    return [
+        HEADINGS[13],
+        "",
+        "The SDK's client calls `increment` one call after the other on `roost serve`'s "
+        "`/mcp/counter/bench` (a turn committed to SQLite, the gate, the event store) and on the SDK's own "
+        "streamable HTTP server with the same tool in memory (`bench/mcp.py`). Ratios paired per repetition.",
+        "",
+        "| figure | Roost ÷ SDK |",
+        "|---|---:|",
+        f"| server CPU per call | {cell('cpu_ratio')} |",
+        f"| median round trip | {cell('p50_ratio')} |",
+        f"| calls per second | {cell('throughput_ratio')} |",
+        "",
+    ]
+
+
 def _targets(targets: list[Target]) -> list[str]:
     out = [
-        HEADINGS[13],
+        HEADINGS[14],
         "",
         "Judged on the median over repetitions (min–max in brackets). A single figure on this machine varies "
         "by ±15–35 %; read a margin under ~15 % as noise.",
@@ -532,6 +556,9 @@ def render(results: Res) -> str:
     lines += _wakeups(sec["wakeups"]) if "wakeups" in sec else _not_run(HEADINGS[10], "wakeups", err)
     lines += _streams(sec["streams"]) if "streams" in sec else _not_run(HEADINGS[11], "streams", err)
     lines += _mcp_agent(sec["mcp_agent"]) if "mcp_agent" in sec else _not_run(HEADINGS[12], "mcp_agent", err)
+    lines += (
+        _mcp_server(sec["mcp_server"]) if "mcp_server" in sec else _not_run(HEADINGS[13], "mcp_server", err)
+    )
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

@@ -11,7 +11,18 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
 #: Section names accepted by ``--only``, in run order.
-SECTIONS = ("sqlite", "rpc", "callkeys", "fanout", "activation", "memory", "wakeups", "streams", "mcp_agent")
+SECTIONS = (
+    "sqlite",
+    "rpc",
+    "callkeys",
+    "fanout",
+    "activation",
+    "memory",
+    "wakeups",
+    "streams",
+    "mcp_agent",
+    "mcp_server",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,7 @@ class Settings:
     stream_concurrent: int  # chat actors streaming at once
     stream_concurrent_tokens: int  # words of each of those answers
     mcp_calls: int  # MCP tool calls per repetition, direct and through an agent
+    mcp_server_s: float  # seconds of MCP tool calls per server per repetition
     data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
 
     @property
@@ -76,6 +88,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         stream_concurrent=100,
         stream_concurrent_tokens=1000,
         mcp_calls=50,
+        mcp_server_s=3.0,
         data_dir=BENCH_DIR / ".data",
     )
     if quick:
@@ -103,6 +116,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             stream_concurrent=10,
             stream_concurrent_tokens=100,
             mcp_calls=5,
+            mcp_server_s=0.3,
         )
     if reps is not None:
         base = replace(

@@ -30,7 +30,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=240,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
