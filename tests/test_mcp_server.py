@@ -22,6 +22,7 @@ from roost.actors import Actor, callable, callables_of
 from roost.examples.kinds import KINDS
 from roost.scheduler.clock import FakeClock
 from roost.transport import RoostApp, create_app
+from roost.transport import mcp as mcp_module
 from roost.transport.limits import Limits
 from roost.transport.mcp import IDLE_S
 from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
@@ -546,4 +547,28 @@ async def test_per_session_actors_take_creation_tokens(data_dir: Path) -> None:
             assert refused.is_error
             assert text_of(refused).startswith("creation_limited")
             assert (await first.call_tool("increment", {})).structured_content == {"result": 2}  # it exists
+    await app.aclose()
+
+
+async def test_one_principal_cannot_hold_every_session(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A principal's sessions are capped (MAX_SESSIONS_PER_PRINCIPAL): past it its new session is
+    refused (429 rate_limited), while another principal still opens one."""
+    monkeypatch.setattr(mcp_module, "MAX_SESSIONS_PER_PRINCIPAL", 2)
+    app = secured(data_dir)
+    mallory, alice = (
+        signer.issue("mallory", ttl=600, tenant="t1"),
+        signer.issue("alice", ttl=600, tenant="t2"),
+    )
+    async with serve_in_process(app) as where:
+        url = f"http://{where}/mcp/counter/c1"
+        async with mcp_session(url, mallory), mcp_session(url, mallory):
+            async with httpx.AsyncClient(timeout=10) as http:
+                headers = {**ACCEPT, "authorization": f"Bearer {mallory}"}
+                third = await http.post(url, json=INIT, headers=headers)
+                assert third.status_code == 429
+                assert "holds 2 MCP sessions" in third.json()["error"]["message"]
+            async with mcp_session(url, alice) as other:
+                assert (await other.call_tool("increment", {})).structured_content == {"result": 1}
     await app.aclose()

@@ -5,6 +5,7 @@ This module does not import the MCP SDK: a kind without MCP servers never loads 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from roost.agent.config import AgentConfig, ConfigError
 from roost.agent.mcp_config import McpServer
 
 __all__ = ["listed_tools", "servers"]
+
+log = logging.getLogger("roost.agent.mcp")
 
 
 def servers(declared: Sequence[McpServer], config: AgentConfig, source: str | Path | None) -> list[McpServer]:
@@ -38,9 +41,11 @@ def listed_tools(
     owner: str = "",
     config: AgentConfig | None = None,
 ) -> list[Tool]:
-    """The catalog tools of every server, each asked for its tools now. A server that cannot be
-    asked is a :class:`ConfigError` naming it and where it was declared (``owner``'s ``mcp_servers``
-    or ``roost.toml``), with the command a stdio server was started with (the kind is refused)."""
+    """The catalog tools of every server, each asked for its tools now. **A server that cannot be
+    asked does not stop the others, or the kind**: it is logged as an error naming it and where it
+    was declared (``owner``'s ``mcp_servers`` or ``roost.toml``), with the command a stdio server was
+    started with, and its tools are not in the catalog (until the kind is registered again: the next
+    start)."""
     if not servers:
         return []
     from roost.agent.mcp_client import discover
@@ -58,5 +63,5 @@ def listed_tools(
             if server.command is not None:
                 started = " ".join([server.command, *server.args])
                 exc = ConnectionError(f"{exc} (started as: {started}, in {server.cwd or Path.cwd()})")
-            raise ConfigError(f"{where}: {exc}") from None
+            log.error("%s: %s; its tools are not in the catalog until the next start", where, exc)
     return made

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVICE",
+    "CallTimedOut",
     "ConnectionLost",
     "McpConnection",
     "McpPool",
@@ -66,6 +67,12 @@ class ConnectionLost(ConnectionError):
     """The connection ended under a call (the server died or closed it): the call may be retried."""
 
     retryable = True
+
+
+class CallTimedOut(Exception):
+    """The server did not answer a call within ``call_timeout_s`` (time spent waiting for the user's
+    answer to an elicitation not counted). Final: the call may have had its effect, so it is not
+    run again."""
 
 
 class SessionExpired(ConnectionError):
@@ -160,6 +167,12 @@ class McpConnection:
         self.on_elicit: ElicitFn | None = None
         #: Calls in flight (a connection is kept for another run only when there is none).
         self.calls = 0
+        #: Elicitations waiting for their answer now, and the seconds spent so on this connection:
+        #: a call's timeout does not run while the user is asked.
+        self._asking = 0
+        self._asked_s = 0.0
+        self._not_asking = asyncio.Event()
+        self._not_asking.set()
 
     @property
     def alive(self) -> bool:
@@ -192,7 +205,17 @@ class McpConnection:
         handler = self.on_elicit
         if handler is None or not isinstance(params, types.ElicitRequestFormParams):
             return types.ErrorData(code=types.INVALID_REQUEST, message="no call of this client elicits now")
-        return await handler(params.message, dict(params.requested_schema))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self._asking += 1
+        self._not_asking.clear()
+        try:
+            return await handler(params.message, dict(params.requested_schema))
+        finally:
+            self._asking -= 1
+            self._asked_s += loop.time() - began
+            if not self._asking:
+                self._not_asking.set()
 
     async def _own(self) -> None:
         try:
@@ -201,7 +224,7 @@ class McpConnection:
                 mode="legacy",
                 cache=None,
                 elicitation_callback=self._elicit,
-                read_timeout_seconds=self.server.call_timeout_s,
+                read_timeout_seconds=None,  # start() bounds the handshake, _wait_for each call
             ) as client:
                 self._client = client
                 self._ready.set()
@@ -227,7 +250,7 @@ class McpConnection:
         assert self._task is not None
         self.calls += 1
         try:
-            await asyncio.wait((call, self._task), return_when=asyncio.FIRST_COMPLETED)
+            await self._wait_for(call)
         except asyncio.CancelledError:
             call.cancel()
             raise
@@ -248,6 +271,32 @@ class McpConnection:
                 await self.aclose()
                 raise self._lost() from None
             raise
+
+    async def _wait_for(self, call: asyncio.Future[Any]) -> None:
+        """Until ``call`` or the connection ends; :class:`CallTimedOut` (the call cancelled) after
+        ``call_timeout_s`` of the server's own time, the time the user is asked not counted."""
+        assert self._task is not None
+        loop = asyncio.get_running_loop()
+        start, asked = loop.time(), self._asked_s
+        limit = self.server.call_timeout_s
+        while not call.done() and not self._task.done():
+            if self._asking:  # the user is asked: no timeout runs until the answer is given
+                resumed = asyncio.ensure_future(self._not_asking.wait())
+                try:
+                    await asyncio.wait((call, self._task, resumed), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    resumed.cancel()
+                continue
+            left = limit - (loop.time() - start - (self._asked_s - asked))
+            if left <= 0:
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+                raise CallTimedOut(
+                    f"MCP server {self.server.name!r}: no answer within {limit} s (not retried: the "
+                    "call may have had its effect)"
+                )
+            await asyncio.wait((call, self._task), timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
     def _lost(self) -> ConnectionLost | SessionExpired:
         why = _why(self._failure) if self._failure else "connection closed"

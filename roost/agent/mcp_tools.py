@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from roost.agent.capabilities import Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
-from roost.agent.mcp_client import ConnectionLost, McpConnection, SessionExpired, mcp_pool
+from roost.agent.mcp_client import CallTimedOut, ConnectionLost, McpConnection, SessionExpired, mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
 from roost.agent.models import arguments_in
 
@@ -38,8 +38,9 @@ __all__ = ["McpToolError", "mcp_tool_name", "server_of", "tools_of"]
 
 
 class McpToolError(RuntimeError):
-    """The server answered the call with an error, or with a result that breaks its output schema:
-    final (``retryable`` False), but for a timeout."""
+    """The server answered the call with an error or with a result that breaks its output schema, or
+    did not answer in time: final (``retryable`` False): a call is run again only when its connection
+    broke under it."""
 
     retryable: bool = False
 
@@ -204,13 +205,14 @@ async def _call(
     conn.on_elicit = elicit
     try:
         return await conn.call(tool, arguments, progress)
+    except CallTimedOut as exc:  # final: running it again could repeat its effect
+        raise McpToolError(f"tool {tool!r}: {exc}") from None
     except RuntimeError as exc:  # the SDK's check of the result against the output schema
         raise McpToolError(f"MCP server {conn.server.name!r} tool {tool!r}: {exc}") from None
     except MCPError as exc:  # the server answered the call with an error: final, unless it timed out
         error = McpToolError(
             f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}"
         )
-        error.retryable = exc.code == types.REQUEST_TIMEOUT
         raise error from None
     finally:
         conn.on_elicit = None

@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.convertors import PathConvertor, register_url_convertor
@@ -42,10 +42,12 @@ from roost.transport.http import (
     post_rpc,
 )
 from roost.transport.limits import Limits
-from roost.transport.mcp import McpService
 from roost.transport.security import Authorize
 from roost.transport.sink import SocketSink
 from roost.transport.web import web_routes
+
+if TYPE_CHECKING:
+    from roost.transport.mcp import McpService
 
 __all__ = ["RoostApp", "create_app"]
 
@@ -218,6 +220,8 @@ def create_app(
     app._start_lock = asyncio.Lock()
     app.state.roost = app
     ws = WebSocketEndpoint(app)
+    from roost.transport.mcp import McpService  # the MCP SDK: loaded by an app, not by `import roost`
+
     app.mcp = McpService(app)
     app.router.routes.extend(
         [

@@ -28,7 +28,8 @@ Roost's failure table, ``docs/protocol.md``):
 
 Then each tool call is checked as an HTTP call is (read-only principals, ``call:<method>``,
 creations). Bodies are bounded by the app's ``max_frame_bytes`` (413), open sessions by
-:data:`MAX_SESSIONS` (503 for a new one beyond). The SSE streams are
+:data:`MAX_SESSIONS` (503 for a new one beyond) and by :data:`MAX_SESSIONS_PER_PRINCIPAL` per
+principal, per address for anonymous clients (429 ``rate_limited`` for a new one beyond). The SSE streams are
 resumable: their events go to :class:`roost.transport.mcp_events.SqliteEventStore`.
 
 Lifecycle: the session manager starts with the first MCP request (in a task of its own) and stops
@@ -52,7 +53,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from roost.actors import InvalidActorAddress, UnknownKind
+from roost.actors import ANONYMOUS, InvalidActorAddress, Principal, UnknownKind
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
 from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
@@ -72,6 +73,9 @@ LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 IDLE_S = 30 * 60.0
 #: Open sessions at most (the SDK answers a new one 503 beyond; the open ones are unaffected).
 MAX_SESSIONS = 10_000
+#: Open sessions one principal may hold (anonymous clients: one address), so that no one client can
+#: take all of :data:`MAX_SESSIONS` from the others.
+MAX_SESSIONS_PER_PRINCIPAL = 100
 #: The reconnection delay the SSE streams suggest to clients (their `retry:` field), in milliseconds.
 RETRY_MS = 1000
 
@@ -263,5 +267,21 @@ class McpService:
                 return _refusal("not_found", "Session not found", 404)
             known.principal = principal  # a renewed token's claims apply from now on
             return known, False
+        if sid is None and self._held_by(principal, client) >= MAX_SESSIONS_PER_PRINCIPAL:
+            return _refusal(
+                "rate_limited",
+                f"this principal holds {MAX_SESSIONS_PER_PRINCIPAL} MCP sessions: end one first",
+            )
         bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=access.clock())
         return bound, sid is None
+
+    def _held_by(self, principal: Principal, client: str | None) -> int:
+        """Open sessions of ``principal`` (anonymous: of its address)."""
+        self._forget_idle()
+        anonymous = principal.id == ANONYMOUS.id and principal.tenant == ANONYMOUS.tenant
+        return sum(
+            1
+            for b in self.sessions.values()
+            if (b.principal.tenant, b.principal.id) == (principal.tenant, principal.id)
+            and (not anonymous or b.client == client)
+        )
