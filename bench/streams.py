@@ -37,6 +37,9 @@ def stream_server(s: Settings, data: str) -> Server:
     argv = [sys.executable, "-m", "roost.cli", "serve", "bench.stream_app:app", "--data", data]
     argv += ["--port", str(port), "--rate-limit", "0", "--principal-rate-limit", "0"]
     argv += ["--max-conns-per-actor", "0", "--max-connections", "0", "--max-conns-per-address", "0"]
+    # 100 chat actors made at once by one address: the creation buckets would refuse most of them
+    argv += ["--anonymous-creation-rate", "0", "--anonymous-network-creation-rate", "0"]
+    argv += ["--anonymous-total-creation-rate", "0"]
     log_path = s.data_dir / "logs" / "streams.log"
     return Server("roost-streams", [*argv, "--log-level", "warning"], port, log_path)
 

@@ -98,11 +98,21 @@ def has_secret(text: str) -> bool:
     return bool(_SECRET_VALUE.search(text) or _SECRET_ASSIGNMENT.search(text) or _URL_PASSWORD.search(text))
 
 
+#: What a text must hold for each pattern to match it at all: each pattern runs only where its
+#: literals are found (a pattern costs ~0.3 µs per character; ``in`` a few ns).
+_VALUE_LITERALS = ("Bearer", "Basic", "sk-", "gh", "xox", "AKIA", "eyJ", "-----BEGIN ")
+_ASSIGNMENT_WORDS = ("pass", "pwd", "secret", "token", "key")
+
+
 def redact_text(text: str) -> str:
     """``text`` with every credential it holds replaced by ``[redacted]``."""
-    text = _SECRET_VALUE.sub(REDACTED, text)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
-    return _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    if any(lit in text for lit in _VALUE_LITERALS):
+        text = _SECRET_VALUE.sub(REDACTED, text)
+    if ("=" in text or ":" in text) and any(w in text.lower() for w in _ASSIGNMENT_WORDS):
+        text = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    return text
 
 
 class BlobStore:

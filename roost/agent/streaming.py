@@ -46,6 +46,19 @@ STREAM_MIGRATIONS: Sequence[Migration] = (
     ) WITHOUT ROWID;
     CREATE INDEX roost_agent_streams_run ON roost_agent_streams (run_id, hop);
     """,
+    # v2: a message's text as its batches, one row each (appending to one growing row rewrote it
+    # whole at every batch: quadratic in the message's length)
+    """
+    CREATE TABLE roost_agent_stream_chunks (
+        message_id TEXT NOT NULL,
+        start      INTEGER NOT NULL,
+        text       TEXT NOT NULL,
+        PRIMARY KEY (message_id, start)
+    ) WITHOUT ROWID;
+    INSERT INTO roost_agent_stream_chunks (message_id, start, text)
+        SELECT message_id, 0, text FROM roost_agent_streams WHERE text != '';
+    UPDATE roost_agent_streams SET text = '';
+    """,
 )
 
 
@@ -57,6 +70,15 @@ def message_id(run_id: str, hop: int) -> str:
 class Streams(Part):
     def get(self, mid: str) -> Row | None:
         return self.store.get("streams", mid)
+
+    def text(self, mid: str) -> str:
+        """The message's committed text (its batches, in order)."""
+        joined = self.store.scalar(
+            "SELECT group_concat(text, '') FROM "
+            "(SELECT text FROM roost_agent_stream_chunks WHERE message_id = ? ORDER BY start)",
+            (mid,),
+        )
+        return str(joined or "")
 
     def of_job(self, job: Row) -> Row | None:
         """The message a model job streams (None for a job that has not streamed yet)."""
@@ -96,11 +118,12 @@ class Streams(Part):
                 status=EventStatus.IN_PROGRESS,
                 payload={"message_id": mid, "hop": hop, "discarded": row["chars"]},
             )
-            values.update(text="", chars=0)
+            values.update(chars=0)
+            self.store.execute("DELETE FROM roost_agent_stream_chunks WHERE message_id = ?", (mid,))
             self.store.update("streams", mid, updated_at=now, **values)
             return ""
         self.store.update("streams", mid, updated_at=now, **values)
-        return str(row["text"])
+        return self.text(mid)
 
     def append(self, run: Row, job: Row, text: str) -> None:
         """One batch of the job's stream: cleaned, appended to its message, one ``model_delta``."""
@@ -110,9 +133,12 @@ class Streams(Part):
         clean = redact_text(self.records.vault.scrub(text))
         chars = len(clean)
         self.store.execute(
-            "UPDATE roost_agent_streams SET text = text || ?, chars = chars + ?, updated_at = ? "
-            "WHERE message_id = ?",
-            (clean, chars, self.now, row["message_id"]),
+            "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES (?, ?, ?)",
+            (row["message_id"], row["chars"], clean),
+        )
+        self.store.execute(
+            "UPDATE roost_agent_streams SET chars = chars + ?, updated_at = ? WHERE message_id = ?",
+            (chars, self.now, row["message_id"]),
         )
         self.event(
             "model_delta",
@@ -139,7 +165,7 @@ class Streams(Part):
         if row is None:
             return None
         self.store.update("streams", row["message_id"], status=StreamStatus.COMPLETED, updated_at=self.now)
-        return str(row["text"])
+        return self.text(row["message_id"])
 
     def interrupt(self, run: Row, job: Row, error: str) -> int:
         """The job failed for good: its message (if it began one) is ``interrupted``, and if it had
@@ -177,5 +203,8 @@ class Streams(Part):
         )
 
     def of_run(self, run_id: str) -> list[Row]:
-        """The run's messages in step order (``get_run`` shows them)."""
-        return self.store.select("streams", "run_id = ?", (run_id,), order="hop")
+        """The run's messages in step order, each with its ``text`` (``get_run`` shows them)."""
+        rows = self.store.select("streams", "run_id = ?", (run_id,), order="hop")
+        for row in rows:
+            row["text"] = self.text(row["message_id"])
+        return rows
