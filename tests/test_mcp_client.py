@@ -635,7 +635,11 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
         assert row["resume_token"] is not None  # the HTTP session id was tracked
         first_token = row["resume_token"]
         report = inspect_actor(data_dir, "mcpagent", "a")
-        assert [r["status"] for r in report["capability_sessions"]] == ["in_progress"]
+        (seen,) = report["capability_sessions"]
+        assert seen["status"] == "in_progress"
+        assert seen["run_id"] == reply["run_id"]
+        assert seen["approval_state"]["status"] == "not_required"
+        assert seen["transport"] == "streamable_http"
         flag.write_text("go")
         with server_process(data_dir, "--config", str(cfg), app=app) as srv:
             async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:

@@ -120,18 +120,35 @@ CAPABILITY_COLUMNS = (
     "run_id",
     "trace_id",
     "server",
+    "transport",
     "status",
     "reason",
     "expires_at",
+    "resume_token",
+    "approval_state",
+    "updated_at",
 )
 
 
 def _capability_sessions(conn: sqlite3.Connection, tables: list[str]) -> list[dict[str, Any]] | None:
+    """The newest 100 sessions, oldest first; the server's session id (``resume_token``) as a digest."""
     if CAPABILITY_TABLE not in tables:
         return None
     cols = ", ".join(CAPABILITY_COLUMNS)
-    rows = conn.execute(f"SELECT {cols} FROM {CAPABILITY_TABLE} ORDER BY created_at LIMIT 100").fetchall()
-    return [dict(zip(CAPABILITY_COLUMNS, r, strict=True)) for r in rows]
+    rows = conn.execute(
+        f"SELECT {cols} FROM {CAPABILITY_TABLE} ORDER BY created_at DESC LIMIT 100"
+    ).fetchall()
+    out = []
+    for r in reversed(rows):
+        row = dict(zip(CAPABILITY_COLUMNS, r, strict=True))
+        if row["resume_token"] is not None:
+            row["resume_token"] = (
+                "sha256:" + hashlib.sha256(str(row["resume_token"]).encode()).hexdigest()[:16]
+            )
+        if isinstance(row["approval_state"], str):
+            row["approval_state"] = orjson.loads(row["approval_state"])
+        out.append(row)
+    return out
 
 
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
