@@ -278,6 +278,16 @@ async def test_mcp_progress_notifications_become_tool_progress_events(data_dir: 
         assert payloads(c, "tool_completed")[0]["result"] == {"counted": 3}
 
 
+async def test_fractional_mcp_progress_is_kept(data_dir: Path) -> None:
+    kind = kind_of("fractions", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__fractions")
+        assert run["status"] == "completed"
+        seen = [(p["done"], p["total"], p["percent"]) for p in payloads(c, "tool_progress")]
+        assert seen == [(0.25, 1.0, 25.0), (0.5, 1.0, 50.0), (1.0, 1.0, 100.0)]
+
+
 # -- elicitation ---------------------------------------------------------------------------------------
 async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data_dir: Path) -> None:
     kind = kind_of("elicit", stdio())
@@ -310,6 +320,19 @@ async def test_an_elicitation_pauses_the_run_until_provide_input_answers_it(data
         assert payloads(c, "tool_completed")[0]["result"] == {"result": "colour: teal"}
         assert session_statuses(c) == ["in_progress", "waiting_for_input", "in_progress", "closed"]
         assert run["capability_sessions"][0]["initialized"] == 1  # the same session throughout
+
+
+async def test_the_user_can_decline_a_servers_question(data_dir: Path) -> None:
+    kind = kind_of("decline", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", "mcp__t__ask_colour")
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        await c.call("provide_input", reply["run_id"], {"action": "decline"})  # not checked: a refusal
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "no colour (decline)"}
 
 
 async def test_the_call_timeout_does_not_run_while_the_user_is_asked(data_dir: Path) -> None:

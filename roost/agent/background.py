@@ -99,7 +99,14 @@ class WorkerJobs(Protocol):
         """Renew the lease; False when the job was cancelled or another attempt holds it."""
 
     async def progress(
-        self, job_id: str, attempt: int, worker_id: str, done: int, total: int, message: str, checkpoint: Any
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str,
+        done: float,
+        total: float,
+        message: str,
+        checkpoint: Any,
     ) -> bool:
         """Record progress and renew the lease; False as for :meth:`heartbeat`."""
 
@@ -277,7 +284,7 @@ class JobRunner:
             return
         lost = asyncio.Event()
 
-        async def progress(done: int, total: int, message: str, checkpoint: Any) -> None:
+        async def progress(done: float, total: float, message: str, checkpoint: Any) -> None:
             async def record(actor: Actor) -> bool:
                 return await _jobs(actor).progress(job_id, attempt, wid, done, total, message, checkpoint)
 

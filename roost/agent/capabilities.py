@@ -65,6 +65,9 @@ MAX_MESSAGE = 4000
 MAX_SCHEMA = 16_384
 #: An answer to an elicitation larger than this once encoded (bytes) is refused.
 MAX_ANSWER = 65_536
+#: The answers that refuse a server's question instead of answering it (the MCP ``ElicitResult``
+#: actions besides ``accept``).
+DECLINES = ({"action": "decline"}, {"action": "cancel"})
 
 
 def _fits(schema: Any, answer: Any) -> str | None:
@@ -348,8 +351,9 @@ class Capabilities(Part):
 
     def answer(self, run: Row, payload: Any) -> bool:
         """``provide_input`` for a run whose MCP session waits: the answer of an elicitation (checked
-        against its schema, kept, handed to the worker here), or the consent to a new session of an
-        expired one. False when no session of the run waits (the run's own input)."""
+        against its schema, kept, handed to the worker here; ``{"action": "decline"}`` or
+        ``{"action": "cancel"}`` answers the server so, unchecked), or the consent to a new session of
+        an expired one. False when no session of the run waits (the run's own input)."""
         for row in self.rows(run["run_id"]):
             if row["status"] == CapabilityStatus.WAITING_FOR_INPUT and row["elicitation"] is not None:
                 try:
@@ -360,7 +364,8 @@ class Capabilities(Part):
                     raise InvalidArguments(
                         message=f"payload: an answer is at most {MAX_ANSWER} bytes of JSON"
                     )
-                why = _fits(row["elicitation"]["requested_schema"], payload)
+                declined = payload in DECLINES  # the user says no: nothing to check against the schema
+                why = None if declined else _fits(row["elicitation"]["requested_schema"], payload)
                 if why is not None:
                     raise InvalidArguments(message=f"payload does not fit the requested schema: {why}")
                 try:

@@ -74,7 +74,7 @@ class ToolCancelled(Exception):
     """Raised inside a background tool (by ``ctx.progress``/``ctx.check``) when its job was cancelled."""
 
 
-async def _no_progress(done: int, total: int, message: str, checkpoint: Any) -> None:
+async def _no_progress(done: float, total: float, message: str, checkpoint: Any) -> None:
     return None
 
 
@@ -107,14 +107,14 @@ class ToolContext:
     attempt: int = 1
     #: What the previous attempt of this background job saved with ``progress(..., checkpoint=…)``.
     checkpoint: Any = None
-    _progress: Callable[[int, int, str, Any], Awaitable[None]] = _no_progress
+    _progress: Callable[[float, float, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
     _stream: Callable[[str], Awaitable[None]] = _no_stream
     _turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] = _no_turn
 
     def bind(
         self,
-        progress: Callable[[int, int, str, Any], Awaitable[None]],
+        progress: Callable[[float, float, str, Any], Awaitable[None]],
         sleep: Callable[[float], Awaitable[None]],
         turn: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]] | None = None,
         stream: Callable[[str], Awaitable[None]] = _no_stream,
@@ -132,7 +132,7 @@ class ToolContext:
         Raises :class:`ToolCancelled` if the job was cancelled or lost its lease."""
         await self._stream(text)
 
-    async def progress(self, done: int, total: int, message: str = "", *, checkpoint: Any = None) -> None:
+    async def progress(self, done: float, total: float, message: str = "", *, checkpoint: Any = None) -> None:
         """Report progress (a ``tool_progress`` event) and renew the job's lease. ``checkpoint``
         (JSON) is kept with the job: a later attempt finds it in ``ctx.checkpoint`` and can go on
         from there. Raises :class:`ToolCancelled` if the job was cancelled or lost its lease."""

@@ -171,8 +171,8 @@ class JobLifecycle(Part, WorkerJobs):
         job_id: str,
         attempt: int,
         worker_id: str,
-        done: int,
-        total: int,
+        done: float,
+        total: float,
         message: str,
         checkpoint: Any = None,
     ) -> bool:

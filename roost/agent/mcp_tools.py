@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from roost.agent.capabilities import Capabilities, Opened
+from roost.agent.capabilities import DECLINES, Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
 from roost.agent.mcp_client import CallTimedOut, ConnectionLost, McpConnection, SessionExpired, mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
@@ -182,7 +182,7 @@ async def _call(
         async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
             if settings.emit_progress_events:
                 try:
-                    await ctx.progress(int(progress), int(total or 0), message or "")
+                    await ctx.progress(progress, total or 0, message or "")  # fractions kept
                 except Exception:  # lost or cancelled: the heartbeat stops the call
                     return
 
@@ -200,6 +200,8 @@ async def _call(
             answer = await waiter
         if not isinstance(answer, dict):
             return types.ErrorData(code=types.INVALID_PARAMS, message="the answer is not an object")
+        if answer in DECLINES:  # the user refused to answer
+            return types.ElicitResult(action=answer["action"])
         return types.ElicitResult(action="accept", content=answer)
 
     conn.on_elicit = elicit

@@ -63,6 +63,14 @@ async def count(steps: int, ctx: Context) -> dict[str, int]:
     return {"counted": steps}
 
 
+@app.tool()
+async def fractions(ctx: Context) -> str:
+    """Report progress in fractions of one."""
+    for part in (0.25, 0.5, 1.0):
+        await ctx.report_progress(part, 1.0, f"at {part}")
+    return "done"
+
+
 class Colour(BaseModel):
     colour: str
 
