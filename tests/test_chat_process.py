@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from roost.client import MessageText
 from roost.testing import WsClient, connect
 from tests.support import server_process
 
@@ -32,14 +33,13 @@ def deltas(peer: WsClient) -> list[dict[str, Any]]:
 
 
 def reassemble(payloads: list[dict[str, Any]]) -> str:
-    """A client's reassembly: append at the offset, skip a duplicate, refuse a gap."""
-    text = ""
+    """The Python client's reassembly (``MessageText``) of these deltas: none missed, none twice."""
+    texts = MessageText()
     for d in payloads:
-        if d["offset"] < len(text):
-            continue
-        assert d["offset"] == len(text), f"gap at {len(text)}: delta at {d['offset']}"
-        text += d["text"]
-    return text
+        texts.feed({"event_type": "model_delta", "payload": d})
+    assert texts.gaps == 0, "a delta was missed"
+    assert texts.duplicates == 0, "a delta came twice"
+    return "".join(texts.texts.values())
 
 
 def has_event(kind: str) -> Any:

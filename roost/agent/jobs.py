@@ -204,11 +204,14 @@ class JobLifecycle(Part, WorkerJobs):
 
     async def stream(self, job_id: str, attempt: int, worker_id: str, text: str) -> bool:
         """A batch of a streamed model step: committed to its message with one ``model_delta``, the
-        lease renewed; False when the attempt is no longer current (the batch is not recorded)."""
+        lease renewed once half of it has passed (a batch every few milliseconds need not write the
+        job's row each time; the heartbeat renews it too); False when the attempt is no longer
+        current (the batch is not recorded)."""
         job = self._current(job_id, attempt, worker_id)
         if job is None:
             return False
-        self._renew(job_id)
+        if job["lease_expires_at"] - self.now < self.agent.settings().lease_ttl / 2:
+            self._renew(job_id)
         self.orchestrator.streams.append(self.run(job["run_id"]), job, text)
         return True
 
