@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from roost.agent import AgentConfig, NeedInput, ToolContext, tool
 from roost.agent.agent import Agent
+from roost.client import MessageText
 from roost.examples.docs_agent import DocsAgent
 from roost.scheduler import FakeClock
 from roost.storage import actor_path
@@ -177,3 +178,13 @@ def items_of(data_dir: Path, kind: str, name: str) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute("SELECT * FROM roost_agent_items ORDER BY run_id, step_index")]
     finally:
         conn.close()
+
+
+def reassemble(payloads: list[dict[str, Any]]) -> str:
+    """The Python client's reassembly (``MessageText``) of these deltas: none missed, none twice."""
+    texts = MessageText()
+    for d in payloads:
+        texts.feed({"event_type": "model_delta", "payload": d})
+    assert texts.gaps == 0, "a delta was missed"
+    assert texts.duplicates == 0, "a delta came twice"
+    return "".join(texts.texts.values())

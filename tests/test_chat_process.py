@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from roost.client import MessageText
 from roost.testing import WsClient, connect
+from tests.agent_support import reassemble
 from tests.support import server_process
 
 pytestmark = pytest.mark.slow
@@ -30,16 +30,6 @@ def deltas(peer: WsClient) -> list[dict[str, Any]]:
         for f in peer.frames
         if f.get("type") == "event" and f["event"]["event_type"] == "model_delta"
     ]
-
-
-def reassemble(payloads: list[dict[str, Any]]) -> str:
-    """The Python client's reassembly (``MessageText``) of these deltas: none missed, none twice."""
-    texts = MessageText()
-    for d in payloads:
-        texts.feed({"event_type": "model_delta", "payload": d})
-    assert texts.gaps == 0, "a delta was missed"
-    assert texts.duplicates == 0, "a delta came twice"
-    return "".join(texts.texts.values())
 
 
 def has_event(kind: str) -> Any:

@@ -78,6 +78,28 @@ def served(command: str, cwd: Path) -> ServerProcess:
     return ServerProcess(cwd / "data", cwd=cwd, argv=argv).start(timeout=30)
 
 
+def run_script(cwd: Path, filename: str, code: str, server: ServerProcess, timeout: float = 60) -> Any:
+    """A README block saved as ``filename`` and run as a script against ``server`` (its
+    ``127.0.0.1:8000`` replaced by the server's address), with this checkout's roost."""
+    assert "127.0.0.1:8000" in code
+    (cwd / filename).write_text(code.replace("127.0.0.1:8000", server.addr))
+    return subprocess.run(
+        [sys.executable, filename],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+
+
+def printed_in(section: str) -> list[str]:
+    """The lines the README says a section's script prints (its "It prints `a`, `b` on a fresh")."""
+    said = README.split(section, 1)[1].split("It prints ", 1)[1].split(" on a fresh", 1)[0]
+    return re.findall(r"`([^`]+)`", said)
+
+
 @pytest.mark.slow
 def test_the_clone_and_make_demo_block_runs_in_a_fresh_clone(tmp_path: Path) -> None:
     lines = SHELL[0].strip().splitlines()
@@ -147,22 +169,11 @@ def test_the_client_block_runs_against_the_annotated_actor_and_prints_what_the_r
     server = served(SHELL[2].strip(), tmp_path)
     try:
         assert "ws://127.0.0.1:8000/agents/counter/c1" in CLIENT
-        (tmp_path / "client.py").write_text(CLIENT.replace("127.0.0.1:8000", server.addr))
-        out = subprocess.run(
-            [sys.executable, "client.py"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            check=False,
-        )
+        out = run_script(tmp_path, "client.py", CLIENT, server)
     finally:
         server.terminate()
     assert out.returncode == 0, out.stderr[-2000:]
-    said = README.split("## A Python client", 1)[1].split("It prints ", 1)[1].split(" on a fresh", 1)[0]
-    printed = re.findall(r"`([^`]+)`", said)
-    assert out.stdout.splitlines() == printed, (out.stdout, said)
+    assert out.stdout.splitlines() == printed_in("## A Python client"), out.stdout
 
 
 def test_the_mcp_block_runs_against_the_annotated_actor_and_prints_what_the_readme_says(
@@ -172,24 +183,12 @@ def test_the_mcp_block_runs_against_the_annotated_actor_and_prints_what_the_read
     server = served(SHELL[2].strip(), tmp_path)
     try:
         assert "http://127.0.0.1:8000/mcp/counter/c1" in MCP_CLIENT
-        (tmp_path / "mcp_client.py").write_text(MCP_CLIENT.replace("127.0.0.1:8000", server.addr))
-        out = subprocess.run(
-            [sys.executable, "mcp_client.py"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            check=False,
-        )
+        out = run_script(tmp_path, "mcp_client.py", MCP_CLIENT, server)
         seen = httpx.get(f"{server.http}/agents/counter/c1", timeout=10).json()
     finally:
         server.terminate()
     assert out.returncode == 0, out.stderr[-2000:]
-    section = README.split("## Serving actors over MCP", 1)[1]
-    said = section.split("It prints ", 1)[1].split(" on a fresh", 1)[0]
-    printed = re.findall(r"`([^`]+)`", said)
-    assert out.stdout.splitlines() == printed, (out.stdout, said)
+    assert out.stdout.splitlines() == printed_in("## Serving actors over MCP"), out.stdout
     assert seen["state"] == {"count": 2}
 
 
@@ -299,16 +298,7 @@ def test_the_streaming_chat_agent_block_is_short_and_answers_with_its_mcp_tool(t
     command = ASSISTANT.splitlines()[0].split(": ", 1)[1].split(",", 1)[0]
     server = served(command, tmp_path)
     try:
-        (tmp_path / "ask.py").write_text(ASK.replace("127.0.0.1:8000", server.addr))
-        out = subprocess.run(
-            [sys.executable, "ask.py"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            check=False,
-        )
+        out = run_script(tmp_path, "ask.py", ASK, server, timeout=90)
     finally:
         server.terminate()
     assert out.returncode == 0, out.stderr[-2000:]

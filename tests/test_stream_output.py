@@ -21,10 +21,9 @@ from roost.agent.models import DeterministicPlanner, Model, ModelChunk
 from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import redact_text
 from roost.agent.stream_buffer import MAX_BATCH, MAX_HELD, StreamBuffer, safe_cut
-from roost.client import MessageText
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
-from tests.agent_support import drive, events
+from tests.agent_support import drive, events, reassemble
 from tests.fake_llm import DONE, FakeLLM, Reply, finish
 from tests.fake_llm import text as fake_text
 from tests.fake_llm import tool_call as fake_tool_call
@@ -93,16 +92,6 @@ def deltas(conn: KitConnection) -> list[dict[str, Any]]:
 
 def text_of(conn: KitConnection) -> str:
     return reassemble(deltas(conn))
-
-
-def reassemble(payloads: list[dict[str, Any]]) -> str:
-    """The Python client's reassembly (``MessageText``) of these deltas: none missed, none twice."""
-    texts = MessageText()
-    for d in payloads:
-        texts.feed({"event_type": "model_delta", "payload": d})
-    assert texts.gaps == 0, "a delta was missed"
-    assert texts.duplicates == 0, "a delta came twice"
-    return "".join(texts.texts.values())
 
 
 def ended(conn: KitConnection) -> bool:

@@ -284,21 +284,23 @@ class JobRunner:
             return
         lost = asyncio.Event()
 
+        async def fenced(record: Callable[[Actor], Awaitable[bool]]) -> None:
+            """A turn of the worker that its attempt's fence may refuse: then the tool stops."""
+            if not await self._turn(kind, name, record):
+                lost.set()
+                raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+
         async def progress(done: float, total: float, message: str, checkpoint: Any) -> None:
             async def record(actor: Actor) -> bool:
                 return await _jobs(actor).progress(job_id, attempt, wid, done, total, message, checkpoint)
 
-            if not await self._turn(kind, name, record):
-                lost.set()
-                raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+            await fenced(record)
 
         async def stream(text: str) -> None:
             async def record(actor: Actor) -> bool:
                 return await _jobs(actor).stream(job_id, attempt, wid, text)
 
-            if not await self._turn(kind, name, record):
-                lost.set()
-                raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+            await fenced(record)
 
         async def turn(fn: Callable[[Actor], Awaitable[Any]]) -> Any:
             return await self._turn(kind, name, fn)

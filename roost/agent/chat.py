@@ -166,8 +166,7 @@ class ChatAgent(Agent):
         self.orchestrator.runs.session_for(row["session_id"])  # only the session's principal
         if row["status"] == "queued":
             self._set(row, status="cancelled")
-            if row["reply_to"]:
-                store.update("chat_messages", row["reply_to"], status="answered", updated_at=self._now)
+            self._answered(row)
         elif row["status"] == "streaming":
             await self.orchestrator.runs.cancel(row["turn_id"])
         else:
@@ -239,8 +238,7 @@ class ChatAgent(Agent):
             run["status"], "failed"
         )
         for answer in answers:
-            if answer["reply_to"]:
-                store.update("chat_messages", answer["reply_to"], status="answered", updated_at=self._now)
+            self._answered(answer)
             if answer["status"] != "merged":
                 self._set(answer, status=status, content=content)
         if self._open(answers[0]["session_id"], status="streaming") is None:
@@ -278,6 +276,13 @@ class ChatAgent(Agent):
             "chat_messages", row["message_id"], updated_at=self._now, **values
         )
         row.update(values)
+
+    def _answered(self, answer: Row) -> None:
+        """The user message ``answer`` replies to is ``answered`` (whatever became of the answer)."""
+        if answer["reply_to"]:
+            self.orchestrator.records.store().update(
+                "chat_messages", answer["reply_to"], status="answered", updated_at=self._now
+            )
 
     def _open(self, session: str, *, status: str, exclude: str | None = None) -> Row | None:
         rows = self.orchestrator.records.store().select(
@@ -318,8 +323,7 @@ class ChatAgent(Agent):
             )
             for row in batch:
                 self._set(row, status="failed", content=f"not started: {error_line(exc)}"[:500])
-                if row["reply_to"]:
-                    store.update("chat_messages", row["reply_to"], status="answered", updated_at=self._now)
+                self._answered(row)
             await self._start(session)
             return
         for earlier in batch[:-1]:

@@ -69,6 +69,12 @@ MAX_LINE = 1 << 20
 _RETRYABLE_WORDS = ("rate_limit", "server", "overload", "unavailable", "timeout", "internal")
 
 
+def _env_base_url() -> str | None:
+    """The endpoint's base URL from the environment (``ROOST_MODEL_BASE_URL``, else
+    ``OPENAI_BASE_URL``)."""
+    return os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+
+
 class OpenAICompatibleModel:
     """Any chat-completions endpoint with tool calls; see the module doc for ``stream``'s outcomes.
 
@@ -98,7 +104,7 @@ class OpenAICompatibleModel:
     @staticmethod
     def check_env(source: object = None) -> None:
         """:class:`~roost.agent.config.ConfigError` unless the environment names an endpoint."""
-        if not (os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
+        if not _env_base_url():
             raise ConfigError(
                 f'{source or "roost.toml"}: [agent] model = "openai" needs ROOST_MODEL_BASE_URL (or '
                 "OPENAI_BASE_URL): the endpoint's base URL, such as https://api.openai.com/v1 (requests go "
@@ -112,7 +118,7 @@ class OpenAICompatibleModel:
     ) -> OpenAICompatibleModel:
         """``ROOST_MODEL_BASE_URL`` (or ``OPENAI_BASE_URL``), ``ROOST_MODEL_API_KEY`` (or
         ``OPENAI_API_KEY``) and ``ROOST_MODEL`` (the model's name)."""
-        base = os.environ.get("ROOST_MODEL_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+        base = _env_base_url()
         if not base:
             raise ModelError("set ROOST_MODEL_BASE_URL to use the HTTP model", retryable=False)
         return cls(

@@ -36,7 +36,6 @@ from roost.agent.models import (
     StreamEnd,
     StreamingModel,
     TextDelta,
-    ToolCallDelta,
 )
 
 if TYPE_CHECKING:
@@ -230,22 +229,18 @@ async def stream_step(
     try:
         async with asyncio.timeout(cfg.model_stream_timeout):
             async for chunk in model.stream(request):
-                if isinstance(chunk, TextDelta):
-                    chars += len(chunk.text)
-                    if chars > cfg.max_stream_chars:
-                        raise ModelError(
-                            f"the model's answer passed {cfg.max_stream_chars} characters", retryable=False
-                        )
-                    await buffer.add(chunk.text)
-                elif isinstance(chunk, ToolCallDelta):
-                    chars += len(chunk.arguments)
-                    if chars > cfg.max_stream_chars:
-                        raise ModelError(
-                            f"the model's tool calls passed {cfg.max_stream_chars} characters",
-                            retryable=False,
-                        )
-                elif isinstance(chunk, StreamEnd):
+                if isinstance(chunk, StreamEnd):
                     step = chunk.step
+                    continue
+                text = chunk.text if isinstance(chunk, TextDelta) else chunk.arguments
+                chars += len(text)
+                if chars > cfg.max_stream_chars:
+                    what = "answer" if isinstance(chunk, TextDelta) else "tool calls"
+                    raise ModelError(
+                        f"the model's {what} passed {cfg.max_stream_chars} characters", retryable=False
+                    )
+                if isinstance(chunk, TextDelta):
+                    await buffer.add(text)
             await buffer.close()
     except TimeoutError:
         await buffer.abandon()
