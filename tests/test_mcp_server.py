@@ -18,15 +18,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from roost.actors import Actor, callable, callables_of
+from roost.actors import ANONYMOUS, Actor, callable, callables_of
 from roost.examples.kinds import KINDS
 from roost.scheduler.clock import FakeClock
 from roost.transport import RoostApp, create_app
 from roost.transport import mcp as mcp_module
 from roost.transport.limits import Limits
 from roost.transport.mcp import IDLE_S
-from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
-from roost.transport.mcp_tools import RESOURCE_NOT_FOUND
+from roost.transport.mcp_events import BINDING, ActorEventStore
+from roost.transport.mcp_tools import RESOURCE_NOT_FOUND, Binding
 from roost.transport.security import claims_authorize, token_authenticate
 from roost.transport.tokens import TokenSigner
 from tests.support import serve_in_process, server_process
@@ -153,19 +153,34 @@ async def test_a_refused_call_is_an_error_result_and_writes_nothing(addr: str) -
         assert streamed.structured_content == {"result": None, "chunks": [1, 2, 3]}
 
 
-async def test_reading_the_state_of_an_actor_never_created_creates_nothing(addr: str) -> None:
+async def test_opening_a_session_creates_its_actor_as_a_websocket_connect_does(addr: str) -> None:
     name = f"c-{uuid.uuid4().hex[:8]}"
-    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
-        resources = [r.uri for r in (await mcp.list_resources()).resources]
-        assert f"roost://counter/{name}/state" in resources
-        with pytest.raises(MCPError) as missing:
-            await mcp.read_resource(f"roost://counter/{name}/state")
-        assert missing.value.error.code == RESOURCE_NOT_FOUND
-        got = await mcp.call_tool("get", {})  # a read-only tool: not_found, and nothing is created
-        assert got.is_error
-        assert text_of(got).startswith("not_found")
     async with httpx.AsyncClient(timeout=10) as http:
         assert (await http.get(f"http://{addr}/agents/counter/{name}")).status_code == 404
+    async with mcp_session(f"http://{addr}/mcp/counter/{name}") as mcp:
+        state = await mcp.read_resource(f"roost://counter/{name}/state")
+        assert orjson.loads(state.contents[0].text)["state"] == {"count": 0}  # type: ignore[union-attr]
+        assert (await mcp.call_tool("get", {})).structured_content == {"result": 0}
+        with pytest.raises(MCPError) as missing:  # another actor's state is no resource of this session
+            await mcp.read_resource("roost://counter/someone-else/state")
+        assert missing.value.error.code == RESOURCE_NOT_FOUND
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.get(f"http://{addr}/agents/counter/{name}")).json()["state"] == {"count": 0}
+        assert (await http.get(f"http://{addr}/agents/counter/someone-else")).status_code == 404
+
+
+async def test_a_read_only_principal_cannot_open_a_session_on_an_actor_never_created(data_dir: Path) -> None:
+    app = secured(data_dir)
+    reader = signer.issue("rita", ttl=600, read_only=True)
+    headers = {**ACCEPT, "authorization": f"Bearer {reader}"}
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        refused = await http.post(f"http://{where}/mcp/counter/never", json=INIT, headers=headers)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["message"] == "forbidden: read-only principals cannot create actors"
+        assert not app.registry.exists("counter", "never")
+        per_session = await http.post(f"http://{where}/mcp/counter", json=INIT, headers=headers)
+        assert per_session.status_code == 403
+    await app.aclose()
 
 
 async def test_each_session_on_the_kind_has_its_own_actor(addr: str) -> None:
@@ -287,7 +302,7 @@ async def test_a_request_before_initialize_is_a_json_rpc_error(addr: str) -> Non
         assert (await http.get(f"http://{addr}/agents/counter/early")).json()["state"] == {"count": 1}
 
 
-async def test_an_sse_stream_resumes_from_the_event_store(addr: str) -> None:
+async def test_an_sse_stream_resumes_from_the_actors_own_file(mcp_app: RoostApp, addr: str) -> None:
     url = f"http://{addr}/mcp/counter/r1"
     async with httpx.AsyncClient(timeout=10) as http:
         sid = await open_raw(http, url)
@@ -303,6 +318,9 @@ async def test_an_sse_stream_resumes_from_the_event_store(addr: str) -> None:
         assert events[0][1] is None
         assert events[0][0]
         assert events[-1][1]["id"] == 7
+        assert mcp_app.mcp.events is not None
+        stored = await mcp_app.mcp.events.count("counter", "r1")
+        assert stored >= 3  # the answer to initialize, this call's priming event and its answer
         replay: list[tuple[str | None, Any]] = []
         resume = {"accept": "text/event-stream", "mcp-session-id": sid, "last-event-id": str(events[0][0])}
         async with http.stream("GET", url, headers=resume) as stream:
@@ -313,40 +331,69 @@ async def test_an_sse_stream_resumes_from_the_event_store(addr: str) -> None:
                 replay = [e for e in sse_messages(buffer) if e[1] is not None]
                 if replay:
                     break
-        assert replay[0][1] == events[-1][1]  # the answer, replayed once, from the store
+        assert replay[0][1] == events[-1][1]  # the answer, replayed once, from the actor's file
 
 
-async def test_the_event_store_keeps_sessions_apart_and_outlives_a_reopen(tmp_path: Path) -> None:
+def binding(key: str, name: str = "ev") -> Binding:
+    return Binding("counter", name, name, ANONYMOUS, f"/mcp/counter/{name}", key)
+
+
+async def stored(store: ActorEventStore, bound: Binding, stream: str, method: str | None) -> str:
+    """Store one event (a notification ``method``, or a priming event) as session ``bound``."""
     from mcp_types import JSONRPCNotification
 
-    path = tmp_path / "events.sqlite"
-    store = SqliteEventStore(path)
-    token = SESSION_KEY.set("one")
+    token = BINDING.set(bound)
     try:
-        first = await store.store_event("1", None)
-        await store.store_event("1", JSONRPCNotification(jsonrpc="2.0", method="notifications/a"))
-        await store.store_event("2", JSONRPCNotification(jsonrpc="2.0", method="notifications/b"))
+        message = None if method is None else JSONRPCNotification(jsonrpc="2.0", method=method)
+        return await store.store_event(stream, message)
     finally:
-        SESSION_KEY.reset(token)
-    store.close()
-    reopened = SqliteEventStore(path)
-    sent: list[Any] = []
+        BINDING.reset(token)
+
+
+async def replayed(store: ActorEventStore, bound: Binding, after: str) -> tuple[str | None, list[str]]:
+    """What a replay after ``after`` sends session ``bound``: (its stream, the methods)."""
+    sent: list[str] = []
 
     async def collect(event: Any) -> None:
         sent.append(event.message.method)
 
-    token = SESSION_KEY.set("two")
+    token = BINDING.set(bound)
     try:
-        assert await reopened.replay_events_after(first, collect) is None  # another session's id
+        return await store.replay_events_after(after, collect), sent
     finally:
-        SESSION_KEY.reset(token)
-    token = SESSION_KEY.set("one")
-    try:
-        assert await reopened.replay_events_after(first, collect) == "1"
-    finally:
-        SESSION_KEY.reset(token)
-    assert sent == ["notifications/a"]  # its own stream only
-    reopened.close()
+        BINDING.reset(token)
+
+
+async def test_the_event_store_keeps_sessions_apart_and_outlives_a_restart(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES)
+    await app.ensure_started()
+    await app.registry.prepare("counter", "ev")
+    store = ActorEventStore(app.registry)
+    one, two = binding("one"), binding("two")
+    first = await stored(store, one, "1", None)
+    await stored(store, one, "1", "notifications/a")
+    await stored(store, one, "2", "notifications/b")
+    await stored(store, two, "1", "notifications/theirs")
+    await app.aclose()
+    again = create_app(KINDS, data_dir=data_dir, limits=NO_RATES)
+    await again.ensure_started()
+    reopened = ActorEventStore(again.registry)
+    assert await replayed(reopened, two, first) == (None, [])  # another session's id
+    assert await replayed(reopened, one, first.split(".")[0] + ".0" * 16) == (None, [])  # a guessed id
+    assert await replayed(reopened, one, first) == ("1", ["notifications/a"])  # its own stream only
+    await again.aclose()
+
+
+async def test_the_event_store_never_brings_back_a_deleted_actor(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES)
+    await app.ensure_started()
+    store = ActorEventStore(app.registry)
+    gone = binding("one", "gone")
+    event_id = await stored(store, gone, "1", "notifications/a")
+    assert event_id.startswith("0.")  # sent, not stored
+    assert not app.registry.exists("counter", "gone")
+    assert await replayed(store, gone, event_id) == (None, [])
+    await app.aclose()
 
 
 async def test_a_principals_request_rate_holds_over_mcp(data_dir: Path) -> None:
@@ -467,24 +514,49 @@ async def test_progress_log_and_update_chunks_become_notifications_before_the_an
     await app.aclose()
 
 
-async def test_the_event_store_is_bounded(tmp_path: Path) -> None:
-    from mcp_types import JSONRPCNotification
-
-    now = [0.0]
-    note = JSONRPCNotification(jsonrpc="2.0", method="notifications/a")
-    old = SqliteEventStore(tmp_path / "old.sqlite", clock=lambda: now[0], retention_s=10, prune_every=2)
-    await old.store_event("1", note)  # the first write prunes (nothing yet)
-    now[0] = 20.0
-    await old.store_event("1", note)
-    assert await old.count() == 2
-    await old.store_event("1", note)  # the third prunes: the first is older than 10 s
-    assert await old.count() == 2
-    old.close()
-    many = SqliteEventStore(tmp_path / "many.sqlite", max_events=3, prune_every=1)
+async def test_the_event_store_is_bounded_per_actor(data_dir: Path) -> None:
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES, clock=clock)
+    await app.ensure_started()
+    for name in ("old", "many", "big"):
+        await app.registry.prepare("counter", name)
+    old = ActorEventStore(app.registry, retention_s=10, prune_every=2)
+    await stored(old, binding("s", "old"), "1", "notifications/a")  # the first write prunes (nothing yet)
+    clock.advance(20)
+    await stored(old, binding("s", "old"), "1", "notifications/a")
+    assert await old.count("counter", "old") == 2
+    await stored(old, binding("s", "old"), "1", "notifications/a")  # the third prunes: the first is too old
+    assert await old.count("counter", "old") == 2
+    many = ActorEventStore(app.registry, max_events=3, prune_every=1)
     for _ in range(10):
-        await many.store_event("1", note)
-    assert await many.count() == 3
-    many.close()
+        await stored(many, binding("s", "many"), "1", "notifications/a")
+    assert await many.count("counter", "many") == 3
+    assert await many.count("counter", "old") == 2  # another actor's bounds are its own
+    big = ActorEventStore(app.registry, max_bytes=200, prune_every=1000)
+    for _ in range(3):
+        await stored(big, binding("s", "big"), "1", "notifications/" + "x" * 70)
+    assert await big.count("counter", "big") == 3  # no prune yet (every 1000 writes)
+    await stored(big, binding("s", "big"), "1", "notifications/" + "x" * (64 << 10))  # a big one prunes
+    assert await big.count("counter", "big") == 0  # it alone is over the bytes: nothing older is kept
+    await app.aclose()
+
+
+async def test_a_sessions_events_go_when_it_ends(mcp_app: RoostApp, addr: str) -> None:
+    url = f"http://{addr}/mcp/counter/ends"
+    async with httpx.AsyncClient(timeout=10) as http:
+        kept, ended = await open_raw(http, url), await open_raw(http, url)
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        for sid in (kept, ended):
+            assert (
+                await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": sid})
+            ).status_code == 200
+        assert mcp_app.mcp.events is not None
+        before = await mcp_app.mcp.events.count("counter", "ends")
+        assert (await http.delete(url, headers={"mcp-session-id": ended})).status_code == 200
+        after = await mcp_app.mcp.events.count("counter", "ends")
+        assert 0 < after < before
+        again = await http.post(url, json=listing, headers={**ACCEPT, "mcp-session-id": kept})
+        assert again.status_code == 200
 
 
 async def test_a_forgotten_session_is_refused_and_never_reaches_the_sdk(data_dir: Path) -> None:
@@ -541,12 +613,12 @@ async def test_per_session_actors_take_creation_tokens(data_dir: Path) -> None:
     app = create_app(KINDS, data_dir=data_dir, limits=limits)
     async with serve_in_process(app) as where:
         url = f"http://{where}/mcp/counter"
-        async with mcp_session(url) as first, mcp_session(url) as second:
+        async with mcp_session(url) as first, httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(url, json=INIT, headers=ACCEPT)  # a second session, a second actor
+            assert refused.status_code == 429
+            assert refused.json()["error"]["message"].startswith("creation_limited")
+            assert int(refused.headers["retry-after"]) > 0
             assert (await first.call_tool("increment", {})).structured_content == {"result": 1}
-            refused = await second.call_tool("increment", {})
-            assert refused.is_error
-            assert text_of(refused).startswith("creation_limited")
-            assert (await first.call_tool("increment", {})).structured_content == {"result": 2}  # it exists
     await app.aclose()
 
 

@@ -29,8 +29,13 @@ Roost's failure table, ``docs/protocol.md``):
 Then each tool call is checked as an HTTP call is (read-only principals, ``call:<method>``,
 creations). Bodies are bounded by the app's ``max_frame_bytes`` (413), open sessions by
 :data:`MAX_SESSIONS` (503 for a new one beyond) and by :data:`MAX_SESSIONS_PER_PRINCIPAL` per
-principal, per address for anonymous clients (429 ``rate_limited`` for a new one beyond). The SSE streams are
-resumable: their events go to :class:`roost.transport.mcp_events.SqliteEventStore`.
+principal, per address for anonymous clients (429 ``rate_limited`` for a new one beyond).
+
+A session is a connection to its actor: opening one (``initialize``, no session id yet) creates the
+actor as a WebSocket connect does, with the same checks: a read-only principal cannot create one
+(403 ``forbidden``), and a creation takes a token of the principal's creation buckets (429
+``creation_limited``). The SSE streams are resumable: their events are kept in the actor's own file
+(:class:`roost.transport.mcp_events.ActorEventStore`), and a session's go when it ends (``DELETE``).
 
 Lifecycle: the session manager starts with the first MCP request (in a task of its own) and stops
 with the app (:meth:`McpService.aclose`: open streams end, sessions are forgotten).
@@ -53,10 +58,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from roost.actors import ANONYMOUS, InvalidActorAddress, Principal, UnknownKind
+from roost.actors import ANONYMOUS, InvalidActorAddress, Principal, RpcError, UnknownKind
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
-from roost.transport.mcp_events import SESSION_KEY, SqliteEventStore
+from roost.transport.mcp_events import BINDING, ActorEventStore
 from roost.transport.mcp_tools import Binding, McpExtras, build_server
 from roost.transport.security import hide_token, origin_allowed
 
@@ -101,9 +106,11 @@ def mcp_origin_allowed(request: Request, origins: frozenset[str] | None) -> bool
     return host in LOOPBACK_HOSTS
 
 
-def _refusal(code: str, message: str, status: int | None = None) -> Response:
+def _refusal(code: str, message: str, status: int | None = None, retry_after: int | None = None) -> Response:
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": f"{code}: {message}"}}
-    headers = {"WWW-Authenticate": "Bearer"} if code == "unauthenticated" else None
+    headers = {"WWW-Authenticate": "Bearer"} if code == "unauthenticated" else {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     return Response(
         orjson.dumps(body),
         status_code=status or http_status(code),
@@ -121,7 +128,7 @@ class McpService:
         self.version = version if version is not None else _roost_version()
         self.extras = McpExtras()
         self.sessions: dict[str, Binding] = {}
-        self.events: SqliteEventStore | None = None
+        self.events: ActorEventStore | None = None
         self._manager: StreamableHTTPSessionManager | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -134,7 +141,7 @@ class McpService:
         async with self._lock:
             if self._manager is None:
                 registry = self.runtime.registry
-                self.events = SqliteEventStore(registry.config.data_dir / "mcp" / "events.sqlite")
+                self.events = ActorEventStore(registry)
                 manager = StreamableHTTPSessionManager(
                     build_server(self.runtime, self.extras, self.version),
                     event_store=self.events,
@@ -164,15 +171,13 @@ class McpService:
             await stop.wait()
 
     async def aclose(self) -> None:
-        """Stop the session manager (every open stream ends) and close the event store."""
+        """Stop the session manager (every open stream ends)."""
         task, stop = self._task, self._stop
         self._manager = self._task = self._stop = None
         self.sessions.clear()
         if task is not None and stop is not None:
             stop.set()
             await task
-        if self.events is not None:
-            self.events.close()
 
     # -- the gate ----------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -184,18 +189,20 @@ class McpService:
         bound, new = refused
         manager = await self._ensure_running()
         scope["roost.mcp"] = bound
-        token = SESSION_KEY.set(bound.key)
+        token = BINDING.set(bound)
         bound.in_flight += 1
         try:
             await manager.handle_request(scope, receive, self._watch(bound, send) if new else send)
         finally:
             bound.in_flight -= 1
             bound.last_used = self.runtime.access.clock()
-            SESSION_KEY.reset(token)
+            BINDING.reset(token)
         if request.method == "DELETE":
             sid = request.headers.get(SESSION_HEADER)
             if sid is not None and self.sessions.get(sid) is bound:
                 del self.sessions[sid]
+                if self.events is not None:
+                    await self.events.forget(bound)
 
     def _watch(self, bound: Binding, send: Send) -> Send:
         """``send``, remembering the session the SDK opens with this answer (its ``Mcp-Session-Id``)."""
@@ -272,6 +279,16 @@ class McpService:
                 "rate_limited",
                 f"this principal holds {MAX_SESSIONS_PER_PRINCIPAL} MCP sessions: end one first",
             )
+        if sid is None and not registry.exists(kind, verdict.name):  # a new session creates its actor
+            if principal.claims.get("read_only"):
+                return _refusal("forbidden", "read-only principals cannot create actors")
+            refused = access.creation(principal, kind, verdict.name, client)
+            if refused is not None:
+                return _refusal(refused.code, refused.message, retry_after=refused.retry_after)
+            try:
+                await registry.prepare(kind, verdict.name)
+            except RpcError as exc:
+                return _refusal(exc.code, exc.message)
         bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=access.clock())
         return bound, sid is None
 

@@ -1,161 +1,202 @@
-"""The MCP server's event store: what its SSE streams sent, in an SQLite file, for resumable streams.
+"""The MCP server's event store: what a session's SSE streams sent, in its actor's own file.
 
 The SDK's streamable HTTP transport gives every event of an SSE stream (a response, a notification,
-the priming event) to :meth:`SqliteEventStore.store_event` before it sends it, with the event id this
+the priming event) to :meth:`ActorEventStore.store_event` before it sends it, with the event id this
 store returns; a client that lost the stream sends that id back (``Last-Event-ID`` on a GET) and
-:meth:`SqliteEventStore.replay_events_after` sends it the events of the same stream that came after
+:meth:`ActorEventStore.replay_events_after` sends it the events of the same stream that came after
 it, in order, then the stream goes on live.
 
-Where: ``<data>/mcp/events.sqlite``, one file for the whole server (not the actors' logs: an MCP
-stream's events are the session's, not an actor's, and a per-session actor may not exist yet when
-the first of them is written). Guarantees:
+Where: the table :data:`TABLE` of the actor the session is bound to (``/mcp/{kind}/{name}``: that
+actor; ``/mcp/{kind}``: the session's own actor), written in a turn of that actor as any of its
+writes is: committed before the event is sent, in the same file as the actor's log and state, so
+deleting or exporting the actor takes its sessions' events with it, and nothing of one tenant's
+sessions lands outside that tenant's actors. The events are not rows of ``roost_log``: that log's
+``seq`` is gap-free for the actor's WebSocket subscribers (they count a skipped ``seq`` as lost),
+and an MCP stream's events are one session's, not frames every subscriber of the actor receives.
+Guarantees (``tests/test_mcp_server.py``):
 
-- **Per session.** A stream's events are stored under the key of the session that wrote them
-  (:data:`SESSION_KEY`, set by :mod:`roost.transport.mcp` for every request of a session and inherited
-  by the session's tasks); a replay finds only the events of the session asking, so an id from
-  another session replays nothing, even where the SDK's stream ids (a request's JSON-RPC id) repeat.
+- **Per session.** A stream's events are stored under the key of the session that wrote them (the
+  :class:`~roost.transport.mcp_tools.Binding` in :data:`BINDING`, set by :mod:`roost.transport.mcp`
+  for every request of a session and inherited by the session's tasks); a replay finds only the
+  events of the session asking, so an id from another session replays nothing, even where the SDK's
+  stream ids (a request's JSON-RPC id) repeat.
 - **Unguessable ids.** An event id is ``<row>.<128 random bits in hex>``: the row orders it, the
   random part is checked (with the session) before anything is replayed.
-- **Bounded.** Events older than :data:`RETENTION_S` (an hour) are removed as new ones come (on the
-  first write and every :data:`PRUNE_EVERY` writes after it), as are the oldest beyond
-  :data:`MAX_EVENTS`; the constructor takes other bounds.
-- **Durable.** Written in SQLite's WAL mode, committed before the event is sent. A restart ends the
-  sessions (the SDK keeps them in memory), so a resumption after one is refused with 404 all the same.
+- **Bounded, per actor.** At most :data:`MAX_EVENTS` events and :data:`MAX_BYTES` of messages are
+  kept in one actor's file, none older than :data:`RETENTION_S` (an hour, on the registry's clock):
+  the oldest go, every :data:`PRUNE_EVERY` writes and on every write of a message of
+  :data:`BIG_EVENT` bytes or more. A session's events are removed when it ends with a ``DELETE``
+  (:meth:`ActorEventStore.forget`).
+- **Never creates an actor.** Opening a session creates its actor (:mod:`roost.transport.mcp`);
+  an event of a session whose actor was deleted since is sent but not stored (its id replays
+  nothing), so a deleted actor is never brought back by its sessions' traffic.
 
-The file is used from one worker thread (its own connection), so the event loop never waits on a disk.
+A restart ends the sessions (the SDK keeps them in memory), so a resumption after one is refused
+with 404 all the same; their stored events go with the bounds.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import logging
 import secrets
 import sqlite3
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 
-__all__ = ["MAX_EVENTS", "PRUNE_EVERY", "RETENTION_S", "SESSION_KEY", "SqliteEventStore"]
+from roost.actors import Actor, RpcError
 
-#: The key of the MCP session whose request or task is running (``""`` outside any).
-SESSION_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("roost_mcp_session", default="")
+if TYPE_CHECKING:
+    from roost.actors import Registry
+    from roost.transport.mcp_tools import Binding
 
+__all__ = [
+    "BIG_EVENT",
+    "BINDING",
+    "MAX_BYTES",
+    "MAX_EVENTS",
+    "PRUNE_EVERY",
+    "RETENTION_S",
+    "TABLE",
+    "ActorEventStore",
+]
+
+log = logging.getLogger("roost.mcp")
+
+#: The session whose request or task is running (None outside any).
+BINDING: contextvars.ContextVar[Binding | None] = contextvars.ContextVar("roost_mcp_binding", default=None)
+
+TABLE = "roost_mcp_events"
 RETENTION_S = 3600.0
-MAX_EVENTS = 100_000
-PRUNE_EVERY = 1000
+MAX_EVENTS = 10_000
+MAX_BYTES = 64 << 20
+PRUNE_EVERY = 256
+BIG_EVENT = 64 << 10
 
-T = TypeVar("T")
-
-#: One table, no secondary index: a write is one B-tree insert at the end of the table. An event's
-#: id is ``<seq>.<token>``: found by its rowid, checked by its token and session; a replay reads the
-#: rows after it in rowid order (a bounded table: the retention bounds the scan).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS mcp_events (
-    seq INTEGER PRIMARY KEY,
-    token TEXT NOT NULL,
-    session TEXT NOT NULL,
-    stream TEXT NOT NULL,
-    message BLOB,
-    at REAL NOT NULL
-);
+#: Made in the actor's file by its first event (an actor never served over MCP has no such table).
+#: The small columns come before the message, which may overflow its page: the pruning reads only
+#: them. No secondary index: a write is one insert at the end of the table; a replay reads the rows
+#: after its id in rowid order, within the bounds.
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    id      INTEGER PRIMARY KEY,
+    session TEXT    NOT NULL,
+    stream  TEXT    NOT NULL,
+    token   TEXT    NOT NULL,
+    size    INTEGER NOT NULL,
+    at      REAL    NOT NULL,
+    message TEXT
+)
 """
+#: The id of a stored event that cannot be replayed (its actor is gone): row 0 never exists.
+_UNSTORED = "0"
 
 
-class SqliteEventStore(EventStore):
-    """The SDK's :class:`~mcp.server.streamable_http.EventStore` over one SQLite file (module doc)."""
+class ActorEventStore(EventStore):
+    """The SDK's :class:`~mcp.server.streamable_http.EventStore` over the actors' files (module doc)."""
 
     def __init__(
         self,
-        path: Path,
+        registry: Registry,
         *,
-        clock: Callable[[], float] = time.time,
         retention_s: float = RETENTION_S,
         max_events: int = MAX_EVENTS,
+        max_bytes: int = MAX_BYTES,
         prune_every: int = PRUNE_EVERY,
     ) -> None:
-        self.path = path
-        self.clock = clock
+        self.registry = registry
         self.retention_s = retention_s
         self.max_events = max_events
+        self.max_bytes = max_bytes
         self.prune_every = prune_every
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="roost-mcp-events")
-        self._conn: sqlite3.Connection | None = None
-        self._writes = 0
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def job() -> T:
-            if self._conn is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
-                self._conn = conn
-            return fn(self._conn)
-
-        return await asyncio.get_running_loop().run_in_executor(self._pool, job)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        bound = _bound()
         token = secrets.token_hex(16)
-        session = SESSION_KEY.get()
-        body = (
-            None
+        raw = (
+            b""
             if message is None
             else orjson.dumps(message.model_dump(by_alias=True, mode="json", exclude_unset=True))
         )
-        now = self.clock()
-        self._writes += 1
-        prune = self._writes % self.prune_every == 1 % self.prune_every
+        size = len(raw)
+        body = raw.decode() if message is not None else None
 
-        def write(conn: sqlite3.Connection) -> int:
-            seq = conn.execute(
-                "INSERT INTO mcp_events (token, session, stream, message, at) VALUES (?, ?, ?, ?, ?)",
-                (token, session, stream_id, body, now),
-            ).lastrowid
-            if prune:
-                old = conn.execute(
-                    "SELECT MAX(seq) FROM mcp_events WHERE at < ?", (now - self.retention_s,)
-                ).fetchone()[0]
-                conn.execute(
-                    "DELETE FROM mcp_events WHERE seq <= MAX(?, (SELECT MAX(seq) FROM mcp_events) - ?)",
-                    (old or 0, self.max_events),
-                )
+        async def write(actor: Actor) -> int:
+            conn = actor.extension.connection()
+            row = (bound.key, stream_id, token, size, actor.extension.now, body)
+            try:
+                seq = conn.execute(_INSERT, row).lastrowid
+            except sqlite3.OperationalError:  # the actor's first event: no table yet
+                conn.execute(_SCHEMA)
+                seq = conn.execute(_INSERT, row).lastrowid
             assert seq is not None
+            if seq % self.prune_every == 1 % self.prune_every or size >= BIG_EVENT:
+                self._prune(conn, actor.extension.now)
             return seq
 
-        seq = await self._run(write)
+        if not self.registry.exists(bound.kind, bound.scoped):
+            return self._unstored(bound, token)
+        try:
+            seq = await self.registry.run(bound.kind, bound.scoped, write)
+        except RpcError as exc:  # being deleted, damaged, unavailable: the event goes unstored
+            log.info("MCP event of %s/%r not stored: %s", bound.kind, bound.scoped, exc.code)
+            return self._unstored(bound, token)
         return f"{seq}.{token}"
+
+    def _unstored(self, bound: Binding, token: str) -> str:
+        log.info("MCP event of %s/%r not stored: the actor no longer exists", bound.kind, bound.scoped)
+        return f"{_UNSTORED}.{token}"
+
+    def _prune(self, conn: sqlite3.Connection, now: float) -> None:
+        """Remove the oldest events beyond the bounds (module doc): by age, by count, by bytes."""
+        keep = 0
+        total = 0
+        for row_id, size, at in conn.execute(f"SELECT id, size, at FROM {TABLE} ORDER BY id DESC"):
+            total += size
+            if at < now - self.retention_s or keep >= self.max_events or total > self.max_bytes:
+                conn.execute(f"DELETE FROM {TABLE} WHERE id <= ?", (row_id,))
+                return
+            keep += 1
 
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
     ) -> StreamId | None:
-        session = SESSION_KEY.get()
+        bound = _bound()
         seq_text, _, token = last_event_id.partition(".")
-        if not seq_text.isdigit() or len(seq_text) > 19:
+        if not seq_text.isdigit() or len(seq_text) > 19 or seq_text == _UNSTORED:
             return None
+        if not self.registry.exists(bound.kind, bound.scoped):
+            return None
+        after = int(seq_text)
 
-        def read(conn: sqlite3.Connection) -> tuple[str, list[tuple[int, str, bytes]]] | None:
-            row = conn.execute(
-                "SELECT stream FROM mcp_events WHERE seq = ? AND token = ? AND session = ?",
-                (int(seq_text), token, session),
-            ).fetchone()
+        async def read(actor: Actor) -> tuple[str, list[tuple[int, str, str]]] | None:
+            conn = actor.extension.connection()
+            try:
+                row = conn.execute(
+                    f"SELECT stream FROM {TABLE} WHERE id = ? AND token = ? AND session = ?",
+                    (after, token, bound.key),
+                ).fetchone()
+            except sqlite3.OperationalError:  # no table: no event was ever stored here
+                return None
             if row is None:
                 return None
-            stream = row[0]
+            stream: str = row[0]
             later = conn.execute(
-                "SELECT seq, token, message FROM mcp_events WHERE seq > ? AND session = ? AND stream = ? "
-                "AND message IS NOT NULL ORDER BY seq",
-                (int(seq_text), session, stream),
+                f"SELECT id, token, message FROM {TABLE} WHERE id > ? AND session = ? AND stream = ? "
+                "AND message IS NOT NULL ORDER BY id",
+                (after, bound.key, stream),
             ).fetchall()
             return stream, later
 
-        found = await self._run(read)
+        try:
+            found: tuple[str, list[tuple[int, str, str]]] | None = await self.registry.run(
+                bound.kind, bound.scoped, read
+            )
+        except RpcError:
+            return None
         if found is None:
             return None
         stream, later = found
@@ -164,21 +205,44 @@ class SqliteEventStore(EventStore):
             await send_callback(EventMessage(message, f"{seq}.{event_token}"))
         return stream
 
-    async def count(self) -> int:
-        """How many events the file holds (for tests and the operator)."""
+    async def forget(self, bound: Binding) -> int:
+        """Remove the events of the session ``bound`` (it ended); how many there were."""
+        if not self.registry.exists(bound.kind, bound.scoped):
+            return 0
 
-        def read(conn: sqlite3.Connection) -> int:
-            total: int = conn.execute("SELECT COUNT(*) FROM mcp_events").fetchone()[0]
-            return total
+        async def delete(actor: Actor) -> int:
+            conn = actor.extension.connection()
+            try:
+                return conn.execute(f"DELETE FROM {TABLE} WHERE session = ?", (bound.key,)).rowcount
+            except sqlite3.OperationalError:
+                return 0
 
-        return await self._run(read)
+        try:
+            removed: int = await self.registry.run(bound.kind, bound.scoped, delete)
+        except RpcError:
+            return 0
+        return removed
 
-    def close(self) -> None:
-        """Close the file (after the last stream ended); the store may be used again after."""
+    async def count(self, kind: str, name: str) -> int:
+        """How many events the actor's file holds (for tests and the operator)."""
 
-        def shut() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        async def read(actor: Actor) -> int:
+            try:
+                conn = actor.extension.connection()
+                found: int = conn.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0]
+            except sqlite3.OperationalError:
+                return 0
+            return found
 
-        self._pool.submit(shut).result()
+        total: int = await self.registry.run(kind, name, read)
+        return total
+
+
+_INSERT = f"INSERT INTO {TABLE} (session, stream, token, size, at, message) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def _bound() -> Binding:
+    bound = BINDING.get()
+    if bound is None:  # every request reaches the SDK through the gate, which sets it
+        raise RuntimeError("an MCP event outside any session")
+    return bound
