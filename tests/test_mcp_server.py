@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from roost.actors import ANONYMOUS, Actor, callable, callables_of
 from roost.examples.kinds import KINDS
 from roost.scheduler.clock import FakeClock
+from roost.testing import until
 from roost.transport import RoostApp, create_app
 from roost.transport import mcp as mcp_module
 from roost.transport.limits import Limits
@@ -603,6 +604,40 @@ async def test_reading_the_state_resource_is_a_read_the_authorize_hook_decides(d
             await mcp.read_resource("roost://counter/hidden/state")
         assert refused.value.error.message.startswith("forbidden: read")
     assert {"connect", "call:increment", "read"} <= set(asked)
+    await app.aclose()
+
+
+async def test_a_per_session_actor_goes_when_its_session_ends(data_dir: Path) -> None:
+    """``/mcp/{kind}``: the session's own actor is deleted when the session ends, with an audit
+    record; a session on a named actor leaves the actor (its events alone go)."""
+    clock = FakeClock()
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES, clock=clock)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "increment", "arguments": {}},
+    }
+    async with serve_in_process(app) as where, httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{where}/mcp/counter"
+        ended, idle = await open_raw(http, url), await open_raw(http, url)
+        named = await open_raw(http, f"{url}/kept")
+        for sid in (ended, idle):
+            assert (
+                await http.post(url, json=call, headers={**ACCEPT, "mcp-session-id": sid})
+            ).status_code == 200
+        own = {sid: app.mcp.sessions[sid].scoped for sid in (ended, idle)}
+        assert all(app.registry.exists("counter", name) for name in own.values())
+        assert (await http.delete(url, headers={"mcp-session-id": ended})).status_code == 200
+        assert not app.registry.exists("counter", own[ended])
+        assert app.registry.exists("counter", own[idle])
+        audit = [orjson.loads(line) for line in (data_dir / "audit.log").read_bytes().splitlines()]
+        assert [(r["name"], r["reason"]) for r in audit] == [(own[ended], "its MCP session ended")]
+        assert (await http.delete(f"{url}/kept", headers={"mcp-session-id": named})).status_code == 200
+        assert app.registry.exists("counter", "kept")
+        clock.advance(IDLE_S * 2 + 1)
+        await open_raw(http, url)  # a new session makes the service forget the idle ones
+        await until(lambda: not app.registry.exists("counter", own[idle]), message="idle session's actor")
     await app.aclose()
 
 

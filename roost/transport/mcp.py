@@ -2,8 +2,10 @@
 
 ``/mcp/{kind}/{name}`` serves one actor: its ``@callable`` methods as tools, its state as a resource
 (:mod:`roost.transport.mcp_tools`). ``/mcp/{kind}`` gives each MCP session an actor of its own, named
-``mcp-<session key>`` (in the principal's tenant): a new session, a new actor, created by its first
-writing tool call.
+``mcp-<session key>`` (in the principal's tenant): a new session, a new actor, created when the
+session opens and deleted when it ends (a ``DELETE``, or forgotten after idling: see
+:meth:`McpService._forget_idle`) as ``roost delete`` deletes one, with an audit record. A restart
+ends every session but leaves their actors (``roost ls`` lists them, ``roost delete`` removes them).
 
 The protocol is the SDK's (:class:`mcp.server.streamable_http_manager.StreamableHTTPSessionManager`,
 one per app, with its sessions, SSE streams and JSON-RPC framing); this module is the gate in front
@@ -61,6 +63,7 @@ from starlette.types import Message, Receive, Scope, Send
 from roost.actors import ANONYMOUS, InvalidActorAddress, Principal, RpcError, UnknownKind
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
+from roost.transport.admin import delete_live
 from roost.transport.mcp_events import BINDING, ActorEventStore
 from roost.transport.mcp_tools import Binding, McpExtras, build_server
 from roost.transport.security import hide_token, origin_allowed
@@ -133,6 +136,7 @@ class McpService:
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
+        self._ending: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def _ensure_running(self) -> StreamableHTTPSessionManager:
@@ -178,6 +182,8 @@ class McpService:
         if task is not None and stop is not None:
             stop.set()
             await task
+        if self._ending:
+            await asyncio.gather(*self._ending, return_exceptions=True)
 
     # -- the gate ----------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -190,19 +196,29 @@ class McpService:
         manager = await self._ensure_running()
         scope["roost.mcp"] = bound
         token = BINDING.set(bound)
+        ending = request.method == "DELETE"
+        held: list[Message] = []  # a DELETE's answer waits for what goes with the session
+
+        async def hold(message: Message) -> None:
+            held.append(message)
+
         bound.in_flight += 1
         try:
-            await manager.handle_request(scope, receive, self._watch(bound, send) if new else send)
+            await manager.handle_request(
+                scope, receive, hold if ending else self._watch(bound, send) if new else send
+            )
         finally:
             bound.in_flight -= 1
             bound.last_used = self.runtime.access.clock()
             BINDING.reset(token)
-        if request.method == "DELETE":
+        if ending:
             sid = request.headers.get(SESSION_HEADER)
-            if sid is not None and self.sessions.get(sid) is bound:
+            ok = bool(held) and held[0].get("status", 500) < 400
+            if ok and sid is not None and self.sessions.get(sid) is bound:
                 del self.sessions[sid]
-                if self.events is not None:
-                    await self.events.forget(bound)
+                await self._end(bound)
+            for message in held:
+                await send(message)
 
     def _watch(self, bound: Binding, send: Send) -> Send:
         """``send``, remembering the session the SDK opens with this answer (its ``Mcp-Session-Id``)."""
@@ -223,7 +239,27 @@ class McpService:
         so forgetting one too early can end it but never lets another principal in."""
         cutoff = self.runtime.access.clock() - IDLE_S * 2
         for sid in [sid for sid, b in self.sessions.items() if b.in_flight == 0 and b.last_used < cutoff]:
-            del self.sessions[sid]
+            ending = asyncio.create_task(self._end(self.sessions.pop(sid)), name="roost-mcp-end")
+            self._ending.add(ending)
+            ending.add_done_callback(self._ending.discard)
+
+    async def _end(self, bound: Binding) -> None:
+        """What goes with a session that ended: its actor if it was the session's own (deleted as
+        ``roost delete`` does, with an audit record), else the session's stored events."""
+        try:
+            if bound.own:
+                if self.runtime.registry.exists(bound.kind, bound.scoped):
+                    await delete_live(
+                        self.runtime.registry,
+                        bound.kind,
+                        bound.scoped,
+                        reason="its MCP session ended",
+                        by=bound.principal.id,
+                    )
+            elif self.events is not None:
+                await self.events.forget(bound)
+        except Exception:  # the session is over either way; the actor is left for the operator
+            log.exception("cleaning up after MCP session on %s/%r failed", bound.kind, bound.scoped)
 
     async def _admit(self, request: Request) -> tuple[Binding, bool] | Response:
         runtime = self.runtime
@@ -289,7 +325,17 @@ class McpService:
                 await registry.prepare(kind, verdict.name)
             except RpcError as exc:
                 return _refusal(exc.code, exc.message)
-        bound = Binding(kind, name, verdict.name, principal, path, key, client, last_used=access.clock())
+        bound = Binding(
+            kind,
+            name,
+            verdict.name,
+            principal,
+            path,
+            key,
+            client,
+            own=asked is None,
+            last_used=access.clock(),
+        )
         return bound, sid is None
 
     def _held_by(self, principal: Principal, client: str | None) -> int:

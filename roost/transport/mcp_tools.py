@@ -85,6 +85,7 @@ class Binding:
     path: str  #: the URL path the session belongs to
     key: str  #: the session's key (its events, a per-session actor's name)
     client: str | None = None
+    own: bool = False  #: the actor is the session's own (``/mcp/{kind}``): it goes when the session ends
     level: str = "info"
     subscriptions: set[str] = field(default_factory=set)
     last_used: float = 0.0  #: on the runtime's clock, when its last request ended
