@@ -16,8 +16,9 @@ run. Each repetition measures both servers, in alternating order, and the figure
 per repetition (median, min–max): Roost's server CPU per call ÷ the SDK's (the one that holds on a
 busy machine), its median round trip ÷ the SDK's, and its calls per second ÷ the SDK's. What the
 ratios hold: Roost's gate (origin, authentication, rate), the registry call (a turn, its SQLite
-commit), the argument check and the event store's writes (turns of the same actor), against a tool that does no I/O and an SDK
-server without an event store. One run's figures: ``bench/RESULTS.md``, *MCP tool calls*.
+commit), the argument check and the event store's writes (turns of the same actor), against a tool
+that does no I/O and an SDK server without an event store. One run's figures: ``bench/RESULTS.md``,
+*MCP tool calls*.
 """
 
 from __future__ import annotations

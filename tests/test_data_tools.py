@@ -19,7 +19,7 @@ from roost.cli import main
 from roost.examples.kinds import KINDS
 from roost.storage import Directory, actor_path
 from roost.testing import ActorKit, connect, until
-from roost.transport import admin, create_app
+from roost.transport import backup, create_app
 from roost.transport.security import token_authenticate
 from roost.transport.tokens import TokenSigner
 from tests.support import ServerProcess, serve_in_process
@@ -214,7 +214,7 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
     async with ActorKit([Bulk], data_dir) as kit:
         await kit.call("bulk", "big", "fill", 40)
     released: list[bool] = []  # one entry per copy, appended when its thread lets go of the file
-    copy = admin.copy_database
+    copy = backup.copy_database
 
     def spy(*args: Any) -> str:
         try:
@@ -222,7 +222,7 @@ async def test_a_backup_cut_short_by_the_turn_timeout_lets_go_of_the_file_before
         finally:
             released.append(True)
 
-    monkeypatch.setattr(admin, "copy_database", spy)
+    monkeypatch.setattr(backup, "copy_database", spy)
     app = create_app([Bulk], config=RuntimeConfig(data_dir=data_dir, turn_timeout=0.002))
     async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
         r = await http.post("/agents/bulk/big/rpc/bump", json=[])  # active: the timeout is all the copy's

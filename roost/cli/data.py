@@ -32,7 +32,7 @@ def _print_json(value: object) -> None:
 
 
 def _data_ops(args: argparse.Namespace) -> int:
-    from roost.transport import admin
+    from roost.transport import admin, backup
 
     data = Path(args.data)
     if args.command == "inspect" and (args.kind is None) != (args.name is None):
@@ -63,7 +63,7 @@ def _data_ops(args: argparse.Namespace) -> int:
             print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}")
             _print_json(record)
         elif args.command == "backup":
-            manifest = admin.backup_offline(data, Path(args.out))
+            manifest = backup.backup_offline(data, Path(args.out))
             print(
                 f"backed up {manifest['actors']} actor(s) to {args.out}; integrity failures: "
                 f"{manifest['integrity_failures']}"

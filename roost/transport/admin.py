@@ -1,4 +1,4 @@
-"""Data you can see and take away: inspect, export, delete (with an audit record), backup.
+"""Data you can see and take away: inspect, export, delete (with an audit record).
 
 Offline (the CLI on a data directory no server holds) and online (``GET /admin/actors/…`` and
 ``POST /admin/backup`` on a running server). An actor file that a running server holds is locked:
@@ -32,19 +32,16 @@ the offline tools say so and touch nothing.
   directory recorded it had committed) are shown by :func:`inspect_actor` (``damaged``: the reason,
   ``acked_seq``: the directory's high-water seq) and cleared by :func:`delete_actor`, whatever is
   left of their file; the audit record says what was deleted, and why it was damaged.
-- :func:`backup_offline` / :func:`backup_online`: SQLite's online backup of every file into a new
-  directory, with a ``manifest.json`` (counts, ``integrity_check`` of every copy).
+- Backups are :mod:`roost.transport.backup`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import hashlib
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import ActorDamaged, ActorNotFound, RpcError, ScheduleStatus
+from roost.actors import ActorDamaged, ActorNotFound, ScheduleStatus
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 from roost.storage.damage import (
     KEPT_WAL,
@@ -70,9 +67,7 @@ if TYPE_CHECKING:
     from roost.actors import Actor, Registry
 
 __all__ = [
-    "backup_offline",
-    "backup_online",
-    "copy_database",
+    "AUDIT_LOG",
     "delete_actor",
     "delete_live",
     "export_actor",
@@ -82,6 +77,8 @@ __all__ = [
     "inspect_directory",
     "inspect_live",
     "inspect_report",
+    "listed_actors",
+    "locked_file",
 ]
 
 AUDIT_LOG = "audit.log"
@@ -89,7 +86,7 @@ _REDACTED_TABLES = {"roost_agent_secrets": "value"}
 
 
 @contextmanager
-def _locked(path: Path, kind: str, name: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+def locked_file(path: Path, kind: str, name: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
     """The actor's file, opened by us alone (the server's lock refuses us if it holds the actor)."""
     if not path.exists():
         raise FileNotFoundError(f"no actor {kind}/{name!r} (no file at {path})")
@@ -218,7 +215,7 @@ def inspect_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
     if damage is not None:
         return _damage_report(path, kind, name, acked, damage)
     try:
-        with _locked(path, kind, name) as conn:
+        with locked_file(path, kind, name) as conn:
             report = inspect_report(conn, kind, name, path, _current_state(conn, path))
             report["acked_seq"] = acked
             report["damaged"] = seq_damage(file_seq(conn), acked or 0)
@@ -243,7 +240,7 @@ def inspect_directory(data: Path) -> dict[str, Any]:
     try:
         kinds: dict[str, int] = {}
         damaged: list[dict[str, str]] = []
-        for entry in _all(directory):
+        for entry in listed_actors(directory):
             kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
             why = unopened_damage(actor_path(data, entry.kind, entry.name), True, entry.acked_seq)
             if why is not None:
@@ -261,7 +258,7 @@ def inspect_directory(data: Path) -> dict[str, Any]:
         directory.close()
 
 
-def _all(directory: Directory) -> Iterator[Any]:
+def listed_actors(directory: Directory) -> Iterator[Any]:
     offset = 0
     while True:
         page = directory.list(limit=1000, offset=offset)
@@ -305,7 +302,7 @@ def export_report(conn: sqlite3.Connection, kind: str, name: str, state: Any, no
 def export_actor(data: Path, kind: str, name: str) -> dict[str, Any]:
     """:func:`export_report` of an actor no server holds (``ActorLocked`` if one does)."""
     path = actor_path(data, kind, name)
-    with _locked(path, kind, name) as conn:
+    with locked_file(path, kind, name) as conn:
         return export_report(conn, kind, name, _current_state(conn, path), time.time())
 
 
@@ -491,7 +488,7 @@ def delete_actor(
         read = False
         if damage is None and path.exists():
             try:
-                with _locked(path, kind, name, write=True) as conn:
+                with locked_file(path, kind, name, write=True) as conn:
                     head, digest = _last_words(conn, path)
                     if head is not None:
                         damage = seq_damage(max(head, file_seq(conn)), acked)
@@ -541,146 +538,3 @@ async def delete_live(registry: Registry, kind: str, name: str, *, reason: str, 
     async with registry.retiring(kind, name):
         record: dict[str, Any] = await asyncio.to_thread(delete_actor, data, kind, name, reason=reason, by=by)
     return record
-
-
-#: Pages copied per backup step: between steps, a stop asked for by the turn's timeout is seen.
-_BACKUP_STEP = 1024
-
-
-class BackupStopped(Exception):
-    """The copy was stopped between two steps (the turn it ran in timed out or was cancelled)."""
-
-
-def copy_database(src: sqlite3.Connection, target: Path, stop: threading.Event | None = None) -> str:
-    """Copy ``src`` into a new file ``target`` with SQLite's online backup, 1,024 pages a step (``stop``
-    set: it stops after the current step and raises ``BackupStopped``); then ``integrity_check`` of
-    the copy, whose answer it returns ("ok")."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    dst = sqlite3.connect(target)
-
-    def progress(_status: int, _remaining: int, _total: int) -> None:
-        if stop is not None and stop.is_set():
-            raise BackupStopped(f"backup of {target.name} stopped")
-
-    try:
-        src.backup(dst, pages=_BACKUP_STEP, progress=progress)
-        result: str = dst.execute("PRAGMA integrity_check").fetchone()[0]
-        return result
-    finally:
-        dst.close()
-
-
-def _relative(data: Path, kind: str, name: str) -> Path:
-    return actor_path(data, kind, name).relative_to(data)
-
-
-def _manifest(out: Path, entries: list[dict[str, Any]], started: float) -> dict[str, Any]:
-    bad = [e for e in entries if e["integrity_check"] != "ok"]
-    manifest = {
-        "started_at": started,
-        "finished_at": time.time(),
-        "actors": len([e for e in entries if e.get("kind")]),
-        "files": entries,
-        "integrity_failures": len(bad),
-    }
-    (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-    return manifest
-
-
-def _copy_unserved(data: Path, kind: str, name: str, target: Path) -> str | None:
-    """Copy one actor's file under its own lock, as :func:`backup_offline` does; None if it has none."""
-    path = actor_path(data, kind, name)
-    if not path.exists():
-        return None
-    with _locked(path, kind, name) as conn:
-        conn.execute("ROLLBACK")  # the backup API reads on its own
-        check = copy_database(conn, target)
-        conn.execute("BEGIN")
-    return check
-
-
-def backup_offline(data: Path, out: Path) -> dict[str, Any]:
-    """Copy a data directory no server holds (a held actor raises ``ActorLocked``: use the server)."""
-    started = time.time()
-    out.mkdir(parents=True, exist_ok=False)
-    entries: list[dict[str, Any]] = []
-    directory = Directory(data)
-    try:
-        directory.backup(out / "directory.sqlite")
-        actors = list(_all(directory))
-    finally:
-        directory.close()
-    entries.append({"file": "directory.sqlite", "integrity_check": "ok"})
-    for entry in actors:
-        check = _copy_unserved(data, entry.kind, entry.name, out / _relative(data, entry.kind, entry.name))
-        if check is not None:
-            entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
-    return _manifest(out, entries, started)
-
-
-async def _copy_in_turn(conn: sqlite3.Connection, target: Path) -> str:
-    """:func:`copy_database` in a thread, from inside a turn. **The turn does not end while the thread holds
-    the connection**: when the turn is cancelled (its timeout, a shutdown), the copy is told to stop
-    after its current step and waited for, and only then is the cancellation let through — the
-    rollback that follows, or the file's close, never touches the connection under the thread."""
-    stop = threading.Event()
-    done = asyncio.get_running_loop().run_in_executor(None, copy_database, conn, target, stop)
-    try:
-        return await asyncio.shield(done)
-    except asyncio.CancelledError:
-        stop.set()
-        while not done.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({done})
-        if not done.cancelled():
-            done.exception()  # retrieved: BackupStopped, or whatever the copy met meanwhile
-        raise
-
-
-async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
-    """Copy the data directory of a running server: each actor is copied inside one of its turns (a
-    consistent snapshot, between two commits), dormant ones are woken for it and sleep again later.
-
-    An actor of a kind this server does not serve (left by another app on the same data directory)
-    cannot be live here: its file is copied as the offline backup copies it, under the file's own
-    lock (another process serving it refuses that: the backup then fails naming the actor). An actor
-    whose copy fails (its turn's timeout, say) ends the backup with an :class:`RpcError` naming the
-    actor; what was copied stays in ``out``, without a ``manifest.json``."""
-    started = time.time()
-    data = registry.config.data_dir
-    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=False)
-    assert registry.directory is not None
-    registry.directory.flush()
-    registry.directory.backup(out / "directory.sqlite")
-    entries: list[dict[str, Any]] = [{"file": "directory.sqlite", "integrity_check": "ok"}]
-    for entry in list(_all(registry.directory)):
-        target = out / _relative(data, entry.kind, entry.name)
-
-        async def copy(actor: Actor, target: Path = target) -> str:
-            # inside the actor's turn, off the loop. Its batch is committed first, so that nothing
-            # on the loop (the early commit of a batch behind a suspended turn) touches the
-            # connection while the thread has it
-            actor.extension.checkpoint()
-            return await _copy_in_turn(actor.extension.connection(), target)
-
-        if entry.kind not in registry.kinds:
-            try:
-                check = await asyncio.to_thread(_copy_unserved, data, entry.kind, entry.name, target)
-            except ActorLocked as exc:
-                raise RpcError(
-                    "actor_unavailable",
-                    f"backup incomplete at {entry.kind}/{entry.name!r}: another process holds it ({exc})",
-                ) from exc
-            if check is not None:
-                entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
-            continue
-        try:
-            # waits longer than the turn may run: a timeout is the turn's, after the copy stopped
-            limit = registry.config.turn_timeout + registry.config.call_timeout
-            check = await registry.run(entry.kind, entry.name, copy, timeout=limit)
-        except RpcError as exc:  # e.g. the turn's timeout: the backup is incomplete, and says where
-            raise RpcError(
-                exc.code, f"backup incomplete at {entry.kind}/{entry.name!r}: {exc.message}"
-            ) from exc
-        entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
-    return await asyncio.to_thread(_manifest, out, entries, started)

@@ -29,8 +29,9 @@ from roost.actors import (
 )
 from roost.protocol.failures import http_status
 from roost.transport.access import Refused
-from roost.transport.admin import backup_online, delete_live, export_live, inspect_live
+from roost.transport.admin import delete_live, export_live, inspect_live
 from roost.transport.auth import allow_all, run_authenticate
+from roost.transport.backup import backup_online
 from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 from roost.transport.security import check_client_name, hide_token, origin_allowed
 
@@ -221,7 +222,7 @@ async def _admin(app: Runtime, request: Request, name: str, action: str) -> Prin
 
 async def admin_backup(request: Request) -> Response:
     """``POST /admin/backup`` ``{"name": "2026-11-29"}``: a backup consistent while serving
-    (:func:`roost.transport.admin.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
+    (:func:`roost.transport.backup.backup_online`) into ``<backup root>/<name>``, a new directory; the root is
     ``$ROOST_BACKUP_DIR``, by default ``backups`` beside the data directory. Who: :func:`_admin`, with
     ``authorize(principal, "admin", "backup", "admin:backup")``."""
     app: Runtime = request.app.state.roost
