@@ -466,3 +466,26 @@ async def test_every_task_the_runtime_made_has_ended_when_the_registry_stops(tmp
     left = [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(("roost:", "actor:"))]
     assert left == []
     assert all(t.done() for t in ours)
+
+
+async def test_a_kinds_setup_at_registry_start_runs_off_the_loop_before_any_activation(
+    data_dir: Path,
+) -> None:
+    """``Actor.on_registry_start``: once per registry start, in a worker thread (so it may wait on
+    I/O), before an actor of the kind is activated."""
+    seen: list[bool] = []
+
+    class Setup(Actor):
+        kind = "setup"
+
+        @classmethod
+        def on_registry_start(cls) -> None:
+            seen.append(threading.current_thread() is threading.main_thread())
+
+        @callable
+        def started(self) -> int:
+            return len(seen)
+
+    async with ActorKit([Setup], data_dir) as kit:
+        assert await kit.call("setup", "a", "started") == 1
+    assert seen == [False]

@@ -180,6 +180,32 @@ async def test_an_mcp_server_that_cannot_be_reached_leaves_the_kind_serving_with
     assert any("gone" in r.getMessage() and "cannot list its tools" in r.getMessage() for r in caplog.records)
 
 
+async def test_listing_mcp_tools_never_blocks_the_event_loop(data_dir: Path, tmp_path: Path) -> None:
+    """The kind's MCP servers are asked for their tools when the registry starts, in a worker thread:
+    this server answers only once a task on the loop has run, which a listing made on the loop (or
+    waited for on it) would never let happen."""
+    gate = tmp_path / "go"
+    server = McpServer(
+        name="t",
+        command=sys.executable,
+        args=(*SERVER, "stdio", "--wait-for", str(gate)),
+        cwd=str(ROOT),
+        connect_timeout_s=20,
+    )
+
+    async def open_gate() -> None:
+        gate.touch()
+
+    opener = asyncio.create_task(open_gate())
+    kind = kind_of("waits", server)  # making the kit (the registry) lists nothing yet
+    async with ActorKit([kind], data_dir) as kit:
+        assert opener.done()
+        assert "mcp__t__echo" in {t.name for t in kind.catalog()}
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, 'please mcp__t__echo {"text": "listed"}')
+        assert run["status"] == "completed"
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_an_mcp_tool_call_completes_and_its_session_is_a_row(data_dir: Path, transport: str) -> None:
     with http_server() as url:

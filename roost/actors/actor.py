@@ -275,7 +275,15 @@ class Actor:
     @classmethod
     def on_register(cls) -> None:
         """The kind is taken by a registry (``create_app``, ``ActorKit``): raise to refuse it there, at
-        start, rather than at an actor's first turn (the agent runtime checks ``roost.toml`` here)."""
+        start, rather than at an actor's first turn (the agent runtime checks ``roost.toml`` here).
+        Runs where the registry is made, maybe on a running event loop: it must not wait on I/O."""
+
+    @classmethod
+    def on_registry_start(cls) -> None:
+        """The registry that took the kind starts (``Registry.start``), before any actor of the kind
+        is activated by it: the kind's setup that may wait on I/O (the agent runtime asks its MCP
+        servers for their tools here). **Called in a worker thread**, so the event loop goes on
+        serving meanwhile; raise to refuse the start."""
 
     def on_start(self) -> Any:
         """First turn after activation (the file is open, ``state`` is loaded)."""

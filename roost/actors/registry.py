@@ -178,6 +178,8 @@ class Registry:
         ``TooFewDescriptors`` when too few actors fit), open the directory database and start the idle
         sweeper."""
         self._fit_descriptors()
+        for cls in self.kinds.values():  # the kinds' setup that may wait on I/O, off the loop
+            await asyncio.to_thread(cls.on_registry_start)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         # opened (and migrated) off the loop: it may wait for another process's lock once, here
         self.directory = await asyncio.to_thread(Directory, self.config.data_dir, waits=False)

@@ -112,12 +112,20 @@ class Agent(Actor):
     @classmethod
     def on_register(cls) -> None:
         """Refuse the kind (:class:`~roost.agent.config.ConfigError`) when its settings hold a
-        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare, or
-        when one of its MCP servers cannot be asked for its tools (they are listed now)."""
+        ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare, or an
+        MCP server declared twice or badly. No I/O: the MCP servers are asked for their tools when
+        the registry starts (:meth:`on_registry_start`)."""
         known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
         check_tools(cls.settings(), known, config_source())
         if cls.settings().model == "openai" and cls.make_model is Agent.make_model:
             OpenAICompatibleModel.check_env(config_source())  # refused at start, not at the first turn
+        mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source())
+
+    @classmethod
+    def on_registry_start(cls) -> None:
+        """List the kind's MCP servers' tools into its catalog, in the registry's worker thread, so
+        that an app made on a running event loop never waits on a server (a server that cannot be
+        asked is logged and left out: :func:`roost.agent.mcp_agent.listed_tools`)."""
         if mcp_agent.servers(cls.mcp_servers, cls.settings(), config_source()):
             cls.catalog()
 

@@ -1,6 +1,6 @@
 """Connections to MCP servers, over stdio or streamable HTTP, with the official SDK's ``Client``.
 
-- :func:`discover`: a server's tools (``tools/list``), once per agent kind at registration.
+- :func:`discover`: a server's tools (``tools/list``), once per agent kind when the registry starts.
 - :class:`McpConnection`: one MCP session, held by a task of its own (the SDK's anyio scopes are
   entered and left in that task), used by the worker of an MCP call (:mod:`roost.agent.mcp_tools`).
 - :class:`McpPool`: this process's connections, by capability session id (the service

@@ -2,7 +2,8 @@
 
 ``stdio``: over stdin/stdout. ``http PORT``: streamable HTTP on 127.0.0.1:PORT, path ``/mcp``;
 ``--expire``: a session that made one ``tools/call`` is forgotten, so its next call is answered 404
-(what a server that expires sessions does), deterministically.
+(what a server that expires sessions does), deterministically. ``--wait-for PATH``: ``tools/list`` is
+answered only once ``PATH`` exists.
 """
 
 from __future__ import annotations
@@ -26,11 +27,22 @@ class ToolsServer(MCPServer):
     results of the schemas it derives, so this one is added to the listing)."""
 
     async def list_tools(self) -> list[types.Tool]:
+        if WAIT_FOR is not None:  # --wait-for PATH: no listing before it exists
+            await _exists(WAIT_FOR)
         listed = await super().list_tools()
         for tool in listed:
             if tool.name == "bad_result":
                 tool.output_schema = BAD_SCHEMA
         return listed
+
+
+WAIT_FOR: Path | None = None
+
+
+async def _exists(path: Path) -> None:
+    """Return once ``path`` exists (polled: another process makes it)."""
+    while not await anyio.Path(path).exists():  # noqa: ASYNC110  (a file, not an event of this process)
+        await anyio.sleep(0.01)
 
 
 BAD_SCHEMA = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
@@ -174,6 +186,9 @@ class ExpireAfterOneCall:
 
 
 def main(argv: list[str]) -> None:
+    global WAIT_FOR
+    if "--wait-for" in argv:
+        WAIT_FOR = Path(argv[argv.index("--wait-for") + 1])
     if argv[:1] == ["http"]:
         asgi: ASGIApp = app.streamable_http_app(session_idle_timeout=None)
         if "--expire" in argv:
