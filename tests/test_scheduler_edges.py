@@ -251,3 +251,36 @@ async def test_the_dispatcher_survives_a_locked_directory_and_wakes_the_actor_af
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         directory.close()
+
+
+async def test_a_dispatcher_claims_only_the_kinds_it_serves(tmp_path: Path) -> None:
+    """An alarm of a kind this process does not serve (left on the data directory by another app, or
+    served by another process on it) is never claimed, failed and deferred here, nor does it make the
+    dispatcher spin: it stays due for whoever serves its kind. (It was claimed, failed with
+    ``unknown_kind`` and deferred a second, logged every second for as long as the process ran.)"""
+    clock = FakeClock()
+    directory = Directory(tmp_path)
+    directory.register("other", "y", "d", clock.now())
+    directory.lower_alarm("other", "y", clock.now() - 5)  # due, of a kind not served here
+    directory.register("counter", "x", "d", clock.now())
+    directory.lower_alarm("counter", "x", clock.now() + 30)
+    woken: list[tuple[str, str]] = []
+
+    async def wake(kind: str, name: str) -> None:
+        woken.append((kind, name))
+        directory.set_alarm(kind, name, None)
+
+    dispatcher = Dispatcher(directory, wake, clock, poll_interval=60.0, kinds=("counter",))
+    assert directory.next_alarm(("counter",)) == clock.now() + 30
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await until(lambda: clock.sleepers >= 1)
+        assert dispatcher.sleeping_until == clock.now() + 30  # until its own kind's alarm
+        clock.advance(30)
+        await until(lambda: woken == [("counter", "x")])
+        assert dispatcher.failures == 0
+        assert directory.next_alarm() == clock.now() - 35  # the other kind's alarm: due, untouched
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        directory.close()

@@ -196,6 +196,7 @@ class Registry:
                 poll_interval=self.config.poll_interval,
                 lease=self.config.wakeup_lease,
                 parks=_damaged,
+                kinds=tuple(self.kinds),
             )
             self.background.insert(0, loop.create_task(self.dispatcher.run(), name="roost:dispatcher"))
 

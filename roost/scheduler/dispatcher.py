@@ -21,6 +21,10 @@ Guarantees:
   failure will not pass by itself (the registry's: the actor is damaged), the alarm is given back due
   in ``park_delay`` seconds (an hour) instead of ``retry_delay``, and logged once per process and
   actor. ``roost delete`` clears it with the actor's row.
+- **Only the kinds it serves**: given ``kinds``, it claims (and sleeps for) the alarms of those kinds
+  alone. An actor of a kind this app does not serve, left on the data directory by another app (or
+  served by another process on it), keeps its alarm due for whoever serves it: it is never claimed,
+  failed and retried here (that was a deferral logged every second for as long as the process ran).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from roost.scheduler.clock import Clock
@@ -55,8 +59,12 @@ class Dispatcher:
         retry_delay: float = 1.0,
         parks: Callable[[Exception], bool] | None = None,
         park_delay: float = 3600.0,
+        kinds: Collection[str] | None = None,
     ) -> None:
         self.directory = directory
+        #: The kinds whose wake-ups this dispatcher claims (None: all); another process on the same
+        #: data directory may serve the others, and their alarms are left to it.
+        self.kinds = None if kinds is None else tuple(kinds)
         self.wake = wake
         self.clock = clock
         self.owner = owner or f"d-{uuid.uuid4().hex[:12]}"
@@ -76,6 +84,11 @@ class Dispatcher:
         self._renewed = 0.0
 
     @property
+    def sleeping_until(self) -> float:
+        """When its current sleep ends at the latest (``inf`` while it is not sleeping)."""
+        return self._sleep_until
+
+    @property
     def busy(self) -> bool:
         """Some claimed actor is being woken right now."""
         return bool(self._inflight)
@@ -93,7 +106,9 @@ class Dispatcher:
                 now = self.clock.now()
                 try:
                     claimed = (
-                        self.directory.claim_due(now, self.owner, now + self.lease, room) if room > 0 else []
+                        self.directory.claim_due(now, self.owner, now + self.lease, room, self.kinds)
+                        if room > 0
+                        else []
                     )
                 except DirectoryBusy:  # another process holds the lock: not waited for, asked again
                     self.failures += 1
@@ -140,7 +155,7 @@ class Dispatcher:
 
     async def _sleep(self, now: float) -> None:
         try:
-            nxt = self.directory.next_alarm()
+            nxt = self.directory.next_alarm(self.kinds)
         except Exception:
             log.exception("could not read the next alarm")
             nxt = None
@@ -173,7 +188,7 @@ class Dispatcher:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # e.g. live in another process, overloaded, unknown kind: give it back, a little later,
+            # e.g. live in another process, overloaded: give it back, a little later,
             # to whichever dispatcher can serve it
             self.failures += 1
             delay = self.retry_delay

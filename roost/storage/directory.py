@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -246,23 +246,38 @@ class Directory:
         row = self._conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()
         return int(row[0])
 
-    def next_alarm(self) -> float | None:
-        """The earliest alarm of any actor (one lookup in a partial index, whatever the count)."""
-        row = self._conn.execute(
-            "SELECT min(next_alarm_at) FROM actors WHERE next_alarm_at IS NOT NULL"
-        ).fetchone()
-        return None if row[0] is None else float(row[0])
+    def next_alarm(self, kinds: Collection[str] | None = None) -> float | None:
+        """The earliest alarm of any actor (one lookup in a partial index, whatever the count); of an
+        actor of ``kinds`` only, if given (the index is read in order up to the first of them)."""
+        if kinds is not None and not kinds:
+            return None
+        if kinds is None:
+            row = self._conn.execute(
+                "SELECT min(next_alarm_at) FROM actors WHERE next_alarm_at IS NOT NULL"
+            ).fetchone()
+        else:
+            row = self._conn.execute(
+                "SELECT next_alarm_at FROM actors WHERE next_alarm_at IS NOT NULL "
+                f"AND kind IN ({_marks(kinds)}) ORDER BY next_alarm_at LIMIT 1",
+                tuple(kinds),
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def claim_due(
-        self, now: float, owner: str, lease_until: float, limit: int
+        self, now: float, owner: str, lease_until: float, limit: int, kinds: Collection[str] | None = None
     ) -> list[tuple[str, str, float]]:
-        """Claim up to ``limit`` actors whose alarm is due: their alarm moves to ``lease_until``, so that
-        no other dispatcher takes them while this one works, and a crashed claimer's alarms come due
-        again when the lease ends. Returns ``(kind, name, alarm)`` of each claimed actor."""
+        """Claim up to ``limit`` actors whose alarm is due (of ``kinds`` only, if given: a process
+        never takes the wake-ups of a kind it does not serve, which another process on the same data
+        directory may): their alarm moves to ``lease_until``, so that no other dispatcher takes them
+        while this one works, and a crashed claimer's alarms come due again when the lease ends.
+        Returns ``(kind, name, alarm)`` of each claimed actor."""
+        if kinds is not None and not kinds:
+            return []
+        among = "" if kinds is None else f"AND kind IN ({_marks(kinds)}) "
         rows = self._conn.execute(
             "SELECT kind, name, next_alarm_at FROM actors WHERE next_alarm_at IS NOT NULL "
-            "AND next_alarm_at <= ? ORDER BY next_alarm_at LIMIT ?",
-            (now, limit),
+            f"AND next_alarm_at <= ? {among}ORDER BY next_alarm_at LIMIT ?",
+            (now, *(kinds or ()), limit),
         ).fetchall()
         if not rows:
             return []
@@ -415,3 +430,8 @@ class Directory:
                 )
         finally:
             self._conn.close()
+
+
+def _marks(values: Collection[str]) -> str:
+    """``?, ?, …``: one parameter per value."""
+    return ", ".join("?" * len(values))
