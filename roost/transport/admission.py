@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 from roost.actors import InvalidActorAddress, Principal, Request, Subscriptions, UnknownKind
 from roost.transport.access import Admitted, Refused
+from roost.transport.cloudflare import Dialect, dialect_of
 from roost.transport.handshake import RequestTooLarge, connect_request
 from roost.transport.protocol import Close, ProtocolError, actor_address, parse_connect_query, refusal
 
@@ -144,6 +145,9 @@ class Accept(NamedTuple):
     subscriptions: Subscriptions
     #: What the actor sees of the handshake (``conn.request``), credentials left out.
     request: Request = Request()
+    #: The wire dialect (:func:`roost.transport.cloudflare.dialect_of`) and the PartySocket id, if any.
+    dialect: Dialect = "roost"
+    pk: str | None = None
 
 
 #: What the endpoint does next. ``Refuse`` and ``Accept`` end the admission.
@@ -178,7 +182,17 @@ class Admission:
     string are read); each later event answers the action returned before it.
     """
 
-    __slots__ = ("_admitted", "_cursor", "_kind", "_name", "_request", "_subscriptions", "state")
+    __slots__ = (
+        "_admitted",
+        "_cursor",
+        "_dialect",
+        "_kind",
+        "_name",
+        "_pk",
+        "_request",
+        "_subscriptions",
+        "state",
+    )
 
     def __init__(self) -> None:
         self.state = AdmissionState.START
@@ -187,6 +201,8 @@ class Admission:
         self._cursor: int | None = None
         self._subscriptions = Subscriptions()
         self._request = Request()
+        self._dialect: Dialect = "roost"
+        self._pk: str | None = None
         self._admitted: Admitted | None = None
 
     def connect(self, scope: Mapping[str, Any]) -> Step:
@@ -207,6 +223,7 @@ class Admission:
             return self._refuse("bad_address", str(exc))
         self._kind, self._name = kind, name
         self._cursor, self._subscriptions = params.cursor, subscriptions
+        self._dialect, self._pk = dialect_of(params.dialect, params.pk, params.cursor), params.pk
         self.state = AdmissionState.ADDRESS
         return NeedValidate(kind, name)
 
@@ -272,6 +289,8 @@ class Admission:
             self._cursor,
             self._subscriptions,
             self._request,
+            self._dialect,
+            self._pk,
         )
 
     # -- helpers ---------------------------------------------------------------------------------------

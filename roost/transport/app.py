@@ -31,6 +31,7 @@ from roost.protocol.codes import CloseCode
 from roost.scheduler import Clock
 from roost.transport.access import Access
 from roost.transport.auth import Authenticate, allow_all
+from roost.transport.cloudflare import CloudflareCursors
 from roost.transport.endpoint import WebSocketEndpoint
 from roost.transport.http import (
     admin_backup,
@@ -79,6 +80,7 @@ class RoostApp(Starlette):
     send_queue: int
     send_queue_bytes: int
     sinks: set[SocketSink]
+    cloudflare_cursors: CloudflareCursors  #: Cloudflare clients' resume points (roost.transport.cloudflare)
     mcp: McpService  #: the MCP routes; ``app.mcp.extras`` takes the app's prompts and resources
     _started: bool
     _start_lock: asyncio.Lock
@@ -216,6 +218,7 @@ def create_app(
     app.send_queue_bytes = send_queue_bytes
     app.max_in_flight = max_in_flight
     app.sinks = set()
+    app.cloudflare_cursors = CloudflareCursors()
     app._started = False
     app._start_lock = asyncio.Lock()
     app.state.roost = app

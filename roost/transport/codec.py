@@ -223,10 +223,15 @@ class ConnectParams(BaseModel):
     model_config = ConfigDict(frozen=True)
     cursor: int | None = None
     subscribe: str | None = None
+    #: ``dialect``: ``roost`` or ``cf`` (the Cloudflare Agents dialect, :mod:`roost.transport.cloudflare`)
+    dialect: str | None = None
+    #: ``_pk``: a PartySocket's stable id (1 to 128 characters)
+    pk: str | None = None
 
 
 def parse_connect_query(query: bytes | str) -> ConnectParams:
-    """``cursor`` (an integer >= 0) and ``subscribe`` from the query string."""
+    """``cursor`` (an integer >= 0), ``subscribe``, ``dialect`` (``roost`` or ``cf``) and ``_pk`` (a
+    PartySocket's id, 1 to 128 characters) from the query string."""
     text = query.decode("latin-1") if isinstance(query, bytes) else query
     q = parse_qs(text, keep_blank_values=True)
     cursor: int | None = None
@@ -236,4 +241,10 @@ def parse_connect_query(query: bytes | str) -> ConnectParams:
             raise ProtocolError("bad_address", "cursor must be an integer >= 0 (64-bit)")
         cursor = int(value)
     subscribe = q["subscribe"][-1] if "subscribe" in q else None
-    return ConnectParams(cursor=cursor, subscribe=subscribe)
+    dialect = q["dialect"][-1] if "dialect" in q else None
+    if dialect is not None and dialect not in ("roost", "cf"):
+        raise ProtocolError("bad_address", "dialect must be roost or cf")
+    pk = q["_pk"][-1] if "_pk" in q else None
+    if pk is not None and not 0 < len(pk) <= 128:
+        raise ProtocolError("bad_address", "_pk must be 1 to 128 characters")
+    return ConnectParams(cursor=cursor, subscribe=subscribe, dialect=dialect, pk=pk)

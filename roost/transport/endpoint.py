@@ -69,6 +69,8 @@ from roost.transport.admission import (
     NeedVerdict,
     Refuse,
 )
+from roost.transport.cloudflare import CloudflareSink
+from roost.transport.cloudflare import inbound as cloudflare_inbound
 from roost.transport.direct import DirectPath, offered
 from roost.transport.protocol import (
     Action,
@@ -147,7 +149,18 @@ class WebSocketEndpoint:
         # connection reaches its actor with nothing awaited in between
         await app.registry.prepare(kind, name)
         await send(accept)
-        sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
+        cursor = admitted.cursor
+        translate: Callable[[str | None], str | None] | None = None
+        if admitted.dialect == "cf":  # the Cloudflare Agents dialect (roost.transport.cloudflare)
+            key = (kind, name, admitted.pk) if admitted.pk is not None else None
+            if cursor is None and key is not None:
+                cursor = app.cloudflare_cursors.get(key)
+            sink: SocketSink = CloudflareSink(
+                send, app.send_queue, app.send_queue_bytes, cursors=app.cloudflare_cursors, key=key
+            )
+            translate = cloudflare_inbound
+        else:
+            sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(
             uuid.uuid4().hex[:16],
             sink,
@@ -160,7 +173,7 @@ class WebSocketEndpoint:
         protocol = ConnectionProtocol(
             connection,
             gate,
-            admitted.cursor,
+            cursor,
             max_frame_bytes=app.max_frame_bytes,
             max_in_flight=app.max_in_flight,
             expires=token_deadline(principal, timers.now(), timers.monotonic()),
@@ -182,7 +195,7 @@ class WebSocketEndpoint:
                 close_code = await self._drain_until_disconnect(receive)
                 return
             renew = functools.partial(app.access.renew, conn, kind=kind, name=admitted.public)
-            run = _Executor(protocol, host, sink, app.access.clock, timers, renew)
+            run = _Executor(protocol, host, sink, app.access.clock, timers, renew, translate)
             direct = offered(conn.scope)
             if direct is not None:
                 sink.direct = direct
@@ -247,7 +260,7 @@ class _Executor:
     runtime's clock, and its expiry timer runs there. The app gives the access gate that clock's
     ``monotonic`` (:func:`roost.transport.app.create_app`), so a frame and the timer see one time."""
 
-    __slots__ = ("clock", "host", "protocol", "renewal", "sink", "timer", "timers", "waits")
+    __slots__ = ("clock", "host", "protocol", "renewal", "sink", "timer", "timers", "translate", "waits")
 
     def __init__(
         self,
@@ -257,8 +270,11 @@ class _Executor:
         clock: Callable[[], float],
         timers: Clock,
         renewal: Renewal,
+        translate: Callable[[str | None], str | None] | None = None,
     ) -> None:
         self.protocol = protocol
+        #: A client frame in another dialect → the Roost frame it stands for (None: Roost's own).
+        self.translate = translate
         self.host = host
         self.sink = sink
         self.clock = clock
@@ -327,6 +343,8 @@ class _Executor:
         """One client frame, by either path: the protocol's action, carried out. An ``authorize`` hook
         that raises closes this connection with 1011 (logged with its traceback); the server goes on."""
         try:
+            if self.translate is not None:
+                text = self.translate(text)
             return self.execute(self.protocol.receive_text(text, self.clock()))
         except Exception:
             self._hook_failed()

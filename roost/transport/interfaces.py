@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from roost.actors import Registry
     from roost.transport.access import Access
     from roost.transport.auth import Authenticate
+    from roost.transport.cloudflare import CloudflareCursors
     from roost.transport.sink import SocketSink
 
 __all__ = ["Runtime"]
@@ -54,6 +55,10 @@ class Runtime(Protocol):
     def sinks(self) -> set[SocketSink]:
         """The open sockets' outbound sides: an endpoint adds its socket's on accept and removes it
         when the socket ends; shutdown closes every one with 1001."""
+
+    @property
+    def cloudflare_cursors(self) -> CloudflareCursors:
+        """Where Cloudflare clients' connections resume (per actor and PartySocket id)."""
 
     async def ensure_started(self) -> None:
         """Start the runtime if the lifespan did not (a mounted sub-app). Idempotent."""
