@@ -11,6 +11,7 @@ the test is skipped, saying why.
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -120,3 +121,28 @@ def test_an_unchanged_cloudflare_agent_client_works_and_reconnects_after_a_sigki
             if pipe is not None:
                 pipe.close()
         server.kill()
+
+
+def readme_js() -> str:
+    """The README's one ``js`` block (the Cloudflare client)."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"^```js\n(.*?)^```", readme, re.M | re.S)
+    return block
+
+
+def test_the_readmes_cloudflare_client_block_runs_and_prints_what_it_says(tmp_path: Path) -> None:
+    binary = node()
+    code = readme_js()
+    assert "127.0.0.1:8000" in code
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        script = CACHE / "readme_cf_client.mjs"
+        script.write_text(code.replace("127.0.0.1:8000", server.addr))
+        done = subprocess.run(
+            [str(binary), str(script)], cwd=CACHE, capture_output=True, text=True, timeout=60, check=False
+        )
+    finally:
+        server.kill()
+    assert done.returncode == 0, done.stderr
+    said = (ROOT / "README.md").read_text().split("```js", 1)[1].split("It prints `", 1)[1].split("`", 1)[0]
+    assert done.stdout.strip() == said

@@ -25,6 +25,7 @@ import pytest
 import websockets
 
 from roost.actors import Actor, Connection, RpcError, callable
+from roost.examples.kinds import KINDS
 from roost.testing import ActorKit, connect
 from roost.transport import RoostApp, create_app
 from tests.conftest import NO_RATE_LIMITS
@@ -192,3 +193,15 @@ async def test_a_failed_on_connect_closes_with_1011_and_a_ref_and_is_logged(
     match = re.fullmatch(r"on_connect failed \(ref ([0-9a-f]{8})\)", reason)
     assert match is not None, reason
     assert logged(caplog, match.group(1))
+
+
+async def test_a_call_that_would_leave_a_state_that_is_not_json_is_invalid_state(data_dir: Path) -> None:
+    """A state the runtime cannot store (an integer beyond 64 bits, from an MCP or in-process caller
+    whose JSON has them) is refused as the caller's ``invalid_state``, saying why, with the writes
+    rolled back; not an internal error."""
+    async with ActorKit(KINDS, data_dir) as kit:
+        with pytest.raises(RpcError) as refused:
+            await kit.call("counter", "big", "increment", 10**30)
+        assert refused.value.code == "invalid_state"
+        assert "64-bit" in refused.value.message
+        assert await kit.call("counter", "big", "get") == 0

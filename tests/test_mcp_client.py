@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 import sqlite3
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 
 from roost.actors import Actor, InvalidArguments, RpcError
@@ -30,6 +32,7 @@ from roost.agent.config import ConfigError, load_config
 from roost.agent.mcp_agent import servers
 from roost.agent.mcp_client import mcp_pool
 from roost.agent.mcp_config import CapabilitySessions, McpServer
+from roost.agent.mcp_tools import catalog_name, tools_of
 from roost.storage import actor_path
 from roost.testing import ActorKit, KitConnection, WsClient, connect
 from roost.transport.admin import inspect_actor
@@ -244,6 +247,50 @@ async def test_the_next_run_reuses_a_healthy_connection_of_an_ended_one(data_dir
         assert len(pids) == 2
         assert pids[0] == pids[1]
         assert [r["status"] for r in second["capability_sessions"]] == ["closed"]
+
+
+async def test_another_actors_run_never_gets_an_idle_mcp_session(data_dir: Path) -> None:
+    """A server may keep state per session: an idle connection waits only for the next run of the same
+    actor, never for another actor's (its principal, its tenant may differ). Two actors, one server:
+    two server processes."""
+    kind = kind_of("owners", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        alice, bob = kit.connect(kind.kind, "alice"), kit.connect(kind.kind, "bob")
+        assert (await run_to_end(kit, alice, "please mcp__t__whoami"))["status"] == "completed"
+        assert (await run_to_end(kit, bob, "please mcp__t__whoami"))["status"] == "completed"
+        assert (await run_to_end(kit, alice, "please mcp__t__whoami"))["status"] == "completed"
+        (alices_first, alices_second) = [p["result"] for p in payloads(alice, "tool_completed")]
+        (bobs,) = [p["result"] for p in payloads(bob, "tool_completed")]
+        assert alices_first == alices_second  # her own idle session, reused
+        assert bobs != alices_first
+
+
+def test_catalog_names_are_what_a_model_endpoint_takes() -> None:
+    """``^[a-zA-Z0-9_-]{1,64}$`` (OpenAI's function names), whatever an MCP server names its tools;
+    two tools never share one."""
+    allowed = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+    assert catalog_name("files", "read") == "mcp__files__read"
+    names = {catalog_name("files", t) for t in ("has space", "has_space", "a.b", "x" * 100, "y" * 100)}
+    assert len(names) == 5
+    assert all(allowed.match(n) for n in names)
+    assert catalog_name("s" * 40, "t" * 40).startswith("mcp__" + "s" * 40 + "__")
+    assert catalog_name("files", "read", {"mcp__files__read"}) != "mcp__files__read"
+
+
+def test_a_tool_whose_input_schema_is_not_valid_is_left_out_of_the_catalog(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listed = [
+        types.Tool(name="good", input_schema={"type": "object", "properties": {"x": {"type": "integer"}}}),
+        types.Tool(name="bad", input_schema={"type": "wibble"}),
+        types.Tool(name="not an object", input_schema={"type": "string"}),
+    ]
+    with caplog.at_level(logging.WARNING, logger="roost.agent.mcp"):
+        made = tools_of(McpServer(name="s", url="http://127.0.0.1:1/mcp"), listed)
+    assert [t.name for t in made] == ["mcp__s__good"]
+    said = caplog.text
+    assert "'bad' left out of the catalog: its input schema is not valid JSON Schema" in said
+    assert "'not an object' left out of the catalog: its input schema is of 'string'" in said
 
 
 # -- the execution gate --------------------------------------------------------------------------------

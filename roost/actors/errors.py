@@ -20,7 +20,7 @@
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
         │       └── ActorDamaged                   code actor_damaged         close 1011 / HTTP 503
         ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
-        ├── StateError (ValueError)                state not valid or not JSON
+        ├── StateError (ValueError)                state not valid or not JSON (a call: code invalid_state)
         ├── TooFewDescriptors (RuntimeError)       the descriptor limit fits too few actors to start
         └── NotInTurn (RuntimeError)               actor API used outside a turn
 

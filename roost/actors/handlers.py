@@ -22,8 +22,9 @@ Failures other than ``RpcError`` go to the actor's ``on_error`` (outside any tur
 
 What a caller is told of a failure (:func:`as_rpc_error`, the one place that decides it, for a client
 over WebSocket or HTTP, a streaming call, another actor or a task alike): an ``RpcError`` the actor
-(or the runtime) raised on purpose keeps its code and message; the turn's timeout is ``timeout``; any
-other exception is *unexpected*: it is logged with its traceback under a short reference id
+(or the runtime) raised on purpose keeps its code and message; the turn's timeout is ``timeout``; a
+``StateError`` (the state the call would leave is not JSON, or its kind's ``validate_state`` refuses
+it) is ``invalid_state`` with its message, the writes rolled back; any other exception is *unexpected*: it is logged with its traceback under a short reference id
 (:func:`~roost.actors.turn.log_failure`) and the caller gets ``handler_error`` with a generic
 message carrying that id, ``internal error in say (ref 3f9a12bc)``, never the exception's text. A
 failed ``on_connect`` (but a ``Reject``) or ``on_close`` is logged the same way.
@@ -67,6 +68,7 @@ from roost.actors.errors import (
     MethodNotFound,
     Reject,
     RpcError,
+    StateError,
     shown_name,
 )
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, ReplayPage, Task, Wake
@@ -372,6 +374,8 @@ def as_rpc_error(host: HostCore, exc: BaseException, where: str) -> RpcError:
     :func:`~roost.actors.turn.log_failure`) and told only as ``handler_error`` with its reference id."""
     if isinstance(exc, RpcError):
         return exc
+    if isinstance(exc, StateError):  # the state the call would leave is refused: the caller's to know
+        return RpcError("invalid_state", str(exc)[:500])
     if isinstance(exc, TimeoutError):
         return CallTimeout(message=f"turn exceeded {host.turn_timeout} s")
     if isinstance(exc, asyncio.CancelledError):

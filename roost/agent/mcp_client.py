@@ -317,9 +317,11 @@ class McpConnection:
                     await task
 
 
-def _key(server: McpServer) -> str:
-    """Connections to equal servers (same name, transport and settings) are interchangeable."""
-    return server.model_dump_json()
+def _key(server: McpServer, owner: str) -> str:
+    """Connections to equal servers (same name, transport and settings) are interchangeable within
+    one owner (one actor): never across actors, whose principals and tenants may differ, since a
+    server may keep state per session."""
+    return f"{owner}\0{server.model_dump_json()}"
 
 
 def mcp_pool(process: Process) -> McpPool:
@@ -334,8 +336,10 @@ class McpPool:
         self.connections: dict[str, McpConnection] = {}
         self.waiters: dict[str, asyncio.Future[Any]] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        #: Healthy connections of ended runs, by server, each with the timer that closes it.
+        #: Healthy connections of ended runs, by owner and server, each with the timer that closes it.
         self._idle: dict[str, list[tuple[McpConnection, asyncio.TimerHandle]]] = {}
+        #: The owner (the actor) of each row's connection: whose idle connections it may join.
+        self._owners: dict[str, str] = {}
 
     def live(self, capability_session_id: str) -> McpConnection | None:
         conn = self.connections.get(capability_session_id)
@@ -344,14 +348,16 @@ class McpPool:
             return None
         return conn
 
-    async def connect(self, capability_session_id: str, server: McpServer) -> McpConnection:
-        """A new connection (a new MCP session) for the row, replacing any it had."""
+    async def connect(self, capability_session_id: str, server: McpServer, owner: str = "") -> McpConnection:
+        """A new connection (a new MCP session) for the row, replacing any it had: one ``owner``
+        (the actor whose run it is) left idle, if any, else a new one. **Never another owner's**."""
         self.close(capability_session_id)
-        conn = self._take_idle(server)
+        conn = self._take_idle(server, owner)
         if conn is None:
             conn = McpConnection(server)
             await conn.start()
         self.connections[capability_session_id] = conn
+        self._owners[capability_session_id] = owner
         return conn
 
     def release(self, capability_session_id: str) -> None:
@@ -362,15 +368,16 @@ class McpPool:
             self.close(capability_session_id)
             return
         self.connections.pop(capability_session_id)
+        owner = self._owners.pop(capability_session_id, "")
         waiter = self.waiters.pop(capability_session_id, None)
         if waiter is not None and not waiter.done():
             waiter.cancel()
         conn.on_elicit = None
         timer = asyncio.get_running_loop().call_later(IDLE_S, self._expire, conn)
-        self._idle.setdefault(_key(conn.server), []).append((conn, timer))
+        self._idle.setdefault(_key(conn.server, owner), []).append((conn, timer))
 
-    def _take_idle(self, server: McpServer) -> McpConnection | None:
-        parked = self._idle.get(_key(server), [])
+    def _take_idle(self, server: McpServer, owner: str) -> McpConnection | None:
+        parked = self._idle.get(_key(server, owner), [])
         while parked:
             conn, timer = parked.pop()
             timer.cancel()
@@ -395,6 +402,7 @@ class McpPool:
     def close(self, capability_session_id: str) -> None:
         """Close the row's connection (in the background; :meth:`stop` awaits it) and cancel its waiter."""
         conn = self.connections.pop(capability_session_id, None)
+        self._owners.pop(capability_session_id, None)
         waiter = self.waiters.pop(capability_session_id, None)
         if waiter is not None and not waiter.done():
             waiter.cancel()

@@ -20,7 +20,10 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import logging
+import re
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, Protocol
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs; a dependency of mcp
@@ -34,7 +37,9 @@ from roost.agent.mcp_client import CallTimedOut, ConnectionLost, McpConnection, 
 from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
 from roost.agent.models import arguments_in
 
-__all__ = ["McpToolError", "mcp_tool_name", "server_of", "tools_of"]
+__all__ = ["MAX_NAME", "McpToolError", "catalog_name", "mcp_tool_name", "server_of", "tools_of"]
+
+log = logging.getLogger("roost.agent.mcp")
 
 
 class McpToolError(RuntimeError):
@@ -94,11 +99,22 @@ def _plan_args(*names: str) -> Any:
 
 
 def tools_of(server: McpServer, listed: Sequence[types.Tool]) -> list[Tool]:
-    """The catalog tools of ``server``'s listed tools."""
+    """The catalog tools of ``server``'s listed tools. **What a model endpoint would refuse never
+    reaches it**: a catalog name is made of letters, digits, ``_`` and ``-``, 64 characters at most
+    (what OpenAI's function names allow; :func:`catalog_name`), and a tool whose input schema is no
+    valid JSON Schema of an object is left out, logged with the reason, so that one bad tool cannot
+    make every request of the agent fail."""
     made = []
+    taken: set[str] = set()
     for t in listed:
-        name = mcp_tool_name(server.name, t.name)
-        model = type(f"{name}_args", (McpArgs,), {"mcp_schema": dict(t.input_schema)})
+        schema = dict(t.input_schema)
+        problem = _schema_problem(schema)
+        if problem is not None:
+            log.warning("MCP server %r: tool %r left out of the catalog: %s", server.name, t.name, problem)
+            continue
+        name = catalog_name(server.name, t.name, taken)
+        taken.add(name)
+        model = type(f"{name}_args", (McpArgs,), {"mcp_schema": schema})
         made.append(
             Tool(
                 name=name,
@@ -112,6 +128,34 @@ def tools_of(server: McpServer, listed: Sequence[types.Tool]) -> list[Tool]:
             )
         )
     return made
+
+
+#: What a tool's catalog name may hold, and how long it may be (OpenAI's ``^[a-zA-Z0-9_-]{1,64}$``).
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+MAX_NAME = 64
+
+
+def catalog_name(server: str, tool: str, taken: Collection[str] = ()) -> str:
+    """``mcp__SERVER__TOOL``, each character outside ``A-Za-z0-9_-`` made ``_``; a name that had to
+    change (or is longer than :data:`MAX_NAME`, or already ``taken``) ends with 8 hex digits of the
+    tool's own name, so that two tools never share one. The call uses the tool's own name."""
+    plain = mcp_tool_name(server, tool)
+    name = _NAME_CHARS.sub("_", plain)
+    if name == plain and len(name) <= MAX_NAME and name not in taken:
+        return name
+    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - 9]}_{digest}"
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` cannot be a tool's input schema (no valid JSON Schema, or not of an object)."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"its input schema is not valid JSON Schema: {exc.message[:200]}"
+    if schema.get("type", "object") != "object":
+        return f"its input schema is of {str(schema.get('type'))[:40]!r}, not of an object"
+    return None
 
 
 def _tool_fn(server: McpServer, tool: str) -> Any:
@@ -133,7 +177,7 @@ async def call(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[s
 
 async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
     """Open the row, connect if needed, call; the row records how it went."""
-    opened, settings, pool = await ctx.turn(lambda a: _open(a, ctx, server))
+    opened, settings, pool, owner = await ctx.turn(lambda a: _open(a, ctx, server))
     if opened.action == "wait":
         raise NeedInput(opened.question or "the MCP session expired")
     cid = opened.capability_session_id
@@ -141,7 +185,7 @@ async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[
     conn = pool.live(cid) if opened.action == "reuse" else None
     try:
         if conn is None:
-            conn = await pool.connect(cid, server)
+            conn = await pool.connect(cid, server, owner)
             sid = conn.session_id
             await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl))
         result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
@@ -153,7 +197,7 @@ async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[
     return _value(server, tool, result)
 
 
-def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, CapabilitySessions, Any]:
+def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, CapabilitySessions, Any, str]:
     pool = mcp_pool(actor.extension.process)
     caps = _caps(actor)
     opened = caps.open(
@@ -164,7 +208,8 @@ def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, Capa
         ctx.attempt,
         lambda cid: pool.live(cid) is not None,
     )
-    return opened, actor.settings().capability_sessions, pool
+    owner = f"{actor.kind}\0{actor.name}"  # the name within its tenant: one pool of sessions per actor
+    return opened, actor.settings().capability_sessions, pool, owner
 
 
 async def _call(

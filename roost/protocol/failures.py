@@ -45,6 +45,7 @@ FAILURES: dict[str, Failure] = _table(
     # a call that failed at the actor (roost.actors.errors)
     Failure("method_not_found", 404, None),
     Failure("invalid_arguments", 400, None),
+    Failure("invalid_state", 400, None),
     Failure("handler_error", 500, None),
     Failure("timeout", 504, None),
     Failure("reentrant_call", 409, None),
