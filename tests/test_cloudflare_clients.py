@@ -127,7 +127,7 @@ def readme_js() -> str:
     """The README's one ``js`` block (the Cloudflare client)."""
     readme = (ROOT / "README.md").read_text()
     (block,) = re.findall(r"^```js\n(.*?)^```", readme, re.M | re.S)
-    return block
+    return str(block)
 
 
 def test_the_readmes_cloudflare_client_block_runs_and_prints_what_it_says(tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ What a caller is told of a failure (:func:`as_rpc_error`, the one place that dec
 over WebSocket or HTTP, a streaming call, another actor or a task alike): an ``RpcError`` the actor
 (or the runtime) raised on purpose keeps its code and message; the turn's timeout is ``timeout``; a
 ``StateError`` (the state the call would leave is not JSON, or its kind's ``validate_state`` refuses
-it) is ``invalid_state`` with its message, the writes rolled back; any other exception is *unexpected*: it is logged with its traceback under a short reference id
+it) is ``invalid_state`` with its message, the writes rolled back; any other exception is
+*unexpected*: it is logged with its traceback under a short reference id
 (:func:`~roost.actors.turn.log_failure`) and the caller gets ``handler_error`` with a generic
 message carrying that id, ``internal error in say (ref 3f9a12bc)``, never the exception's text. A
 failed ``on_connect`` (but a ``Reject``) or ``on_close`` is logged the same way.
