@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlencode
 
 import orjson
 
@@ -252,7 +253,7 @@ class RoostSession(_Session):
         for http, ws in (("http://", "ws://"), ("https://", "wss://")):
             if base.startswith(http):
                 base = ws + base.removeprefix(http)
-        self.url = actor_url(base, kind, session_id) + "?subscribe=none"
+        self.url = actor_url(base, kind, session_id)
         self._token = token
         self.timeout = timeout
         self._backoff = backoff
@@ -262,8 +263,9 @@ class RoostSession(_Session):
     def _connected(self) -> Client:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            url = self.url if self._token is None else f"{self.url}&token={self._token}"
-            self._client = Client(url, backoff=self._backoff)
+            url = self.url if self._token is None else f"{self.url}?{urlencode({'token': self._token})}"
+            # no state frames: a session only calls
+            self._client = Client(url, subscribe="none", backoff=self._backoff)
             self._loop = loop
             self._client.start()
         return self._client
