@@ -68,6 +68,7 @@ python-%: FORCE
 	test -x .venv-$*/bin/python || $$py -m venv .venv-$*; \
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip; \
 	.venv-$*/bin/python -m pip install --quiet -e '.[dev]'; \
+	.venv-$*/bin/python -m pip install --quiet --no-deps '$(OPENAI_AGENTS)'; \
 	PYTHONASYNCIODEBUG=1 .venv-$*/bin/python -m pytest -q -m "not slow" --ignore tests/test_browser.py
 
 bench: $(STAMP)
