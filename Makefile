@@ -15,8 +15,13 @@ $(BASE): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(BASE)
 
+# The OpenAI Agents SDK without its own requirements (pyproject.toml, the openai-agents extra: it
+# declares websockets<17, Roost pins 17); the dev extra has the others.
+OPENAI_AGENTS := openai-agents==0.24.0
+
 $(STAMP): $(BASE)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(OPENAI_AGENTS)'
 	touch $(STAMP)
 
 demo: $(BASE)
@@ -63,6 +68,7 @@ python-%: FORCE
 	test -x .venv-$*/bin/python || $$py -m venv .venv-$*; \
 	.venv-$*/bin/python -m pip install --quiet --upgrade pip; \
 	.venv-$*/bin/python -m pip install --quiet -e '.[dev]'; \
+	.venv-$*/bin/python -m pip install --quiet --no-deps '$(OPENAI_AGENTS)'; \
 	PYTHONASYNCIODEBUG=1 .venv-$*/bin/python -m pytest -q -m "not slow" --ignore tests/test_browser.py
 
 bench: $(STAMP)

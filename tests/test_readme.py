@@ -60,11 +60,12 @@ WEATHER = python_block("# weather.py")
 ASSISTANT = python_block("# assistant.py")
 ASK = python_block("# ask.py")
 MCP_CLIENT = python_block("# mcp_client.py")
+SESSIONS = python_block("# sessions.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 9, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 10, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -190,6 +191,48 @@ def test_the_mcp_block_runs_against_the_annotated_actor_and_prints_what_the_read
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == printed_in("## Serving actors over MCP"), out.stdout
     assert seen["state"] == {"count": 2}
+
+
+def openai_agents_section() -> str:
+    return README.split("## OpenAI Agents SDK sessions", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_openai_agents_section_installs_the_sdk_with_an_extra_that_exists() -> None:
+    match = re.search(r"`\.venv/bin/pip install -e '\.\[([\w-]+)\]' && (.*?)`", openai_agents_section())
+    assert match is not None
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert match.group(1) in extras
+    assert "roost[openai-agents]" in extras["dev"]  # make test installs it too ...
+    sdk = match.group(2).removeprefix(".venv/bin/pip install --no-deps ")
+    assert f"OPENAI_AGENTS := {sdk}" in (ROOT / "Makefile").read_text()  # ... and the same SDK
+
+
+@pytest.mark.slow
+def test_the_openai_agents_block_keeps_its_session_across_a_sigkill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block run twice against the command the section gives, the server killed with SIGKILL and
+    started again on the same data between the runs: the second run sees the first one's item."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the block's branch without a model
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the server imports this checkout's roost.integrations
+    command = re.search(r"`(\.venv/bin/roost serve [^`]*)`", openai_agents_section())
+    assert command is not None
+    server = served(command.group(1), tmp_path)
+    try:
+        first = run_script(tmp_path, "sessions.py", SESSIONS, server)
+    finally:
+        server.kill()
+    again = served(
+        command.group(1).replace("--port 8000", f"--port {server.addr.rsplit(':', 1)[1]}"), tmp_path
+    )
+    try:
+        second = run_script(tmp_path, "sessions.py", SESSIONS, again)
+    finally:
+        again.terminate()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.splitlines() == printed_in("## OpenAI Agents SDK sessions")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stdout.splitlines() == ["items 2"]
 
 
 def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:
