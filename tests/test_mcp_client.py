@@ -265,6 +265,35 @@ async def test_another_actors_run_never_gets_an_idle_mcp_session(data_dir: Path)
         assert bobs != alices_first
 
 
+async def test_an_http_mcp_server_gets_the_headers_it_asks_for_from_the_environment(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``headers`` of a ``url`` server go with every request; ``${NAME}`` is read from the environment
+    when a connection opens (the secret need not be in ``roost.toml``) and is never logged."""
+    monkeypatch.setenv("ROOST_TEST_MCP_TOKEN", "s3cret-value")
+    with http_server("--require", "Authorization=Bearer s3cret-value") as url:
+        auth = {"Authorization": "Bearer ${ROOST_TEST_MCP_TOKEN}"}
+        kind = kind_of("hdrs", McpServer(name="t", url=url, headers=auth))
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            run = await run_to_end(kit, c, 'please mcp__t__echo {"text": "with a token"}')
+            assert run["status"] == "completed", run
+        monkeypatch.delenv("ROOST_TEST_MCP_TOKEN")
+        missing = kind_of("nohdrs", McpServer(name="t", url=url, headers=auth))
+        with caplog.at_level(logging.ERROR, logger="roost.agent.mcp"):
+            async with ActorKit([missing], data_dir / "2"):
+                assert not any(t.name.startswith("mcp__t__") for t in missing.catalog())
+        assert "names ${ROOST_TEST_MCP_TOKEN}, which is not set" in caplog.text
+        bare = kind_of("bare", McpServer(name="t", url=url))
+        with caplog.at_level(logging.ERROR, logger="roost.agent.mcp"):
+            async with ActorKit([bare], data_dir / "3"):
+                assert not any(t.name.startswith("mcp__t__") for t in bare.catalog())  # 401 without it
+    assert "s3cret-value" not in caplog.text
+    assert "s3cret-value" not in repr(McpServer(name="t", url=url, headers={"A": "s3cret-value"}))
+    with pytest.raises(ValueError, match="headers are for a url"):
+        McpServer(name="t", command="x", headers={"A": "b"})
+
+
 def test_catalog_names_are_what_a_model_endpoint_takes() -> None:
     """``^[a-zA-Z0-9_-]{1,64}$`` (OpenAI's function names), whatever an MCP server names its tools;
     two tools never share one."""

@@ -102,6 +102,7 @@ async def _http(server: McpServer, on_session_id: Callable[[str], None]) -> Asyn
 
     async with httpx2.AsyncClient(
         timeout=httpx2.Timeout(server.connect_timeout_s, read=server.call_timeout_s),
+        headers=server.http_headers(),
         event_hooks={"response": [note]},
     ) as http:
         async with streamable_http_client(server.url, http_client=http) as streams:

@@ -12,6 +12,7 @@
     [agent.mcp_servers.search]         # a server over streamable HTTP
     url = "http://127.0.0.1:8000/mcp"
     session_ttl_s = 600                # a session unused this long is taken as expired
+    headers = { Authorization = "Bearer ${SEARCH_TOKEN}" }   # ${NAME}: from the environment
 
     [agent.capability_sessions]
     track_session_ids = true           # record the server's session id (resume_token)
@@ -24,9 +25,10 @@ Unknown keys are refused, as everywhere in ``roost.toml``. This module does not 
 
 from __future__ import annotations
 
+import os
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from roost.agent.catalog import ApprovalMode
 
@@ -34,6 +36,7 @@ __all__ = ["MAX_SERVER_NAME", "CapabilitySessions", "McpServer", "mcp_tool_name"
 
 MAX_SERVER_NAME = 40
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class McpServer(BaseModel):
@@ -47,6 +50,10 @@ class McpServer(BaseModel):
     env: dict[str, str] | None = None
     cwd: str | None = None
     url: str | None = None
+    #: HTTP headers of every request to a ``url`` server (``Authorization`` for a server that wants a
+    #: token). A value may name environment variables, ``${NAME}``, read when a connection opens, so
+    #: that ``roost.toml`` need not hold the secret. Never logged, never in events or rows.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
     approval_mode: ApprovalMode = "safe_readonly"
     tool_approval: dict[str, ApprovalMode] = Field(default_factory=dict)
     keywords: dict[str, tuple[str, ...]] = Field(default_factory=dict)
@@ -60,7 +67,26 @@ class McpServer(BaseModel):
             raise ValueError("an MCP server has either command (stdio) or url (streamable HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must be http:// or https://")
+        if self.headers and self.url is None:
+            raise ValueError("headers are for a url (streamable HTTP) server")
         return self
+
+    def http_headers(self) -> dict[str, str]:
+        """:attr:`headers` with their ``${NAME}`` read from the environment; a variable that is not
+        set is a ``ConnectionError`` naming it (and the header), never showing a value."""
+        made: dict[str, str] = {}
+        for header, secret in self.headers.items():
+
+            def value_of(found: re.Match[str], header: str = header) -> str:
+                name = found.group(1)
+                if name not in os.environ:
+                    raise ConnectionError(
+                        f"MCP server {self.name!r}: header {header!r} names ${{{name}}}, which is not set"
+                    )
+                return os.environ[name]
+
+            made[header] = _VARIABLE.sub(value_of, secret.get_secret_value())
+        return made
 
     def named(self, name: str) -> McpServer:
         """This server under ``name`` (its table's name in ``roost.toml``), checked."""

@@ -3,7 +3,8 @@
 ``stdio``: over stdin/stdout. ``http PORT``: streamable HTTP on 127.0.0.1:PORT, path ``/mcp``;
 ``--expire``: a session that made one ``tools/call`` is forgotten, so its next call is answered 404
 (what a server that expires sessions does), deterministically. ``--wait-for PATH``: ``tools/list`` is
-answered only once ``PATH`` exists.
+answered only once ``PATH`` exists. ``--require HEADER=VALUE``: a request without that header is
+answered 401.
 """
 
 from __future__ import annotations
@@ -185,6 +186,20 @@ class ExpireAfterOneCall:
         await self.inner(scope, replay, send)
 
 
+class RequireHeader:
+    """``--require HEADER=VALUE``: every request without that header is answered 401."""
+
+    def __init__(self, inner: ASGIApp, header: str, value: str) -> None:
+        self.inner, self.header, self.value = inner, header.lower().encode(), value.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (self.header, self.value) not in scope["headers"]:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no token"})
+            return
+        await self.inner(scope, receive, send)
+
+
 def main(argv: list[str]) -> None:
     global WAIT_FOR
     if "--wait-for" in argv:
@@ -193,6 +208,9 @@ def main(argv: list[str]) -> None:
         asgi: ASGIApp = app.streamable_http_app(session_idle_timeout=None)
         if "--expire" in argv:
             asgi = ExpireAfterOneCall(asgi)
+        if "--require" in argv:
+            header, _, value = argv[argv.index("--require") + 1].partition("=")
+            asgi = RequireHeader(asgi, header, value)
         uvicorn.run(asgi, host="127.0.0.1", port=int(argv[1]), log_level="warning")
     else:
         app.run()
