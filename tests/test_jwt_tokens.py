@@ -1,0 +1,682 @@
+"""Tokens from an identity provider: JWTs checked against a JWKS (``roost.transport.jwt_tokens``,
+``jwt_authenticate``; ``docs/security.md``, *Tokens from an identity provider*).
+
+Real parts only: RSA, EC and Ed25519 keys made here with ``cryptography``, an identity provider's
+JWKS served over HTTP on 127.0.0.1 (a small Starlette app on :func:`roost.testing.serve`), a Roost app
+served on 127.0.0.1 and reached over HTTP and WebSockets. The Roost app runs on a
+:class:`~roost.scheduler.FakeClock`: expiry, ``nbf``, the JWKS cache and its refetch interval are
+moved past by advancing it, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+import websockets
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from roost.actors import Actor, callable
+from roost.examples.kinds import Counter
+from roost.scheduler import FakeClock
+from roost.testing import connect, serve, until
+from roost.transport import RoostApp, create_app
+from roost.transport.jwt_tokens import ClaimsMapping
+from roost.transport.security import claims_authorize, jwt_authenticate
+from roost.transport.tokens import TokenSigner
+from tests.conftest import NO_RATE_LIMITS
+from tests.support import ROOT, ServerProcess, serve_in_process
+
+ISSUER = "https://idp.example"
+AUDIENCE = "roost-api"
+SECRET = "j" * 40
+signer = TokenSigner(SECRET)
+
+
+class Whoami(Actor):
+    kind = "whoami"
+
+    @callable  # not read-only: its call may create the actor
+    async def who(self) -> dict[str, Any]:
+        return await self.peek()
+
+    @callable(readonly=True)
+    async def peek(self) -> dict[str, Any]:
+        assert self.principal is not None
+        claims = self.principal.claims
+        return {
+            "id": self.principal.id,
+            "tenant": self.tenant,
+            **{k: claims.get(k) for k in ("kinds", "names", "read_only", "admin", "exp")},
+        }
+
+    @callable
+    async def touch(self) -> int:
+        self.set_state({"n": (self.state or {}).get("n", 0) + 1})
+        return int(self.state["n"])
+
+
+@dataclass
+class Key:
+    """A signing key of the identity provider, and its public half as a JWK."""
+
+    kid: str
+    alg: str
+    private: Any
+    with_alg: bool = True  # publish the JWK's ``alg`` (else the verifier infers it from its type)
+
+    def jwk(self) -> dict[str, Any]:
+        public = self.private.public_key()
+        if self.alg.startswith("RS"):
+            jwk: dict[str, Any] = RSAAlgorithm.to_jwk(public, as_dict=True)
+        elif self.alg.startswith("ES"):
+            jwk = ECAlgorithm.to_jwk(public, as_dict=True)
+        else:
+            jwk = OKPAlgorithm.to_jwk(public, as_dict=True)
+        jwk.update({"kid": self.kid, "use": "sig"})
+        if self.with_alg:
+            jwk["alg"] = self.alg
+        return jwk
+
+    def sign(self, claims: dict[str, Any], *, alg: str | None = None, kid: str | None = None) -> str:
+        headers = {"kid": self.kid if kid is None else kid}
+        return jwt.encode(claims, self.private, algorithm=alg or self.alg, headers=headers)
+
+    def public_pem(self) -> bytes:
+        return bytes(
+            self.private.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+
+
+RSA_1 = Key("rsa-1", "RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+RSA_2 = Key("rsa-2", "RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+EC_1 = Key("ec-1", "ES256", ec.generate_private_key(ec.SECP256R1()), with_alg=False)
+ED_1 = Key("ed-1", "EdDSA", ed25519.Ed25519PrivateKey.generate())
+GHOST = Key("ghost", "RS256", RSA_2.private)  # a key the identity provider never published
+
+
+class IdentityProvider:
+    """A JWKS endpoint on 127.0.0.1: the keys it publishes, the requests it had, how it answers."""
+
+    def __init__(self, *keys: Key) -> None:
+        self.keys = list(keys)
+        self.hits = 0
+        self.status = 200
+        self.gate: asyncio.Event | None = None  # set: every answer waits for it
+        self.url = ""
+
+    async def jwks(self, request: Request) -> JSONResponse:
+        self.hits += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        return JSONResponse({"keys": [k.jwk() for k in self.keys]}, status_code=self.status)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[IdentityProvider]:
+        async with serve(Starlette(routes=[Route("/jwks.json", self.jwks)])) as addr:
+            self.url = f"http://{addr}/jwks.json"
+            try:
+                yield self
+            finally:
+                if self.gate is not None:
+                    self.gate.set()
+
+
+@pytest.fixture
+async def idp() -> AsyncIterator[IdentityProvider]:
+    async with IdentityProvider(RSA_1, EC_1, ED_1).running() as provider:
+        yield provider
+
+
+def claims(clock: FakeClock, ttl: float = 600, **extra: Any) -> dict[str, Any]:
+    now = int(clock.now())
+    return {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + ttl, **extra}
+
+
+def app_for(data_dir: Path, clock: FakeClock, jwks: str | Path, **kw: Any) -> RoostApp:
+    return create_app(
+        [Whoami, Counter],
+        data_dir=data_dir,
+        clock=clock,
+        limits=NO_RATE_LIMITS,
+        authenticate=jwt_authenticate(jwks, issuer=ISSUER, audience=AUDIENCE, clock=clock.now, **kw),
+        authorize=claims_authorize,
+    )
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def who(addr: str, token: str, name: str = "w1") -> httpx.Response:
+    async with httpx.AsyncClient() as http:
+        return await http.post(f"http://{addr}/agents/whoami/{name}/rpc/who", headers=bearer(token))
+
+
+async def ws_close_code(url: str, token: str) -> int:
+    """The close code of a WebSocket connect with ``token``; a refusal sends its error frame first."""
+    async with connect(url, additional_headers=bearer(token)) as ws:
+        frame = await ws.recv()
+        assert frame["type"] == "error", frame
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def handmade(header: dict[str, Any], payload: dict[str, Any], sign: Any = None) -> str:
+    """A JWT put together by hand: ``sign(signing_input) -> bytes``, or none at all."""
+    body = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
+    return f"{body}.{b64(sign(body.encode())) if sign else ''}"
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "roost.security"]
+
+
+async def test_rs256_es256_and_eddsa_tokens_from_a_jwks_url_are_accepted_over_http_and_websockets(
+    data_dir: Path, idp: IdentityProvider
+) -> None:
+    clock = FakeClock()
+    async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
+        for key in (RSA_1, EC_1, ED_1):
+            token = key.sign(claims(clock, sub=f"user-{key.kid}"))
+            got = await who(addr, token)
+            assert got.status_code == 200, got.text
+            assert got.json()["result"]["id"] == f"user-{key.kid}"
+            async with connect(f"ws://{addr}/agents/whoami/w1", additional_headers=bearer(token)) as ws:
+                assert (await ws.recv())["type"] == "welcome"
+                assert (await ws.call("who"))["id"] == f"user-{key.kid}"
+    assert idp.hits == 1  # one fetch, then the cache
+
+
+def test_only_asymmetric_algorithms_can_be_allowed(idp: IdentityProvider) -> None:
+    for algorithms in (["none"], ["HS256"], ["RS256", "HS256"], []):
+        with pytest.raises(ValueError, match="JWT algorithms must be some of"):
+            jwt_authenticate(idp.url, issuer=ISSUER, audience=AUDIENCE, algorithms=algorithms)
+
+
+async def test_the_none_algorithm_hs_rs_confusion_and_a_key_of_another_algorithm_are_refused_with_4401(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    body = claims(clock)
+    pem = RSA_1.public_pem()
+    cases = {
+        "algorithm 'none' is not allowed": handmade({"alg": "none", "kid": "rsa-1"}, body),
+        # the RSA public key (public: anyone has it) used as an HMAC secret
+        "algorithm 'HS256' is not allowed": handmade(
+            {"alg": "HS256", "kid": "rsa-1"}, body, lambda m: hmac.new(pem, m, hashlib.sha256).digest()
+        ),
+        # signed by an EC key but naming the RSA key: the token's alg is allowed, not for this key
+        "algorithm 'ES256' is not the algorithm of key 'rsa-1'": EC_1.sign(body, kid="rsa-1"),
+        "algorithm 'RS384' is not allowed": RSA_1.sign(body, alg="RS384"),
+    }
+    async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
+        for reason, token in cases.items():
+            assert (await who(addr, token)).status_code == 401, reason
+            assert await ws_close_code(f"ws://{addr}/agents/whoami/w1", token) == 4401
+            assert any(
+                reason in line and "token from authorization header" in line for line in refusals(caplog)
+            )
+        assert (await who(addr, RSA_1.sign(body))).status_code == 200  # the same server serves on
+    assert not any(token in caplog.text for token in cases.values())
+
+
+async def test_an_unknown_kid_is_refused_and_a_flood_of_them_fetches_the_jwks_once_per_interval(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    async with serve_in_process(app_for(data_dir, clock, idp.url, refetch_interval=10)) as addr:
+        assert (await who(addr, RSA_1.sign(claims(clock)))).status_code == 200
+        assert idp.hits == 1
+        clock.advance(10)
+        bogus = [GHOST.sign(claims(clock), kid=f"made-up-{i}") for i in range(40)]
+        answers = await asyncio.gather(*(who(addr, token) for token in bogus))
+        assert {a.status_code for a in answers} == {401}
+        assert idp.hits == 2  # forty unknown kids, one refetch
+        assert "unknown key id 'made-up-0'" in caplog.text
+        assert await ws_close_code(f"ws://{addr}/agents/whoami/w1", GHOST.sign(claims(clock))) == 4401
+        assert idp.hits == 2
+        clock.advance(10)
+        assert (await who(addr, GHOST.sign(claims(clock)))).status_code == 401
+        assert idp.hits == 3  # one more per interval
+
+
+async def test_a_new_key_is_picked_up_by_its_kid_and_a_removed_keys_tokens_are_refused(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    async with (
+        IdentityProvider(RSA_1).running() as idp,
+        serve_in_process(app_for(data_dir, clock, idp.url, cache_ttl=300, refetch_interval=10)) as addr,
+    ):
+        old = RSA_1.sign(claims(clock, ttl=3600))
+        assert (await who(addr, old)).status_code == 200
+        idp.keys = [RSA_1, RSA_2]  # the provider publishes its next key, then signs with it
+        clock.advance(10)
+        new = RSA_2.sign(claims(clock, ttl=3600))
+        assert (await who(addr, new)).status_code == 200
+        assert idp.hits == 2
+        idp.keys = [RSA_2]  # and retires the old one
+        assert (await who(addr, old)).status_code == 200  # still cached
+        clock.advance(300)  # the cache's lifetime
+        assert (await who(addr, old)).status_code == 401
+        assert "unknown key id 'rsa-1'" in caplog.text
+        assert await ws_close_code(f"ws://{addr}/agents/whoami/w1", old) == 4401
+        assert (await who(addr, new)).status_code == 200
+
+
+async def test_a_jwks_that_cannot_be_fetched_is_a_401_with_a_logged_reason_and_the_server_keeps_serving(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    idp.status = 503
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    down = create_app(
+        [Whoami],
+        data_dir=data_dir / "other",
+        clock=clock,
+        authenticate=jwt_authenticate(
+            f"http://127.0.0.1:{closed_port}/jwks.json", issuer=ISSUER, audience=AUDIENCE, clock=clock.now
+        ),
+    )
+    token = RSA_1.sign(claims(clock, ttl=3600))
+    async with (
+        serve_in_process(app_for(data_dir, clock, idp.url, signer=signer)) as addr,
+        serve_in_process(down) as down_addr,
+    ):
+        assert (await who(addr, token)).status_code == 401
+        assert await ws_close_code(f"ws://{addr}/agents/whoami/w1", token) == 4401
+        assert "JWKS unavailable: HTTP 503 from the JWKS URL" in caplog.text
+        assert (await who(down_addr, token)).status_code == 401
+        assert "JWKS unavailable: cannot fetch the JWKS URL (ConnectError)" in caplog.text
+        # everyone else is served: roost1 tokens, health checks
+        assert (await who(addr, signer.issue("op", ttl=60, now=clock.now()))).status_code == 200
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"http://{addr}/healthz")).status_code == 200
+        idp.status = 200  # the provider is back: within one refetch interval, tokens pass again
+        clock.advance(10)
+        assert (await who(addr, token)).status_code == 200
+
+
+async def test_keys_last_fetched_serve_while_the_jwks_is_down_until_max_stale(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    app = app_for(data_dir, clock, idp.url, cache_ttl=300, max_stale=600)
+    async with serve_in_process(app) as addr:
+        assert (await who(addr, RSA_1.sign(claims(clock)))).status_code == 200
+        idp.status = 503
+        clock.advance(300)
+        assert (await who(addr, RSA_1.sign(claims(clock)))).status_code == 200  # stale, still trusted
+        assert idp.hits == 2
+        clock.advance(600)
+        assert (await who(addr, RSA_1.sign(claims(clock)))).status_code == 401
+        assert "JWKS unavailable: keys too old (the last fetch of the JWKS failed: HTTP 503" in caplog.text
+
+
+async def test_fetching_the_jwks_does_not_block_the_event_loop_and_a_silent_jwks_times_out_as_a_401(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    idp.gate = asyncio.Event()
+    token = RSA_1.sign(claims(clock))
+    async with serve_in_process(app_for(data_dir, clock, idp.url, signer=signer, fetch_timeout=60)) as addr:
+        pending = asyncio.create_task(who(addr, token))
+        await until(lambda: idp.hits == 1)  # the fetch is waiting for the provider
+        assert (await who(addr, signer.issue("op", ttl=60, now=clock.now()))).status_code == 200
+        assert not pending.done()
+        idp.gate.set()
+        assert (await pending).status_code == 200
+    idp.gate = asyncio.Event()  # never answers
+    slow = app_for(data_dir / "slow", clock, idp.url, fetch_timeout=0.2)
+    async with serve_in_process(slow) as addr:
+        assert (await who(addr, token)).status_code == 401
+        assert "JWKS unavailable: no answer from the JWKS URL within 0.2 s" in caplog.text
+
+
+async def test_expired_and_not_yet_valid_tokens_are_refused_on_the_injected_clock_within_the_leeway(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    async with serve_in_process(app_for(data_dir, clock, idp.url, leeway=30)) as addr:
+        short = RSA_1.sign(claims(clock, ttl=10))
+        early = RSA_1.sign(claims(clock, nbf=int(clock.now()) + 60))
+        assert (await who(addr, short)).status_code == 200
+        assert (await who(addr, early)).status_code == 401
+        assert "token not yet valid" in caplog.text
+        async with connect(f"ws://{addr}/agents/whoami/w1", additional_headers=bearer(short)) as ws:
+            assert (await ws.recv())["type"] == "welcome"
+            clock.advance(39)  # past exp, within the leeway
+            assert (await who(addr, short)).status_code == 200
+            assert (await who(addr, early)).status_code == 200  # nbf is 21 s ahead: within the leeway
+            clock.advance(1)  # exp + leeway: the token is refused and its open connection closed
+            assert await ws.close_code(timeout=5) == 4401
+        assert (await who(addr, short)).status_code == 401
+        assert await ws_close_code(f"ws://{addr}/agents/whoami/w1", short) == 4401
+        assert "token expired" in caplog.text
+
+
+async def test_the_issuer_the_audience_and_the_required_claims_are_checked(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    good = claims(clock)
+    without = {name: {k: v for k, v in good.items() if k != name} for name in ("exp", "aud", "iss", "sub")}
+    cases = {
+        "wrong issuer": {**good, "iss": "https://evil.example"},
+        "wrong audience": {**good, "aud": "another-api"},
+        "claim exp is missing": without["exp"],
+        "claim aud is missing": without["aud"],
+        "claim iss is missing": without["iss"],
+        "claim sub must be a string of 1 to 256 characters": without["sub"],
+    }
+    async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
+        for reason, body in cases.items():
+            assert (await who(addr, RSA_1.sign(body))).status_code == 401, reason
+            assert reason in caplog.text
+        several = RSA_1.sign({**good, "aud": ["another-api", AUDIENCE]})
+        assert (await who(addr, several)).status_code == 200
+
+
+async def test_claims_map_to_the_principal_and_claims_authorize_honours_them(
+    data_dir: Path, idp: IdentityProvider
+) -> None:
+    clock = FakeClock()
+    body = claims(clock, tenant="acme", kinds=["whoami"], names=["room-*"], ro=True, admin=True)
+    reader = RSA_1.sign(body)
+    writer = RSA_1.sign(claims(clock, tenant="acme"))
+    async with (
+        serve_in_process(app_for(data_dir, clock, idp.url, leeway=5)) as addr,
+        httpx.AsyncClient() as http,
+    ):
+        rpc = f"http://{addr}/agents/whoami/room-1/rpc"
+        assert (await http.post(f"{rpc}/touch", headers=bearer(writer))).json()["result"] == 1
+        got = await http.post(f"{rpc}/peek", headers=bearer(reader))
+        assert got.json()["result"] == {
+            "id": "alice",
+            "tenant": "acme",
+            "kinds": ["whoami"],
+            "names": ["room-*"],
+            "read_only": True,
+            "admin": False,  # not mapped unless asked for
+            "exp": body["exp"] + 5,
+        }
+        touch = await http.post(f"{rpc}/touch", headers=bearer(reader))
+        assert touch.status_code == 403
+        assert touch.json()["error"]["code"] == "forbidden"
+        async with connect(f"ws://{addr}/agents/whoami/room-1", additional_headers=bearer(reader)) as ws:
+            assert (await ws.recv())["type"] == "welcome"
+            assert (await ws.rpc("touch"))["error"]["code"] == "forbidden"
+            assert (await ws.call("peek"))["tenant"] == "acme"
+        assert await ws_close_code(f"ws://{addr}/agents/counter/room-1", reader) == 4403  # kinds
+        assert await ws_close_code(f"ws://{addr}/agents/whoami/lobby", reader) == 4403  # names
+        assert (await http.post(f"{rpc}/touch", headers=bearer(writer))).json()["result"] == 2
+        other = RSA_1.sign(claims(clock, tenant="globex"))  # another tenant: another actor
+        assert (await http.post(f"{rpc}/touch", headers=bearer(other))).json()["result"] == 1
+
+
+async def test_a_claims_mapping_names_the_claims_of_another_identity_provider(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    mapping = ClaimsMapping(
+        subject="email", tenant="org_id", kinds=None, names=None, read_only=None, admin="op"
+    )
+    body = claims(clock, email="ann@acme.example", org_id="acme", ro=True, op=True, kinds=["counter"])
+    async with serve_in_process(app_for(data_dir, clock, idp.url, claims=mapping)) as addr:
+        got = (await who(addr, RSA_1.sign(body))).json()["result"]
+        assert got["id"] == "ann@acme.example"
+        assert got["tenant"] == "acme"
+        assert (got["read_only"], got["admin"], got["kinds"]) == (False, True, None)
+        bad = {
+            "claim org_id must be a string of 1 to 128 characters without NUL": {**body, "org_id": "a\x00b"},
+            "claim op must be true or false": {**body, "op": "yes"},
+            "claim email must be a string of 1 to 256 characters": {**body, "email": 7},
+        }
+        for reason, payload in bad.items():
+            assert (await who(addr, RSA_1.sign(payload))).status_code == 401
+            assert reason in caplog.text
+
+
+async def test_claims_of_the_wrong_type_are_refused(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    bad: dict[str, dict[str, Any]] = {
+        "claim ro must be true or false": {"ro": "true"},
+        "claim kinds must be a list of strings": {"kinds": "whoami"},
+        "claim names must be a list of strings": {"names": [1]},
+        "claim tenant must be a string of 1 to 128 characters without NUL": {"tenant": ""},
+    }
+    async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
+        for reason, extra in bad.items():
+            assert (await who(addr, RSA_1.sign(claims(clock, **extra)))).status_code == 401
+            assert reason in caplog.text
+
+
+async def test_malformed_tokens_are_a_401_or_4401_never_a_500_from_every_place_a_token_comes_from(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    good = RSA_1.sign(claims(clock))
+    head, payload, signature = good.split(".")
+    tampered_body = b64(json.dumps(claims(clock, sub="mallory")).encode())
+    garbage = [
+        "abc",
+        "a.b.c",
+        "é.x.y",
+        "x" * 20_000,
+        f"{head}.{tampered_body}.{signature}",
+        f"{b64(b'not json')}.{payload}.{signature}",
+        handmade({"alg": "RS256", "kid": 7}, claims(clock)),
+        handmade({"alg": ["RS256"], "kid": "rsa-1"}, claims(clock)),
+        f"{head}.{payload}.{signature[:-4]}",
+    ]
+    async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
+        async with httpx.AsyncClient() as http:
+            for token in garbage:
+                # as UTF-8 bytes: é as a client may send it
+                header = {b"Authorization": f"Bearer {token}".encode()}
+                got = await http.post(f"http://{addr}/agents/whoami/w1/rpc/who", headers=header)
+                assert got.status_code == 401, token[:40]
+        for token in garbage[:2] + garbage[4:]:
+            async with connect(
+                f"ws://{addr}/agents/whoami/w1", subprotocols=["roost", f"roost.token.{token}"]
+            ) as ws:
+                assert (await ws.recv())["code"] == "unauthenticated"
+                assert await ws.close_code() == 4401
+        async with connect(f"ws://{addr}/agents/whoami/w1?token={garbage[4]}") as ws:
+            assert await ws.close_code() == 4401
+        assert "bad signature (token from subprotocol)" in caplog.text
+        assert "bad signature (token from query)" in caplog.text
+        assert "malformed token" in caplog.text
+        assert (await who(addr, good)).status_code == 200
+
+
+async def test_a_jwks_file_is_read_and_its_keys_rotate_by_kid(data_dir: Path, tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [RSA_1.jwk()]}))
+    async with serve_in_process(app_for(data_dir, clock, path)) as addr:
+        assert (await who(addr, RSA_1.sign(claims(clock)))).status_code == 200
+        path.write_text(json.dumps({"keys": [RSA_1.jwk(), ED_1.jwk()]}))
+        clock.advance(10)
+        assert (await who(addr, ED_1.sign(claims(clock)))).status_code == 200
+
+
+async def test_a_missing_or_broken_jwks_file_is_a_401_with_a_logged_reason(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    path = tmp_path / "jwks.json"
+    token = RSA_1.sign(claims(clock))
+    async with serve_in_process(app_for(data_dir, clock, path)) as addr:
+        assert (await who(addr, token)).status_code == 401
+        assert "JWKS unavailable: cannot read the JWKS file (No such file or directory)" in caplog.text
+        for text, reason in (
+            ("{", "the JWKS is not JSON"),
+            ('{"keys": {}}', "the JWKS has no list of keys"),
+            (json.dumps({"keys": [{"kty": "oct", "k": b64(b"s" * 32), "kid": "rsa-1"}]}), "no usable key"),
+        ):
+            path.write_text(text)
+            clock.advance(10)
+            assert (await who(addr, token)).status_code == 401
+            assert reason in caplog.text
+
+
+async def test_hmac_tokens_and_jwts_are_accepted_side_by_side_with_a_signer(
+    data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    caplog.set_level(logging.WARNING, "roost.security")
+    async with serve_in_process(app_for(data_dir, clock, idp.url, signer=signer)) as addr:
+        assert (await who(addr, RSA_1.sign(claims(clock)))).json()["result"]["id"] == "alice"
+        operator = signer.issue("op", ttl=60, admin=True, now=clock.now())
+        assert (await who(addr, operator)).json()["result"]["admin"] is True
+        forged = TokenSigner("z" * 40).issue("op", ttl=60, admin=True, now=clock.now())
+        assert (await who(addr, forged)).status_code == 401
+        assert "bad signature" in caplog.text
+        assert idp.hits == 1  # roost1 tokens never reach the JWKS
+
+
+def test_importing_roost_does_not_import_pyjwt_and_jwt_auth_without_it_says_how_to_install_it() -> None:
+    script = (
+        "import sys\n"
+        "import roost, roost.transport.security, roost.transport.app\n"
+        "assert 'jwt' not in sys.modules, 'PyJWT imported'\n"
+        "sys.modules['jwt'] = None  # as if it were not installed\n"
+        "try:\n"
+        "    roost.transport.security.jwt_authenticate('jwks.json', issuer='i', audience='a')\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "JWT authentication needs PyJWT with cryptography: pip install 'roost[jwt]'\n"
+
+
+@pytest.mark.slow
+async def test_roost_serve_takes_a_jwks_an_issuer_and_an_audience_beside_roost_secret(tmp_path: Path) -> None:
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [EC_1.jwk()]}))
+    args = [
+        "--jwks",
+        str(jwks),
+        "--jwt-issuer",
+        ISSUER,
+        "--jwt-audience",
+        AUDIENCE,
+        "--jwt-claim",
+        "tenant=org",
+    ]
+    server = ServerProcess(tmp_path / "data", *args, env={"ROOST_SECRET": SECRET}).start()
+    now = int(time.time())
+    token = EC_1.sign({"iss": ISSUER, "aud": AUDIENCE, "sub": "ann", "org": "acme", "exp": now + 600})
+    wrong = EC_1.sign({"iss": ISSUER, "aud": "other", "sub": "ann", "exp": now + 600})
+    try:
+        base = f"{server.http}/agents/counter/c1/rpc/increment"
+        async with httpx.AsyncClient() as http:
+            assert (await http.post(base, headers=bearer(token))).json()["result"] == 1
+            # roost token's tokens too (an operator's); no tenant, so another counter than acme's
+            operator = signer.issue("op", ttl=60)
+            assert (await http.post(base, headers=bearer(operator))).json()["result"] == 1
+            assert (await http.post(base, headers=bearer(wrong))).status_code == 401
+        async with connect(f"{server.ws}/agents/counter/c1", additional_headers=bearer(wrong)) as ws:
+            assert await ws.close_code() == 4401
+        # bounded: the log line is written by the server process
+        await until(lambda: any("wrong audience" in line for line in server.log), timeout=5, interval=0.05)
+    finally:
+        server.kill()
+    assert not any(token in line or wrong in line for line in server.log)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jwks", "jwks.json"], "--jwks needs --jwt-issuer and --jwt-audience"),
+        (["--jwt-issuer", ISSUER], "--jwt-issuer, --jwt-audience, --jwt-algorithm"),
+        (
+            ["--jwks", "missing.json", "--jwt-issuer", "i", "--jwt-audience", "a"],
+            "--jwks missing.json: no such file",
+        ),
+        (
+            ["--jwks", "https://idp/jwks", "--jwt-issuer", "i", "--jwt-audience", "a", "--jwt-claim", "sub"],
+            "--jwt-claim sub: expected FIELD=CLAIM",
+        ),
+        (
+            [
+                "--jwks",
+                "https://idp/jwks",
+                "--jwt-issuer",
+                "i",
+                "--jwt-audience",
+                "a",
+                "--jwt-algorithm",
+                "HS256",
+            ],
+            "JWT algorithms must be some of",
+        ),
+    ],
+)
+def test_roost_serve_refuses_incomplete_jwt_settings_with_a_usage_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [EC_1.jwk()]}))
+    out = subprocess.run(
+        [sys.executable, "-m", "roost.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr, out.stderr
