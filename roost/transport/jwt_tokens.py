@@ -256,10 +256,12 @@ class JwtVerifier:
         """The key ``kid`` names, fetching the JWKS if the cache is old or lacks it (rate-limited)."""
         if kid not in self._keys or not self._fresh():
             tried = self._tried_at
-            if tried is None or self._clock() - tried >= self.refetch_interval:
+            if self._lock.locked():  # a fetch is under way: wait for it, its keys may hold this kid
                 async with self._lock:
-                    if self._tried_at == tried:  # nobody fetched while this one waited
-                        await self._refresh()
+                    pass
+            elif tried is None or self._clock() - tried >= self.refetch_interval:
+                async with self._lock:  # taken at once (no await since locked() said no)
+                    await self._refresh()
         key = self._keys.get(kid)
         failing = f" (the last fetch of the JWKS failed: {self._failure})" if self._failure else ""
         if self._fetched_at is None:
