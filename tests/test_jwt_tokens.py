@@ -322,6 +322,30 @@ async def test_expired_and_not_yet_valid_tokens_are_refused_on_the_injected_cloc
         assert "token expired" in caplog.text
 
 
+async def test_an_open_connection_renews_with_a_new_jwt_in_an_auth_frame(
+    data_dir: Path, idp: IdentityProvider
+) -> None:
+    clock = FakeClock()
+    first = RSA_1.sign(claims(clock.now(), ttl=10))
+    async with (
+        serve_in_process(app_for(data_dir, clock, idp.url, leeway=0)) as addr,
+        connect(f"ws://{addr}/agents/whoami/w1", additional_headers=bearer(first)) as ws,
+    ):
+        assert (await ws.recv())["type"] == "welcome"
+        clock.advance(5)
+        second = EC_1.sign(claims(clock.now(), ttl=60))  # another key of the same provider
+        exp = int(clock.now()) + 60
+        await ws.send({"type": "auth", "token": second, "id": "r1"})
+        ack = await ws.wait_for(lambda f: f.get("type") == "auth_result")
+        assert ack == {"type": "auth_result", "id": "r1", "ok": True, "exp": exp}
+        clock.advance(10)  # past the first token's exp
+        assert (await ws.call("who"))["id"] == "alice"
+        await ws.send({"type": "auth", "token": GHOST.sign(claims(clock.now())), "id": "r2"})
+        refused = await ws.wait_for(lambda f: f.get("type") == "auth_result" and f.get("id") == "r2")
+        assert refused["ok"] is False
+        assert (await ws.call("who"))["exp"] == exp  # the second token's principal goes on
+
+
 async def test_the_issuer_the_audience_and_the_required_claims_are_checked(
     data_dir: Path, idp: IdentityProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
