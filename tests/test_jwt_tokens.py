@@ -200,6 +200,21 @@ async def test_concurrent_tokens_that_need_the_jwks_share_one_fetch(idp: Identit
     assert idp.hits == 1
 
 
+async def test_a_caller_that_goes_away_during_the_fetch_leaves_it_to_the_others(
+    idp: IdentityProvider,
+) -> None:
+    clock = FakeClock()
+    verifier = JwtVerifier(idp.url, issuer=ISSUER, audience=AUDIENCE, clock=clock.now)
+    idp.gate = asyncio.Event()
+    first = asyncio.create_task(verifier.verify(RSA_1.sign(claims(clock.now(), sub="gone"))))
+    await until(lambda: idp.hits == 1)
+    first.cancel()  # its client hung up while the JWKS was on its way
+    idp.gate.set()
+    assert (await verifier.verify(RSA_1.sign(claims(clock.now())))).id == "alice"
+    assert idp.hits == 1
+    assert first.cancelled()
+
+
 async def test_a_new_key_is_picked_up_by_its_kid_and_a_removed_keys_tokens_are_refused(
     data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

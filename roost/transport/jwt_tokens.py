@@ -46,6 +46,7 @@ PyJWT is imported when a verifier is made, not with this module: ``pip install '
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,8 @@ DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 MAX_JWT_CHARS = 16_384
 MAX_JWKS_BYTES = 1 << 20
 _SHOWN = 64  # at most this much of a kid or an alg reaches a log line
+
+log = logging.getLogger("roost.security")
 
 
 class JwtError(TokenError):
@@ -165,7 +168,7 @@ class JwtVerifier:
         self._fetched_at: float | None = None  # the last fetch that gave keys
         self._tried_at: float | None = None  # the last fetch, failed or not
         self._failure: str | None = None  # why the last fetch failed (None: it did not)
-        self._lock = asyncio.Lock()
+        self._fetch: asyncio.Future[None] | None = None  # the fetch under way, shared by all who need it
 
     async def verify(self, token: str) -> Principal:
         """The principal a JWT stands for. Raises :class:`JwtError` (the reason in its message) and
@@ -256,12 +259,11 @@ class JwtVerifier:
         """The key ``kid`` names, fetching the JWKS if the cache is old or lacks it (rate-limited)."""
         if kid not in self._keys or not self._fresh():
             tried = self._tried_at
-            if self._lock.locked():  # a fetch is under way: wait for it, its keys may hold this kid
-                async with self._lock:
-                    pass
-            elif tried is None or self._clock() - tried >= self.refetch_interval:
-                async with self._lock:  # taken at once (no await since locked() said no)
-                    await self._refresh()
+            if self._fetch is None and (tried is None or self._clock() - tried >= self.refetch_interval):
+                self._fetch = asyncio.ensure_future(self._refresh())
+                self._fetch.add_done_callback(self._fetched)
+            if self._fetch is not None:  # this one's or one under way: its keys may hold this kid
+                await asyncio.shield(self._fetch)  # a caller that goes away leaves it to the others
         key = self._keys.get(kid)
         failing = f" (the last fetch of the JWKS failed: {self._failure})" if self._failure else ""
         if self._fetched_at is None:
@@ -275,13 +277,21 @@ class JwtVerifier:
     def _fresh(self) -> bool:
         return self._fetched_at is not None and self._clock() - self._fetched_at < self.cache_ttl
 
+    def _fetched(self, fetch: asyncio.Future[None]) -> None:
+        self._fetch = None
+
     async def _refresh(self) -> None:
+        """Fetch the JWKS; a failure is kept in ``_failure`` (never raised: its waiters get a refusal)."""
         self._tried_at = self._clock()
         try:
             raw = await (self._download() if self.url else asyncio.to_thread(self._read_file))
             keys = self._parse(raw)
         except JwtError as exc:
             self._failure = str(exc)
+            return
+        except Exception as exc:  # a refusal, never a 500: logged with its traceback
+            log.exception("fetching the JWKS failed")
+            self._failure = f"unexpected error ({type(exc).__name__})"
             return
         self._keys, self._fetched_at, self._failure = keys, self._clock(), None
 

@@ -156,17 +156,23 @@ def jwt_authenticate(
     claims: ClaimsMapping | None = None,
     clock: Callable[[], float] | None = None,
     signer: TokenSigner | None = None,
-    **cache: float,
+    cache_ttl: float = 300.0,
+    refetch_interval: float = 10.0,
+    max_stale: float = 3600.0,
+    fetch_timeout: float = 5.0,
 ) -> Callable[[HTTPConnection], Awaitable[Principal | None]]:
     """An async ``authenticate`` hook accepting the JWTs of an identity provider: signed by a key of
     ``jwks`` (a file or an ``http(s)://`` URL), from ``issuer``, for ``audience``, on ``algorithms``
     (asymmetric only), ``exp`` and ``nbf`` checked on ``clock`` with ``leeway`` seconds of skew; the
-    principal as ``claims`` maps it (:class:`~roost.transport.jwt_tokens.ClaimsMapping`).
-    ``cache`` takes :class:`~roost.transport.jwt_tokens.JwtVerifier`'s ``cache_ttl``,
-    ``refetch_interval``, ``max_stale`` and ``fetch_timeout``. With ``signer``, a ``roost1.`` token is
-    verified by it instead (``roost token``'s, e.g. an operator's admin token). A refusal (a bad token,
-    or a JWKS that cannot be fetched) is ``None`` with its reason logged, never the token, never an
-    exception. Raises :class:`RuntimeError` at once if PyJWT is not installed."""
+    principal as ``claims`` maps it (:class:`~roost.transport.jwt_tokens.ClaimsMapping`). The JWKS is
+    kept ``cache_ttl`` seconds, fetched again for an unknown ``kid`` at most once per
+    ``refetch_interval``, its keys used ``max_stale`` seconds past their time while it cannot be
+    fetched, each fetch given ``fetch_timeout`` seconds (:class:`~roost.transport.jwt_tokens.JwtVerifier`).
+    With ``signer``, a ``roost1.`` token is verified by it instead (``roost token``'s, e.g. an
+    operator's admin token). A refusal (a bad token, or a JWKS that cannot be fetched) is ``None`` with
+    its reason logged, never the token, never an exception. Raises :class:`RuntimeError` at once if
+    PyJWT is not installed, :class:`ValueError` for a symmetric algorithm or a missing issuer or
+    audience."""
     verifier = JwtVerifier(
         jwks,
         issuer=issuer,
@@ -175,7 +181,10 @@ def jwt_authenticate(
         leeway=leeway,
         claims=claims,
         clock=clock,
-        **cache,
+        cache_ttl=cache_ttl,
+        refetch_interval=refetch_interval,
+        max_stale=max_stale,
+        fetch_timeout=fetch_timeout,
     )
 
     async def authenticate(conn: HTTPConnection) -> Principal | None:
