@@ -17,11 +17,12 @@ Rules (``docs/security.md``, *Tokens from an identity provider*):
   ``nbf`` honoured, both with ``leeway`` seconds of clock skew, on the injected ``clock``.
 - **Keys**: fetched when first needed, kept ``cache_ttl`` seconds, fetched again at once when a token
   names a ``kid`` the cache lacks (rotation) — but at most once per ``refetch_interval`` seconds, so
-  a flood of made-up ``kid``\\ s costs the identity provider one request per interval; concurrent
-  needs share one fetch. A fetch never blocks the event loop: a URL is read with ``httpx``'s async
-  client (``fetch_timeout`` seconds, at most :data:`MAX_JWKS_BYTES`, no redirects), a file in a
-  thread. When a fetch fails, the keys last fetched are still used for ``max_stale`` seconds past
-  their ``cache_ttl``; with none, every token is refused (``JWKS unavailable: …``).
+  a flood of made-up ``kid`` values costs the identity provider one request per interval;
+  concurrent needs share one fetch, which a caller that goes away does not cancel. A fetch never
+  blocks the event loop: a URL is read with ``httpx``'s async client (``fetch_timeout`` seconds, at
+  most :data:`MAX_JWKS_BYTES`, no redirects), a file in a thread. When a fetch fails, the keys last
+  fetched are still used for ``max_stale`` seconds past their ``cache_ttl``; with none, every token
+  is refused (``JWKS unavailable: …``).
 - **Refusals** raise :class:`JwtError` (a :class:`~roost.transport.tokens.TokenError`) and nothing
   else, whatever the string holds; its message names the reason, never the token.
 
