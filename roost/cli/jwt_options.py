@@ -38,10 +38,17 @@ _TUNING = ("jwt_issuer", "jwt_audience", "jwt_algorithm", "jwt_leeway", "jwt_cla
 
 def add_jwt_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tokens from an identity provider (JWTs)")
-    group.add_argument("--jwks", help="the identity provider's keys: a JWKS file or an http(s):// URL")
-    group.add_argument("--jwt-issuer", help="the iss every JWT must carry (required with --jwks)")
     group.add_argument(
-        "--jwt-audience", action="append", help="an aud a JWT may carry (repeat; required with --jwks)"
+        "--jwks",
+        help="the identity provider's keys: a JWKS file or an http(s):// URL (default: none, no JWTs)",
+    )
+    group.add_argument(
+        "--jwt-issuer", help="the iss every JWT must carry (default: none; required with --jwks)"
+    )
+    group.add_argument(
+        "--jwt-audience",
+        action="append",
+        help="an aud a JWT may carry (repeat; default: none; required with --jwks)",
     )
     group.add_argument(
         "--jwt-algorithm", action="append", help="an allowed algorithm (repeat; default: RS256, ES256, EdDSA)"
@@ -55,7 +62,8 @@ def add_jwt_options(parser: argparse.ArgumentParser) -> None:
         "--jwt-claim",
         action="append",
         metavar="FIELD=CLAIM",
-        help="the claim giving subject, tenant, kinds, names, read_only or admin (repeat; FIELD=: off)",
+        help="the claim giving subject, tenant, kinds, names, read_only or admin (repeat; FIELD=: off; "
+        "default: sub, tenant, kinds, names, ro, off)",
     )
 
 
