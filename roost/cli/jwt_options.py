@@ -56,7 +56,7 @@ def add_jwt_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--jwt-leeway",
         type=non_negative_float,
-        help="seconds of clock skew allowed on exp and nbf (default: 30)",
+        help="seconds of clock skew allowed on exp and nbf (0: none; default: 30)",
     )
     group.add_argument(
         "--jwt-claim",
