@@ -61,11 +61,12 @@ ASSISTANT = python_block("# assistant.py")
 ASK = python_block("# ask.py")
 MCP_CLIENT = python_block("# mcp_client.py")
 SESSIONS = python_block("# sessions.py")
+IDP_TOKENS = python_block("# idp_tokens.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 10, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 11, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -249,6 +250,26 @@ def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> N
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout == "ok\n"
+
+
+def test_the_identity_provider_block_runs_as_a_script_and_prints_what_the_readme_says(tmp_path: Path) -> None:
+    (tmp_path / "idp_tokens.py").write_text(IDP_TOKENS)
+    out = subprocess.run(
+        [sys.executable, "idp_tokens.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == printed_in("## Tokens from your identity provider"), out.stdout
+    section = README.split("## Tokens from your identity provider", 1)[1]
+    extra = re.search(r"`\.venv/bin/pip install -e '\.\[(\w+)\]'`", section)
+    assert extra is not None
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("PyJWT[crypto]") for dep in extras[extra.group(1)])
 
 
 def test_the_fastapi_section_says_how_to_install_fastapi_with_an_extra_that_does() -> None:

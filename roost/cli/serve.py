@@ -1,7 +1,8 @@
 """``roost serve``: an app made by ``create_app`` on uvicorn, configured as measured in ``bench/``.
 
 uvloop, httptools, the sans-I/O websockets implementation, per-message deflate off; access settings
-from the command line and ``$ROOST_SECRET`` (``docs/security.md``).
+from the command line (``--jwks`` and the JWT options: :mod:`roost.cli.jwt_options`) and
+``$ROOST_SECRET`` (``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roost.cli.errors import CommandFailed, UsageError
+from roost.cli.jwt_options import add_jwt_options, jwt_hook
 from roost.cli.limits import MAX_HANDSHAKE_LINE
 from roost.cli.options import (
     add_data_option,
@@ -116,7 +118,12 @@ def _secure(app: RoostApp, args: argparse.Namespace, found: DescriptorBudget | N
         creation_burst=args.creation_burst,
     )
     signer = signer_from_env()
-    if signer is not None and app.authenticate is allow_all:  # an app with its own hooks keeps them
+    jwts = jwt_hook(args, signer)  # --jwks: JWTs, and roost1 tokens too if ROOST_SECRET is set
+    if jwts is not None and app.authenticate is not allow_all:
+        raise UsageError("--jwks: the app has its own authenticate hook")
+    if jwts is not None:
+        app.secure(authenticate=jwts, authorize=claims_authorize)
+    elif signer is not None and app.authenticate is allow_all:  # an app with its own hooks keeps them
         app.secure(authenticate=token_authenticate(signer), authorize=claims_authorize)
     app.secure(origins=args.origin or None, limits=limits)
 
@@ -367,4 +374,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=20.0,
         help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
     )
+    add_jwt_options(serve)
     serve.set_defaults(func=_serve)

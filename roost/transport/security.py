@@ -6,6 +6,9 @@
   Expired, forged or malformed tokens are refused; the log names the reason, never the token. A token
   sent on an open connection (an ``auth`` frame) reaches the hook as ``scope["roost.token"]``, alone
   (:meth:`roost.transport.access.Access.renew`); the log says it came from the ``auth frame``.
+- :func:`jwt_authenticate` is an async ``authenticate`` hook for an identity provider's JWTs
+  (:mod:`roost.transport.jwt_tokens`), taken from the same places and refused and logged the same way;
+  with ``signer=`` it also accepts ``roost1.`` tokens.
 - ``authorize(principal, kind, name, action) -> bool`` is checked on connect (``"connect"``), on every
   call (``"call:<method>"``), every message (``"message"``) and every HTTP request (``"read"`` for GET,
   ``"call:<method>"`` for POST). :func:`claims_authorize`, the default with tokens, allows the kinds
@@ -23,7 +26,8 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -31,7 +35,8 @@ from starlette.requests import HTTPConnection
 
 from roost.actors import Principal
 from roost.protocol.redaction import TokenFilter, redact_tokens
-from roost.transport.tokens import TokenError, TokenSigner
+from roost.transport.jwt_tokens import DEFAULT_ALGORITHMS, ClaimsMapping, JwtVerifier
+from roost.transport.tokens import PREFIX, TokenError, TokenSigner
 
 __all__ = [
     "SUBPROTOCOL",
@@ -40,6 +45,7 @@ __all__ = [
     "check_client_name",
     "claims_authorize",
     "hide_token",
+    "jwt_authenticate",
     "offered_subprotocols",
     "origin_allowed",
     "redact_logs",
@@ -134,6 +140,64 @@ def token_authenticate(
         try:
             return signer.verify(token, now=clock() if clock else None)
         except TokenError as exc:  # the token itself is never logged
+            log.warning("refused %s from %s: %s (token from %s)", conn.url.path, client, exc, source)
+            return None
+
+    return authenticate
+
+
+def jwt_authenticate(
+    jwks: str | Path,
+    *,
+    issuer: str,
+    audience: str | Sequence[str],
+    algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
+    leeway: float = 30.0,
+    claims: ClaimsMapping | None = None,
+    clock: Callable[[], float] | None = None,
+    signer: TokenSigner | None = None,
+    cache_ttl: float = 300.0,
+    refetch_interval: float = 10.0,
+    max_stale: float = 3600.0,
+    fetch_timeout: float = 5.0,
+) -> Callable[[HTTPConnection], Awaitable[Principal | None]]:
+    """An async ``authenticate`` hook accepting the JWTs of an identity provider: signed by a key of
+    ``jwks`` (a file or an ``http(s)://`` URL), from ``issuer``, for ``audience``, on ``algorithms``
+    (asymmetric only), ``exp`` and ``nbf`` checked on ``clock`` with ``leeway`` seconds of skew; the
+    principal as ``claims`` maps it (:class:`~roost.transport.jwt_tokens.ClaimsMapping`). The JWKS is
+    kept ``cache_ttl`` seconds, fetched again for an unknown ``kid`` at most once per
+    ``refetch_interval``, its keys used ``max_stale`` seconds past their time while it cannot be
+    fetched, each fetch given ``fetch_timeout`` seconds (:class:`~roost.transport.jwt_tokens.JwtVerifier`).
+    With ``signer``, a ``roost1.`` token is verified by it instead (``roost token``'s, e.g. an
+    operator's admin token). A refusal (a bad token, or a JWKS that cannot be fetched) is ``None`` with
+    its reason logged, never the token, never an exception. Raises :class:`RuntimeError` at once if
+    PyJWT is not installed, :class:`ValueError` for a symmetric algorithm or a missing issuer or
+    audience."""
+    verifier = JwtVerifier(
+        jwks,
+        issuer=issuer,
+        audience=audience,
+        algorithms=algorithms,
+        leeway=leeway,
+        claims=claims,
+        clock=clock,
+        cache_ttl=cache_ttl,
+        refetch_interval=refetch_interval,
+        max_stale=max_stale,
+        fetch_timeout=fetch_timeout,
+    )
+
+    async def authenticate(conn: HTTPConnection) -> Principal | None:
+        token, source = _token_of(conn)
+        client = conn.client.host if conn.client else "?"
+        if token is None:
+            log.warning("refused %s from %s: no token", conn.url.path, client)
+            return None
+        try:
+            if signer is not None and token.startswith(f"{PREFIX}."):
+                return signer.verify(token, now=clock() if clock else None)
+            return await verifier.verify(token)
+        except TokenError as exc:  # JwtError included; the token itself is never logged
             log.warning("refused %s from %s: %s (token from %s)", conn.url.path, client, exc, source)
             return None
 
