@@ -75,6 +75,20 @@ def test_the_log_filter_blanks_a_percent_encoded_token(line: str) -> None:
     assert "[redacted]" in text
 
 
+def test_the_log_filter_blanks_an_identity_providers_jwt() -> None:
+    """A JWT quoted anywhere in a log line (not only in ``?token=``) is blanked whole."""
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbm4ifQ.c2lnbmF0dXJlLXBhcnQ"
+    for line in (f"refused: {jwt} was bad", f"Authorization: Bearer {jwt}", "x=" + jwt.replace(".", "%2E")):
+        record = logging.LogRecord("roost", logging.INFO, __file__, 1, line, None, None)
+        RedactTokens().filter(record)
+        text = record.getMessage()
+        assert "c2lnbmF0dXJl" not in text, text
+        assert "eyJzdWIi" not in text, text
+    plain = logging.LogRecord("roost", logging.INFO, __file__, 1, "eyJ alone is no token", None, None)
+    RedactTokens().filter(plain)
+    assert plain.getMessage() == "eyJ alone is no token"
+
+
 @pytest.mark.slow
 async def test_no_encoding_of_the_token_parameter_reaches_the_log_and_each_is_accepted(
     data_dir: Path,
