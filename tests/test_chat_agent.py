@@ -294,6 +294,8 @@ async def test_a_denied_approval_ends_the_answer_and_the_next_message_is_answere
         await drive(kit, lambda: types(c).count("turn_completed") == 1, step=0.01)
         by_id = {m["message_id"]: m for m in await history(c)}
         assert by_id[first["message_id"]]["status"] == "failed"
+        assert by_id[first["message_id"]]["content"].startswith("failed: ")  # why, not an empty answer
+        assert "denied" in by_id[first["message_id"]]["content"]
         assert by_id[second["message_id"]]["status"] == "completed"
 
 
