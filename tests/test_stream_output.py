@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import random
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +22,18 @@ from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
 from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import redact_text
-from roost.agent.stream_buffer import MAX_BATCH, MAX_HELD, StreamBuffer, safe_cut
+from roost.agent.stream_buffer import (
+    _OPEN_QUOTE,
+    _PEM_END,
+    _TOKEN_CHARS,
+    _WAITING,
+    MAX_BATCH,
+    MAX_HELD,
+    MAX_PEM,
+    StreamBuffer,
+    _open_pem,
+    safe_cut,
+)
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events, reassemble
@@ -107,6 +120,40 @@ def test_safe_cut_holds_back_what_may_be_the_start_of_a_credential() -> None:
     assert safe_cut('password="two words ') == 0
     assert safe_cut("ok\n-----BEGIN RSA PRIVATE KEY-----\nMIIE abc ") == len("ok\n")
     assert safe_cut("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY----- done ") > 40
+
+
+def whole_text_cut(text: str) -> int:
+    """:func:`safe_cut` as a search of the whole text for every pattern spells it (the reference)."""
+    pem = _open_pem(text)
+    if pem is not None and len(text) - pem[0] <= MAX_PEM:
+        text = text[: pem[0]]
+    floor = max((m.end() for m in _PEM_END.finditer(text)), default=0)
+    cut = len(text)
+    while cut > floor and text[cut - 1] in _TOKEN_CHARS:
+        cut -= 1
+    head = text[:cut]
+    for pattern in (_OPEN_QUOTE, _WAITING):
+        m = pattern.search(head)
+        if m is not None:
+            return m.start()
+    return cut
+
+
+def test_where_a_batch_may_end_is_found_from_its_tail() -> None:
+    pieces = ["password", "PassWd", "pwd", "secret", "token", "api_key", "api-key", "access_key"]
+    pieces += ["client_secret", "client-secret", "Bearer", "basic", "\u212a", "=", ":", " ", "\n", "\t"]
+    pieces += ["\u3000", '"', "'", "x", "-", "-----BEGIN", "-----BEGIN RSA PRIVATE KEY-----", "B"]
+    pieces += ["-----END RSA PRIVATE KEY-----", ".", ",", "é", "你", "_", "sk-abc"]
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert safe_cut(text) == whole_text_cut(text), text
+    # a keyword then a long run of whitespace: a search of the whole text backtracks quadratically
+    # (seconds for this one); read from the tail it is a few characters
+    spaced = "password" + " " * 50_000 + "!"
+    started = time.perf_counter()
+    assert safe_cut(spaced) == len(spaced)
+    assert time.perf_counter() - started < 1.0
 
 
 async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
