@@ -180,6 +180,26 @@ async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     assert "".join(sent) == "one two three four fi"
 
 
+async def test_a_delta_costs_no_coroutine_push_says_when_its_batch_is_due() -> None:
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=3, interval=10, sleep=FakeClock().sleep)
+    assert buf.push("one ") is False
+    assert buf.push("") is False  # nothing to send
+    assert buf.push("two ") is False
+    assert sent == []  # push never sends: it only says when
+    assert buf.push("three ") is True  # by count
+    await buf.send()
+    assert sent == ["one two three "]
+    assert buf.push("x" * MAX_BATCH) is True  # by size
+    await buf.send()
+    await buf.close()
+    assert "".join(sent) == "one two three " + "x" * MAX_BATCH
+
+
 async def flushed(deltas: list[str], *, count: int = 1) -> list[str]:
     """The batches a buffer sends for ``deltas``, each redacted as the turn redacts it."""
     out: list[str] = []

@@ -189,15 +189,29 @@ class StreamBuffer:
 
     async def add(self, text: str) -> None:
         """One delta. May wait for a batch to be committed (the stream waits with it: back-pressure)."""
-        self._raise()
+        if self.push(text):
+            await self.send()
+
+    def push(self, text: str) -> bool:
+        """One delta, without waiting: True when its batch is due now by count or size (the caller
+        then awaits :meth:`send`), False when it waits for more deltas or for its timer. A delta
+        costs no coroutine of its own: :meth:`add` is ``push`` and, when due, ``send``."""
+        if self._error is not None:
+            raise self._error
         if not text:
-            return
-        self._pending.append(text)
+            return False
+        pending = self._pending
+        pending.append(text)
         self._chars += len(text)
-        if len(self._pending) >= self._count or self._chars >= MAX_BATCH:
-            await self._send(final=False)
-        elif self._timer is None:
+        if len(pending) >= self._count or self._chars >= MAX_BATCH:
+            return True
+        if self._timer is None:
             self._timer = asyncio.get_running_loop().create_task(self._later(), name="roost.stream.batch")
+        return False
+
+    async def send(self) -> None:
+        """Send the batch that :meth:`push` said is due (what may cut a credential stays held)."""
+        await self._send(final=False)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -278,21 +292,25 @@ async def stream_step(
     )
     step: ModelStep | None = None
     chars = 0
+    limit = cfg.max_stream_chars
+    push = buffer.push
     try:
         async with asyncio.timeout(cfg.model_stream_timeout):
             async for chunk in model.stream(request):
-                if isinstance(chunk, StreamEnd):
+                # the common chunk first (no isinstance chain), and no coroutine per delta
+                if type(chunk) is TextDelta or isinstance(chunk, TextDelta):
+                    text = chunk.text
+                    chars += len(text)
+                    if chars > limit:
+                        raise ModelError(f"the model's answer passed {limit} characters", retryable=False)
+                    if push(text):
+                        await buffer.send()
+                elif isinstance(chunk, StreamEnd):
                     step = chunk.step
-                    continue
-                text = chunk.text if isinstance(chunk, TextDelta) else chunk.arguments
-                chars += len(text)
-                if chars > cfg.max_stream_chars:
-                    what = "answer" if isinstance(chunk, TextDelta) else "tool calls"
-                    raise ModelError(
-                        f"the model's {what} passed {cfg.max_stream_chars} characters", retryable=False
-                    )
-                if isinstance(chunk, TextDelta):
-                    await buffer.add(text)
+                else:
+                    chars += len(chunk.arguments)
+                    if chars > limit:
+                        raise ModelError(f"the model's tool calls passed {limit} characters", retryable=False)
             await buffer.close()
     except TimeoutError:
         await buffer.abandon()
