@@ -323,6 +323,26 @@ async def test_streamed_text_reaches_the_log_in_batches_with_contiguous_offsets(
         assert message["text"] == text
 
 
+async def test_a_streamed_batchs_turn_reads_no_whole_row(data_dir: Path) -> None:
+    Scripted.script = [f"word{i} " for i in range(12)]  # three batches of four
+    Scripted.fail_after = None
+    statements: list[str] = []
+
+    async def trace(actor: Agent) -> None:
+        actor.extension.connection().set_trace_callback(statements.append)
+
+    async with ActorKit([ScriptedStreamer], data_dir) as kit:
+        c = kit.connect("scripted", "t")
+        await kit.registry.run("scripted", "t", trace)  # type: ignore[arg-type]
+        await c.call("turn", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+    assert text_of(c) == "".join(Scripted.script)
+    batches = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO roost_agent_stream_chunks")]
+    assert len(batches) == 3
+    # from the first batch's write to the last's: no job, run or message row read whole (SELECT *)
+    assert [s for s in statements[batches[0] : batches[-1]] if s.startswith("SELECT *")] == []
+
+
 async def test_a_reader_that_drops_mid_stream_gets_exactly_the_missed_deltas(data_dir: Path) -> None:
     async with ActorKit([Streamer], data_dir) as kit:
         a = kit.connect("streamer", "s")
