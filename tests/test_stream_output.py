@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import random
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +22,18 @@ from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
 from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import redact_text
-from roost.agent.stream_buffer import MAX_BATCH, MAX_HELD, StreamBuffer, safe_cut
+from roost.agent.stream_buffer import (
+    _OPEN_QUOTE,
+    _PEM_END,
+    _TOKEN_CHARS,
+    _WAITING,
+    MAX_BATCH,
+    MAX_HELD,
+    MAX_PEM,
+    StreamBuffer,
+    _open_pem,
+    safe_cut,
+)
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events, reassemble
@@ -109,6 +122,40 @@ def test_safe_cut_holds_back_what_may_be_the_start_of_a_credential() -> None:
     assert safe_cut("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY----- done ") > 40
 
 
+def whole_text_cut(text: str) -> int:
+    """:func:`safe_cut` as a search of the whole text for every pattern spells it (the reference)."""
+    pem = _open_pem(text)
+    if pem is not None and len(text) - pem[0] <= MAX_PEM:
+        text = text[: pem[0]]
+    floor = max((m.end() for m in _PEM_END.finditer(text)), default=0)
+    cut = len(text)
+    while cut > floor and text[cut - 1] in _TOKEN_CHARS:
+        cut -= 1
+    head = text[:cut]
+    for pattern in (_OPEN_QUOTE, _WAITING):
+        m = pattern.search(head)
+        if m is not None:
+            return m.start()
+    return cut
+
+
+def test_where_a_batch_may_end_is_found_from_its_tail() -> None:
+    pieces = ["password", "PassWd", "pwd", "secret", "token", "api_key", "api-key", "access_key"]
+    pieces += ["client_secret", "client-secret", "Bearer", "basic", "\u212a", "=", ":", " ", "\n", "\t"]
+    pieces += ["\u3000", '"', "'", "x", "-", "-----BEGIN", "-----BEGIN RSA PRIVATE KEY-----", "B"]
+    pieces += ["-----END RSA PRIVATE KEY-----", ".", ",", "é", "你", "_", "sk-abc"]
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert safe_cut(text) == whole_text_cut(text), text
+    # a keyword then a long run of whitespace: a search of the whole text backtracks quadratically
+    # (seconds for this one); read from the tail it is a few characters
+    spaced = "password" + " " * 50_000 + "!"
+    started = time.perf_counter()
+    assert safe_cut(spaced) == len(spaced)
+    assert time.perf_counter() - started < 1.0
+
+
 async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     clock = FakeClock()
     sent: list[str] = []
@@ -131,6 +178,26 @@ async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     await buf.add("fi")
     await buf.close()
     assert "".join(sent) == "one two three four fi"
+
+
+async def test_a_delta_costs_no_coroutine_push_says_when_its_batch_is_due() -> None:
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    buf = StreamBuffer(flush, count=3, interval=10, sleep=FakeClock().sleep)
+    assert buf.push("one ") is False
+    assert buf.push("") is False  # nothing to send
+    assert buf.push("two ") is False
+    assert sent == []  # push never sends: it only says when
+    assert buf.push("three ") is True  # by count
+    await buf.send()
+    assert sent == ["one two three "]
+    assert buf.push("x" * MAX_BATCH) is True  # by size
+    await buf.send()
+    await buf.close()
+    assert "".join(sent) == "one two three " + "x" * MAX_BATCH
 
 
 async def flushed(deltas: list[str], *, count: int = 1) -> list[str]:
@@ -254,6 +321,26 @@ async def test_streamed_text_reaches_the_log_in_batches_with_contiguous_offsets(
         (message,) = card["messages"]
         assert message["status"] == "completed"
         assert message["text"] == text
+
+
+async def test_a_streamed_batchs_turn_reads_no_whole_row(data_dir: Path) -> None:
+    Scripted.script = [f"word{i} " for i in range(12)]  # three batches of four
+    Scripted.fail_after = None
+    statements: list[str] = []
+
+    async def trace(actor: Agent) -> None:
+        actor.extension.connection().set_trace_callback(statements.append)
+
+    async with ActorKit([ScriptedStreamer], data_dir) as kit:
+        c = kit.connect("scripted", "t")
+        await kit.registry.run("scripted", "t", trace)  # type: ignore[arg-type]
+        await c.call("turn", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+    assert text_of(c) == "".join(Scripted.script)
+    batches = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO roost_agent_stream_chunks")]
+    assert len(batches) == 3
+    # from the first batch's write to the last's: no job, run or message row read whole (SELECT *)
+    assert [s for s in statements[batches[0] : batches[-1]] if s.startswith("SELECT *")] == []
 
 
 async def test_a_reader_that_drops_mid_stream_gets_exactly_the_missed_deltas(data_dir: Path) -> None:

@@ -13,6 +13,7 @@ Every method of every part runs inside a turn of the agent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from roost.agent import memory
@@ -53,9 +54,14 @@ class Part:
     def event(self, event_type: str, run: Row, **kw: Any) -> int:
         return self.telemetry.event(event_type, run, **kw)
 
-    def run(self, run_id: Any) -> Row:
-        """The run ``run_id`` (what follows concerns it, and its secrets); AgentNotFound if none."""
-        run = self.store.get("runs", run_id) if isinstance(run_id, str) else None
+    def run(self, run_id: Any, cols: Sequence[str] = ()) -> Row:
+        """The run ``run_id`` (what follows concerns it, and its secrets); AgentNotFound if none.
+        ``cols``: only those columns (the whole row if none are named)."""
+        store = self.store
+        if not isinstance(run_id, str):
+            run = None
+        else:
+            run = store.fields("runs", run_id, cols) if cols else store.get("runs", run_id)
         if run is None:
             raise AgentNotFound(message=f"no run {run_id!r}")
         self.records.concern(run["run_id"])

@@ -26,7 +26,7 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from roost.actors import RetryPolicy
@@ -45,6 +45,11 @@ __all__ = ["JobLifecycle"]
 shown = Records.shown
 
 LEASE_LOST = "lease expired (worker lost)"
+#: The columns of a job's fence (:meth:`JobLifecycle._current`).
+_FENCE = ("status", "attempt", "lease_owner")
+#: What a streamed batch's turn reads of its job besides the fence (a batch every few milliseconds
+#: need not read and decode the whole row).
+_STREAM_JOB = ("job_id", "run_id", "args", "lease_expires_at")
 
 
 class JobLifecycle(Part, WorkerJobs):
@@ -98,9 +103,11 @@ class JobLifecycle(Part, WorkerJobs):
         runner.spawn(agent.kind, agent.name, job["job_id"], attempt)  # it starts by checking this claim
         return {**job, "status": JobStatus.RUNNING, "attempt": attempt, "lease_expires_at": lease}
 
-    def _current(self, job_id: str, attempt: int, worker_id: str) -> Row | None:
-        """The job if ``(attempt, worker_id)`` holds its lease, else None (the fence)."""
-        job = self.store.get("jobs", job_id)
+    def _current(self, job_id: str, attempt: int, worker_id: str, cols: Sequence[str] = ()) -> Row | None:
+        """The job if ``(attempt, worker_id)`` holds its lease, else None (the fence). ``cols``: only
+        those columns besides the fence's (the whole row if none are named)."""
+        store = self.store
+        job = store.fields("jobs", job_id, (*_FENCE, *cols)) if cols else store.get("jobs", job_id)
         if job is None or job["status"] != JobStatus.RUNNING or job["attempt"] != attempt:
             return None
         if job["lease_owner"] != worker_id:
@@ -207,12 +214,12 @@ class JobLifecycle(Part, WorkerJobs):
         lease renewed once half of it has passed (a batch every few milliseconds need not write the
         job's row each time; the heartbeat renews it too); False when the attempt is no longer
         current (the batch is not recorded)."""
-        job = self._current(job_id, attempt, worker_id)
+        job = self._current(job_id, attempt, worker_id, _STREAM_JOB)
         if job is None:
             return False
         if job["lease_expires_at"] - self.now < self.agent.settings().lease_ttl / 2:
             self._renew(job_id)
-        self.orchestrator.streams.append(self.run(job["run_id"]), job, text)
+        self.orchestrator.streams.append(self.run(job["run_id"], self.telemetry.RUN_COLUMNS), job, text)
         return True
 
     async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:

@@ -297,6 +297,14 @@ class Store:
         rows = self.select(table, f"{_KEYS[table]} = ?", (key,))
         return rows[0] if rows else None
 
+    def fields(self, table: str, key: str, cols: Sequence[str]) -> Row | None:
+        """Only ``cols`` of the row ``key`` (decoded as :meth:`get` decodes them), for a path that
+        needs a few columns of a wide row many times (a streamed batch's turn)."""
+        row = self._conn.execute(
+            f"SELECT {', '.join(cols)} FROM roost_agent_{table} WHERE {_KEYS[table]} = ?", (key,)
+        ).fetchone()
+        return None if row is None else _decode(cols, row)
+
     def select(self, table: str, where: str = "1", params: Sequence[Any] = (), order: str = "") -> list[Row]:
         sql = f"SELECT * FROM roost_agent_{table} WHERE {where}"
         if order:
@@ -311,3 +319,8 @@ class Store:
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """The first row of ``sql`` as a tuple (None: no row), e.g. an ``UPDATE … RETURNING``."""
+        row = self._conn.execute(sql, params).fetchone()
+        return None if row is None else tuple(row)

@@ -20,6 +20,9 @@ Guarantees (tests in ``tests/test_stream_output.py``):
 - **Batches keep the stream's order and lose nothing**: flushes run one at a time, in order; the
   concatenation of the flushed texts is the stream's text.
 - **A batch is bounded**: at most :data:`MAX_BATCH` characters, however large the model's deltas.
+- **Where a batch may end is found from its tail**: :func:`safe_cut` reads the end of the text
+  (what may still become a credential is at its end), not the whole batch again for every pattern,
+  so its cost does not grow with the batch, nor quadratically with a long run of whitespace.
 """
 
 from __future__ import annotations
@@ -70,11 +73,60 @@ _PEM_START = re.compile(r"-----BEGIN\b|-{1,5}(?:B(?:E(?:G(?:I(?:N)?)?)?)?)?$")
 _PEM_END = re.compile(r"-----END [A-Z ]*-----")
 
 
+#: The longest keyword of :data:`_WAITING` and :data:`_OPEN_QUOTE` (``client_secret``): a match of
+#: either starts at most this many characters before the end of its keyword.
+_KEYWORD_MAX = 13
+_ASSIGN = "=:"
+
+
+def _space_before(text: str, end: int) -> int:
+    """Where the run of whitespace (``\\s``) that ends at ``end`` starts."""
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+def _keyword_end(text: str, end: int, *, assign: bool) -> int:
+    """Where the keyword of an assignment (``keyword \\s* [=:] \\s*``, the sign optional unless
+    ``assign``) that ends at ``end`` must end; -1 if there is no sign where one is needed. It is the
+    start of the longest such run, so a keyword cannot end before it."""
+    end = _space_before(text, end)
+    if end > 0 and text[end - 1] in _ASSIGN:
+        return _space_before(text, end - 1)
+    return -1 if assign else end
+
+
+def _waiting_at(head: str) -> int | None:
+    """Where :data:`_WAITING` first matches ``head`` (None: nowhere), searched from the end only: it
+    is anchored at the end, after a keyword and at most a sign and whitespace."""
+    m = _WAITING.search(head, max(0, _keyword_end(head, len(head), assign=False) - _KEYWORD_MAX))
+    return m.start() if m is not None else None
+
+
+def _open_quote_at(head: str) -> int | None:
+    """Where :data:`_OPEN_QUOTE` first matches ``head`` (None: nowhere), searched from the end only:
+    its quote is the last of its kind in ``head``, after a keyword, a sign and whitespace."""
+    pos = len(head)
+    for quote in "\"'":
+        at = head.rfind(quote)
+        if at >= 0:
+            end = _keyword_end(head, at, assign=True)
+            if end >= 0:
+                pos = min(pos, end - _KEYWORD_MAX)
+    if pos == len(head):
+        return None  # no quote after a sign: no open quoted value
+    m = _OPEN_QUOTE.search(head, max(0, pos))
+    return m.start() if m is not None else None
+
+
 def _open_pem(text: str, pos: int = 0, end: int | None = None) -> tuple[int, int | None] | None:
     """The first PEM block that starts in ``text[pos:end]`` and is not closed before ``end``: its start
     and where it closes in ``text`` (None: not yet); None if there is no such block."""
     end = len(text) if end is None else end
     while True:
+        pos = text.find("-", pos, end)  # every start of a block is a dash: the search begins there
+        if pos < 0:
+            return None
         m = _PEM_START.search(text, pos, end)
         if m is None:
             return None
@@ -94,12 +146,12 @@ def safe_cut(text: str) -> int:
     while cut > floor and text[cut - 1] in _TOKEN_CHARS:
         cut -= 1  # the token at the end may be unfinished
     head = text[:cut]
-    quoted = _OPEN_QUOTE.search(head)
+    quoted = _open_quote_at(head)
     if quoted is not None:
-        return quoted.start()
-    waiting = _WAITING.search(head)
+        return quoted
+    waiting = _waiting_at(head)
     if waiting is not None:
-        return waiting.start()
+        return waiting
     return cut
 
 
@@ -137,15 +189,29 @@ class StreamBuffer:
 
     async def add(self, text: str) -> None:
         """One delta. May wait for a batch to be committed (the stream waits with it: back-pressure)."""
-        self._raise()
+        if self.push(text):
+            await self.send()
+
+    def push(self, text: str) -> bool:
+        """One delta, without waiting: True when its batch is due now by count or size (the caller
+        then awaits :meth:`send`), False when it waits for more deltas or for its timer. A delta
+        costs no coroutine of its own: :meth:`add` is ``push`` and, when due, ``send``."""
+        if self._error is not None:
+            raise self._error
         if not text:
-            return
-        self._pending.append(text)
+            return False
+        pending = self._pending
+        pending.append(text)
         self._chars += len(text)
-        if len(self._pending) >= self._count or self._chars >= MAX_BATCH:
-            await self._send(final=False)
-        elif self._timer is None:
+        if len(pending) >= self._count or self._chars >= MAX_BATCH:
+            return True
+        if self._timer is None:
             self._timer = asyncio.get_running_loop().create_task(self._later(), name="roost.stream.batch")
+        return False
+
+    async def send(self) -> None:
+        """Send the batch that :meth:`push` said is due (what may cut a credential stays held)."""
+        await self._send(final=False)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -226,21 +292,25 @@ async def stream_step(
     )
     step: ModelStep | None = None
     chars = 0
+    limit = cfg.max_stream_chars
+    push = buffer.push
     try:
         async with asyncio.timeout(cfg.model_stream_timeout):
             async for chunk in model.stream(request):
-                if isinstance(chunk, StreamEnd):
+                # the common chunk first (no isinstance chain), and no coroutine per delta
+                if type(chunk) is TextDelta or isinstance(chunk, TextDelta):
+                    text = chunk.text
+                    chars += len(text)
+                    if chars > limit:
+                        raise ModelError(f"the model's answer passed {limit} characters", retryable=False)
+                    if push(text):
+                        await buffer.send()
+                elif isinstance(chunk, StreamEnd):
                     step = chunk.step
-                    continue
-                text = chunk.text if isinstance(chunk, TextDelta) else chunk.arguments
-                chars += len(text)
-                if chars > cfg.max_stream_chars:
-                    what = "answer" if isinstance(chunk, TextDelta) else "tool calls"
-                    raise ModelError(
-                        f"the model's {what} passed {cfg.max_stream_chars} characters", retryable=False
-                    )
-                if isinstance(chunk, TextDelta):
-                    await buffer.add(text)
+                else:
+                    chars += len(chunk.arguments)
+                    if chars > limit:
+                        raise ModelError(f"the model's tool calls passed {limit} characters", retryable=False)
             await buffer.close()
     except TimeoutError:
         await buffer.abandon()

@@ -126,30 +126,31 @@ class Streams(Part):
         return self.text(mid)
 
     def append(self, run: Row, job: Row, text: str) -> None:
-        """One batch of the job's stream: cleaned, appended to its message, one ``model_delta``."""
-        row = self.of_job(job)
-        if row is None or row["status"] != StreamStatus.STREAMING:
-            return
+        """One batch of the job's stream: cleaned, appended to its message, one ``model_delta``.
+
+        The message's row is read and moved on by one statement (``UPDATE … RETURNING``, only while
+        it is ``streaming``): a batch every few milliseconds reads no whole row."""
+        mid = message_id(job["run_id"], int(job["args"].get("hop", 0)))
         clean = redact_text(self.records.vault.scrub(text))
         chars = len(clean)
-        self.store.execute(
-            "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES (?, ?, ?)",
-            (row["message_id"], row["chars"], clean),
+        store = self.store
+        moved = store.one(
+            "UPDATE roost_agent_streams SET chars = chars + ?, updated_at = ? "
+            "WHERE message_id = ? AND status = ? RETURNING chars, hop",
+            (chars, self.now, mid, StreamStatus.STREAMING),
         )
-        self.store.execute(
-            "UPDATE roost_agent_streams SET chars = chars + ?, updated_at = ? WHERE message_id = ?",
-            (chars, self.now, row["message_id"]),
+        if moved is None:
+            return  # not begun, or no longer streaming
+        offset = moved[0] - chars
+        store.execute(
+            "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES (?, ?, ?)",
+            (mid, offset, clean),
         )
         self.event(
             "model_delta",
             run,
             status=EventStatus.RUNNING,
-            payload={
-                "message_id": row["message_id"],
-                "hop": row["hop"],
-                "offset": row["chars"],
-                "text": clean,
-            },
+            payload={"message_id": mid, "hop": moved[1], "offset": offset, "text": clean},
             cleaned=True,  # the text was cleaned above; the ids and numbers need no policy
         )
 

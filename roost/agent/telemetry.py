@@ -67,6 +67,10 @@ class Telemetry:
         #: Events sent by this activation, per type (for logs and tests).
         self.counts: dict[str, int] = {}
 
+    #: The columns of its run that an event reads (a turn that needs the run for events only can
+    #: read just these: :meth:`roost.agent.context.Part.run`).
+    RUN_COLUMNS = ("run_id", "turn_id", "session_id", "trace_id")
+
     def event(
         self,
         event_type: str,
