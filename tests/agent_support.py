@@ -188,3 +188,14 @@ def reassemble(payloads: list[dict[str, Any]]) -> str:
     assert texts.gaps == 0, "a delta was missed"
     assert texts.duplicates == 0, "a delta came twice"
     return "".join(texts.texts.values())
+
+
+def file_text(data_dir: Path, kind: str, name: str, *, skip: tuple[str, ...] = ()) -> str:
+    """Every row of every table of an actor's file, as text (read after the actor closed)."""
+    conn = sqlite3.connect(actor_path(data_dir, kind, name))
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = [repr(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in tables if t not in skip]
+        return "\n".join(rows)
+    finally:
+        conn.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from roost.agent.models import Model
 from roost.storage import actor_path
 from roost.testing import ActorKit
 from roost.transport import create_app
-from tests.agent_support import FAST, Payloads, drive, event_types, events
+from tests.agent_support import FAST, Payloads, drive, event_types, events, file_text
 from tests.support import serve_in_process
 
 TOKEN_A = "tok-AAAAAAAAAAAAAAAAAAAA"
@@ -58,17 +57,6 @@ class Keys(Agent):
 
     def make_model(self) -> Model:
         return Scripted()
-
-
-def file_text(data_dir: Path, kind: str, name: str, *, skip: tuple[str, ...] = ()) -> str:
-    """Every row of every table of an actor's file, as text (read after the actor closed)."""
-    conn = sqlite3.connect(actor_path(data_dir, kind, name))
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        rows = [repr(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in tables if t not in skip]
-        return "\n".join(rows)
-    finally:
-        conn.close()
 
 
 def approval(c: Any) -> dict[str, Any]:

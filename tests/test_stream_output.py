@@ -13,10 +13,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 import pytest
+from pydantic import BaseModel
 
 from roost.actors import RpcError
-from roost.agent import AgentConfig, ChatAgent, ModelError, ModelRequest, ModelStep, StreamEnd, TextDelta
+from roost.agent import (
+    AgentConfig,
+    ChatAgent,
+    ModelError,
+    ModelRequest,
+    ModelStep,
+    StreamEnd,
+    TextDelta,
+    ToolContext,
+    tool,
+)
 from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import DeterministicPlanner, Model, ModelChunk
@@ -33,11 +45,12 @@ from roost.agent.stream_buffer import (
     StreamBuffer,
     _open_pem,
     safe_cut,
+    secret_cut,
 )
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
-from tests.agent_support import drive, events, reassemble
-from tests.fake_llm import DONE, FakeLLM, Reply, finish
+from tests.agent_support import drive, events, file_text, reassemble
+from tests.fake_llm import DONE, Event, FakeLLM, Reply, finish
 from tests.fake_llm import text as fake_text
 from tests.fake_llm import tool_call as fake_tool_call
 
@@ -581,3 +594,76 @@ async def test_a_stream_longer_than_max_stream_chars_fails_not_retryable(data_di
     assert not card["retryable"]
     assert "100 characters" in card["error"]
     assert len(reassemble(deltas(c))) <= 100
+
+
+def test_a_batch_never_ends_inside_one_of_the_runs_secrets() -> None:
+    """Whatever a secret holds (a space, ``&``), no cut falls inside it, nor inside what may still
+    become it at the end of the text; text that only looks like its start is not held."""
+    secret = "Tr0ub4dor&3xyz"
+    assert secret_cut("Done: Tr0ub4dor&", 16, [secret]) == 6  # its start, at the end: held
+    assert secret_cut("Done: Tr0ub4dor&3xyz is set.", 16, [secret]) == 6  # across the cut: whole later
+    assert secret_cut("Done: Tr0ub4dor! no", 16, [secret]) == 16  # not it after all
+    assert secret_cut("correct horse battery", 21, ["correct horse battery staple"]) == 0
+    assert secret_cut("say ab", 6, ["b c", "ab x"]) == 4  # the move puts another across: moved again
+    assert secret_cut("anything", 8, []) == 8
+
+
+class Login(BaseModel):
+    password: str
+
+
+LOGINS: list[str] = []
+
+
+@tool(approval_mode="safe_readonly")
+async def login(ctx: ToolContext, args: Login) -> str:
+    """Log in with a password."""
+    LOGINS.append(args.password)
+    return "logged in"
+
+
+class SecretStreamer(HttpStreamer):
+    kind = "secretstreamer"
+    config = STREAMING.model_copy(update={"stream_batch_count": 1})
+    tools = (login,)
+
+
+@pytest.mark.parametrize(
+    ("secret", "half"),
+    [("Tr0ub4dor&3xyz", 10), ("correct horse battery staple", 14)],  # split after the & and a space
+)
+async def test_a_secret_the_run_was_given_is_redacted_when_the_stream_splits_it(
+    data_dir: Path, secret: str, half: int
+) -> None:
+    """The run hands its tool a password; the model's answer then streams it in two pieces, the
+    second only after the first was committed: neither delta, nor the stored message, nor the file
+    holds it (it was shown whole as ``[redacted]``)."""
+    async with FakeLLM() as llm:
+        args = orjson.dumps({"password": secret}).decode()
+        llm.script(
+            Reply(events=[*fake_tool_call(0, "call_1", "login", args), finish("tool_calls"), DONE]),
+            Reply(
+                events=[
+                    *fake_text(f"Done: {secret[:half]}"),
+                    Event(gate=True),
+                    *fake_text(f"{secret[half:]} is set."),
+                    finish(),
+                    DONE,
+                ]
+            ),
+        )
+        SecretStreamer.base_url = llm.url
+        async with ActorKit([SecretStreamer], data_dir) as kit:
+            c = kit.connect("secretstreamer", "s")
+            reply = await c.call("turn", "log in please")
+            await drive(kit, lambda: llm.waiting > 0, step=0.01, io_wait=0.005)
+            await drive(kit, lambda: True, step=0.05, io_wait=0.02)  # the first piece's batch goes
+            llm.release()
+            await drive(kit, lambda: ended(c), step=0.01, io_wait=0.005)
+            card = await c.call("get_run", reply["run_id"])
+    assert LOGINS[-1] == secret  # the tool had the real value
+    texts = [d["text"] for d in deltas(c)]
+    assert reassemble(deltas(c)) == "Done: [redacted] is set."
+    assert not any(secret[:half] in t or secret[half:] in t for t in texts), texts
+    assert card["messages"][-1]["text"] == "Done: [redacted] is set."
+    assert secret not in file_text(data_dir, "secretstreamer", "s", skip=("roost_agent_secrets",))

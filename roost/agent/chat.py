@@ -234,7 +234,9 @@ class ChatAgent(Agent):
         content = answer_text(self.orchestrator.streams.of_run(run["run_id"]))
         if not content and run["status"] == RunStatus.COMPLETED:
             content = run["output"] or ""  # a model that did not stream
-        elif not content and run["status"] == RunStatus.FAILED:  # nothing shown: say why, as "not started" does
+        elif (
+            not content and run["status"] == RunStatus.FAILED
+        ):  # nothing shown: say why, as "not started" does
             content = f"failed: {run['error'] or 'no reason recorded'}"[:500]
         status = {RunStatus.COMPLETED: "completed", RunStatus.CANCELLED: "cancelled"}.get(
             run["status"], "failed"

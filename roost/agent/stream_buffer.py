@@ -8,13 +8,16 @@ what is left.
 
 Guarantees (tests in ``tests/test_stream_output.py``):
 
-- **A secret split across deltas is redacted whole**: a batch never ends inside what may be the start
+- **A credential split across deltas is redacted whole**: a batch never ends inside what may be the start
   of a credential — an unfinished token (a batch ends only after a character no credential contains:
   whitespace, prose punctuation, any non-ASCII letter, so text without spaces streams too), a
   ``password:`` or ``Bearer`` still waiting for its value, an open quoted value, a PEM block from its
   first dashes to its ``-----END …-----`` — so the turn's redaction sees every credential in one
   piece. What is held back goes with the next batch (or at :meth:`close`); at most :data:`MAX_HELD`
   characters are held (:data:`MAX_PEM` for a PEM block).
+- **A secret the run was given is never cut** (:func:`secret_cut`): whatever characters it holds
+  (a space, ``&``), a batch does not end inside what may be one of the run's secrets (the vault's,
+  as known when the batch goes), so the turn's scrub of the run's secrets sees it whole.
 - **A batch is due within** ``interval`` **of its first delta**, also when that delta arrives while
   the batch before it is being committed.
 - **Batches keep the stream's order and lose nothing**: flushes run one at a time, in order; the
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from roost.agent.models import (
@@ -44,7 +47,7 @@ from roost.agent.models import (
 if TYPE_CHECKING:
     from roost.agent.config import AgentConfig
 
-__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut", "stream_step"]
+__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut", "secret_cut", "stream_step"]
 
 #: Past this many pending characters a batch goes even if its end may cut a credential (a "word" this
 #: long is not text a reader waits for).
@@ -155,6 +158,27 @@ def safe_cut(text: str) -> int:
     return cut
 
 
+def secret_cut(text: str, cut: int, secrets: Sequence[str]) -> int:
+    """``cut`` moved back before any of ``secrets`` that would straddle it: one that starts before
+    ``cut`` and, as far as ``text`` goes, goes on past it (a whole one, or the start of one at the
+    end of ``text``, which may still become it). Moved again while a move puts another secret across
+    the new cut. Each secret costs at most its length in comparisons of ``text``'s tail."""
+    moved = True
+    while moved:
+        moved = False
+        for secret in secrets:
+            n = len(secret)
+            if n < 2:
+                continue
+            p = max(0, cut - n + 1)
+            while (p := text.find(secret[0], p, cut)) >= 0:
+                if secret.startswith(text[p : p + n]):  # it starts at p and does not end before cut
+                    cut, moved = p, True
+                    break
+                p += 1
+    return cut
+
+
 def _batch_end(text: str, start: int, end: int, cut: int) -> int:
     """Where a batch of ``text[start:cut]`` that should end near ``end`` ends: after a PEM block it
     holds the start of (the whole block in one batch), else where :func:`safe_cut` allows."""
@@ -174,8 +198,10 @@ class StreamBuffer:
         count: int,
         interval: float,
         sleep: Callable[[float], Awaitable[None]],
+        secrets: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self._flush = flush
+        self._secrets = secrets
         self._count = count
         self._interval = interval
         self._sleep = sleep
@@ -237,6 +263,9 @@ class StreamBuffer:
             self._pending.clear()
             self._chars = 0
             cut = len(text) if final else safe_cut(text)
+            secrets = self._secrets() if self._secrets is not None else ()
+            if secrets and not final:
+                cut = secret_cut(text, cut, secrets)
             held = len(text) - cut
             if held > MAX_PEM or (held > MAX_HELD and _open_pem(text, cut) is None):
                 cut = len(text)  # a "word" this long is not text a reader should wait for
@@ -246,6 +275,8 @@ class StreamBuffer:
                 end = min(cut, start + MAX_BATCH)
                 if end < cut:  # a batch that is not the last ends where no credential can be cut
                     end = _batch_end(text, start, end, cut)
+                    if secrets:
+                        end = max(start + 1, secret_cut(text[:cut], end, secrets))
                 await self._flush(text[start:end])
                 start = end
 
@@ -281,6 +312,7 @@ async def stream_step(
     flush: Callable[[str], Awaitable[None]],
     sleep: Callable[[float], Awaitable[None]],
     cfg: AgentConfig,
+    secrets: Callable[[], Sequence[str]] | None = None,
 ) -> ModelStep:
     """Run one streamed model step in the worker: its text to ``flush`` in batches, its step returned.
 
@@ -288,7 +320,11 @@ async def stream_step(
     ``model_stream_timeout`` seconds (wall clock) from its start, it fails with a ModelError that is
     not retryable (asking again would do the same); what was committed stays shown."""
     buffer = StreamBuffer(
-        flush, count=cfg.stream_batch_count, interval=cfg.stream_batch_interval, sleep=sleep
+        flush,
+        count=cfg.stream_batch_count,
+        interval=cfg.stream_batch_interval,
+        sleep=sleep,
+        secrets=secrets,
     )
     step: ModelStep | None = None
     chars = 0

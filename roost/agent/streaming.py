@@ -12,7 +12,8 @@ Guarantees (tests in ``tests/test_stream_output.py``):
   reader that holds ``offset`` characters appends, one that holds more skips, one that holds fewer
   knows it missed something (resume from its cursor fills it).
 - **Streamed text passes the payload policy**: every batch is scrubbed of the run's secrets and of
-  credential patterns before it is written or logged (the buffer never ends a batch inside one).
+  credential patterns before it is written or logged (the buffer never ends a batch inside either:
+  :func:`~roost.agent.stream_buffer.safe_cut`, :func:`~roost.agent.stream_buffer.secret_cut`).
 - **Once text was shown, nothing redoes it silently**: see :meth:`Streams.interrupt` and
   :meth:`Streams.open` (``stream_resume``: ``continue`` or ``restart``).
 """

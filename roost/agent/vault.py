@@ -40,6 +40,11 @@ class SecretVault:
         #: The run the runtime is working on (set by the orchestrator); scrubbing uses its secrets.
         self.run_id: str | None = None
 
+    def known(self, run_id: str) -> tuple[str, ...]:
+        """The secrets remembered for ``run_id`` (longest first): what a stream of that run must
+        never cut (:func:`roost.agent.stream_buffer.secret_cut`)."""
+        return tuple(self._known.get(run_id, ()))
+
     def scrub(self, text: str) -> str:
         """``text`` without the secrets of the current run."""
         for secret in self._known.get(self.run_id or "", ()):
