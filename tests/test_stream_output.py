@@ -523,7 +523,7 @@ async def test_tool_call_arguments_that_are_not_json_fail_the_run_naming_the_too
         assert not card["retryable"]
         assert "lookup" in card["error"]
         assert [e["event_type"] for e in events(c)].count("model_step_failed") == 1
-        assert card["messages"][0]["status"] == "interrupted"  # not left "streaming"
+        assert card["messages"][0]["status"] == "failed"  # not left "streaming"; it showed no text
 
 
 async def test_continue_run_of_an_answer_waits_while_another_streams(data_dir: Path) -> None:

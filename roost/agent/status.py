@@ -109,6 +109,7 @@ class StreamStatus(StrEnum):
     STREAMING = "streaming"
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"  # its step failed after text was shown; continue_run takes it up
+    FAILED = "failed"  # its step failed before any text was shown
     CANCELLED = "cancelled"
 
 

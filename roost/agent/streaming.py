@@ -170,15 +170,16 @@ class Streams(Part):
         return self.text(row["message_id"])
 
     def interrupt(self, run: Row, job: Row, error: str) -> int:
-        """The job failed for good: its message (if it began one) is ``interrupted``, and if it had
-        shown text ``model_stream_interrupted`` is logged; returns the committed characters."""
+        """The job failed for good: its message (if it began one) is ``interrupted`` if it had shown
+        text (and ``model_stream_interrupted`` is logged), else ``failed``; returns the committed
+        characters."""
         row = self.of_job(job)
         if row is None or row["status"] != StreamStatus.STREAMING:
             return 0
         self.store.update(
             "streams",
             row["message_id"],
-            status=StreamStatus.INTERRUPTED,
+            status=StreamStatus.INTERRUPTED if row["chars"] else StreamStatus.FAILED,
             error=self.err(error, 500),
             updated_at=self.now,
         )
