@@ -227,6 +227,7 @@ async def test_a_new_actor_with_one_acknowledged_write_is_refused_when_its_files
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # twenty server processes started one after the other: minutes on a busy machine
 async def test_a_kill_at_any_moment_of_a_write_loop_never_refuses_the_actor_nor_rolls_it_back(
     data_dir: Path,
 ) -> None:
