@@ -54,6 +54,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlencode
 
+import httpx
 import orjson
 
 try:
@@ -394,17 +395,42 @@ def _thread_id(config: RunnableConfig | None) -> str:
     return thread_id
 
 
+#: What a call that must not create its actor answers when the actor was never created.
+ABSENT: Any = object()
+
+
 class _Connections:
     """One :class:`Client` per actor, in one event loop, opened at its first call (at most ``keep``
-    kept; the least recently used is closed past that)."""
+    kept; the least recently used is closed past that). A call with ``create=False`` to an actor not
+    known to exist first asks the server over HTTP (``GET /agents/KIND/NAME``, which creates nothing)
+    and answers :data:`ABSENT` for one never created: a connection would create it."""
 
     def __init__(
         self, base: str, token: str | None, timeout: float, backoff: Backoff | None, keep: int
     ) -> None:
         self.base, self.token, self.timeout, self.backoff, self.keep = base, token, timeout, backoff, keep
         self.clients: dict[tuple[str, str], Client] = {}
+        self.known: set[tuple[str, str]] = set()  # actors known to exist
+        self.http: httpx.AsyncClient | None = None
 
-    async def call(self, kind: str, name: str, method: str, args: list[Any]) -> Any:
+    async def _exists(self, kind: str, name: str) -> bool:
+        if self.http is None:
+            headers = {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
+            self.http = httpx.AsyncClient(headers=headers, timeout=self.timeout)
+        url = "http" + actor_url(self.base, kind, name).removeprefix(
+            "ws"
+        )  # ws:// → http://, wss:// → https://
+        answer = await self.http.get(url)
+        if answer.status_code == 404:
+            return False
+        answer.raise_for_status()
+        return True
+
+    async def call(self, kind: str, name: str, method: str, args: list[Any], *, create: bool = True) -> Any:
+        if (kind, name) not in self.known:
+            if not create and not await self._exists(kind, name):
+                return ABSENT
+            self.known.add((kind, name))
         client = self.clients.pop((kind, name), None)
         if client is None:
             url = actor_url(self.base, kind, name)
@@ -422,6 +448,9 @@ class _Connections:
         clients, self.clients = list(self.clients.values()), {}
         for client in clients:
             await client.close()
+        http, self.http = self.http, None
+        if http is not None:
+            await http.aclose()
 
 
 class AsyncRoostSaver(BaseCheckpointSaver[str]):
@@ -453,26 +482,23 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         self._connections = _Connections(base, token, timeout, backoff, max(1, connections))
         self._indexed: set[tuple[str, str]] = set()  # (run id, thread id) pairs already recorded
 
-    async def _rpc(self, kind: str, name: str, method: str, args: list[Any]) -> Any:
-        """Call ``method`` on the actor ``kind/name``."""
-        return await self._connections.call(kind, name, method, args)
+    async def _rpc(self, kind: str, name: str, method: str, args: list[Any], create: bool = True) -> Any:
+        """Call ``method`` on the actor ``kind/name`` (:data:`ABSENT`: never created, and ``create`` is
+        false)."""
+        return await self._connections.call(kind, name, method, args, create=create)
 
-    async def _call(self, thread_id: str, method: Method, args: list[Any]) -> Any:
+    async def _call(self, thread_id: str, method: Method, args: list[Any], create: bool = True) -> Any:
         try:
-            return await self._rpc(KIND, thread_id, method, args)
+            return await self._rpc(KIND, thread_id, method, args, create)
         except ClientRpcError as exc:
             if exc.code in LIMIT_CODES:
                 raise CheckpointLimitExceeded(exc.code, exc.message) from None
             raise
 
     async def _read(self, thread_id: str, method: Method, args: list[Any]) -> Any:
-        """A read-only call; ``None`` for a thread never written to (no actor: nothing is created)."""
-        try:
-            return await self._call(thread_id, method, args)
-        except ClientRpcError as exc:
-            if exc.code == "not_found":
-                return None
-            raise
+        """A call that creates nothing; ``None`` for a thread never written to."""
+        result = await self._call(thread_id, method, args, create=False)
+        return None if result is ABSENT else result
 
     def _tuple(self, thread_id: str, row: dict[str, Any]) -> CheckpointTuple:
         ns, checkpoint_id, parent = row["ns"], row["id"], row["parent"]
@@ -582,7 +608,7 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         """Remove every checkpoint and write of ``thread_id``."""
         _thread_id({"configurable": {"thread_id": thread_id}})
         await self._read(thread_id, "delete_thread", [])
-        await self._rpc(INDEX_KIND, INDEX_NAME, "forget", [None, thread_id])
+        await self._rpc(INDEX_KIND, INDEX_NAME, "forget", [None, thread_id], False)
         self._indexed = {pair for pair in self._indexed if pair[1] != thread_id}
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -590,11 +616,8 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         runs = [str(run_id) for run_id in run_ids]
         if not runs:
             return
-        try:
-            threads = await self._rpc(INDEX_KIND, INDEX_NAME, "threads", [runs])
-        except ClientRpcError as exc:
-            if exc.code != "not_found":
-                raise
+        threads = await self._rpc(INDEX_KIND, INDEX_NAME, "threads", [runs], False)
+        if threads is ABSENT:
             return  # no run was ever recorded
         for thread_id in threads:
             await self._read(thread_id, "delete_runs", [runs])
@@ -728,10 +751,10 @@ class RoostSaver(AsyncRoostSaver):
             raise RuntimeError("a RoostSaver's sync methods cannot be called from its own loop")
         return self._submit(coro).result()
 
-    async def _rpc(self, kind: str, name: str, method: str, args: list[Any]) -> Any:
+    async def _rpc(self, kind: str, name: str, method: str, args: list[Any], create: bool = True) -> Any:
         if asyncio.get_running_loop() is self._owned_loop():
-            return await super()._rpc(kind, name, method, args)
-        return await asyncio.wrap_future(self._submit(super()._rpc(kind, name, method, args)))
+            return await super()._rpc(kind, name, method, args, create)
+        return await asyncio.wrap_future(self._submit(super()._rpc(kind, name, method, args, create)))
 
     async def aclose(self) -> None:
         await asyncio.wrap_future(self._submit(self._connections.close()))
