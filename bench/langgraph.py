@@ -11,12 +11,15 @@ ids, against:
 - Roost: ``roost serve roost.integrations.langgraph:app`` in its own process on 127.0.0.1 (limits
   off, as in ``bench/rpc.py``), ``AsyncRoostSaver`` over loopback: each ``put``/``put_writes`` a
   call over a WebSocket, a turn of the thread's actor committed to its SQLite file before the reply;
-- LangGraph's ``AsyncSqliteSaver`` on one SQLite file in the bench process (``aiosqlite``, its
-  own commit per write, no network).
+  once with the default ``--durability normal`` (WAL, ``synchronous=NORMAL``: survives a crash of
+  the process, no fsync) and once with ``--durability full`` (an fsync per commit);
+- LangGraph's ``AsyncSqliteSaver`` on one SQLite file in the bench process (``aiosqlite``, WAL and
+  SQLite's default ``synchronous=FULL``: an fsync per commit, its own commit per write, no network).
 
-Each repetition measures both, in alternating order; the figure is checkpoints per second (counted
-with ``alist`` after the timed part), and the ratio Roost ÷ SQLite paired per repetition (median,
-min–max). One run's figures: ``bench/RESULTS.md``, *LangGraph checkpoints*.
+Each repetition measures the three, in rotated order; the figure is checkpoints per second (counted
+with ``alist`` after the timed part), and the ratios Roost ÷ SQLite paired per repetition (median,
+min–max): ``ratio`` at Roost's default durability, ``ratio_full`` at the same (fsync) as SQLite's.
+One run's figures: ``bench/RESULTS.md``, *LangGraph checkpoints*.
 """
 
 from __future__ import annotations
@@ -103,40 +106,49 @@ async def _sqlite(path: Path, seconds: float) -> dict[str, Any]:
         return await _measure(saver, seconds)
 
 
-def run(reps: int = 3, seconds: float = 3.0) -> dict[str, Any]:
-    """Both savers, ``reps`` paired repetitions: ``{"reps": [...], "summary": {figure: [median, min,
-    max]}}`` (section ``langgraph`` of ``python -m bench``)."""
-    data = Path(tempfile.mkdtemp(prefix="roost-bench-langgraph-"))
+def _server(data: Path, durability: str) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "roost.cli", "serve", "roost.integrations.langgraph:app"]
-    argv += ["--data", str(data / "roost"), "--port", str(port), "--log-level", "warning"]
-    argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--anonymous-creation-rate", "0"]
-    argv += ["--anonymous-network-creation-rate", "0", "--anonymous-total-creation-rate", "0"]
-    roost = Server("roost-langgraph", argv, port, data / "roost.log")
-    url = f"ws://127.0.0.1:{port}"
+    argv += ["--data", str(data / durability), "--port", str(port), "--durability", durability]
+    argv += ["--log-level", "warning", "--rate-limit", "0", "--principal-rate-limit", "0"]
+    argv += ["--anonymous-creation-rate", "0", "--anonymous-network-creation-rate", "0"]
+    argv += ["--anonymous-total-creation-rate", "0"]
+    return Server(f"roost-langgraph-{durability}", argv, port, data / f"{durability}.log")
+
+
+#: What each repetition measures: Roost at each durability, and LangGraph's SQLite saver.
+SAVERS = ("roost", "roost_full", "sqlite")
+
+
+def run(reps: int = 3, seconds: float = 3.0) -> dict[str, Any]:
+    """The three savers, ``reps`` paired repetitions (the order rotated): ``{"reps": [...], "summary":
+    {figure: [median, min, max]}}`` (section ``langgraph`` of ``python -m bench``)."""
+    data = Path(tempfile.mkdtemp(prefix="roost-bench-langgraph-"))
+    normal, full = _server(data, "normal"), _server(data, "full")
+    urls = {"roost": f"ws://127.0.0.1:{normal.port}", "roost_full": f"ws://127.0.0.1:{full.port}"}
     rows: list[dict[str, dict[str, Any]]] = []
     try:
-        with running(roost):
+        with running(normal, full):
             for rep in range(reps):
-                order = ("roost", "sqlite") if rep % 2 == 0 else ("sqlite", "roost")
+                order = SAVERS[rep % 3 :] + SAVERS[: rep % 3]
                 row: dict[str, dict[str, Any]] = {}
                 for name in order:
-                    if name == "roost":
-                        row[name] = asyncio.run(_roost(url, seconds))
-                    else:
+                    if name == "sqlite":
                         row[name] = asyncio.run(_sqlite(data / f"sqlite-{rep}.db", seconds))
+                    else:
+                        row[name] = asyncio.run(_roost(urls[name], seconds))
                 rows.append(row)
                 log(
-                    f"rep {rep + 1}: roost {row['roost']['checkpoints_per_s']:.0f} checkpoints/s, "
-                    f"sqlite {row['sqlite']['checkpoints_per_s']:.0f} checkpoints/s"
+                    f"rep {rep + 1}: " + ", ".join(f"{n} {row[n]['checkpoints_per_s']:.0f}/s" for n in SAVERS)
                 )
     finally:
         shutil.rmtree(data, ignore_errors=True)
     summary: dict[str, list[float]] = {
         "ratio": [r["roost"]["checkpoints_per_s"] / r["sqlite"]["checkpoints_per_s"] for r in rows],
-        "roost_checkpoints_per_s": [r["roost"]["checkpoints_per_s"] for r in rows],
-        "sqlite_checkpoints_per_s": [r["sqlite"]["checkpoints_per_s"] for r in rows],
+        "ratio_full": [r["roost_full"]["checkpoints_per_s"] / r["sqlite"]["checkpoints_per_s"] for r in rows],
     }
+    for name in SAVERS:
+        summary[f"{name}_checkpoints_per_s"] = [r[name]["checkpoints_per_s"] for r in rows]
     return {
         "reps": rows,
         "summary": {k: [statistics.median(v), min(v), max(v)] for k, v in summary.items()},

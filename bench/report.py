@@ -493,7 +493,10 @@ def _langgraph(res: Res) -> list[str]:
         "| figure | value |",
         "|---|---:|",
         f"| checkpoints/s, Roost ÷ AsyncSqliteSaver | {cell('ratio')} |",
+        f"| the same, Roost at `--durability full` (an fsync a commit, as SQLite) | {cell('ratio_full')} |",
         f"| checkpoints/s, AsyncRoostSaver | {cell('roost_checkpoints_per_s', 0)} |",
+        "| checkpoints/s, AsyncRoostSaver, `--durability full` | "
+        f"{cell('roost_full_checkpoints_per_s', 0)} |",
         f"| checkpoints/s, AsyncSqliteSaver | {cell('sqlite_checkpoints_per_s', 0)} |",
         "",
     ]
