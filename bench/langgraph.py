@@ -4,9 +4,10 @@
 ``python -m bench.langgraph [--reps 3] [--seconds 3]`` (and section ``langgraph`` of
 ``python -m bench``). The graph: a chain of :data:`NODES` nodes, each adding 1 to a number
 (``operator.add``), so each invocation stores ``NODES + 2`` checkpoints (the input, one per node,
-the end) and one write per node, each awaited before the next step. For ``--seconds`` after a short
-warm-up the bench process invokes it one invocation after another, round :data:`THREADS` thread
-ids, against:
+the end) and one write per node, with LangGraph's default durability (``"async"``: a checkpoint is
+saved while the next step runs, and an invocation returns once all are saved). For ``--seconds``
+after a short warm-up the bench process invokes it one invocation after another, round
+:data:`THREADS` thread ids, against:
 
 - Roost: ``roost serve roost.integrations.langgraph:app`` in its own process on 127.0.0.1 (limits
   off, as in ``bench/rpc.py``), ``AsyncRoostSaver`` over loopback: each ``put``/``put_writes`` a
