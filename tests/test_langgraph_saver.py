@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from roost.client import Backoff, Client, RpcError, actor_url
+from roost.client import Backoff, Client, RpcError, TerminalClose, actor_url
 from roost.integrations.langgraph import (
     KIND,
     MAX_CHECKPOINT_BYTES,
@@ -37,6 +37,7 @@ from roost.integrations.langgraph import (
 from roost.storage import actor_path
 from roost.testing import until
 from roost.transport import create_app
+from roost.transport.tokens import TokenSigner
 from tests.conftest import NO_RATE_LIMITS
 from tests.support import ROOT, ServerProcess, serve_in_process
 from tests.tcp_proxy import TcpProxy
@@ -315,6 +316,30 @@ async def test_threads_are_apart_each_thread_id_is_its_own_actor_file(
 async def test_async_roost_saver_says_to_use_roost_saver_in_sync_code(saver: AsyncRoostSaver) -> None:
     with pytest.raises(RuntimeError, match="RoostSaver"):
         saver.get_tuple(thread())
+
+
+async def test_a_token_is_presented_on_every_connection_and_none_is_refused(data_dir: Path) -> None:
+    secret = "s" * 40
+    token = TokenSigner(secret).issue("alice", ttl=600)
+    server = ServerProcess(data_dir, app=APP, env={"ROOST_SECRET": secret}).start()
+    try:
+        config = thread()
+        async with AsyncRoostSaver(url=server.ws, token=token, backoff=FAST) as saver:
+            assert await saver.aget_tuple(config) is None  # asked over HTTP, with the token
+            stored = await saver.aput(
+                {"configurable": {**config["configurable"], "checkpoint_ns": ""}}, empty_checkpoint(), {}, {}
+            )
+            assert await saver.aget_tuple(config) is not None  # over the WebSocket, with the token
+        async with AsyncRoostSaver(url=server.ws, backoff=FAST) as anonymous:
+            with pytest.raises(TerminalClose) as read:
+                await anonymous.aget_tuple(thread())  # refused over HTTP
+            assert read.value.code == 4401
+            with pytest.raises(TerminalClose) as write:
+                await anonymous.aput_writes(stored, [("log", "x")], "t")  # refused at the handshake
+            assert write.value.code == 4401
+        assert token not in "".join(server.log)
+    finally:
+        server.kill()
 
 
 def test_import_roost_does_not_import_langgraph() -> None:

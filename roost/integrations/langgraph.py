@@ -76,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         " (README, 'LangGraph checkpoints on Roost')"
     ) from exc
 
-from roost.client import Backoff, Client, actor_url
+from roost.client import Backoff, Client, TerminalClose, actor_url
 from roost.client import RpcError as ClientRpcError
 from roost.integrations.langgraph_threads import (
     INDEX_KIND,
@@ -155,6 +155,8 @@ class _Connections:
         answer = await self.http.get(url)
         if answer.status_code == 404:
             return False
+        if answer.status_code in (401, 403):  # as a refused handshake: 4401, 4403
+            raise TerminalClose(4000 + answer.status_code, answer.text[:200])
         answer.raise_for_status()
         return True
 
@@ -192,7 +194,9 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
     """LangGraph's checkpointer on the actors ``langgraph_thread/{thread_id}`` of a running Roost server.
 
     ``url``: the server, ``ws://HOST:PORT`` or ``http://HOST:PORT`` (``wss``/``https`` too; a path is a
-    prefix); ``token``: a Roost access token, sent as ``?token=`` (blanked in the client's logs).
+    prefix); ``token``: a Roost access token, sent as ``?token=`` (blanked in the client's logs) and
+    as ``Authorization: Bearer`` on the ``GET`` before a read; refused, a call raises
+    ``roost.client.TerminalClose`` (code 4401 or 4403), reads included.
     ``timeout`` bounds each call, reconnects included; ``backoff`` paces the reconnects; ``connections``:
     how many threads' connections are kept open. Calls run in the event loop of the first one;
     ``aclose()`` (or ``async with``) closes the connections. For sync code, :class:`RoostSaver`.
