@@ -12,7 +12,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import activation, callkeys, fanout, mcp, mcp_agent, memory, rpc, sqlite_ceiling, streams, wakeups
+from bench import (
+    activation,
+    callkeys,
+    fanout,
+    langgraph,
+    mcp,
+    mcp_agent,
+    memory,
+    rpc,
+    sqlite_ceiling,
+    streams,
+    wakeups,
+)
 from bench.dataset import Dataset, ensure_dataset
 from bench.machine import machine_info
 from bench.procs import log
@@ -62,6 +74,8 @@ def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
         return mcp_agent.run(s.reps, s.mcp_calls)
     if name == "mcp_server":
         return mcp.run(s.reps, s.mcp_server_s)
+    if name == "langgraph":
+        return langgraph.run(s.reps, s.langgraph_s)
     return memory.run(s, dataset)
 
 

@@ -28,6 +28,7 @@ HEADINGS = (
     "## MCP tool calls through an agent",
     "## MCP tool calls served by an actor",
     "## Targets",
+    "## LangGraph checkpoints",
 )
 
 Res = dict[str, Any]
@@ -475,6 +476,32 @@ def _mcp_server(res: Res) -> list[str]:
     ]
 
 
+def _langgraph(res: Res) -> list[str]:
+    s = res["summary"]
+
+    def cell(key: str, digits: int = 2) -> str:
+        med, lo, hi = s[key]
+        return f"{med:,.{digits}f} ({lo:,.{digits}f}–{hi:,.{digits}f})"
+
+    return [
+        HEADINGS[15],
+        "",
+        "A chain of five nodes invoked one run after another on ten threads, checkpointed through "
+        "`AsyncRoostSaver` to `roost serve roost.integrations.langgraph:app` over loopback and through "
+        "LangGraph's `AsyncSqliteSaver` on a local file (`bench/langgraph.py`). Paired per repetition.",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| checkpoints/s, Roost ÷ AsyncSqliteSaver | {cell('ratio')} |",
+        f"| the same, Roost at `--durability full` (an fsync a commit, as SQLite) | {cell('ratio_full')} |",
+        f"| checkpoints/s, AsyncRoostSaver | {cell('roost_checkpoints_per_s', 0)} |",
+        "| checkpoints/s, AsyncRoostSaver, `--durability full` | "
+        f"{cell('roost_full_checkpoints_per_s', 0)} |",
+        f"| checkpoints/s, AsyncSqliteSaver | {cell('sqlite_checkpoints_per_s', 0)} |",
+        "",
+    ]
+
+
 def _targets(targets: list[Target]) -> list[str]:
     out = [
         HEADINGS[14],
@@ -559,6 +586,7 @@ def render(results: Res) -> str:
     lines += (
         _mcp_server(sec["mcp_server"]) if "mcp_server" in sec else _not_run(HEADINGS[13], "mcp_server", err)
     )
+    lines += _langgraph(sec["langgraph"]) if "langgraph" in sec else _not_run(HEADINGS[15], "langgraph", err)
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

@@ -22,6 +22,7 @@ SECTIONS = (
     "streams",
     "mcp_agent",
     "mcp_server",
+    "langgraph",
 )
 
 
@@ -53,6 +54,7 @@ class Settings:
     stream_concurrent_tokens: int  # words of each of those answers
     mcp_calls: int  # MCP tool calls per repetition, direct and through an agent
     mcp_server_s: float  # seconds of MCP tool calls per server per repetition
+    langgraph_s: float  # seconds of LangGraph runs per saver per repetition
     data_dir: Path  # bulky data (actor files, SQLite ceilings, server data dirs, logs)
 
     @property
@@ -89,6 +91,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         stream_concurrent_tokens=1000,
         mcp_calls=50,
         mcp_server_s=3.0,
+        langgraph_s=3.0,
         data_dir=BENCH_DIR / ".data",
     )
     if quick:
@@ -117,6 +120,7 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             stream_concurrent_tokens=100,
             mcp_calls=5,
             mcp_server_s=0.3,
+            langgraph_s=0.3,
         )
     if reps is not None:
         base = replace(

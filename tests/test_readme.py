@@ -62,11 +62,12 @@ ASK = python_block("# ask.py")
 MCP_CLIENT = python_block("# mcp_client.py")
 SESSIONS = python_block("# sessions.py")
 IDP_TOKENS = python_block("# idp_tokens.py")
+CHECKPOINTS = python_block("# checkpoints.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 11, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 12, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -234,6 +235,37 @@ def test_the_openai_agents_block_keeps_its_session_across_a_sigkill(
     assert first.stdout.splitlines() == printed_in("## OpenAI Agents SDK sessions")
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stdout.splitlines() == ["items 2"]
+
+
+@pytest.mark.slow
+def test_the_langgraph_block_resumes_its_interrupted_graph_across_a_sigkill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block run twice against the command its section gives, the server killed with SIGKILL and
+    started again on the same data between the runs: the second run resumes the first one's graph."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the server imports this checkout's roost.integrations
+    section = README.split("## LangGraph checkpoints on Roost", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"`(\.venv/bin/roost serve [^`]*)`", section)
+    assert command is not None
+    assert (
+        "roost[langgraph]"
+        in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    )
+    server = served(command.group(1), tmp_path)
+    try:
+        first = run_script(tmp_path, "checkpoints.py", CHECKPOINTS, server)
+    finally:
+        server.kill()
+    port = server.addr.rsplit(":", 1)[1]
+    again = served(command.group(1).replace("--port 8000", f"--port {port}"), tmp_path)
+    try:
+        second = run_script(tmp_path, "checkpoints.py", CHECKPOINTS, again)
+    finally:
+        again.terminate()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.splitlines() == printed_in("## LangGraph checkpoints on Roost")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stdout.splitlines() == ["log: ['drafted', 'review: approved']"]
 
 
 def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:
