@@ -232,7 +232,8 @@ export class RoostClient extends EventTarget {
   _onClose(ws, code, reason) {
     if (ws !== this._ws) return;
     this._ws = null;
-    this.status = "reconnecting"; // calls made from here on wait for the next connection
+    // calls made from here on wait for the next connection; a client closed by close() stays closed
+    if (!this._stopped) this.status = "reconnecting";
     const resend = [];
     for (const call of this._pending.values()) {
       if (call.key !== null && call.resends < this._resends && !this._stopped && !isTerminalClose(code)) {
