@@ -19,7 +19,6 @@ from roost.transport.limits import Limits
 from tests.kinds import Holder
 from tests.support import serve_in_process
 
-
 #: The Chromium the browser tests drive (Debian's package; `make chromium` installs it).
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 

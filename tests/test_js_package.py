@@ -46,7 +46,7 @@ from roost.examples.demo import free_port
 from roost.examples.kinds import KINDS
 from roost.testing import until
 from roost.transport import create_app
-from tests.support import ROOT, ServerProcess, npm_installed, serve_in_process
+from tests.support import ROOT, ServerProcess, get_json, npm_installed, serve_in_process
 from tests.test_cloudflare_clients import readme_js
 
 pytestmark = pytest.mark.slow
@@ -238,15 +238,10 @@ def static_site(root: Path) -> Iterator[str]:
         thread.join(10)
 
 
-def members(addr: str, name: str) -> int:
-    """How many connections the room ``name`` has (its state says)."""
-    found: int = httpx.get(f"http://{addr}/agents/room/{name}").json()["state"]["members"]
-    return found
-
-
-def connections(addr: str) -> int:
-    found: int = httpx.get(f"http://{addr}/healthz").json()["connections"]
-    return found
+async def members_are(addr: str, name: str, count: int) -> bool:
+    """Whether the room ``name`` has ``count`` connections (its state counts them)."""
+    found: int = (await get_json(f"http://{addr}/agents/room/{name}"))["state"]["members"]
+    return found == count
 
 
 async def test_use_roost_in_a_vite_react_app_shows_state_calls_and_reconnects_after_a_restart(
@@ -271,29 +266,32 @@ async def test_use_roost_in_a_vite_react_app_shows_state_calls_and_reconnects_af
 
             # events from another client; the hook keeps the newest two (maxEvents: 2)
             await expect(page.locator("#room-status")).to_have_text("open")
-            for text in ("a", "b", "c"):
-                r = httpx.post(f"http://{server.addr}/agents/room/r1/rpc/say", json=[text])
-                assert r.json()["ok"], r.text
+            async with httpx.AsyncClient() as http:
+                for text in ("a", "b", "c"):
+                    r = await http.post(f"http://{server.addr}/agents/room/r1/rpc/say", json=[text])
+                    assert r.json()["ok"], r.text
             await expect(page.locator("#said li")).to_have_text(["b", "c"])
 
             server.kill()
             await expect(page.locator("#status")).to_have_text("reconnecting")
             server = ServerProcess(data_dir, *args).start()
             await expect(page.locator("#status")).to_have_text("open", timeout=20_000)
+            await expect(page.locator("#room-status")).to_have_text("open", timeout=20_000)
             await page.locator("#increment").click()
             await expect(page.locator("#last")).to_have_text("2")
             await expect(page.locator("#count")).to_have_text("2")
 
             # a new name: a new client, from nothing; the old one's connection is closed (the room
-            # counts its connections in its state)
-            assert await until(lambda: members(server.addr, "r1") == 1, timeout=10)
+            # counts its connections in its state: 1 again since the page reconnected)
+            assert await until(lambda: members_are(server.addr, "r1", 1), timeout=10)
             await page.locator("#rename").click()
             await expect(page.locator("#name")).to_have_text("r1-2")
             await expect(page.locator("#count")).to_have_text("0")
             await expect(page.locator("#said li")).to_have_count(0)
-            assert await until(lambda: members(server.addr, "r1-2") == 1, timeout=10)
-            assert await until(lambda: members(server.addr, "r1") == 0, timeout=10)
-            assert connections(server.addr) == 2  # the counter's and the room's, for r1-2
+            assert await until(lambda: members_are(server.addr, "r1-2", 1), timeout=10)
+            assert await until(lambda: members_are(server.addr, "r1", 0), timeout=10)
+            health = await get_json(f"http://{server.addr}/healthz")
+            assert health["connections"] == 2  # the counter's and the room's, for r1-2
             assert errors == []
         finally:
             server.kill()
