@@ -260,6 +260,7 @@ async def test_use_roost_in_a_vite_react_app_shows_state_calls_and_reconnects_af
             await page.goto(f"http://{site}/?roost={server.addr}&name=r1")
             await expect(page.locator("#status")).to_have_text("open")
             await expect(page.locator("#count")).to_have_text("0")
+            await expect(page.locator("#at-mount")).to_have_text("5")  # called from an effect at mount
             await page.locator("#increment").click()
             await expect(page.locator("#last")).to_have_text("1")
             await expect(page.locator("#count")).to_have_text("1")
@@ -288,10 +289,11 @@ async def test_use_roost_in_a_vite_react_app_shows_state_calls_and_reconnects_af
             await expect(page.locator("#name")).to_have_text("r1-2")
             await expect(page.locator("#count")).to_have_text("0")
             await expect(page.locator("#said li")).to_have_count(0)
+            await expect(page.locator("#at-mount")).to_have_text("5")  # r1-2-at-mount, called once
             assert await until(lambda: members_are(server.addr, "r1-2", 1), timeout=10)
             assert await until(lambda: members_are(server.addr, "r1", 0), timeout=10)
             health = await get_json(f"http://{server.addr}/healthz")
-            assert health["connections"] == 2  # the counter's and the room's, for r1-2
+            assert health["connections"] == 3  # the hooks' of r1-2: two counters and the room
             assert errors == []
         finally:
             server.kill()

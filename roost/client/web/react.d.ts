@@ -25,7 +25,8 @@ export interface ReceivedEvent<E = Json> {
 export interface UseRoost<S = Json, E = Json> {
   /** The actor's state (null until the first welcome). */
   state: S | null;
-  /** Call a `@callable` method (RoostClient.call). */
+  /** Call a `@callable` method (RoostClient.call) on the current client; the same function while the
+   * address stays, usable from the component's effects at mount (the call waits for the connection). */
   call: <T = Json>(
     method: string,
     args?: Json[],

@@ -14,8 +14,10 @@
 // - `events` holds the newest `maxEvents` durable events received ({seq, event}, oldest first;
 //   default 100): older ones are dropped from the array, never from the client's cursor;
 // - `status` follows the client: connecting | open | reconnecting | closed;
-// - `call` is the client's `call`, the same function while the address stays, and rejects with
-//   CallNotSent before the client exists (it never sends anything then).
+// - `call` is the current client's `call`, the same function while the address stays; it works from
+//   the component's own effects at mount (a call made before the connection opens waits for it, as
+//   RoostClient's do) and rejects with CallNotSent only before the hook's effect made the client
+//   (during the first render) or after unmount: it never sends anything then.
 
 import { useCallback, useEffect, useRef, useState } from "react";
 import { CallNotSent, RoostClient, actorUrl } from "./roost.js";
@@ -42,6 +44,9 @@ export function useRoost(kind, name, options = {}) {
   const [status, setStatus] = useState("connecting");
   const settings = useRef({ clientOptions, maxEvents });
   settings.current = { clientOptions, maxEvents };
+  // the client of the current address, set by the effect itself: an effect of the same component
+  // declared after useRoost (calling at mount) already finds it
+  const current = useRef(null);
 
   useEffect(() => {
     const made = new RoostClient(address, settings.current.clientOptions);
@@ -56,6 +61,7 @@ export function useRoost(kind, name, options = {}) {
     made.addEventListener("state", onState);
     made.addEventListener("event", onEvent);
     made.addEventListener("status", onStatus);
+    current.current = made;
     setClient(made);
     setState(null);
     setEvents([]);
@@ -66,16 +72,17 @@ export function useRoost(kind, name, options = {}) {
       made.removeEventListener("state", onState);
       made.removeEventListener("event", onEvent);
       made.removeEventListener("status", onStatus);
+      if (current.current === made) current.current = null;
       made.close();
     };
   }, [address]);
 
   const call = useCallback(
     (method, args, kwargs, callOptions) =>
-      client === null
+      current.current === null
         ? Promise.reject(new CallNotSent("useRoost: the client is not made yet"))
-        : client.call(method, args, kwargs, callOptions),
-    [client],
+        : current.current.call(method, args, kwargs, callOptions),
+    [address],
   );
   return { state, call, events, status, client };
 }

@@ -1,8 +1,9 @@
 // A React app built with Vite from the installed package: useRoost from "roost-client/react".
 // The page's query names the Roost server (?roost=HOST:PORT) and the actors (&name=NAME): the
 // counter NAME (its state, increment, the connection's status) and the room NAME (its newest two
-// events). "Rename" moves both hooks to NAME-2.
-import { createElement as h, StrictMode, useState } from "react";
+// events), and the counter NAME-at-mount, called once from an effect at mount. "Rename" moves the
+// hooks to NAME-2.
+import { createElement as h, StrictMode, useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
 import { useRoost } from "roost-client/react";
 
@@ -27,6 +28,20 @@ function Counter({ name }) {
   );
 }
 
+function AtMount({ name }) {
+  // a call from the component's own effect, at mount: it waits for the connection; every outcome is
+  // shown, so a call refused before the connection would show
+  const { call } = useRoost("counter", `${name}-at-mount`, { base });
+  const [replies, setReplies] = useState([]);
+  useEffect(() => {
+    call("increment", [5]).then(
+      (n) => setReplies((r) => [...r, String(n)]),
+      (err) => setReplies((r) => [...r, err.name]),
+    );
+  }, [call]);
+  return h("p", null, "at mount ", h("span", { id: "at-mount" }, replies.join(",")));
+}
+
 function Room({ name }) {
   const { events, status } = useRoost("room", name, { base, maxEvents: 2 });
   return h(
@@ -46,6 +61,7 @@ function App() {
     h("button", { id: "rename", onClick: () => setName(`${name}-2`) }, "Rename"),
     h(Counter, { name }),
     h(Room, { name }),
+    h(AtMount, { name, key: name }),
   );
 }
 
