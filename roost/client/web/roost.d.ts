@@ -1,5 +1,7 @@
 // Types for roost.js and for the frames of Roost's wire protocol, version 1 (docs/protocol.md).
-// Hand-written beside the sources: roost.js is shipped as it is, with no build step.
+// Hand-written beside the sources: roost.js is shipped as it is, with no build step. They use the DOM
+// library's WebSocket, EventTarget and CustomEvent (Node 22 has all three): a Node project's tsconfig
+// lists "DOM" in "lib".
 
 /** Any JSON value: what states, events, messages, arguments and results are. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
