@@ -6,16 +6,46 @@ import os
 os.environ.setdefault("WEBSOCKETS_MAX_LINE_LENGTH", "32768")
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Browser, async_playwright
 
 from roost.examples.kinds import KINDS
 from roost.transport import RoostApp, create_app
 from roost.transport.limits import Limits
 from tests.kinds import Holder
 from tests.support import serve_in_process
+
+#: The Chromium the browser tests drive (Debian's package; `make chromium` installs it).
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Headless Chromium driven by Playwright, for the tests of pages (the demo, the React hook)."""
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium package")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
 
 
 @pytest.fixture

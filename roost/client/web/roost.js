@@ -33,14 +33,19 @@ export function isTerminalClose(code) {
 }
 
 /**
- * ws(s)://host{prefix}/agents/{kind}/{name} for the page's own origin. `prefix` is where the Roost app
- * is mounted ("/roost" for `api.mount("/roost", roost)`; "" at the root); it defaults to the path of
- * a page that Roost itself serves (its "/" or "/web/…"), so the demo page works under any mount.
+ * ws(s)://host{prefix}/agents/{kind}/{name}. `loc` is where the Roost app is reached: the page's
+ * `location`, a `URL`, or a string ("http://127.0.0.1:8000", "https://example.com/roost/"); an
+ * https: or wss: address gives wss:. `prefix` is where the Roost app is mounted ("/roost" for
+ * `api.mount("/roost", roost)`, with or without its slashes; "" at the root); it defaults to the
+ * path of a page that Roost itself serves (its "/" or "/web/…"), so the demo page works under any
+ * mount, and to the path of a URL given as `loc` (up to its last "/").
  */
-export function actorUrl(loc, kind, name, prefix = mountOf(loc.pathname)) {
-  const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
-  const mount = String(prefix).replace(/\/+$/, "");
-  return `${scheme}//${loc.host}${mount}/agents/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`;
+export function actorUrl(loc, kind, name, prefix = undefined) {
+  const at = typeof loc === "string" ? new URL(loc) : loc;
+  const scheme = at.protocol === "https:" || at.protocol === "wss:" ? "wss:" : "ws:";
+  const given = prefix === undefined || prefix === null ? mountOf(at.pathname) : String(prefix);
+  const mount = given.replace(/^\/*/, "/").replace(/\/+$/, "");
+  return `${scheme}//${at.host}${mount}/agents/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`;
 }
 
 /** The mount prefix of a page Roost serves: its path up to the last "/", without a trailing "/web". */
@@ -227,7 +232,8 @@ export class RoostClient extends EventTarget {
   _onClose(ws, code, reason) {
     if (ws !== this._ws) return;
     this._ws = null;
-    this.status = "reconnecting"; // calls made from here on wait for the next connection
+    // calls made from here on wait for the next connection; a client closed by close() stays closed
+    if (!this._stopped) this.status = "reconnecting";
     const resend = [];
     for (const call of this._pending.values()) {
       if (call.key !== null && call.resends < this._resends && !this._stopped && !isTerminalClose(code)) {
