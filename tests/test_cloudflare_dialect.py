@@ -16,7 +16,8 @@ import websockets
 
 from roost.actors import Actor, Connection, RpcError, callable
 from roost.examples.kinds import KINDS
-from roost.transport import create_app
+from roost.scheduler import FakeClock
+from roost.transport import RoostApp, create_app
 from roost.transport.cloudflare import CloudflareCursors, CloudflareSink, dialect_of, inbound
 from roost.transport.limits import Limits
 from roost.transport.security import claims_authorize, token_authenticate
@@ -75,6 +76,13 @@ async def frames(ws: Any, n: int) -> list[Any]:
         except orjson.JSONDecodeError:
             got.append(raw)
     return got
+
+
+async def read_until_closed(ws: Any) -> None:
+    """Read (at most ten seconds a frame) until the server closes."""
+    while True:
+        async with asyncio.timeout(10):
+            await ws.recv()
 
 
 async def send(ws: Any, frame: Any) -> None:
@@ -182,7 +190,20 @@ async def test_messages_go_both_ways_as_their_data(addr: str) -> None:
     assert got == [{"echo": "hello, not JSON"}, {"echo": {"type": "custom", "n": 1}}]
 
 
-async def test_a_reconnect_with_the_same_partysocket_id_resumes_after_what_it_was_sent(addr: str) -> None:
+@pytest.fixture
+async def exact(data_dir: Path) -> AsyncIterator[tuple[str, RoostApp]]:
+    """A server whose Cloudflare resume points count every frame the socket took (no grace)."""
+    app = create_app([*KINDS, Board], data_dir=data_dir / "exact", limits=NO_RATES)
+    app.cloudflare_cursors.grace = 0.0
+    async with serve_in_process(app) as where:
+        yield where, app
+    await app.aclose()
+
+
+async def test_a_reconnect_with_the_same_partysocket_id_resumes_after_what_it_was_sent(
+    exact: tuple[str, RoostApp],
+) -> None:
+    addr, _ = exact
     pk = uuid.uuid4().hex
     async with websockets.connect(cf_url(addr, "board", "r1", pk)) as ws:
         await frames(ws, 3)
@@ -238,3 +259,105 @@ async def test_a_bad_partysocket_id_is_a_bad_address(addr: str, value: str) -> N
             await ws.recv()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4400  # terminal for Cloudflare's client too: it does not retry
+
+
+async def test_a_client_that_closes_without_reading_gets_what_it_missed_on_its_next_connect(
+    addr: str,
+) -> None:
+    """What a client that closes drops (as PartySocket's reconnect does) was written to its socket but
+    never read: its next connection gets it again (a frame within the grace is a repeat, never a
+    gap)."""
+    pk = uuid.uuid4().hex
+    away = await websockets.connect(cf_url(addr, "board", "gone1", pk))
+    await frames(away, 3)
+    async with websockets.connect(cf_url(addr, "board", "gone1")) as other:
+        await frames(other, 3)
+        for i in range(5):
+            await send(other, {"type": "rpc", "id": str(i), "method": "note", "args": [f"n{i}"]})
+        got = await frames(other, 10)  # its own five events and five answers: all committed
+    written = [f["seq"] for f in got if f["type"] == "roost_event"]
+    await away.close()  # without reading what came meanwhile
+    async with websockets.connect(cf_url(addr, "board", "gone1", pk)) as back:
+        replayed = await frames(back, 3 + len(written))
+    assert [f["seq"] for f in replayed[3:]] == written
+
+
+async def test_frames_a_slow_reader_never_took_are_sent_again() -> None:
+    """A frame queued for a socket that stops taking them, then closed as a slow reader, was never
+    written: the id resumes after the last one the socket took."""
+    taken: list[str] = []
+
+    async def send_some(message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send":
+            if len(taken) == 3:
+                await asyncio.Event().wait()  # the client stops reading
+            taken.append(message["text"])
+
+    cursors = CloudflareCursors(grace=0.0)
+    key = ("board", "slow", "pk")
+    sink = CloudflareSink(send_some, 10, 1 << 20, cursors=cursors, key=key)
+    sink.start()
+    welcome = {"type": "welcome", "actor": {"kind": "board", "name": "slow"}, "state": {}, "cursor": 0}
+    sink.send_text(orjson.dumps(welcome).decode())
+    for seq in range(1, 51):
+        sink.send_text(orjson.dumps({"type": "event", "seq": seq, "event": {"n": seq}}).decode())
+    await asyncio.sleep(0)
+    sink.overflow("slow consumer")
+    await sink.finish()
+    assert len(taken) == 3  # identity, state, mcp servers: no event reached the socket
+    assert cursors.get(key) == 0  # not 50
+
+
+async def test_a_cloudflare_client_is_told_when_it_cannot_resume_after_what_it_had(data_dir: Path) -> None:
+    class Short(Board):
+        kind = "shortlog"
+        log_retention = 10
+
+    app = create_app([Short], data_dir=data_dir, limits=NO_RATES)
+    app.cloudflare_cursors.grace = 0.0
+    pk = uuid.uuid4().hex
+    async with serve_in_process(app) as where:
+        async with websockets.connect(cf_url(where, "shortlog", "s", pk)) as ws:
+            await frames(ws, 3)
+        async with websockets.connect(cf_url(where, "shortlog", "s")) as other:
+            await frames(other, 3)
+            for i in range(30):
+                await send(other, {"type": "rpc", "id": str(i), "method": "note", "args": ["x"]})
+            await frames(other, 60)
+        async with websockets.connect(cf_url(where, "shortlog", "s", pk)) as back:
+            told = (await frames(back, 4))[3]
+    await app.aclose()
+    assert told["type"] == "roost_resume"
+    assert told["reason"] == "cursor_expired"
+
+
+async def test_an_expired_token_closes_a_cloudflare_connection_with_1000_so_it_reconnects(
+    data_dir: Path,
+) -> None:
+    """Cloudflare's client takes 4401 as final: on an open connection a token's expiry closes with
+    1000 (it reconnects, asking for a fresh token); at the handshake it is 4401 as for every client."""
+    clock = FakeClock()
+    app = create_app(
+        [Board],
+        data_dir=data_dir,
+        clock=clock,
+        authenticate=token_authenticate(signer, clock=clock.now),
+        limits=NO_RATES,
+    )
+    token = signer.issue("ann", ttl=5, now=clock.now())
+    async with serve_in_process(app) as where:
+        async with websockets.connect(cf_url(where, "board", "exp", token=token)) as ws:
+            await frames(ws, 3)
+            clock.advance(6)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await read_until_closed(ws)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 1000
+        assert "fresh token" in closed.value.rcvd.reason
+        async with websockets.connect(cf_url(where, "board", "exp", token=token)) as again:
+            await frames(again, 1)
+            with pytest.raises(websockets.ConnectionClosed) as refused:
+                await again.recv()
+        assert refused.value.rcvd is not None
+        assert refused.value.rcvd.code == 4401
+    await app.aclose()

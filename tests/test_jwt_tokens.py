@@ -450,16 +450,20 @@ async def test_claims_of_the_wrong_type_are_refused(
 ) -> None:
     clock = FakeClock()
     caplog.set_level(logging.WARNING, "roost.security")
-    bad: dict[str, dict[str, Any]] = {
-        "claim ro must be true or false": {"ro": "true"},
-        "claim kinds must be a list of strings": {"kinds": "whoami"},
-        "claim names must be a list of strings": {"names": [1]},
-        "claim tenant must be a string of 1 to 128 characters without NUL": {"tenant": ""},
-    }
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("claim ro must be true or false", {"ro": "true"}),
+        ("claim kinds must be a list of strings", {"kinds": "whoami"}),
+        ("claim kinds must be a list of strings", {"kinds": None}),  # null is not "every kind"
+        ("claim names must be a list of strings", {"names": [1]}),
+        ("claim tenant must be a string of 1 to 128 characters without NUL", {"tenant": ""}),
+        ("claim tenant must be a string of 1 to 128 characters without NUL", {"tenant": None}),
+        ("claim exp must be a number", {"exp": float("nan")}),  # would never expire
+    ]
     async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
-        for reason, extra in bad.items():
-            assert (await who(addr, RSA_1.sign(claims(clock.now(), **extra)))).status_code == 401
-            assert reason in caplog.text
+        for reason, extra in bad:
+            caplog.clear()
+            assert (await who(addr, RSA_1.sign(claims(clock.now(), **extra)))).status_code == 401, extra
+            assert reason in caplog.text, extra
 
 
 async def test_malformed_tokens_are_a_401_or_4401_never_a_500_from_every_place_a_token_comes_from(

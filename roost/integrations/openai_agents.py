@@ -10,7 +10,11 @@ process (an ``ActorKit``'s, or a ``RoostApp``'s ``app.registry``)::
     session = RoostSession("user-42", "ws://127.0.0.1:8000")
     result = await Runner.run(agent, "Hello", session=session)
 
-This module imports the SDK (``pip install 'roost[openai-agents]'``); ``import roost`` does not.
+This module imports the SDK (``pip install 'roost[openai-agents]'``, then ``pip install --no-deps
+openai-agents==0.24.0``: the SDK declares ``websockets<17``, Roost pins 17, and no code of it that a
+session or ``Runner`` uses imports websockets); ``import roost`` does not. Two runners on one
+session at once interleave their items, as on the SDK's own sessions: one session, one conversation
+at a time.
 
 Guarantees (each tested in ``tests/test_openai_agents_session.py``, on both sessions):
 
@@ -49,8 +53,9 @@ try:
     from agents.memory.session_settings import resolve_session_limit
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "roost.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'roost[openai-agents]' "
-        "(README, 'OpenAI Agents SDK sessions')"
+        "roost.integrations.openai_agents needs the OpenAI Agents SDK, installed in two steps (it "
+        "declares websockets<17, which Roost does not use): pip install 'roost[openai-agents]' && "
+        "pip install --no-deps openai-agents==0.24.0 (README, 'OpenAI Agents SDK sessions')"
     ) from exc
 
 from roost.actors import Actor, Principal, Registry, RpcError, callable

@@ -20,8 +20,16 @@ Guarantees (``tests/test_cloudflare_dialect.py``, and in Node with the real pack
 - **Client state only where the kind takes it.** ``cf_agent_state`` from the client is a call of the
   kind's ``@callable set_state_from_client(state)``, with every check of a call; without one, or
   when it fails, the client gets ``cf_agent_state_error`` and nothing changes.
-- **Resume by PartySocket's id.** :class:`CloudflareCursors` remembers per actor and ``_pk`` the last
-  logged frame sent, for the reconnect of the same id (bounded; in memory: a restart forgets it).
+- **Resume by PartySocket's id, repeats rather than gaps.** :class:`CloudflareCursors` remembers
+  per actor and ``_pk`` where the id's next connection resumes: after the last logged frame the
+  socket took at least ``grace`` (2 s) before the connection ended. A frame queued but never written
+  (the connection closing, or closed as a slow reader) is never counted, and one written in the last
+  moments (a client that closes drops what arrives after) is sent again; ``roost_event`` frames carry
+  their ``seq`` for a client that drops repeats. Bounded; in memory: a restart forgets it. A
+  welcome that is no resume after what the id had (its cursor too old, say) is told
+  as ``roost_resume`` with Roost's ``resume`` and ``reason``.
+- **A token that expires does not end the frontend**: on an open connection its expiry closes with
+  1000, not 4401 (final for Cloudflare's client), so the client reconnects with a fresh token.
 - **Bad input is a message, not a failure.** A client frame that is no JSON, or JSON of no type
   Roost or Cloudflare's client sends, goes to ``on_message`` as its data; a frame too big, a call
   with bad arguments, are answered as for any connection.
@@ -30,11 +38,14 @@ Guarantees (``tests/test_cloudflare_dialect.py``, and in Node with the real pack
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
 
+from roost.protocol.codes import CloseCode
 from roost.transport.sink import SocketSink
 
 __all__ = [
@@ -51,8 +62,11 @@ Dialect = Literal["roost", "cf"]
 
 #: The method a client's ``cf_agent_state`` calls, if the kind defines it as a ``@callable``.
 CLIENT_STATE_METHOD = "set_state_from_client"
-#: PartySocket ids whose last sent seq :class:`CloudflareCursors` keeps (the most recently sent to).
+#: PartySocket ids whose resume point :class:`CloudflareCursors` keeps (the most recently ended).
 MAX_REMEMBERED = 10_000
+#: A frame written this close to the end of its connection may not have been read (a client that
+#: closes, as PartySocket's reconnect does, drops what arrives after): it is sent again.
+GRACE_S = 2.0
 #: The id prefix of the calls a ``cf_agent_state`` becomes (a Cloudflare client's ids are UUIDs).
 _STATE_CALL = "cf-state-"
 #: The client frames Roost's own protocol has; any other type is a message for ``on_message``.
@@ -70,13 +84,18 @@ def dialect_of(asked: str | None, pk: str | None, cursor: int | None) -> Dialect
 
 
 class CloudflareCursors:
-    """Per ``(kind, name, PartySocket id)``: the seq of the last logged frame sent to it; the
-    :data:`MAX_REMEMBERED` most recently sent to are kept."""
+    """Per ``(kind, name, PartySocket id)``: where its next connection resumes; the
+    :data:`MAX_REMEMBERED` most recently ended are kept. ``grace``: a frame the socket took less
+    than this many seconds before the connection ended is sent again (:class:`CloudflareSink`)."""
 
-    __slots__ = ("_seqs", "limit")
+    __slots__ = ("_seqs", "clock", "grace", "limit")
 
-    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
+    def __init__(
+        self, limit: int = MAX_REMEMBERED, grace: float = GRACE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limit = limit
+        self.grace = grace
+        self.clock = clock
         self._seqs: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     def get(self, key: tuple[str, str, str]) -> int | None:
@@ -97,15 +116,18 @@ class CloudflareCursors:
 _state_calls = itertools.count(1)
 
 
-def inbound(text: str | None) -> str | None:
+def inbound(text: str | None, max_bytes: int | None = None) -> str | None:
     """A Cloudflare client's frame as the Roost frame it stands for (the table in the module doc);
-    ``None`` (a binary frame) is passed on as is."""
+    ``None`` (a binary frame) is passed on as is. A message that ``max_bytes`` would refuse only once
+    wrapped goes on as it came, so that it is answered as in Roost's dialect (``bad_frame``), not
+    closed as too big."""
     if text is None:
         return text
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return _message(text)
+        wrapped = _message(text)
+        return text if max_bytes is not None and len(wrapped) > max_bytes else wrapped
     kind = obj.get("type") if isinstance(obj, dict) else None
     if kind in _ROOST_TYPES:
         return text
@@ -117,7 +139,8 @@ def inbound(text: str | None) -> str | None:
             "args": [obj.get("state")],
         }
         return orjson.dumps(call).decode()
-    return _message(obj)
+    wrapped = _message(obj)
+    return text if max_bytes is not None and len(wrapped) > max_bytes else wrapped
 
 
 def _message(data: Any) -> str:
@@ -127,7 +150,7 @@ def _message(data: Any) -> str:
 class CloudflareSink(SocketSink):
     """A :class:`SocketSink` that sends each frame as the Cloudflare frames it stands for."""
 
-    __slots__ = ("cursors", "head", "key")
+    __slots__ = ("_base", "_logged", "_published", "_taken", "cursors", "head", "key")
 
     def __init__(
         self,
@@ -143,10 +166,57 @@ class CloudflareSink(SocketSink):
         self.key = key
         #: The welcome's cursor: a state replayed at or below it is older than the one sent.
         self.head = 0
+        #: Sent frames that stand for a seq of the log, in order, until the socket takes them.
+        self._logged: deque[tuple[str, int]] = deque()
+        #: (when the socket took it, seq) of the frames taken within the grace; ``_base``: the seq up
+        #: to which everything was taken before that (the welcome's cursor at first).
+        self._taken: deque[tuple[float, int]] = deque()
+        self._base: int | None = None
+        self._published = False
+        self.tracks = cursors is not None and key is not None
 
     def send_text(self, text: str) -> None:
         for out in self.translate(text):
             super().send_text(out)
+
+    def written(self, text: str) -> None:
+        """The socket took ``text``: if it stands for a seq, noted with the time (a frame queued but
+        never written, the connection closing, is never noted)."""
+        logged = self._logged
+        if logged and logged[0][0] is text and self.cursors is not None:
+            _, seq = logged.popleft()
+            now = self.cursors.clock()
+            taken = self._taken
+            taken.append((now, seq))
+            while taken and taken[0][0] < now - self.cursors.grace:
+                self._base = taken.popleft()[1]
+
+    def _gone(self) -> None:
+        super()._gone()
+        self.publish()
+
+    def publish(self) -> None:
+        """The connection ended: its id resumes after the last frame the socket took at least
+        ``grace`` seconds before now (what came later may not have been read, and is sent again:
+        a repeat, never a gap; events carry their seq)."""
+        if self._published or self.cursors is None or self.key is None:
+            return
+        self._published = True
+        end = self.cursors.clock() - self.cursors.grace
+        base = self._base
+        for when, seq in self._taken:
+            if when <= end:
+                base = seq
+        if base is not None:
+            self.cursors.sent(self.key, base)
+
+    def close(self, code: int, reason: str) -> None:
+        """As :meth:`SocketSink.close`, but a token that expired on an open connection closes it with
+        1000 (Cloudflare's client takes 4401 as final, so a frontend with short-lived tokens would
+        stop for good; with 1000 it reconnects, asking its ``query`` for a fresh token)."""
+        if code == CloseCode.UNAUTHENTICATED and self.welcomed:
+            code, reason = CloseCode.NORMAL, f"{reason}; reconnect with a fresh token"
+        super().close(code, reason)
 
     def translate(self, text: str) -> list[str]:
         """The Cloudflare frames of one Roost frame (the table in ``docs/design.md``)."""
@@ -154,20 +224,24 @@ class CloudflareSink(SocketSink):
         kind = frame.get("type")
         if kind == "welcome":
             self.head = frame["cursor"]
+            if self._base is None:  # the state at the cursor is sent again at the next connect anyway
+                self._base = self.head
             actor = frame["actor"]
             identity = {"type": "cf_agent_identity", "name": actor["name"], "agent": actor["kind"]}
-            state = {"type": "cf_agent_state", "state": frame["state"]}
-            return [orjson.dumps(identity).decode(), orjson.dumps(state).decode(), _NO_MCP]
+            state = orjson.dumps({"type": "cf_agent_state", "state": frame["state"]}).decode()
+            out = [orjson.dumps(identity).decode(), state, _NO_MCP]
+            if frame.get("reason") is not None:  # no resume after what it had: it is told so
+                told = {"type": "roost_resume", "resume": frame["resume"], "reason": frame["reason"]}
+                out.append(orjson.dumps(told).decode())
+            return out
         if kind == "state":
-            self._sent(frame["seq"])
             if frame["seq"] <= self.head:
                 return []
-            return [orjson.dumps({"type": "cf_agent_state", "state": frame["state"]}).decode()]
+            state = orjson.dumps({"type": "cf_agent_state", "state": frame["state"]}).decode()
+            return [self._track(state, frame["seq"])]
         if kind == "event":
-            self._sent(frame["seq"])
-            return [
-                orjson.dumps({"type": "roost_event", "seq": frame["seq"], "event": frame["event"]}).decode()
-            ]
+            event = {"type": "roost_event", "seq": frame["seq"], "event": frame["event"]}
+            return [self._track(orjson.dumps(event).decode(), frame["seq"])]
         if kind == "message":
             data = frame["data"]
             return [data if isinstance(data, str) else orjson.dumps(data).decode()]
@@ -202,6 +276,8 @@ class CloudflareSink(SocketSink):
             answer = {"type": "rpc", "id": call_id, "success": True, "result": frame["result"], "done": True}
         return [orjson.dumps(answer).decode()]
 
-    def _sent(self, seq: int) -> None:
-        if self.cursors is not None and self.key is not None:
-            self.cursors.sent(self.key, seq)
+    def _track(self, text: str, seq: int) -> str:
+        """``text``, remembered as standing for ``seq`` until the socket takes it."""
+        if self.tracks:
+            self._logged.append((text, seq))
+        return text

@@ -158,7 +158,7 @@ class WebSocketEndpoint:
             sink: SocketSink = CloudflareSink(
                 send, app.send_queue, app.send_queue_bytes, cursors=app.cloudflare_cursors, key=key
             )
-            translate = cloudflare_inbound
+            translate = functools.partial(cloudflare_inbound, max_bytes=app.max_frame_bytes)
         else:
             sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(

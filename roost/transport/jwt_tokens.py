@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -217,13 +218,13 @@ class JwtVerifier:
     def _principal(self, payload: dict[str, Any]) -> Principal:
         now = self._clock()
         exp = payload.get("exp")
-        if isinstance(exp, bool) or not isinstance(exp, int | float):
+        if isinstance(exp, bool) or not isinstance(exp, int | float) or not math.isfinite(exp):
             raise JwtError("claim exp must be a number")
         if now >= exp + self.leeway:
             raise JwtError("token expired")
         nbf = payload.get("nbf")
         if nbf is not None:
-            if isinstance(nbf, bool) or not isinstance(nbf, int | float):
+            if isinstance(nbf, bool) or not isinstance(nbf, int | float) or not math.isfinite(nbf):
                 raise JwtError("claim nbf must be a number")
             if nbf > now + self.leeway:
                 raise JwtError("token not yet valid")
@@ -231,6 +232,8 @@ class JwtVerifier:
         sub = payload.get(names.subject)
         if not isinstance(sub, str) or not 0 < len(sub) <= 256:
             raise JwtError(f"claim {names.subject} must be a string of 1 to 256 characters")
+        if names.tenant and names.tenant in payload and payload[names.tenant] is None:
+            raise JwtError(f"claim {names.tenant} must be a string of 1 to 128 characters without NUL")
         tenant = payload.get(names.tenant) if names.tenant else None
         if tenant is not None and (
             not isinstance(tenant, str) or not 0 < len(tenant) <= 128 or "\x00" in tenant
@@ -239,9 +242,10 @@ class JwtVerifier:
         lists: dict[str, list[str] | None] = {}
         for field in ("kinds", "names"):
             claim = getattr(names, field)
+            present = bool(claim) and claim in payload
             value = payload.get(claim) if claim else None
-            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                raise JwtError(f"claim {claim} must be a list of strings")
+            if present and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise JwtError(f"claim {claim} must be a list of strings")  # null too: not "all"
             lists[field] = value
         flags: dict[str, bool] = {}
         for field in ("read_only", "admin"):

@@ -66,6 +66,7 @@ class SocketSink:
         "max_queue",
         "protocol",
         "task",
+        "tracks",
         "welcomed",
     )
 
@@ -89,6 +90,8 @@ class SocketSink:
         #: The server protocol's direct path, when it offers one: a frame is written at once when the
         #: writer has nothing queued and the socket takes it.
         self.direct: DirectPath | None = None
+        #: Tell :meth:`written` of every frame the socket took (a subclass that needs to know).
+        self.tracks = False
 
     @property
     def queued_bytes(self) -> int:
@@ -146,6 +149,8 @@ class SocketSink:
             if wake is not None and not wake.done():  # the writer is parked: nothing is in flight
                 written = direct.write_text(text)
                 if written:
+                    if self.tracks:
+                        self.written(text)
                     return
                 if written is None:  # the client is gone; the reader sees the disconnect
                     self._gone()
@@ -157,6 +162,9 @@ class SocketSink:
             self.overflow("slow consumer: send queue full")
             return
         self._poke()
+
+    def written(self, text: str) -> None:
+        """The socket took ``text`` (called only when :attr:`tracks` is set)."""
 
     def overflow(self, reason: str) -> None:
         """The client is past the bound: close it with 1013 now, not behind what waits for it. The
@@ -212,6 +220,8 @@ class SocketSink:
                             drained[2]()  # the next replay page is read (in a turn, later)
                         await send({"type": "websocket.send", "text": text})
                         self._blocked = False
+                        if self.tracks:
+                            self.written(text)
                 except asyncio.CancelledError:
                     if not self._cut or self.closed:  # finish(), or the server's own cancel
                         raise
