@@ -108,9 +108,16 @@ def session_statuses(c: KitConnection) -> list[str]:
     return [p["status"] for p in payloads(c, "capability_session")]
 
 
+def run_finished(c: KitConnection, run_id: str) -> bool:
+    """Whether the run ``run_id`` ended (an earlier run's end on the same connection is not it)."""
+    return any(
+        e["event_type"] in ("turn_completed", "turn_failed") and e.get("run_id") == run_id for e in events(c)
+    )
+
+
 async def run_to_end(kit: ActorKit, c: KitConnection, text: str) -> dict[str, Any]:
     reply = await c.call("turn", text)
-    await drive(kit, lambda: finished(c), io_wait=IO)
+    await drive(kit, lambda: run_finished(c, reply["run_id"]), io_wait=IO)
     run: dict[str, Any] = await c.call("get_run", reply["run_id"])
     return run
 
