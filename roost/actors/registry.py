@@ -79,6 +79,7 @@ from roost.actors.errors import (
 from roost.actors.extension import Process, Service
 from roost.actors.host import ActorHost
 from roost.actors.inputs import Call, Input, Task, Wake
+from roost.actors.observe import Observer
 from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
 from roost.protocol import CloseCode
@@ -140,6 +141,9 @@ class Registry:
         self.background: list[asyncio.Task[None]] = []
         self.sweeps = 0
         self.activations = 0
+        #: Metrics and traces (:class:`~roost.actors.observe.Observer`; None: off). Set before the
+        #: first actor is made: each host reads it once.
+        self.observer: Observer | None = None
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         #: Files of deactivated actors being closed in worker threads (see :meth:`release_file`).
         self.file_releases = FileReleases(max(16, self.config.max_active // 10))

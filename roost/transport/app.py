@@ -39,6 +39,7 @@ from roost.transport.http import (
     admin_export,
     admin_inspect,
     get_actor,
+    get_metrics,
     healthz,
     post_rpc,
 )
@@ -48,6 +49,8 @@ from roost.transport.sink import SocketSink
 from roost.transport.web import web_routes
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from roost.transport.mcp import McpService
 
 __all__ = ["RoostApp", "create_app"]
@@ -82,6 +85,7 @@ class RoostApp(Starlette):
     sinks: set[SocketSink]
     cloudflare_cursors: CloudflareCursors  #: Cloudflare clients' resume points (roost.transport.cloudflare)
     mcp: McpService  #: the MCP routes; ``app.mcp.extras`` takes the app's prompts and resources
+    metrics: CollectorRegistry | None  #: what ``GET /metrics`` exposes (None: off)
     _started: bool
     _start_lock: asyncio.Lock
 
@@ -175,6 +179,7 @@ def create_app(
     max_in_flight: int = 256,
     web_dir: str | os.PathLike[str] | None = None,
     debug: bool = False,
+    metrics: bool = False,
 ) -> RoostApp:
     """Build the ASGI app serving ``kinds``.
 
@@ -191,6 +196,9 @@ def create_app(
     and message, and every HTTP request (e.g. :func:`roost.transport.security.claims_authorize`);
     ``origins`` is the allow-list of browser origins (``None``: any); ``limits`` bounds rates and
     connections (:class:`roost.transport.limits.Limits`, safe defaults).
+
+    Observability (off by default): ``metrics=True`` serves Prometheus metrics at ``GET /metrics``
+    to admins only (:mod:`roost.transport.metrics`; needs ``prometheus-client``, the ``metrics`` extra).
     """
     cfg = config or RuntimeConfig()
     if data_dir is not None:
@@ -219,6 +227,11 @@ def create_app(
     app.max_in_flight = max_in_flight
     app.sinks = set()
     app.cloudflare_cursors = CloudflareCursors()
+    app.metrics = None
+    if metrics:
+        from roost.transport.metrics import metrics_registry  # prometheus-client: only when asked for
+
+        app.metrics, app.registry.observer = metrics_registry(app)
     app._started = False
     app._start_lock = asyncio.Lock()
     app.state.roost = app
@@ -232,6 +245,7 @@ def create_app(
             Route("/agents/{kind}/{name:actor_name}/rpc/{method}", post_rpc, methods=["POST"]),
             Route("/agents/{kind}/{name:actor_name}", get_actor, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", get_metrics, methods=["GET"]),
             Route("/mcp/{kind}/{name:actor_name}", app.mcp, methods=["GET", "POST", "DELETE"]),
             Route("/mcp/{kind}", app.mcp, methods=["GET", "POST", "DELETE"]),
             Route("/admin/backup", admin_backup, methods=["POST"]),

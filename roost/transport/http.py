@@ -46,6 +46,7 @@ __all__ = [
     "admin_export",
     "admin_inspect",
     "get_actor",
+    "get_metrics",
     "healthz",
     "post_rpc",
 ]
@@ -91,6 +92,7 @@ async def _guard(
         return _error("bad_address", str(exc))
     bucket = app.access.principal_bucket(verdict.principal, request.client.host if request.client else None)
     if bucket is not None and not bucket.take(app.access.clock()):
+        app.access.limited += 1
         return _error("rate_limited", "too many requests for this principal")
     return kind, name, verdict.name, verdict.principal
 
@@ -339,6 +341,21 @@ _BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
 def backup_root(app: Runtime) -> Path:
     configured = os.environ.get("ROOST_BACKUP_DIR")
     return Path(configured) if configured else app.registry.config.data_dir.resolve().parent / "backups"
+
+
+async def get_metrics(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus exposition of :mod:`roost.transport.metrics` (404 when the app
+    was made without ``metrics=True``). Who: :func:`_admin`, with ``authorize(principal, "admin",
+    "metrics", "admin:metrics")`` — a scrape shows actor kinds and traffic."""
+    app: Runtime = request.app.state.roost
+    if app.metrics is None:
+        return _error("not_found", "metrics are off (create_app(metrics=True), roost serve --metrics)")
+    refused = await _admin(app, request, "metrics", "admin:metrics")
+    if isinstance(refused, JSONResponse):
+        return refused
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return Response(generate_latest(app.metrics), media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:

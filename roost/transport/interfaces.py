@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from roost.actors import Registry
     from roost.transport.access import Access
     from roost.transport.auth import Authenticate
@@ -59,6 +61,10 @@ class Runtime(Protocol):
     @property
     def cloudflare_cursors(self) -> CloudflareCursors:
         """Where Cloudflare clients' connections resume (per actor and PartySocket id)."""
+
+    @property
+    def metrics(self) -> CollectorRegistry | None:
+        """What ``GET /metrics`` exposes (None: metrics are off, the route answers 404)."""
 
     async def ensure_started(self) -> None:
         """Start the runtime if the lifespan did not (a mounted sub-app). Idempotent."""
