@@ -23,8 +23,9 @@ class Observer:
 
     Hooks run on the event loop, inside the runtime's hot paths: they must be cheap and never raise."""
 
-    def turn(self, kind: str, seconds: float) -> None:
-        """A turn of an actor of ``kind`` committed, ``seconds`` after it began."""
+    def turn(self, kind: str, seconds: float, item: object) -> None:
+        """A turn of an actor of ``kind`` committed, ``seconds`` after it began; ``item``: its input
+        (a :class:`~roost.actors.Call` carries the caller's ``trace``, its connection its own)."""
 
     def commit(self, kind: str, turns: int, held: float) -> None:
         """A batch of ``turns`` inputs committed; its outputs were held ``held`` seconds for it."""
@@ -42,9 +43,9 @@ class Observers(Observer):
     def __init__(self, *observers: Observer) -> None:
         self.observers = observers
 
-    def turn(self, kind: str, seconds: float) -> None:
+    def turn(self, kind: str, seconds: float, item: object) -> None:
         for observer in self.observers:
-            observer.turn(kind, seconds)
+            observer.turn(kind, seconds, item)
 
     def commit(self, kind: str, turns: int, held: float) -> None:
         for observer in self.observers:

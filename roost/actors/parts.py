@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from roost.actors.connection import Connection, Principal
     from roost.actors.decorators import CallableInfo
     from roost.actors.errors import ActorUnavailable
+    from roost.actors.inputs import Input
     from roost.actors.observe import Observer
     from roost.actors.outputs import OutputGate
     from roost.actors.refs import Key
@@ -117,6 +118,8 @@ class HostCore(HostApi, Protocol):
     stepping: bool
     #: Metrics and traces (None: off): :class:`~roost.actors.observe.Observer`.
     observer: Observer | None
+    #: The input being handled (None between inputs).
+    current: Input | None
 
     @property
     def kind(self) -> str: ...

@@ -457,8 +457,10 @@ class Registry:
         timeout: float | None = None,
         principal: Principal | None = None,
         idempotency_key: str | None = None,
+        trace: object = None,
     ) -> tuple[Any, list[Any]]:
         """Call a method in process; returns ``(result, chunks)`` once the callee has committed.
+        ``trace``: the caller's trace context (opaque here), the parent of the turn's span.
 
         A call creates the actor it calls, but a read-only one (``@callable(readonly=True)``) to an
         actor never created raises ``ActorNotFound`` (code ``not_found``) and creates nothing (no
@@ -493,6 +495,7 @@ class Registry:
                 chain=chain,
                 principal=principal,
                 key=idempotency_key,
+                trace=trace,
             ),
         )
         return await self._wait(fut, timeout), chunks

@@ -125,7 +125,7 @@ class Turn:
             self.end()
             self.ok = True
             if host.observer is not None:  # metrics or traces: the only cost of a turn without them
-                host.observer.turn(host.kind, host.clock.monotonic() - self._started)
+                host.observer.turn(host.kind, host.clock.monotonic() - self._started, host.current)
             return False
         exc = self.check_timeout(exc)
         self.abort()

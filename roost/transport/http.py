@@ -37,6 +37,7 @@ from roost.transport.security import check_client_name, hide_token, origin_allow
 
 if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
+    from roost.transport.tracing import Tracing
 
 __all__ = [
     "PROXY_HEADERS",
@@ -161,6 +162,10 @@ async def post_rpc(request: Request) -> Response:
             kwargs = parsed
         else:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
+    if app.tracing is not None:
+        return await _traced_call(
+            app, app.tracing, request, (kind, name, method), args, kwargs, principal, key
+        )
     try:
         result, chunks = await app.registry.call(
             kind, name, method, args, kwargs, principal=principal, idempotency_key=key
@@ -168,6 +173,51 @@ async def post_rpc(request: Request) -> Response:
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}
+    if info is not None and info.streaming:
+        content["chunks"] = chunks
+    return JSONResponse(content)
+
+
+async def _traced_call(
+    app: Runtime,
+    tracing: Tracing,
+    request: Request,
+    address: tuple[str, str, str],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    principal: Principal,
+    key: str | None,
+) -> Response:
+    """:func:`post_rpc`'s call inside a ``roost.call`` span, a child of the request's ``traceparent``
+    (:mod:`roost.transport.tracing`); the turn's span is its child."""
+    from opentelemetry import trace
+
+    from roost.transport.tracing import parent_context
+
+    kind, name, method = address
+    parent = parent_context(request.headers, request.query_params)
+    with tracing.tracer.start_as_current_span(
+        "roost.call",
+        context=parent,
+        kind=trace.SpanKind.SERVER,
+        attributes={"roost.kind": kind, "roost.method": method},
+    ) as span:
+        try:
+            result, chunks = await app.registry.call(
+                kind,
+                name,
+                method,
+                args,
+                kwargs,
+                principal=principal,
+                idempotency_key=key,
+                trace=trace.set_span_in_context(span),
+            )
+        except RpcError as exc:
+            span.set_attribute("roost.error", exc.code)
+            return _error(exc.code, exc.message)
+    content: dict[str, Any] = {"ok": True, "result": result}
+    info = app.registry.callable_info(kind, method)
     if info is not None and info.streaming:
         content["chunks"] = chunks
     return JSONResponse(content)

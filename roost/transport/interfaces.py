@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from roost.transport.auth import Authenticate
     from roost.transport.cloudflare import CloudflareCursors
     from roost.transport.sink import SocketSink
+    from roost.transport.tracing import Tracing
 
 __all__ = ["Runtime"]
 
@@ -65,6 +66,10 @@ class Runtime(Protocol):
     @property
     def metrics(self) -> CollectorRegistry | None:
         """What ``GET /metrics`` exposes (None: metrics are off, the route answers 404)."""
+
+    @property
+    def tracing(self) -> Tracing | None:
+        """The app's spans (:mod:`roost.transport.tracing`; None: tracing is off)."""
 
     async def ensure_started(self) -> None:
         """Start the runtime if the lifespan did not (a mounted sub-app). Idempotent."""

@@ -84,7 +84,7 @@ class RuntimeMetrics(Observer):
         self.lateness = Histogram(LATENESS_BUCKETS)
         self.replay_bytes = 0
 
-    def turn(self, kind: str, seconds: float) -> None:
+    def turn(self, kind: str, seconds: float, item: object) -> None:
         turns = self.turns
         turns[kind] = turns.get(kind, 0) + 1
         self.turn_seconds.observe(seconds)

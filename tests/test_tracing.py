@@ -1,0 +1,109 @@
+"""OpenTelemetry spans (roost.transport.tracing) of real calls to a real server, collected with OTel's
+in-memory exporter: an HTTP call with a ``traceparent``, a WebSocket connection and its calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from roost.examples.kinds import Counter
+from roost.testing import connect, until
+from roost.transport import create_app
+from tests.support import serve_in_process
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE}-{PARENT}-01"
+
+
+def traced() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def attr(span: ReadableSpan, key: str) -> Any:
+    return (span.attributes or {}).get(key)
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+async def test_a_traceparent_is_the_parent_of_an_http_call(data_dir: Path) -> None:
+    """Guarantee (roost.transport.tracing): ``POST .../rpc/increment`` with a ``traceparent`` makes a
+    ``roost.call`` span in that trace, a child of the given span, with the turn and its commit under it."""
+    provider, exporter = traced()
+    app = create_app([Counter], data_dir=data_dir, tracer_provider=provider)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post("/agents/counter/c1/rpc/increment", json=[], headers={"traceparent": TRACEPARENT})
+        assert r.json() == {"ok": True, "result": 1}
+        await until(lambda: named(exporter.get_finished_spans(), "roost.commit"))
+    spans = exporter.get_finished_spans()
+    [call] = named(spans, "roost.call")
+    assert call.context is not None
+    assert format(call.context.trace_id, "032x") == TRACE
+    assert parent_id(call) == int(PARENT, 16)
+    assert call.attributes is not None
+    assert call.attributes["roost.method"] == "increment"
+    turns = [
+        t for t in named(spans, "roost.turn") if t.attributes and t.attributes["roost.method"] == "increment"
+    ]
+    assert len(turns) == 1
+    assert turns[0].context is not None
+    assert turns[0].context.trace_id == call.context.trace_id
+    assert parent_id(turns[0]) == call.context.span_id
+    commits = [
+        c for c in named(spans, "roost.commit") if c.context and c.context.trace_id == call.context.trace_id
+    ]
+    assert commits
+    assert commits[0].attributes is not None
+    assert attr(commits[0], "roost.batch.turns") >= 1
+
+
+async def test_a_websocket_connection_is_a_span_with_its_turns_under_it(data_dir: Path) -> None:
+    """Guarantee (roost.transport.tracing): a WebSocket connection whose handshake carries a
+    ``traceparent`` (here the query parameter, as a browser sends it) is one ``roost.connection`` span,
+    a child of it, ended at close with the close code; its connect turn and calls are its children."""
+    provider, exporter = traced()
+    app = create_app([Counter], data_dir=data_dir, tracer_provider=provider)
+    async with serve_in_process(app) as addr:
+        async with connect(f"ws://{addr}/agents/counter/c2?traceparent={TRACEPARENT}") as ws:
+            assert (await ws.recv())["type"] == "welcome"
+            assert (await ws.rpc("increment"))["ok"]
+            assert (await ws.rpc("increment", 2))["ok"]
+        await until(lambda: named(exporter.get_finished_spans(), "roost.connection"))
+    spans = exporter.get_finished_spans()
+    [conn] = named(spans, "roost.connection")
+    assert conn.context is not None
+    assert format(conn.context.trace_id, "032x") == TRACE
+    assert parent_id(conn) == int(PARENT, 16)
+    assert conn.attributes is not None
+    assert conn.attributes["roost.close_code"] == 1000
+    children = [t for t in named(spans, "roost.turn") if parent_id(t) == conn.context.span_id]
+    methods = [t.attributes["roost.method"] for t in children if t.attributes]
+    assert methods.count("increment") == 2
+    assert len(children) >= 3  # the connect turn too
+
+
+async def test_a_malformed_traceparent_starts_a_trace_of_its_own(data_dir: Path) -> None:
+    """A ``traceparent`` that does not parse is ignored, never refused: the call is served, in a new trace."""
+    provider, exporter = traced()
+    app = create_app([Counter], data_dir=data_dir, tracer_provider=provider)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        r = await http.post(
+            "/agents/counter/c3/rpc/increment", json=[], headers={"traceparent": "00-zz-yy-01"}
+        )
+        assert r.json()["ok"]
+    [call] = named(exporter.get_finished_spans(), "roost.call")
+    assert call.parent is None
