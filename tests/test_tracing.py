@@ -1,5 +1,6 @@
-"""OpenTelemetry spans (roost.transport.tracing) of real calls to a real server, collected with OTel's
-in-memory exporter: an HTTP call with a ``traceparent``, a WebSocket connection and its calls."""
+"""OpenTelemetry spans (roost.transport.tracing, roost.agent.tracing) of real calls to a real server,
+collected with OTel's in-memory exporter: an HTTP call with a ``traceparent``, a WebSocket connection
+and its calls, an agent run with its tool calls and job attempts."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from roost.examples.kinds import Counter
-from roost.testing import connect, until
+from roost.testing import ActorKit, connect, until
 from roost.transport import create_app
+from roost.transport.tracing import Tracing
+from tests.agent_support import Docs, drive, event_types, events
 from tests.support import serve_in_process
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -107,3 +110,32 @@ async def test_a_malformed_traceparent_starts_a_trace_of_its_own(data_dir: Path)
         assert r.json()["ok"]
     [call] = named(exporter.get_finished_spans(), "roost.call")
     assert call.parent is None
+
+
+async def test_an_agent_run_is_one_trace(data_dir: Path) -> None:
+    """Guarantee (roost.agent.tracing): a run's span, its tool calls' spans and its jobs' attempts
+    share the run's ``trace_id`` as their trace id; the tools and attempts are children of the run."""
+    provider, exporter = traced()
+    async with ActorKit([Docs], data_dir) as kit:
+        kit.registry.observer = Tracing(provider)
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", "analyze the documents and make a report", session_id="s1")
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        approval = [e for e in events(c) if e["event_type"] == "approval_requested"][-1]["payload"]
+        result = await c.call("approve", approval["approval_id"], "grant")
+        assert result["status"] == "completed"
+        await kit.settle()
+        trace_id = next(e["trace_id"] for e in events(c) if e["run_id"] == reply["run_id"])
+    spans = exporter.get_finished_spans()
+    [run] = named(spans, "roost.agent.run")
+    assert run.context is not None
+    assert format(run.context.trace_id, "032x") == trace_id
+    tools = named(spans, "roost.agent.tool")
+    assert len(tools) >= 3  # collect, analyze, generate
+    jobs = named(spans, "roost.agent.job")
+    assert jobs
+    for span in (*tools, *jobs):
+        assert span.context is not None
+        assert span.context.trace_id == run.context.trace_id
+    assert all(parent_id(t) == run.context.span_id for t in tools)
+    assert all(attr(j, "roost.job.attempt") >= 1 for j in jobs)

@@ -23,6 +23,10 @@ class Observer:
 
     Hooks run on the event loop, inside the runtime's hot paths: they must be cheap and never raise."""
 
+    #: An OpenTelemetry ``Tracer`` (opaque here) for the layers above, e.g. the agent runtime's run
+    #: and tool spans (``Process.tracer``); None: no traces.
+    tracer: object = None
+
     def turn(self, kind: str, seconds: float, item: object) -> None:
         """A turn of an actor of ``kind`` committed, ``seconds`` after it began; ``item``: its input
         (a :class:`~roost.actors.Call` carries the caller's ``trace``, its connection its own)."""
@@ -42,6 +46,7 @@ class Observers(Observer):
 
     def __init__(self, *observers: Observer) -> None:
         self.observers = observers
+        self.tracer = next((o.tracer for o in observers if o.tracer is not None), None)
 
     def turn(self, kind: str, seconds: float, item: object) -> None:
         for observer in self.observers:
