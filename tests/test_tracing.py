@@ -18,6 +18,7 @@ from roost.transport import create_app
 from roost.transport.tracing import Tracing
 from tests.agent_support import Docs, drive, event_types, events
 from tests.support import serve_in_process
+from tests.test_mcp_client import kind_of, run_to_end, stdio
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -139,3 +140,23 @@ async def test_an_agent_run_is_one_trace(data_dir: Path) -> None:
         assert span.context.trace_id == run.context.trace_id
     assert all(parent_id(t) == run.context.span_id for t in tools)
     assert all(attr(j, "roost.job.attempt") >= 1 for j in jobs)
+
+
+async def test_an_mcp_call_is_a_span_of_its_job_attempt(data_dir: Path) -> None:
+    """Guarantee (roost.agent.tracing): a call of an MCP server's tool is a ``roost.mcp.call`` span,
+    a child of the job attempt that makes it, in the run's trace."""
+    provider, exporter = traced()
+    kind = kind_of("traced", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        kit.registry.observer = Tracing(provider)
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, 'please mcp__t__echo {"text": "traced"}')
+        assert run["status"] == "completed", run
+    spans = exporter.get_finished_spans()
+    [call] = named(spans, "roost.mcp.call")
+    assert attr(call, "roost.mcp.tool") == "echo"
+    assert attr(call, "roost.mcp.server") == "t"
+    assert call.context is not None
+    assert format(call.context.trace_id, "032x") == run["trace_id"]
+    [job] = [j for j in named(spans, "roost.agent.job") if j.context and j.context.span_id == parent_id(call)]
+    assert attr(job, "roost.job.tool") == "mcp__t__echo"

@@ -12,6 +12,8 @@ one no object of this module exists, and the agent's events pay one ``None`` che
   (inline or as a job), a child of its run's span.
 - ``roost.agent.job``: one attempt of a background job (a model step, streamed or not, or a tool),
   around its execution on the worker, a child of its run's span (``roost.job.attempt``).
+- ``roost.mcp.call``: one call of an MCP server's tool (:mod:`roost.agent.mcp_tools`), a child of
+  its job attempt's span (``roost.mcp.server``, ``roost.mcp.tool``).
 
 Open spans are per process (a run that moves to another process goes on there in the same trace).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 
     from roost.agent.store import Row
 
-__all__ = ["RunSpans", "run_spans"]
+__all__ = ["RunSpans", "job_spans", "run_spans"]
 
 _STARTS = frozenset({"turn_started", "run_started", "run_continued"})
 _ENDS = {"turn_completed": StatusCode.OK, "turn_failed": StatusCode.ERROR, "turn_cancelled": StatusCode.UNSET}
@@ -45,6 +48,13 @@ _TOOL_ENDS = {
     "tool_cancelled": StatusCode.UNSET,
 }
 _BY_TRACER: dict[int, RunSpans] = {}  # one per tracer (per app) in the process
+#: The run spans of the job attempt running in this task (its MCP calls are traced with them).
+_JOB: ContextVar[RunSpans | None] = ContextVar("roost_job_spans", default=None)
+
+
+def job_spans() -> RunSpans | None:
+    """The run spans of the traced job attempt this task runs, if any (``roost.mcp.call``)."""
+    return _JOB.get()
 
 
 def run_spans(tracer: object) -> RunSpans | None:
@@ -122,6 +132,10 @@ class RunSpans:
             with self.tracer.start_as_current_span(
                 "roost.agent.job", context=self.parent(run), attributes=attributes
             ):
-                return await execute(ctx)
+                token = _JOB.set(self)
+                try:
+                    return await execute(ctx)
+                finally:
+                    _JOB.reset(token)
 
         return traced
