@@ -44,15 +44,20 @@ def roost_server(s: Settings, name: str, data: str) -> Server:
     argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
     argv += ["--max-connections", "0", "--max-conns-per-address", "0"]
     env: dict[str, str] = {}
-    if observed():  # the cost of metrics and traces: both on, spans exported to a real OTLP sink
-        argv += ["--metrics", "--otel"]
+    mode = observed()
+    if mode in ("metrics", "both"):
+        argv += ["--metrics"]
+    if mode in ("traces", "both"):  # every span recorded and exported to a real OTLP/HTTP sink
+        argv += ["--otel"]
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink()}
     return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log", env)
 
 
-def observed() -> bool:
-    """``ROOST_BENCH_OBSERVE=1``: the Roost servers run with ``--metrics --otel``."""
-    return os.environ.get("ROOST_BENCH_OBSERVE") == "1"
+def observed() -> str:
+    """``ROOST_BENCH_OBSERVE``: ``metrics`` (the Roost servers run with ``--metrics``), ``traces``
+    (``--otel``), ``both`` (or ``1``); anything else: neither, as shipped."""
+    mode = os.environ.get("ROOST_BENCH_OBSERVE", "")
+    return "both" if mode == "1" else mode
 
 
 _SINK: list[str] = []
