@@ -15,7 +15,9 @@ runs. With one (the ``opentelemetry-api`` names only; the SDK is the provider's 
   its duration; a child of the batch's last traced turn's parent.
 
 Turn and commit spans are made when the turn or commit has ended, from the times the runtime measured
-(:class:`roost.actors.Observer`): the runtime's hot path opens no span and sets no context.
+(:class:`roost.actors.Observer`): the runtime's hot path opens no span and sets no context. A turn
+whose caller's span is not sampled (``OTEL_TRACES_SAMPLER``, e.g. ``parentbased_traceidratio``) makes
+no span at all: sampling is how a busy server keeps tracing cheap.
 
 Guarantees (tests in ``tests/test_tracing.py``):
 
@@ -76,6 +78,8 @@ class Tracing(Observer):
     def turn(self, kind: str, seconds: float, item: object) -> None:
         parent = _parent_of(item)
         self._last = parent
+        if parent is not _ROOT and not _sampled(parent):
+            return  # its caller's trace is not sampled: no span is made for it (nor for its commit)
         ended = time.time_ns()
         attributes: dict[str, str | float]
         if isinstance(item, Wake):
@@ -90,6 +94,9 @@ class Tracing(Observer):
         span.end(ended)
 
     def commit(self, kind: str, turns: int, held: float) -> None:
+        if self._last is not _ROOT and not _sampled(self._last):
+            self._last = _ROOT
+            return
         ended = time.time_ns()
         span = self.tracer.start_span(
             "roost.commit",
@@ -111,6 +118,10 @@ class Tracing(Observer):
             kind=SpanKind.SERVER,
             attributes={"roost.kind": kind, "roost.name": name},
         )
+
+
+def _sampled(context: Context) -> bool:
+    return trace.get_current_span(context).get_span_context().trace_flags.sampled
 
 
 def _parent_of(item: object) -> Context:
