@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,16 @@ async def test_unobserved_turns_pay_a_check(data_dir: Path) -> None:
         assert (await http.post("/agents/counter/c1/rpc/increment", json=[])).json()["ok"]
         assert app.registry.observer is None
         assert all(host.observer is None for host in app.registry.hosts.values())
+
+
+def test_import_roost_loads_neither_library() -> None:
+    """Guarantee (README, *Metrics and traces*): ``import roost`` (and making an app with both off)
+    imports neither ``prometheus_client`` nor the OpenTelemetry SDK."""
+    code = (
+        "import sys, roost\n"
+        "from roost.examples.kinds import Counter\n"
+        "roost.create_app([Counter], data_dir='unused')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('prometheus_client', 'opentelemetry.sdk'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
