@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from roost.examples.kinds import Counter
+from roost.scheduler import FakeClock
 from roost.testing import ActorKit, connect, until
 from roost.transport import create_app
 from roost.transport.tracing import Tracing
@@ -160,3 +161,18 @@ async def test_an_mcp_call_is_a_span_of_its_job_attempt(data_dir: Path) -> None:
     assert format(call.context.trace_id, "032x") == run["trace_id"]
     [job] = [j for j in named(spans, "roost.agent.job") if j.context and j.context.span_id == parent_id(call)]
     assert attr(job, "roost.job.tool") == "mcp__t__echo"
+
+
+async def test_a_wakeup_is_a_span_with_its_lateness(data_dir: Path) -> None:
+    """Guarantee (roost.transport.tracing): a fired wake-up is a ``roost.wakeup`` span of its fire
+    turn, with how late it ran (``roost.lateness_s``, on the runtime's clock)."""
+    provider, exporter = traced()
+    clock = FakeClock()
+    app = create_app([Counter], data_dir=data_dir, clock=clock, tracer_provider=provider)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        assert (await http.post("/agents/counter/w1/rpc/increment_later", json=[5])).json()["ok"]
+        clock.advance(7)
+        await until(lambda: named(exporter.get_finished_spans(), "roost.wakeup"))
+    [wake] = named(exporter.get_finished_spans(), "roost.wakeup")
+    assert attr(wake, "roost.kind") == "counter"
+    assert attr(wake, "roost.lateness_s") >= 2.0
