@@ -16,9 +16,12 @@ back, Roost runs ``counter.increment`` and replies with ``rpc_result`` after the
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import shutil
 import sys
+import threading
 from typing import Any
 
 from bench.procs import Server, free_port, http_json, log, run_client, running
@@ -40,7 +43,45 @@ def roost_server(s: Settings, name: str, data: str) -> Server:
     argv = [sys.executable, "-m", "roost.cli", "serve", "--data", data, "--port", str(port)]
     argv += ["--rate-limit", "0", "--principal-rate-limit", "0", "--max-conns-per-actor", "0"]
     argv += ["--max-connections", "0", "--max-conns-per-address", "0"]
-    return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log")
+    env: dict[str, str] = {}
+    mode = observed()
+    if mode in ("metrics", "both"):
+        argv += ["--metrics"]
+    if mode in ("traces", "both"):  # every span recorded and exported to a real OTLP/HTTP sink
+        argv += ["--otel"]
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink()}
+    return Server(name, [*argv, "--log-level", "warning"], port, s.data_dir / "logs" / f"{name}.log", env)
+
+
+def observed() -> str:
+    """``ROOST_BENCH_OBSERVE``: ``metrics`` (the Roost servers run with ``--metrics``), ``traces``
+    (``--otel``), ``both`` (or ``1``); anything else: neither, as shipped."""
+    mode = os.environ.get("ROOST_BENCH_OBSERVE", "")
+    return "both" if mode == "1" else mode
+
+
+_SINK: list[str] = []
+
+
+def otlp_sink() -> str:
+    """An OTLP/HTTP endpoint in this process that takes every export and answers 200 (started once)."""
+    if not _SINK:
+
+        class Sink(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        _SINK.append(f"http://127.0.0.1:{server.server_address[1]}")
+    return _SINK[0]
 
 
 def echo_server(s: Settings, kind: str) -> Server:

@@ -56,6 +56,7 @@ from roost.actors.errors import (
 )
 from roost.actors.inline import INLINE_TURNS, FastPath, fast_paths_off
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
+from roost.actors.observe import Observer, Observers
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
 
@@ -99,6 +100,8 @@ __all__ = [
     "MigrationError",
     "Misfire",
     "NotInTurn",
+    "Observer",
+    "Observers",
     "Overloaded",
     "Params",
     "Principal",

@@ -52,6 +52,7 @@ from roost.storage.directory import Directory
 
 if TYPE_CHECKING:
     from roost.actors.interfaces import HostApi
+    from roost.actors.observe import Observer
     from roost.actors.refs import ActorRef
 
 __all__ = ["Actor", "Process", "ProcessRegistry", "Service", "TurnContext"]
@@ -332,6 +333,10 @@ class ProcessRegistry(RegistryApi, Protocol):
     def services(self) -> dict[str, Service]:
         """Per-process services, by name; stopped before the actors drain."""
 
+    @property
+    def observer(self) -> Observer | None:
+        """Metrics and traces (None: off)."""
+
     async def run(
         self,
         kind: str,
@@ -360,6 +365,13 @@ class Process:
     def data_dir(self) -> Path:
         """The data directory this process serves."""
         return self._registry.config.data_dir
+
+    @property
+    def tracer(self) -> object:
+        """The OpenTelemetry ``Tracer`` the app was given a provider for (``create_app(tracer_provider=
+        ...)``), or None: tracing is off and an extension makes no span."""
+        observer = self._registry.observer
+        return observer.tracer if observer is not None else None
 
     @property
     def directory(self) -> Directory | None:

@@ -318,6 +318,7 @@ class Connection:
         "request",
         "subscriptions",
         "tags",
+        "trace",
     )
 
     def __init__(
@@ -341,6 +342,9 @@ class Connection:
         self._host: Gate | None = None
         #: The replay being delivered, if any (from the connect turn to the page that reaches the head).
         self.replay: Replay | None = None
+        #: The connection's trace context, opaque here (set by the transport when tracing is on): the
+        #: parent of the spans of its turns.
+        self.trace: object = None
 
     @property
     def state(self) -> Any:

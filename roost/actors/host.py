@@ -68,6 +68,7 @@ from roost.actors.handlers import dispatch, maybe_await
 from roost.actors.inline import AVAILABLE as _INLINE
 from roost.actors.inline import Resume, Suspended, step_as
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Message, ReplayPage, Task, Wake
+from roost.actors.observe import Observer
 from roost.actors.outputs import Close, Frame, OutputGate
 from roost.actors.refs import Key
 from roost.actors.schedules import ScheduleStore
@@ -142,6 +143,8 @@ class ActorHost:
         callables: dict[str, CallableInfo],
     ) -> None:
         self.registry = registry
+        #: Metrics and traces (:class:`~roost.actors.observe.Observer`), read once: None when off.
+        self.observer: Observer | None = registry.observer
         self.kind = kind
         self.name = name
         self.key: Key = (kind, name)
@@ -442,7 +445,9 @@ class ActorHost:
         (a directory alarm is never later than the truth): it stays open with its outputs held, later
         turns join it, and the commit is tried again in :data:`DIRECTORY_RETRY` seconds. Nothing
         waits on the loop meanwhile."""
-        self._batch = 0
+        turns, self._batch = self._batch, 0
+        observer = self.observer
+        started = self.clock.monotonic() if observer is not None else 0.0
         try:
             try:
                 alarm = alarms.alarm_before_commit(self) if self.alarm_dirty else _UNSET
@@ -464,6 +469,8 @@ class ActorHost:
         if alarm is not _UNSET:
             alarms.alarm_after_commit(self, alarm)
         self.gate.release()
+        if observer is not None:
+            observer.commit(self.kind, turns, self.clock.monotonic() - started)
         return True
 
     def _commit_later(self) -> None:

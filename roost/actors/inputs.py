@@ -89,6 +89,8 @@ class Call:
     chain: tuple[Key, ...] = ()
     principal: Principal | None = None
     key: str | None = None
+    #: The caller's trace context, opaque here (set when tracing is on): the parent of the turn's span.
+    trace: object = None
 
 
 @dataclass(slots=True)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from roost.actors.connection import Connection, Principal
     from roost.actors.decorators import CallableInfo
     from roost.actors.errors import ActorUnavailable
+    from roost.actors.inputs import Input
+    from roost.actors.observe import Observer
     from roost.actors.outputs import OutputGate
     from roost.actors.refs import Key
     from roost.scheduler.clock import Clock
@@ -42,6 +44,10 @@ class RegistryCore(RegistryApi, Protocol):
     @property
     def process(self) -> Process:
         """The extension API's per-process side, handed to each actor's ``extension``."""
+
+    @property
+    def observer(self) -> Observer | None:
+        """Metrics and traces (None: off), read by each host when it is made."""
 
     def forget(self, host: HostCore) -> None:
         """A host that stopped after a failure leaves the registry's table."""
@@ -110,6 +116,10 @@ class HostCore(HostApi, Protocol):
     dir_alarm: float | None
     #: ``run_now`` is running a turn inline (it arms the turn's timeout itself if the turn suspends).
     stepping: bool
+    #: Metrics and traces (None: off): :class:`~roost.actors.observe.Observer`.
+    observer: Observer | None
+    #: The input being handled (None between inputs).
+    current: Input | None
 
     @property
     def kind(self) -> str: ...

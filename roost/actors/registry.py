@@ -79,6 +79,7 @@ from roost.actors.errors import (
 from roost.actors.extension import Process, Service
 from roost.actors.host import ActorHost
 from roost.actors.inputs import Call, Input, Task, Wake
+from roost.actors.observe import Observer
 from roost.actors.refs import ActorRef, Key
 from roost.actors.releases import FileReleases
 from roost.protocol import CloseCode
@@ -140,6 +141,9 @@ class Registry:
         self.background: list[asyncio.Task[None]] = []
         self.sweeps = 0
         self.activations = 0
+        #: Metrics and traces (:class:`~roost.actors.observe.Observer`; None: off). Set before the
+        #: first actor is made: each host reads it once.
+        self.observer: Observer | None = None
         self._to_flush: list[ActorHost] = []  # actors that ran turns inline in this loop iteration
         #: Files of deactivated actors being closed in worker threads (see :meth:`release_file`).
         self.file_releases = FileReleases(max(16, self.config.max_active // 10))
@@ -453,8 +457,10 @@ class Registry:
         timeout: float | None = None,
         principal: Principal | None = None,
         idempotency_key: str | None = None,
+        trace: object = None,
     ) -> tuple[Any, list[Any]]:
         """Call a method in process; returns ``(result, chunks)`` once the callee has committed.
+        ``trace``: the caller's trace context (opaque here), the parent of the turn's span.
 
         A call creates the actor it calls, but a read-only one (``@callable(readonly=True)``) to an
         actor never created raises ``ActorNotFound`` (code ``not_found``) and creates nothing (no
@@ -489,6 +495,7 @@ class Registry:
                 chain=chain,
                 principal=principal,
                 key=idempotency_key,
+                trace=trace,
             ),
         )
         return await self._wait(fut, timeout), chunks

@@ -67,6 +67,8 @@ def _read(host: HostCore, conn: Connection, replay: Replay) -> list[str]:
     page = host.file.replay_page(replay.after, rows, nbytes)
     if page:
         replay.after = page[-1][0]
+        if host.observer is not None:
+            host.observer.replay(sum(len(frame) for _, _, frame in page))
     if not page or replay.after >= host.seq:  # at the head (no row after it: never read again)
         replay.reading = False
     wants = conn.subscriptions.wants

@@ -124,6 +124,8 @@ class Turn:
             host.gate.held.extend(host.gate.turn)  # end() gives the next turn a new list
             self.end()
             self.ok = True
+            if host.observer is not None:  # metrics or traces: the only cost of a turn without them
+                host.observer.turn(host.kind, host.clock.monotonic() - self._started, host.current)
             return False
         exc = self.check_timeout(exc)
         self.abort()

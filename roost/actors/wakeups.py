@@ -92,6 +92,8 @@ async def _fire_schedule(host: HostCore, s: Schedule, now: float) -> None:
         return
     due = s.retry_at if s.retry_at is not None else nominal
     lateness = max(0.0, now - due)
+    if host.observer is not None:
+        host.observer.wake(host.kind, lateness)
     savepoint = host.turn.savepoint("fire")
     try:
         async with host.clock.timeout(min(s.timeout, host.turn_timeout * 0.9)):

@@ -124,9 +124,15 @@ class JobLifecycle(Part, WorkerJobs):
         assert run is not None
         ctx = self.orchestrator.execution.context(run, job["item_id"], job["tool_name"], attempt)
         ctx.checkpoint = self.records.original(job["progress"].get("checkpoint"))
-        return JobSpec(
-            job_id, attempt, ctx, self._executor(job, run), self.agent.settings().heartbeat_interval
-        )
+        execute = self._executor(job, run)
+        tracer = self.agent.extension.process.tracer
+        if tracer is not None:  # the attempt in a span of its run's trace (roost.agent.tracing)
+            from roost.agent.tracing import run_spans
+
+            spans = run_spans(tracer)
+            assert spans is not None
+            execute = spans.job(run, job, attempt, execute)
+        return JobSpec(job_id, attempt, ctx, execute, self.agent.settings().heartbeat_interval)
 
     def _executor(self, job: Row, run: Row) -> Callable[[ToolContext], Awaitable[Any]]:
         if job["job_kind"] == "model":

@@ -166,7 +166,20 @@ def _tool_fn(server: McpServer, tool: str) -> Any:
 
 
 async def call(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
-    """One MCP call of a background job (see the module doc and docs/design.md)."""
+    """One MCP call of a background job (see the module doc and docs/design.md); in a
+    ``roost.mcp.call`` span when the job attempt is traced (:mod:`roost.agent.tracing`)."""
+    from roost.agent.tracing import job_spans  # the OpenTelemetry API: the MCP SDK loads it anyway
+
+    spans = job_spans()
+    if spans is None:
+        return await _call_retrying(ctx, server, tool, arguments)
+    with spans.tracer.start_as_current_span(
+        "roost.mcp.call", attributes={"roost.mcp.server": server.name, "roost.mcp.tool": tool}
+    ):
+        return await _call_retrying(ctx, server, tool, arguments)
+
+
+async def _call_retrying(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
     for _ in range(2):  # a session that expired under the call may be re-initialised once
         try:
             return await _once(ctx, server, tool, arguments)

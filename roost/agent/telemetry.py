@@ -18,6 +18,7 @@ from roost.agent.status import EventStatus
 
 if TYPE_CHECKING:
     from roost.agent.store import Row
+    from roost.agent.tracing import RunSpans
 
 __all__ = ["EVENT_TYPES", "Telemetry"]
 
@@ -59,11 +60,18 @@ class Telemetry:
     """The timeline of one agent: every event passes :meth:`Records.clean` and is emitted through the
     extension API, so it is logged in the turn and sent after its commit."""
 
-    __slots__ = ("_ctx", "_records", "counts")
+    __slots__ = ("_ctx", "_records", "_spans", "counts")
 
     def __init__(self, ctx: TurnContext, records: Records) -> None:
         self._ctx = ctx
         self._records = records
+        #: The run spans (:mod:`roost.agent.tracing`) when the app traces; None: one check per event.
+        self._spans: RunSpans | None = None
+        tracer = ctx.process.tracer
+        if tracer is not None:
+            from roost.agent.tracing import run_spans
+
+            self._spans = run_spans(tracer)
         #: Events sent by this activation, per type (for logs and tests).
         self.counts: dict[str, int] = {}
 
@@ -98,6 +106,8 @@ class Telemetry:
             "created_at": self._ctx.now,
         }
         seq = self._ctx.emit(record)
+        if self._spans is not None:
+            self._spans.event(event_type, run, item_id)
         self.counts[event_type] = self.counts.get(event_type, 0) + 1
         log.debug("%s run=%s item=%s trace=%s", event_type, run["run_id"], item_id, run["trace_id"])
         return seq

@@ -31,6 +31,8 @@ from roost.cli.options import (
 from roost.cli.tokens import signer_from_env
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from roost.actors import DescriptorBudget
     from roost.transport.app import RoostApp
 
@@ -57,6 +59,24 @@ def load_app(spec: str | None) -> object:
         return getattr(module, attr)
     except AttributeError:
         raise UsageError(f"{module_name} has no attribute {attr!r}") from None
+
+
+def otel_provider() -> TracerProvider:
+    """``--otel``: the OpenTelemetry SDK's tracer provider, exporting over OTLP/HTTP in batches to
+    ``$OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``; the SDK's own variables, headers and
+    ``OTEL_SERVICE_NAME`` included). Needs the ``otel`` extra."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise UsageError(f"--otel needs the OpenTelemetry SDK: pip install 'roost[otel]' ({exc})") from None
+    provider = SdkProvider(
+        resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "roost")})
+    )
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
 
 
 def _port(text: str) -> int:
@@ -184,11 +204,15 @@ def _serve(args: argparse.Namespace) -> int:
         if args.durability is not None:
             changes["durability"] = args.durability
         app.configure(**changes)
+        if args.metrics or args.otel:
+            app.observe(metrics=args.metrics, tracer_provider=otel_provider() if args.otel else None)
         found = _fit_descriptors(app)
         _secure(app, args, found)
         max_size = app.max_frame_bytes
     elif args.data is not None:
         raise UsageError("--data needs an app made by roost.create_app")
+    elif args.metrics or args.otel:
+        raise UsageError("--metrics and --otel need an app made by roost.create_app")
     else:
         max_size = 1 << 20
 
@@ -373,6 +397,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=non_negative_float,
         default=20.0,
         help="WebSocket ping interval; a dead peer is closed after two (0: no pings)",
+    )
+    serve.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics at GET /metrics, to admins only (needs roost[metrics])",
+    )
+    serve.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT (needs roost[otel])",
     )
     add_jwt_options(serve)
     serve.set_defaults(func=_serve)

@@ -89,6 +89,11 @@ class Dispatcher:
         return self._sleep_until
 
     @property
+    def leases_held(self) -> int:
+        """Due wake-ups this dispatcher has claimed and is running (each holds a lease)."""
+        return len(self._claims)
+
+    @property
     def busy(self) -> bool:
         """Some claimed actor is being woken right now."""
         return bool(self._inflight)

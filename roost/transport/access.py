@@ -135,6 +135,10 @@ class Access:
         self.per_principal = Counter(limits.conns_per_principal)
         self.per_address = Counter(limits.conns_per_address)
         self._principal_buckets: dict[object, TokenBucket] = {}
+        #: Refused connections and requests by code (:meth:`admit`), and frames and requests refused
+        #: ``rate_limited`` (:meth:`FrameGate.rate`, HTTP): read by ``/metrics``, counted on refusal only.
+        self.refused: dict[str, int] = {}
+        self.limited = 0
         size = limits.creation_buckets
         self.anonymous_creations = (
             BucketTable(limits.anonymous_creation_rate, limits.anonymous_creation_burst, size, clock)
@@ -160,6 +164,14 @@ class Access:
         )
 
     async def admit(self, conn: HTTPConnection, kind: str, name: str, action: str) -> Admitted | Refused:
+        """Admit a connection or request (the module doc's order of checks); a refusal is counted in
+        :attr:`refused` by its code (``/metrics``)."""
+        verdict = await self._admit(conn, kind, name, action)
+        if isinstance(verdict, Refused):
+            self.refused[verdict.code] = self.refused.get(verdict.code, 0) + 1
+        return verdict
+
+    async def _admit(self, conn: HTTPConnection, kind: str, name: str, action: str) -> Admitted | Refused:
         where = f"{kind}/{name!r}"
         client = conn.client.host if conn.client else "?"
         try:
@@ -224,13 +236,18 @@ class Access:
         """Take a connection slot of the actor and of the principal (for anonymous clients: of their
         address); False if either is full."""
         if not self.per_actor.acquire((kind, name)):
+            self._full()
             return False
         who = limit_key(principal, client)
         counter = self.per_address if _anonymous(principal) else self.per_principal
         if who is not None and not counter.acquire(who):
             self.per_actor.release((kind, name))
+            self._full()
             return False
         return True
+
+    def _full(self) -> None:
+        self.refused["too_many_connections"] = self.refused.get("too_many_connections", 0) + 1
 
     def close(self, principal: Principal, kind: str, name: str, client: str | None = None) -> None:
         self.per_actor.release((kind, name))
@@ -365,8 +382,10 @@ class FrameGate:
         """Take a token at ``now`` (a reading of the access clock) from the connection's and then the
         principal's bucket; the refusal when either is empty."""
         if self.conn_bucket is not None and not self.conn_bucket.take(now):
+            self.access.limited += 1
             return Refused("rate_limited", "too many frames per second on this connection")
         if self.principal_bucket is not None and not self.principal_bucket.take(now):
+            self.access.limited += 1
             return Refused("rate_limited", "too many frames per second for this principal")
         return None
 

@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.routing import Route, WebSocketRoute
 
-from roost.actors import Actor, Registry, RuntimeConfig
+from roost.actors import Actor, Observer, Observers, Registry, RuntimeConfig
 from roost.protocol.codes import CloseCode
 from roost.scheduler import Clock
 from roost.transport.access import Access
@@ -39,6 +39,7 @@ from roost.transport.http import (
     admin_export,
     admin_inspect,
     get_actor,
+    get_metrics,
     healthz,
     post_rpc,
 )
@@ -48,7 +49,11 @@ from roost.transport.sink import SocketSink
 from roost.transport.web import web_routes
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
+
     from roost.transport.mcp import McpService
+    from roost.transport.tracing import Tracing
 
 __all__ = ["RoostApp", "create_app"]
 
@@ -82,6 +87,8 @@ class RoostApp(Starlette):
     sinks: set[SocketSink]
     cloudflare_cursors: CloudflareCursors  #: Cloudflare clients' resume points (roost.transport.cloudflare)
     mcp: McpService  #: the MCP routes; ``app.mcp.extras`` takes the app's prompts and resources
+    metrics: CollectorRegistry | None  #: what ``GET /metrics`` exposes (None: off)
+    tracing: Tracing | None  #: the app's spans (None: off)
     _started: bool
     _start_lock: asyncio.Lock
 
@@ -95,6 +102,26 @@ class RoostApp(Starlette):
             if not hasattr(self.registry.config, key):
                 raise TypeError(f"unknown setting {key!r}")
             setattr(self.registry.config, key, value)
+
+    def observe(self, *, metrics: bool = False, tracer_provider: TracerProvider | None = None) -> None:
+        """Turn on Prometheus metrics at ``GET /metrics`` (:mod:`roost.transport.metrics`) and/or
+        OpenTelemetry spans from ``tracer_provider`` (:mod:`roost.transport.tracing`) before the app
+        starts; both are off until asked for, and then cost what those modules say."""
+        if self._started:
+            raise RuntimeError("observe() after the app started")
+        observers: list[Observer] = []
+        if metrics:
+            from roost.transport.metrics import metrics_registry  # prometheus-client: only when asked
+
+            self.metrics, observed = metrics_registry(self)
+            observers.append(observed)
+        if tracer_provider is not None:
+            from roost.transport.tracing import Tracing
+
+            self.tracing = Tracing(tracer_provider)
+            observers.append(self.tracing)
+        if observers:
+            self.registry.observer = observers[0] if len(observers) == 1 else Observers(*observers)
 
     def secure(
         self,
@@ -175,6 +202,8 @@ def create_app(
     max_in_flight: int = 256,
     web_dir: str | os.PathLike[str] | None = None,
     debug: bool = False,
+    metrics: bool = False,
+    tracer_provider: TracerProvider | None = None,
 ) -> RoostApp:
     """Build the ASGI app serving ``kinds``.
 
@@ -191,6 +220,11 @@ def create_app(
     and message, and every HTTP request (e.g. :func:`roost.transport.security.claims_authorize`);
     ``origins`` is the allow-list of browser origins (``None``: any); ``limits`` bounds rates and
     connections (:class:`roost.transport.limits.Limits`, safe defaults).
+
+    Observability (off by default): ``metrics=True`` serves Prometheus metrics at ``GET /metrics``
+    to admins only (:mod:`roost.transport.metrics`; needs ``prometheus-client``, the ``metrics`` extra);
+    ``tracer_provider`` (an OpenTelemetry ``TracerProvider``) gets the spans of
+    :mod:`roost.transport.tracing`. :meth:`RoostApp.observe` turns either on later, before start.
     """
     cfg = config or RuntimeConfig()
     if data_dir is not None:
@@ -219,6 +253,8 @@ def create_app(
     app.max_in_flight = max_in_flight
     app.sinks = set()
     app.cloudflare_cursors = CloudflareCursors()
+    app.metrics = None
+    app.tracing = None
     app._started = False
     app._start_lock = asyncio.Lock()
     app.state.roost = app
@@ -232,6 +268,7 @@ def create_app(
             Route("/agents/{kind}/{name:actor_name}/rpc/{method}", post_rpc, methods=["POST"]),
             Route("/agents/{kind}/{name:actor_name}", get_actor, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", get_metrics, methods=["GET"]),
             Route("/mcp/{kind}/{name:actor_name}", app.mcp, methods=["GET", "POST", "DELETE"]),
             Route("/mcp/{kind}", app.mcp, methods=["GET", "POST", "DELETE"]),
             Route("/admin/backup", admin_backup, methods=["POST"]),
@@ -242,4 +279,5 @@ def create_app(
     )
     if web_dir is not None:
         app.router.routes.extend(web_routes(Path(web_dir)))
+    app.observe(metrics=metrics, tracer_provider=tracer_provider)
     return app

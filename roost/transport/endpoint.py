@@ -179,6 +179,14 @@ class WebSocketEndpoint:
             expires=token_deadline(principal, timers.now(), timers.monotonic()),
         )
         sink.protocol = protocol
+        span = None
+        if app.tracing is not None:  # the connection's span, a child of the handshake's traceparent
+            from opentelemetry.trace import set_span_in_context
+
+            from roost.transport.tracing import parent_context
+
+            span = app.tracing.connection(kind, name, parent_context(conn.headers, conn.query_params))
+            connection.trace = set_span_in_context(span)
         sink.start()
         app.sinks.add(sink)
         close_code = 1006
@@ -215,7 +223,12 @@ class WebSocketEndpoint:
                     host.submit(gone)
                 except ActorUnavailable:
                     pass
-            await sink.finish()
+            try:
+                await sink.finish()
+            finally:
+                if span is not None:
+                    span.set_attribute("roost.close_code", close_code)
+                    span.end()
 
     @staticmethod
     async def _drain_until_disconnect(receive: Receive) -> int:

@@ -37,6 +37,7 @@ from roost.transport.security import check_client_name, hide_token, origin_allow
 
 if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
+    from roost.transport.tracing import Tracing
 
 __all__ = [
     "PROXY_HEADERS",
@@ -46,6 +47,7 @@ __all__ = [
     "admin_export",
     "admin_inspect",
     "get_actor",
+    "get_metrics",
     "healthz",
     "post_rpc",
 ]
@@ -91,6 +93,7 @@ async def _guard(
         return _error("bad_address", str(exc))
     bucket = app.access.principal_bucket(verdict.principal, request.client.host if request.client else None)
     if bucket is not None and not bucket.take(app.access.clock()):
+        app.access.limited += 1
         return _error("rate_limited", "too many requests for this principal")
     return kind, name, verdict.name, verdict.principal
 
@@ -159,6 +162,10 @@ async def post_rpc(request: Request) -> Response:
             kwargs = parsed
         else:
             return _error("bad_frame", "body must be a JSON array (args) or object (kwargs)")
+    if app.tracing is not None:
+        return await _traced_call(
+            app, app.tracing, request, (kind, name, method), args, kwargs, principal, key
+        )
     try:
         result, chunks = await app.registry.call(
             kind, name, method, args, kwargs, principal=principal, idempotency_key=key
@@ -166,6 +173,51 @@ async def post_rpc(request: Request) -> Response:
     except RpcError as exc:
         return _error(exc.code, exc.message)
     content: dict[str, Any] = {"ok": True, "result": result}
+    if info is not None and info.streaming:
+        content["chunks"] = chunks
+    return JSONResponse(content)
+
+
+async def _traced_call(
+    app: Runtime,
+    tracing: Tracing,
+    request: Request,
+    address: tuple[str, str, str],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    principal: Principal,
+    key: str | None,
+) -> Response:
+    """:func:`post_rpc`'s call inside a ``roost.call`` span, a child of the request's ``traceparent``
+    (:mod:`roost.transport.tracing`); the turn's span is its child."""
+    from opentelemetry import trace
+
+    from roost.transport.tracing import parent_context
+
+    kind, name, method = address
+    parent = parent_context(request.headers, request.query_params)
+    with tracing.tracer.start_as_current_span(
+        "roost.call",
+        context=parent,
+        kind=trace.SpanKind.SERVER,
+        attributes={"roost.kind": kind, "roost.method": method},
+    ) as span:
+        try:
+            result, chunks = await app.registry.call(
+                kind,
+                name,
+                method,
+                args,
+                kwargs,
+                principal=principal,
+                idempotency_key=key,
+                trace=trace.set_span_in_context(span),
+            )
+        except RpcError as exc:
+            span.set_attribute("roost.error", exc.code)
+            return _error(exc.code, exc.message)
+    content: dict[str, Any] = {"ok": True, "result": result}
+    info = app.registry.callable_info(kind, method)
     if info is not None and info.streaming:
         content["chunks"] = chunks
     return JSONResponse(content)
@@ -339,6 +391,21 @@ _BACKUP_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-]{0,63}")
 def backup_root(app: Runtime) -> Path:
     configured = os.environ.get("ROOST_BACKUP_DIR")
     return Path(configured) if configured else app.registry.config.data_dir.resolve().parent / "backups"
+
+
+async def get_metrics(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus exposition of :mod:`roost.transport.metrics` (404 when the app
+    was made without ``metrics=True``). Who: :func:`_admin`, with ``authorize(principal, "admin",
+    "metrics", "admin:metrics")`` — a scrape shows actor kinds and traffic."""
+    app: Runtime = request.app.state.roost
+    if app.metrics is None:
+        return _error("not_found", "metrics are off (create_app(metrics=True), roost serve --metrics)")
+    refused = await _admin(app, request, "metrics", "admin:metrics")
+    if isinstance(refused, JSONResponse):
+        return refused
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return Response(generate_latest(app.metrics), media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:

@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from roost.actors import Registry
     from roost.transport.access import Access
     from roost.transport.auth import Authenticate
     from roost.transport.cloudflare import CloudflareCursors
     from roost.transport.sink import SocketSink
+    from roost.transport.tracing import Tracing
 
 __all__ = ["Runtime"]
 
@@ -59,6 +62,14 @@ class Runtime(Protocol):
     @property
     def cloudflare_cursors(self) -> CloudflareCursors:
         """Where Cloudflare clients' connections resume (per actor and PartySocket id)."""
+
+    @property
+    def metrics(self) -> CollectorRegistry | None:
+        """What ``GET /metrics`` exposes (None: metrics are off, the route answers 404)."""
+
+    @property
+    def tracing(self) -> Tracing | None:
+        """The app's spans (:mod:`roost.transport.tracing`; None: tracing is off)."""
 
     async def ensure_started(self) -> None:
         """Start the runtime if the lifespan did not (a mounted sub-app). Idempotent."""
