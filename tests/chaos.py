@@ -71,7 +71,9 @@ class Stats:
     acks: dict[str, list[int]] = field(default_factory=dict)  # counter → values acknowledged, in order
     sent: dict[str, int] = field(default_factory=dict)  # counter → increments sent
     keys: dict[str, set[str]] = field(default_factory=dict)  # wake counter → keys acknowledged
-    unknown_keys: dict[str, set[str]] = field(default_factory=dict)
+    #: per wake counter, the keys whose outcome is unknown, with the delay each was asked with (a
+    #: resend must ask the same, or it is another schedule under the key: idempotency_conflict)
+    unknown_keys: dict[str, dict[str, float]] = field(default_factory=dict)
     runs: dict[str, set[str]] = field(default_factory=dict)  # agent → run ids started
     kills: int = 0
     max_rss_mb: float = 0.0
@@ -191,18 +193,19 @@ async def writer(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: ra
 async def scheduler(url: str, name: str, stats: Stats, stop: asyncio.Event, rng: random.Random) -> None:
     """Schedules ``add(1)`` on a wake counter with a fresh idempotency key each time."""
     keys = stats.keys.setdefault(name, set())
-    unknown = stats.unknown_keys.setdefault(name, set())
+    unknown = stats.unknown_keys.setdefault(name, {})
     i = 0
     async with Client(f"{url}/agents/counter/{name}", subscribe="none", rng=random.Random(rng.random())) as c:
         while not stop.is_set():
             i += 1
             key = f"{name}-{i}"
+            delay = rng.uniform(0.1, 2.0)
             try:
-                await c.call("increment_later", rng.uniform(0.1, 2.0), 1, key, timeout=5)
+                await c.call("increment_later", delay, 1, key, timeout=5)
                 keys.add(key)
                 stats.ops += 1
             except (ClientError, TimeoutError):
-                unknown.add(key)
+                unknown[key] = delay
             await asyncio.sleep(rng.uniform(0.02, 0.1))
 
 
@@ -432,8 +435,8 @@ async def settle(
     finish (bounded), then check invariants 1 and 3."""
     for name in wakes:
         async with Client(f"{url}/agents/counter/{name}", subscribe="none") as c:
-            for key in sorted(stats.unknown_keys.get(name, set())):
-                await c.call("increment_later", 0.1, 1, key, timeout=10)
+            for key, delay in sorted(stats.unknown_keys.get(name, {}).items()):
+                await c.call("increment_later", delay, 1, key, timeout=10)  # the same spec, resent
                 stats.keys[name].add(key)
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
