@@ -46,6 +46,7 @@ from roost.agent.stream_buffer import (
     _open_pem,
     safe_cut,
     secret_cut,
+    stream_step,
 )
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, KitConnection
@@ -594,6 +595,38 @@ async def test_a_stream_longer_than_max_stream_chars_fails_not_retryable(data_di
     assert not card["retryable"]
     assert "100 characters" in card["error"]
     assert len(reassemble(deltas(c))) <= 100
+
+
+class Odd:
+    """A model whose stream yields ``chunk`` after one good delta."""
+
+    inline = False
+
+    def __init__(self, chunk: Any) -> None:
+        self.chunk = chunk
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        return ModelStep(text="")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        yield TextDelta(text="fine ")
+        yield self.chunk
+        yield StreamEnd(step=ModelStep(text="fine "))
+
+
+@pytest.mark.parametrize("chunk", [TextDelta(text=7), "text", {"text": "x"}, None])  # type: ignore[arg-type]
+async def test_a_stream_yielding_what_is_not_a_chunk_fails_its_step_not_retryable(chunk: Any) -> None:
+    """Deltas are plain dataclasses (no validation per delta): the stream's reader checks what it
+    relies on, and a model that yields anything else fails the step with a ModelError that is not
+    retryable, after what it streamed before."""
+    sent: list[str] = []
+
+    async def flush(text: str) -> None:
+        sent.append(text)
+
+    with pytest.raises(ModelError) as failed:
+        await stream_step(Odd(chunk), ModelRequest(text="go"), flush, FakeClock().sleep, STREAMING)
+    assert not failed.value.retryable
 
 
 def test_a_batch_never_ends_inside_one_of_the_runs_secrets() -> None:

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from roost.actors.parts import HostCore, RegistryCore
 
 __all__ = [
+    "ACTOR_TASK",
     "ActorHost",
     "Call",
     "Connect",
@@ -96,6 +97,8 @@ log = logging.getLogger("roost.actor")
 _UNSET: Any = object()
 #: Seconds before a commit deferred by a busy directory is tried again.
 DIRECTORY_RETRY = 0.05
+#: The start of an actor's mailbox task's name (``actor:KIND/NAME``).
+ACTOR_TASK = "actor:"
 #: The host whose mailbox task's context this is (set once per host, in its own context copy).
 _HOST: contextvars.ContextVar[ActorHost] = contextvars.ContextVar("roost_actor_host")
 
@@ -209,7 +212,7 @@ class ActorHost:
         self._context = contextvars.copy_context()  # the mailbox task's, for turns run inline
         self._context.run(_HOST.set, self)
         self.task: asyncio.Task[None] = self.loop.create_task(
-            self._run(), name=f"actor:{kind}/{name}", context=self._context
+            self._run(), name=f"{ACTOR_TASK}{kind}/{name}", context=self._context
         )
 
     # -- the lifecycle, as the rest of the runtime asks about it ------------------------------------
@@ -243,7 +246,7 @@ class ActorHost:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def run_now(self, item: Call | Message) -> None:
+    def run_now(self, item: Call | Message | Task) -> None:
         """Queue an input, or run its turn at once when the mailbox task is parked with nothing queued.
 
         The turn runs in the caller's task (a socket's reader) on behalf of the mailbox task: its
@@ -278,7 +281,7 @@ class ActorHost:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _inline(self, item: Call | Message) -> None:
+    async def _inline(self, item: Call | Message | Task) -> None:
         """One input's turn, run by :meth:`run_now`; the batch commits in :meth:`flush_soon`."""
         try:
             self.current = item

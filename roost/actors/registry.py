@@ -77,7 +77,7 @@ from roost.actors.errors import (
     shown_name,
 )
 from roost.actors.extension import Process, Service
-from roost.actors.host import ActorHost
+from roost.actors.host import ACTOR_TASK, ActorHost
 from roost.actors.inputs import Call, Input, Task, Wake
 from roost.actors.observe import Observer
 from roost.actors.refs import ActorRef, Key
@@ -508,10 +508,20 @@ class Registry:
         *,
         timeout: float | None = None,
     ) -> Any:
-        """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit."""
+        """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit.
+
+        From a task that is not an actor's (a job's worker, a stream's batches), the turn runs at once
+        when the actor is parked (an inline turn, ``ActorHost.run_now``: no switch to its mailbox
+        task), its writes joining the batch that commits at the end of this loop iteration. From an
+        actor's own task (a turn awaiting another actor) it is queued, as any input."""
         await self.prepare(kind, name)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.submit(kind, name, Task(fn, fut))
+        host = self.get(kind, name)
+        caller = asyncio.current_task()
+        if caller is not None and not caller.get_name().startswith(ACTOR_TASK):
+            host.run_now(Task(fn, fut))
+        else:
+            host.submit(Task(fn, fut))
         return await self._wait(fut, timeout)
 
     async def wake(self, kind: str, name: str) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
 
 import orjson
@@ -94,13 +95,20 @@ class ModelStep(BaseModel):
     usage: Usage | None = None
 
 
-class TextDelta(BaseModel):
+# The deltas of a stream are plain slotted dataclasses, not pydantic models: a stream makes one per
+# delta, and a validated model cost ~2 µs each, a tenth of a batch's CPU at 64 deltas a batch. The
+# stream's reader checks what it relies on (``text`` a str) and fails the step otherwise.
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
     """A piece of the answer's text, in order."""
 
     text: str
 
 
-class ToolCallDelta(BaseModel):
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
     """A piece of tool call ``index``: its id and name come once (usually first), ``arguments`` is the
     next fragment of its JSON arguments."""
 
@@ -111,7 +119,8 @@ class ToolCallDelta(BaseModel):
 
 
 class StreamEnd(BaseModel):
-    """The stream's last chunk: the whole step, as ``step`` would have answered it."""
+    """The stream's last chunk: the whole step, as ``step`` would have answered it (one per stream: a
+    pydantic model, so ``step`` may be given as a dict)."""
 
     step: ModelStep
 

@@ -313,8 +313,9 @@ class Store:
         cols = [d[0] for d in cur.description]
         return [_decode(cols, r) for r in cur.fetchall()]
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._conn.execute(sql, params)
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        return self._conn.execute(sql, params).rowcount
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._conn.execute(sql, params).fetchone()

@@ -42,6 +42,7 @@ from roost.agent.models import (
     StreamEnd,
     StreamingModel,
     TextDelta,
+    ToolCallDelta,
 )
 
 if TYPE_CHECKING:
@@ -230,6 +231,10 @@ class StreamBuffer:
         pending.append(text)
         self._chars += len(text)
         if len(pending) >= self._count or self._chars >= MAX_BATCH:
+            timer = self._timer
+            if timer is not None:  # the batch goes now: its timer would only contend for the lock
+                self._timer = None
+                timer.cancel()
             return True
         if self._timer is None:
             self._timer = asyncio.get_running_loop().create_task(self._later(), name="roost.stream.batch")
@@ -336,6 +341,8 @@ async def stream_step(
                 # the common chunk first (no isinstance chain), and no coroutine per delta
                 if type(chunk) is TextDelta or isinstance(chunk, TextDelta):
                     text = chunk.text
+                    if type(text) is not str:
+                        raise ModelError("the model yielded a text delta that is not text", retryable=False)
                     chars += len(text)
                     if chars > limit:
                         raise ModelError(f"the model's answer passed {limit} characters", retryable=False)
@@ -343,10 +350,13 @@ async def stream_step(
                         await buffer.send()
                 elif isinstance(chunk, StreamEnd):
                     step = chunk.step
-                else:
+                elif isinstance(chunk, ToolCallDelta) and type(chunk.arguments) is str:
                     chars += len(chunk.arguments)
                     if chars > limit:
                         raise ModelError(f"the model's tool calls passed {limit} characters", retryable=False)
+                else:
+                    what = type(chunk).__name__
+                    raise ModelError(f"the model yielded {what}, not a chunk", retryable=False)
             await buffer.close()
     except TimeoutError:
         await buffer.abandon()
