@@ -39,6 +39,7 @@ __all__ = [
     "AgentHost",
     "ApprovalsApi",
     "CapabilitiesApi",
+    "ContextsApi",
     "ExecutionApi",
     "JobsApi",
     "OrchestratorApi",
@@ -119,6 +120,9 @@ class AgentHost(Protocol):
 
 class RunsApi(Protocol):
     """Turns and runs (:class:`roost.agent.runs.Runs`)."""
+
+    def session_for(self, session_id: Any, *, write: bool = True) -> str:
+        """The session a request names (the caller's own when None), checked for the caller."""
 
     def reply(self, run_id: str) -> dict[str, Any]:
         """What every call that changes a run answers: ids, status, wait, and the outcome if ended."""
@@ -270,6 +274,17 @@ class CapabilitiesApi(Protocol):
         """The run's capability sessions as ``get_run`` shows them."""
 
 
+class ContextsApi(Protocol):
+    """Compaction and reset of a session's context (:mod:`roost.agent.compaction`)."""
+
+    def view(self, session_id: str) -> tuple[str, int] | None:
+        """The session's context summary and the run ordinal its visible turns are above (None: never
+        compacted or reset)."""
+
+    async def after_run(self, run: Row) -> None:
+        """A run ended: check the budgets of the session's context."""
+
+
 class OrchestratorApi(Protocol):
     """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
 
@@ -315,3 +330,6 @@ class OrchestratorApi(Protocol):
 
     @property
     def capabilities(self) -> CapabilitiesApi: ...
+
+    @property
+    def contexts(self) -> ContextsApi: ...

@@ -50,14 +50,16 @@ def ensure_session(store: Store, session_id: str, principal: Principal | None, n
 
 
 def recent_turns(
-    store: Store, session_id: str, limit: int, *, before: str | None = None
+    store: Store, session_id: str, limit: int, *, before: str | None = None, after: int = 0
 ) -> list[dict[str, Any]]:
-    rows = store.select(
-        "turns",
-        "session_id = ? AND turn_id != ?",
-        (session_id, before or ""),
-        order=f"created_at DESC LIMIT {int(limit)}",
-    )
+    """The session's last ``limit`` turns but ``before``; ``after``: only those of runs above that
+    ordinal (a compacted context's cursor, roost.agent.compaction)."""
+    where = "session_id = ? AND turn_id != ?"
+    params: list[Any] = [session_id, before or ""]
+    if after:
+        where += " AND turn_id IN (SELECT turn_id FROM roost_agent_runs WHERE session_id = ? AND ordinal > ?)"
+        params += [session_id, after]
+    rows = store.select("turns", where, params, order=f"created_at DESC LIMIT {int(limit)}")
     return [
         {"input": short(r["input_text"]), "status": r["status"], "output": short(r["output_text"])}
         for r in reversed(rows)
