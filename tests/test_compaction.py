@@ -180,18 +180,27 @@ async def test_explicit_calls_are_refused_while_a_run_steps_and_with_nothing_to_
 ) -> None:
     async with ActorKit(KINDS, data_dir) as kit:
         c = kit.connect("manual", "a")
-        with pytest.raises(RpcError) as nothing:
-            await c.call("compact", "s")
-        assert nothing.value.code == "invalid_transition"
+        with pytest.raises(RpcError) as unknown:
+            await c.call("reset", "s")
+        assert unknown.value.code == "not_found"
         await turns(c, "note alpha one", "note beta two")
         one = await c.call("compact", "s")
-        again = await c.call("compact", "s")  # the pending one, not a second
+        again = await c.call("compact", "s")  # the pending one is answered, not a second started
         assert again["op_id"] == one["op_id"]
         with pytest.raises(RpcError) as bad:
             await c.call("reset", "s", note=7)
         assert bad.value.code == "invalid_arguments"
         await drive(kit, lambda: "context_compacted" in event_types(c))
         assert len(of_type(c, "context_compacted")) == 1
+        with pytest.raises(RpcError) as nothing:
+            await c.call("compact", "s")  # every ended turn is summarised already
+        assert nothing.value.code == "invalid_transition"
+        background = await c.call("turn", "note gamma", session_id="s", background=True)
+        assert background["status"] == "in_progress"  # its steps wait for a wake-up: it steps
+        with pytest.raises(RpcError) as busy:
+            await c.call("reset", "s")
+        assert busy.value.code == "invalid_transition"
+        assert "running" in busy.value.message
 
 
 async def test_a_secret_in_the_history_never_reaches_the_summary(data_dir: Path) -> None:

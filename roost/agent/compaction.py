@@ -36,7 +36,7 @@ from roost.actors.extension import Process
 from roost.agent import handoff as handoffs
 from roost.agent.context import Part
 from roost.agent.context_rows import CONTEXTS, OPS, OpKind, OpStatus, Trigger, decode, encode, op_card
-from roost.agent.errors import InvalidTransition
+from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.models import ModelError, SummaryRequest, deterministic_summary
 from roost.agent.payloads import error_line
 from roost.agent.status import EventStatus, RunStatus
@@ -108,6 +108,8 @@ class Contexts(Part):
         if note is not None and (not isinstance(note, str) or len(note) > 2000):
             raise InvalidArguments(message="note must be a string of at most 2000 characters")
         session = self.orchestrator.runs.session_for(session_id)
+        if self.store.get("sessions", session) is None:
+            raise AgentNotFound(message=f"no session {session!r}")
         pending = self._pending(session)
         if pending is not None:
             return op_card(pending)
@@ -238,12 +240,19 @@ class Contexts(Part):
         runs = self._range(op)
         ctx = self._context(op["session_id"])
         previous = ctx["summary"] if ctx and op["op"] == OpKind.COMPACT else ""
+        messages = handoffs.messages_of(runs, self._clean_as)
+        self.records.vault.run_id = None  # what follows concerns no run: credential patterns only
         return SummaryRequest(
             prompt=cfg.summary_prompt,
             previous=self.records.clean_text(previous),
-            messages=handoffs.messages_of(runs, self.records.clean_text),
+            messages=messages,
             max_chars=cfg.summary_chars,
         )
+
+    def _clean_as(self, run_id: str, text: str) -> str:
+        """``text`` of run ``run_id`` cleaned as that run's own (its secrets scrubbed, no other's)."""
+        self.records.concern(run_id)
+        return self.records.clean_text(text)
 
     def _range(self, op: Row) -> list[Row]:
         wanted = set(op["turn_ids"])
@@ -254,6 +263,7 @@ class Contexts(Part):
     def apply(self, op: Row, text: str) -> None:
         """Record the summary: the artifact, the context's cursor and the operation's end, together."""
         cfg = self.agent.settings().context
+        self.records.vault.run_id = None  # a summary concerns no one run: credential patterns only
         summary = self.records.clean_text(text)[: cfg.summary_chars]
         session_id = op["session_id"]
         now = self.now

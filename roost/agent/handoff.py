@@ -62,15 +62,18 @@ def _runs(store: Store, session_id: str, after: int, where: str, params: tuple[s
     return runs
 
 
-def messages_of(runs: list[Row], clean: Callable[[str], str]) -> list[SummaryMessage]:
+def messages_of(runs: list[Row], clean: Callable[[str, str], str]) -> list[SummaryMessage]:
     """The requests and answers of ``runs`` as a summariser sees them: stored after the payload
-    policy, and passed through ``clean`` once more."""
+    policy, and passed through ``clean(run_id, text)`` once more (that run's secrets scrubbed)."""
     out = []
     for r in runs:
-        out.append(SummaryMessage(role="user", content=clean(r["input_text"] or ""), turn_id=r["turn_id"]))
+        request = clean(r["run_id"], r["input_text"] or "")
+        out.append(SummaryMessage(role="user", content=request, turn_id=r["turn_id"]))
         answer = r["output_text"] or r["error"]
         if answer:
-            out.append(SummaryMessage(role="assistant", content=clean(answer), turn_id=r["turn_id"]))
+            out.append(
+                SummaryMessage(role="assistant", content=clean(r["run_id"], answer), turn_id=r["turn_id"])
+            )
     return out
 
 
