@@ -110,3 +110,28 @@ async def test_a_summary_the_model_refuses_fails_the_operation_and_keeps_the_con
             assert "HTTP 400" in op["error"]
             assert card["context"]["summary"] is None  # unchanged: never compacted
             assert len(card["context"]["turn_ids"]) == 2
+
+
+async def test_the_result_of_a_superseded_attempt_is_refused(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(
+            answer("first answer"),
+            answer("second answer"),
+            Reply(delay=0.5, body=answer("The real summary.").body),
+        )
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "d")
+            await two_turns(kit, c, "a first question")
+            pending = await c.call("compact", "s")
+            await drive(kit, lambda: len(summary_calls(llm)) == 1, io_wait=0.01)  # attempt 1 asks
+
+            async def stale(actor: Any) -> None:  # what a lost older attempt would record
+                await actor.orchestrator.contexts.finish(pending["op_id"], 0, "A stale summary.", None)
+
+            await kit.registry.run("httpnotes", "d", stale)
+            await drive(kit, lambda: "context_compacted" in event_types(c), io_wait=0.01)
+            card = await c.call("context", "s")
+        (op,) = card["ops"]
+        assert op["artifact"] == {"summary": "The real summary."}
+        assert len(of_type(c, "context_compacted")) == 1
