@@ -273,3 +273,29 @@ def test_the_budgets_come_from_roost_toml(tmp_path: Path) -> None:
     cfg.write_text("[agent.context.compact]\nmesages = 5\n")
     with pytest.raises(ConfigError, match="mesages"):
         load_config(cfg)
+
+
+async def test_a_run_open_during_a_reset_stays_visible_until_a_later_operation_summarises_it(
+    data_dir: Path,
+) -> None:
+    Recording.seen.clear()
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("manual", "a")
+        paused = await c.call("turn", "erase everything", session_id="s")  # the session's first run
+        (asked,) = of_type(c, "approval_requested")
+        t2, t3 = await turns(c, "note alpha one", "note beta two")
+        await c.call("reset", "s")
+        await drive(kit, lambda: "context_reset" in event_types(c))
+        (done,) = of_type(c, "context_reset")
+        assert done["payload"]["op"]["range"]["turn_ids"] == [t2, t3]
+        assert done["payload"]["visible"]["carried_run_ids"] == [paused["run_id"]]
+        await c.call("approve", asked["payload"]["approval_id"], "grant")  # it ends after the reset
+        Recording.seen.clear()
+        (t4,) = await turns(c, "note gamma")
+        assert [t["input"] for t in Recording.seen[0].recent_turns] == ["erase everything"]  # not lost
+        await c.call("compact", "s")
+        await drive(kit, lambda: "context_compacted" in event_types(c))
+        (compacted,) = of_type(c, "context_compacted")
+        assert compacted["payload"]["op"]["range"]["turn_ids"] == [paused["turn_id"], t4]
+        assert compacted["payload"]["visible"]["carried_run_ids"] == []
+        assert "user: erase everything" in compacted["payload"]["op"]["artifact"]["summary"]

@@ -35,7 +35,17 @@ from roost.actors import Actor, InvalidArguments
 from roost.actors.extension import Process
 from roost.agent import handoff as handoffs
 from roost.agent.context import Part
-from roost.agent.context_rows import CONTEXTS, OPS, OpKind, OpStatus, Trigger, decode, encode, op_card
+from roost.agent.context_rows import (
+    CONTEXTS,
+    OPS,
+    OpKind,
+    OpStatus,
+    Trigger,
+    View,
+    decode,
+    encode,
+    op_card,
+)
 from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.models import ModelError, SummaryRequest, deterministic_summary
 from roost.agent.payloads import error_line
@@ -54,11 +64,12 @@ class Contexts(Part):
     """The compaction and reset of this agent's sessions' contexts (see the module doc)."""
 
     # -- what the model sees ------------------------------------------------------------------------
-    def view(self, session_id: str) -> tuple[str, int] | None:
-        """The session's context as the model sees it — its summary and the run ordinal its visible
-        turns are above — or None when it was never compacted or reset (the session's own view)."""
+    def view(self, session_id: str) -> View | None:
+        """The session's context as the model sees it — its summary, the run ordinal its visible
+        turns are above, and the runs below it that no operation summarised — or None when it was
+        never compacted or reset (the session's own view)."""
         row = self._context(session_id)
-        return None if row is None else (row["summary"], row["cursor"])
+        return None if row is None else View(row["summary"], row["cursor"], tuple(row["carried"]))
 
     def _context(self, session_id: str) -> Row | None:
         rows = self.store.select("contexts", "session_id = ?", (session_id,))
@@ -94,9 +105,10 @@ class Contexts(Part):
         session_id = run["session_id"]
         if self._stepping(session_id) or self._pending(session_id) is not None:
             return
-        ctx = self._context(session_id)
-        summary, cursor = (ctx["summary"], ctx["cursor"]) if ctx else ("", 0)
-        seen = handoffs.measure(summary, handoffs.ended_runs(self.store, session_id, cursor))
+        view = self.view(session_id) or View("", 0, ())
+        seen = handoffs.measure(
+            view.summary, handoffs.ended_runs(self.store, session_id, view.cursor, view.carried)
+        )
         for op, budget in ((OpKind.RESET, cfg.reset), (OpKind.COMPACT, cfg.compact)):
             trigger = handoffs.passed(budget, seen)
             if trigger is not None:
@@ -124,16 +136,16 @@ class Contexts(Part):
         """The pending operation over a fixed range, and the wake-up that completes it."""
         ctx = self._context(session_id)
         cursor = ctx["cursor"] if ctx else 0
-        ended = handoffs.ended_runs(self.store, session_id, cursor)
-        if op == OpKind.COMPACT:
-            still = handoffs.open_runs(self.store, session_id)
-            if still:  # the visible history stays one piece: nothing above an open run is summarised
+        ended = handoffs.ended_runs(self.store, session_id, cursor, ctx["carried"] if ctx else ())
+        if op == OpKind.COMPACT:  # the turns above the cursor stay one piece: none past an open run
+            still = [r for r in handoffs.open_runs(self.store, session_id) if r["ordinal"] > cursor]
+            if still:
                 ended = [r for r in ended if r["ordinal"] < still[0]["ordinal"]]
             keep = self.agent.settings().context.keep_recent
             ended = ended[: len(ended) - keep] if keep else ended
             if not ended:
                 return None
-        to = ended[-1]["ordinal"] if ended else cursor
+        to = max(cursor, ended[-1]["ordinal"] if ended else cursor)
         now = self.now
         row: Row = {
             "op_id": new_id("ctxop"),
@@ -255,9 +267,7 @@ class Contexts(Part):
         return self.records.clean_text(text)
 
     def _range(self, op: Row) -> list[Row]:
-        wanted = set(op["turn_ids"])
-        runs = handoffs.ended_runs(self.store, op["session_id"], op["from_ordinal"] - 1)
-        return [r for r in runs if r["turn_id"] in wanted]
+        return handoffs.runs_of(self.store, op["turn_ids"])
 
     # -- the record -----------------------------------------------------------------------------------
     def apply(self, op: Row, text: str) -> None:
@@ -285,6 +295,7 @@ class Contexts(Part):
             "context_id": context_id,
             "generation": generation,
             "cursor": op["to_ordinal"],
+            "carried": self._carried(op, ctx),
             "summary": self.records.clean_text(shown),
             "handoff": kept,
             "updated_at": now,
@@ -317,15 +328,39 @@ class Contexts(Part):
             kind, op, EventStatus.COMPLETED, {"op": op_card(op), "visible": self._visible(session_id)}
         )
 
+    def _carried(self, op: Row, ctx: Row | None) -> list[str]:
+        """The runs at or below the new cursor that no operation summarised (open when ``op`` was
+        requested): the carried ones before, and those of the range between the two cursors."""
+        before = list(ctx["carried"]) if ctx else []
+        between = self.store.select(
+            "runs",
+            "session_id = ? AND ordinal > ? AND ordinal <= ?",
+            (op["session_id"], ctx["cursor"] if ctx else 0, op["to_ordinal"]),
+            order="ordinal",
+        )
+        summarised = set(op["turn_ids"])
+        turns = {r["run_id"]: r["turn_id"] for r in between}
+        if before:
+            marks = ", ".join("?" * len(before))
+            for r in self.store.select("runs", f"run_id IN ({marks})", tuple(before)):
+                turns[r["run_id"]] = r["turn_id"]
+        return [
+            run_id
+            for run_id in [*before, *(r["run_id"] for r in between)]
+            if turns.get(run_id) not in summarised
+        ]
+
     def _visible(self, session_id: str) -> dict[str, Any]:
         """What the model sees of the session now: the summary's size and the turns above the cursor."""
         ctx = self._context(session_id)
         cursor = ctx["cursor"] if ctx else 0
-        turns = handoffs.ended_runs(self.store, session_id, cursor)
+        carried = ctx["carried"] if ctx else []
+        turns = handoffs.ended_runs(self.store, session_id, cursor, carried)
         return {
             "context_id": ctx["context_id"] if ctx else None,
             "generation": ctx["generation"] if ctx else 0,
             "cursor": cursor,
+            "carried_run_ids": carried,
             "summary_chars": len(ctx["summary"]) if ctx else 0,
             "turn_ids": [r["turn_id"] for r in turns],
         }

@@ -2,7 +2,9 @@
 the row forms :mod:`roost.agent.compaction` reads and writes.
 
 - ``roost_agent_contexts``: one row per session that was compacted or reset — where its model-visible
-  history stands (``context_id``, ``generation``, ``cursor``, ``summary``, ``handoff``).
+  history stands (``context_id``, ``generation``, ``cursor``, ``summary``, ``handoff``, and
+  ``carried``: the runs at or below the cursor that no operation summarised — open when it ran —, which
+  the model still sees).
 - ``roost_agent_context_ops``: one row per compaction or reset, pending until its summary is
   recorded; the summary or hand-off it recorded is its ``artifact``, the range it summarised is
   ``from_ordinal``..``to_ordinal`` (run ordinals) with the ``turn_ids`` and, for a chat, the
@@ -14,6 +16,7 @@ docs/design.md (*Compaction and reset of a context*) draws the state machine.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -29,6 +32,7 @@ __all__ = [
     "OpKind",
     "OpStatus",
     "Trigger",
+    "View",
     "decode",
     "encode",
     "op_card",
@@ -43,6 +47,7 @@ CONTEXT_MIGRATIONS: Sequence[Migration] = (
         cursor     INTEGER NOT NULL,
         summary    TEXT NOT NULL,
         handoff    TEXT,
+        carried    TEXT NOT NULL DEFAULT '[]',
         started_at REAL NOT NULL,
         updated_at REAL NOT NULL
     ) WITHOUT ROWID;
@@ -78,7 +83,7 @@ CONTEXT_MIGRATIONS: Sequence[Migration] = (
 
 CONTEXTS = "roost_agent_contexts"
 OPS = "roost_agent_context_ops"
-_JSON = ("handoff", "turn_ids", "message_range", "artifact")
+_JSON = ("handoff", "carried", "turn_ids", "message_range", "artifact")
 
 
 class OpKind(StrEnum):
@@ -104,6 +109,16 @@ class Trigger(StrEnum):
     TOKENS = "tokens"
     HOPS = "hops"
     EXPLICIT = "explicit"
+
+
+@dataclass(slots=True, frozen=True)
+class View:
+    """A compacted or reset session's context as the model sees it: ``summary``, then the turns of
+    the runs above ``cursor`` and of the ``carried`` runs."""
+
+    summary: str
+    cursor: int
+    carried: tuple[str, ...]
 
 
 def encode(col: str, value: Any) -> Any:

@@ -8,7 +8,7 @@ calls them is :mod:`roost.agent.compaction`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,17 @@ from roost.agent.models import SummaryMessage
 from roost.agent.status import ApprovalStatus, ItemStatus, RunStatus
 from roost.agent.store import Row, Store
 
-__all__ = ["Measure", "ended_runs", "handoff", "messages_of", "open_runs", "passed", "render"]
+__all__ = [
+    "Measure",
+    "ended_runs",
+    "handoff",
+    "measure",
+    "messages_of",
+    "open_runs",
+    "passed",
+    "render",
+    "runs_of",
+]
 
 #: Runs of a session an operation looks at, at most (a budget passes long before this).
 MAX_RUNS = 1000
@@ -35,26 +45,42 @@ class Measure:
     hops: int
 
 
-def ended_runs(store: Store, session_id: str, after: int) -> list[Row]:
-    """The session's ended runs above ordinal ``after``, oldest first, each with its turn's texts."""
-    return _runs(store, session_id, after, "status IN (?, ?, ?)", _ENDED)
+def ended_runs(store: Store, session_id: str, after: int, carried: Sequence[str] = ()) -> list[Row]:
+    """The session's ended runs above ordinal ``after`` or in ``carried``, oldest first, each with its
+    turn's texts: the turns of its context that the model sees verbatim."""
+    return _runs(store, session_id, after, carried, "status IN (?, ?, ?)", _ENDED)
 
 
 def open_runs(store: Store, session_id: str) -> list[Row]:
     """The session's runs that have not ended (running, or waiting for approval, input, the project)."""
-    return _runs(store, session_id, 0, "status IN (?, ?)", (RunStatus.QUEUED, RunStatus.IN_PROGRESS))
+    return _runs(store, session_id, 0, (), "status IN (?, ?)", (RunStatus.QUEUED, RunStatus.IN_PROGRESS))
+
+
+def runs_of(store: Store, turn_ids: Sequence[str]) -> list[Row]:
+    """The runs of ``turn_ids`` (an operation's range), oldest first, each with its turn's texts."""
+    if not turn_ids:
+        return []
+    marks = ", ".join("?" * len(turn_ids))
+    return _with_texts(store, store.select("runs", f"turn_id IN ({marks})", tuple(turn_ids), order="ordinal"))
 
 
 _ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
-def _runs(store: Store, session_id: str, after: int, where: str, params: tuple[str, ...]) -> list[Row]:
+def _runs(
+    store: Store, session_id: str, after: int, carried: Sequence[str], where: str, params: tuple[str, ...]
+) -> list[Row]:
+    also = f" OR run_id IN ({', '.join('?' * len(carried))})" if carried else ""
     runs = store.select(
         "runs",
-        f"session_id = ? AND ordinal > ? AND {where}",
-        (session_id, after, *params),
+        f"session_id = ? AND (ordinal > ?{also}) AND {where}",
+        (session_id, after, *carried, *params),
         order=f"ordinal LIMIT {MAX_RUNS}",
     )
+    return _with_texts(store, runs)
+
+
+def _with_texts(store: Store, runs: list[Row]) -> list[Row]:
     for r in runs:
         turn = store.get("turns", r["turn_id"]) or {}
         r["input_text"] = turn.get("input_text")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from roost.actors.extension import TurnContext
     from roost.agent.catalog import Catalog, Tool, ToolContext
     from roost.agent.config import AgentConfig
+    from roost.agent.context_rows import View
     from roost.agent.models import Model, ModelRequest, ModelStep
     from roost.agent.records import Records
     from roost.agent.status import RunStatus
@@ -277,9 +278,8 @@ class CapabilitiesApi(Protocol):
 class ContextsApi(Protocol):
     """Compaction and reset of a session's context (:mod:`roost.agent.compaction`)."""
 
-    def view(self, session_id: str) -> tuple[str, int] | None:
-        """The session's context summary and the run ordinal its visible turns are above (None: never
-        compacted or reset)."""
+    def view(self, session_id: str) -> View | None:
+        """The session's context as the model sees it (None: never compacted or reset)."""
 
     async def after_run(self, run: Row) -> None:
         """A run ended: check the budgets of the session's context."""
