@@ -11,7 +11,7 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from roost.actors import RpcError
+from roost.actors import Principal, RpcError
 from roost.agent import AgentConfig, ChatAgent, ToolContext, tool
 from roost.agent.agent import Agent
 from roost.agent.config import Budget, ConfigError, ContextConfig, load_config
@@ -299,3 +299,36 @@ async def test_a_run_open_during_a_reset_stays_visible_until_a_later_operation_s
         assert compacted["payload"]["op"]["range"]["turn_ids"] == [paused["turn_id"], t4]
         assert compacted["payload"]["visible"]["carried_run_ids"] == []
         assert "user: erase everything" in compacted["payload"]["op"]["artifact"]["summary"]
+
+
+async def test_only_the_sessions_principal_compacts_resets_or_reads_its_context(data_dir: Path) -> None:
+    alice, mallory = Principal("alice"), Principal("mallory")
+    alice_ro = Principal("alice", claims={"read_only": True})
+    async with ActorKit(KINDS, data_dir) as kit:
+        a = kit.connect("manual", "p", principal=alice)
+        m = kit.connect("manual", "p", principal=mallory)
+        r = kit.connect("manual", "p", principal=alice_ro)
+        await turns(a, "note alpha one", session="alice-s")
+        for conn, method in [(m, "compact"), (m, "reset"), (m, "context"), (r, "compact"), (r, "reset")]:
+            with pytest.raises(RpcError) as refused:
+                await conn.call(method, "alice-s")
+            assert refused.value.code == "policy_refused", (method, conn.conn.principal)
+        assert (await r.call("context", "alice-s"))["ops"] == []  # reading is fine
+
+
+async def test_the_operations_are_read_in_pages_newest_first(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("manual", "a")
+        made = []
+        for n in range(3):
+            await turns(c, f"note number {n}")
+            made.append((await c.call("compact", "s"))["op_id"])
+            await drive(kit, lambda: len(of_type(c, "context_compacted")) == len(made))
+        first = await c.call("context", "s", limit=2)
+        assert [o["op_id"] for o in first["ops"]] == made[:0:-1]
+        second = await c.call("context", "s", before=first["next_before"], limit=2)
+        assert [o["op_id"] for o in second["ops"]] == made[:1]
+        assert second["next_before"] is None
+        with pytest.raises(RpcError) as bad:
+            await c.call("context", "s", limit=0)
+        assert bad.value.code == "invalid_arguments"
