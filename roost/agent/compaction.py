@@ -7,6 +7,10 @@ A session's *context* is what the model sees of its history: a summary and its r
 starts a fresh context (a new ``context_id``) from a structured hand-off artifact. Both are started by
 a budget of ``[agent.context.compact]`` / ``[agent.context.reset]`` when a run of the session ends, or
 by a call (``compact(session_id)``, ``reset(session_id, note)``), and completed in a later turn.
+The summary is the model's ``summarize(SummaryRequest)`` (:mod:`roost.agent.models`): inside that
+turn for a model whose ``summarizes_inline`` is true (the deterministic planner), in a task of the
+process's :class:`ContextRunner` for any other (the HTTP model); a model without ``summarize`` gets
+:func:`~roost.agent.models.deterministic_summary`.
 
 Guarantees (tests in ``tests/test_compaction*.py``):
 
