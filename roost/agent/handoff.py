@@ -201,8 +201,8 @@ def handoff(
 def render(h: dict[str, Any]) -> str:
     """A hand-off as the fresh context's model sees it (its summary)."""
     lines = [f"Hand-off from context {h['from_context_id']}:"]
-    if h["state"]:
-        lines.append(h["state"])
+    if h["state"]:  # a string (or, past the blob threshold, its blob reference)
+        lines.append(str(h["state"]))
     if h["note"]:
         lines.append(f"Note: {h['note']}")
     for s in h["next_steps"]:
@@ -214,5 +214,5 @@ def render(h: dict[str, Any]) -> str:
     for e in h["evaluation"]:
         lines.append(f"Evaluated {e['run_id']}: {e['status']}, {e['verification_result'] or 'unverified'}")
     if h["evidence_refs"]:
-        lines.append("Evidence: " + ", ".join(h["evidence_refs"]))
+        lines.append("Evidence: " + ", ".join(str(ref) for ref in h["evidence_refs"]))
     return "\n".join(lines)
