@@ -1,6 +1,7 @@
-"""Compaction and reset in a real ``roost serve`` killed with SIGKILL while the HTTP model is asked for
-the summary: after a restart the operation completes once — one artifact, the model asked again, no
-message lost — and the history shows what was summarised and what was kept."""
+"""Compaction and reset in a real ``roost serve`` killed with SIGKILL while the summary is being made —
+the HTTP model's call in flight, or the deterministic model's turn open: after a restart the operation
+completes once — one artifact, the summary begun again, no message lost — and the history shows what
+was summarised and what was kept."""
 
 from __future__ import annotations
 
@@ -102,3 +103,49 @@ async def test_sigkill_during_the_summary_call_completes_once_after_restart(
     exported = admin.export_actor(data_dir, "chat", "k")
     assert len(exported["tables"]["roost_agent_context_ops"]) == 1  # no duplicate artifact
     assert len(exported["tables"]["roost_agent_chat_messages"]) == 4
+
+
+DETERMINISTIC = """
+[agent]
+stream_pace = 0.01
+
+[agent.context]
+keep_recent = 0
+"""
+
+
+async def test_sigkill_inside_the_turn_that_records_a_deterministic_summary_completes_once(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(DETERMINISTIC)
+    marker = tmp_path / "summarising"
+    env = {"ROOST_TEST_MARKER": str(marker)}
+    app = "tests.compaction_app:app"
+    with server_process(data_dir, "--config", str(cfg), app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/slowsum/k") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            for n, question in enumerate(("first question", "second question"), start=1):
+                await peer.call("send", question, session_id="s", timeout=WAIT)
+                await peer.wait_for(ended(peer, n), WAIT)
+            pending = await peer.call("compact", "s", timeout=WAIT)
+            await until(marker.exists, timeout=WAIT)  # inside the turn that records the summary
+            srv.kill()
+            cursor = max(int(f["seq"]) for f in peer.frames if "seq" in f)
+    with server_process(data_dir, "--config", str(cfg), app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/slowsum/k?cursor={cursor}") as peer:
+            await peer.wait_for(has_event("context_compacted"), WAIT)
+            card = await peer.call("context", "s", timeout=WAIT)
+            page = await peer.call("messages", session_id="s", timeout=WAIT)
+        srv.terminate()
+    calls = (tmp_path / "summarising.calls").read_text().split()
+    assert len(calls) == 2  # begun once in each process; the first one's turn rolled back
+    assert calls[0] != calls[1]
+    assert len(of_type(peer, "context_compacted")) == 1
+    (row,) = card["ops"]
+    assert (row["op_id"], row["status"]) == (pending["op_id"], "done")
+    assert row["range"]["message_range"] == [1, 4]
+    assert row["artifact"]["summary"].startswith("user: first question\nassistant: You wrote 2 words")
+    assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user", "assistant"]
+    exported = admin.export_actor(data_dir, "slowsum", "k")
+    assert len(exported["tables"]["roost_agent_context_ops"]) == 1
