@@ -39,6 +39,7 @@ from roost.agent.background import job_runner
 from roost.agent.capabilities import CAPABILITY_MIGRATIONS
 from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
+from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.interfaces import Verdict
 from roost.agent.mcp_config import McpServer
 from roost.agent.models import DeterministicPlanner, Model
@@ -62,6 +63,7 @@ class Agent(Actor):
         ("agent", AGENT_MIGRATIONS),
         ("stream", STREAM_MIGRATIONS),
         ("capability", CAPABILITY_MIGRATIONS),
+        ("context", CONTEXT_MIGRATIONS),
     )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`roost.agent.tool`).
@@ -218,6 +220,28 @@ class Agent(Actor):
         """Answer a run paused ``waiting_for_input``."""
         return await self.orchestrator.runs.provide_input(run_id, payload)
 
+    @callable
+    async def compact(self, session_id: str | None = None) -> dict[str, Any]:
+        """Compact the session's context: its older turns replaced, for the model, by a summary
+        (docs/design.md, *Compaction and reset*). Replies with the operation, ``pending`` until its
+        summary is recorded (event ``context_compacted``)."""
+        return await self.orchestrator.contexts.request(OpKind.COMPACT, session_id)
+
+    @callable
+    async def reset(self, session_id: str | None = None, note: str | None = None) -> dict[str, Any]:
+        """Reset the session's context: a fresh one (a new ``context_id``) seeded by a structured
+        hand-off (state, next steps, open approvals, evaluation, evidence; ``note`` added). Replies
+        with the operation, ``pending`` until its hand-off is recorded (event ``context_reset``)."""
+        return await self.orchestrator.contexts.request(OpKind.RESET, session_id, note)
+
+    @callable(readonly=True)
+    async def context(
+        self, session_id: str | None = None, before: str | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        """What the model sees of the session now, and a page of its compactions and resets (newest
+        first, each with its range and artifact)."""
+        return self.orchestrator.contexts.card(session_id, before, limit)
+
     # -- wake-ups of the runtime --------------------------------------------------------------------
     @wakeup
     async def agent_lease(self, payload: dict[str, Any]) -> None:
@@ -230,3 +254,11 @@ class Agent(Actor):
     @wakeup
     async def agent_advance(self, payload: dict[str, Any]) -> None:
         await self.orchestrator.steps.advance(str(payload["run_id"]))
+
+    @wakeup
+    async def agent_context(self, payload: dict[str, Any]) -> None:
+        await self.orchestrator.contexts.work(str(payload["op_id"]))
+
+    @wakeup
+    async def agent_context_redo(self, payload: dict[str, Any]) -> None:
+        await self.orchestrator.contexts.redo(str(payload["op_id"]), int(payload["attempt"]))

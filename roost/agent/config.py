@@ -23,6 +23,16 @@
     max_stream_chars = 200000  # a streamed answer longer than this fails (not retryable)
     model_stream_timeout = 600.0  # seconds (wall clock) a streamed model step may take at most
 
+    [agent.context]                   # compaction and reset of a session's context
+    keep_recent = 2            # turns left visible after a compaction
+    summary_chars = 2000       # a summary's bound
+    summary_prompt = "…"       # what the HTTP model is asked to summarise with
+    [agent.context.compact]           # budgets (each optional): past one, the context is compacted
+    messages = 40              # visible requests and answers
+    tokens = 8000              # estimated: characters / 4
+    hops = 20                  # model steps that requested tools
+    [agent.context.reset]             # the same budgets: past one, the context is reset (checked first)
+
     [agent.tools.analyze_documents]   # settings handed to one tool (ctx.settings)
     delay_s = 0.5
 
@@ -49,7 +59,45 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from roost.agent.mcp_config import CapabilitySessions, McpServer
 
-__all__ = ["TABLES", "AgentConfig", "ConfigError", "check_tools", "config_source", "load_config"]
+__all__ = [
+    "TABLES",
+    "AgentConfig",
+    "Budget",
+    "ConfigError",
+    "ContextConfig",
+    "check_tools",
+    "config_source",
+    "load_config",
+]
+
+
+class Budget(BaseModel):
+    """When a session's visible context has grown too much (docs/design.md, *Compaction and reset*):
+    past any bound set here, the operation whose table this is runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: int | None = Field(None, ge=1)
+    tokens: int | None = Field(None, ge=1)
+    hops: int | None = Field(None, ge=1)
+
+
+DEFAULT_SUMMARY_PROMPT = (
+    "Summarise this conversation for the assistant that continues it: the user's goals, the decisions "
+    "made, the facts learned and the open questions. Be brief; keep names, numbers and ids exact."
+)
+
+
+class ContextConfig(BaseModel):
+    """``[agent.context]``: the budgets of compaction and reset, and how a summary is made."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compact: Budget | None = None
+    reset: Budget | None = None
+    keep_recent: int = Field(2, ge=0, le=100)
+    summary_chars: int = Field(2000, ge=100, le=100_000)
+    summary_prompt: str = Field(DEFAULT_SUMMARY_PROMPT, min_length=1, max_length=4000)
 
 
 class AgentConfig(BaseModel):
@@ -81,6 +129,8 @@ class AgentConfig(BaseModel):
     #: ``[agent.mcp_servers.NAME]`` and ``[agent.capability_sessions]`` (:mod:`roost.agent.mcp_config`).
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
     capability_sessions: CapabilitySessions = Field(default_factory=CapabilitySessions)
+    #: ``[agent.context]``: compaction and reset (:mod:`roost.agent.compaction`).
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> AgentConfig:

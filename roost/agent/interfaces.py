@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from roost.actors.extension import TurnContext
     from roost.agent.catalog import Catalog, Tool, ToolContext
     from roost.agent.config import AgentConfig
+    from roost.agent.context_rows import View
     from roost.agent.models import Model, ModelRequest, ModelStep
     from roost.agent.records import Records
     from roost.agent.status import RunStatus
@@ -39,6 +40,7 @@ __all__ = [
     "AgentHost",
     "ApprovalsApi",
     "CapabilitiesApi",
+    "ContextsApi",
     "ExecutionApi",
     "JobsApi",
     "OrchestratorApi",
@@ -119,6 +121,9 @@ class AgentHost(Protocol):
 
 class RunsApi(Protocol):
     """Turns and runs (:class:`roost.agent.runs.Runs`)."""
+
+    def session_for(self, session_id: Any, *, write: bool = True) -> str:
+        """The session a request names (the caller's own when None), checked for the caller."""
 
     def reply(self, run_id: str) -> dict[str, Any]:
         """What every call that changes a run answers: ids, status, wait, and the outcome if ended."""
@@ -270,6 +275,16 @@ class CapabilitiesApi(Protocol):
         """The run's capability sessions as ``get_run`` shows them."""
 
 
+class ContextsApi(Protocol):
+    """Compaction and reset of a session's context (:mod:`roost.agent.compaction`)."""
+
+    def view(self, session_id: str) -> View | None:
+        """The session's context as the model sees it (None: never compacted or reset)."""
+
+    async def after_run(self, run: Row) -> None:
+        """A run ended: check the budgets of the session's context."""
+
+
 class OrchestratorApi(Protocol):
     """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
 
@@ -315,3 +330,6 @@ class OrchestratorApi(Protocol):
 
     @property
     def capabilities(self) -> CapabilitiesApi: ...
+
+    @property
+    def contexts(self) -> ContextsApi: ...

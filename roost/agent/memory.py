@@ -6,6 +6,7 @@ are one line, at most 200 characters), arguments after the payload policy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from roost.actors import Principal
@@ -50,14 +51,27 @@ def ensure_session(store: Store, session_id: str, principal: Principal | None, n
 
 
 def recent_turns(
-    store: Store, session_id: str, limit: int, *, before: str | None = None
+    store: Store,
+    session_id: str,
+    limit: int,
+    *,
+    before: str | None = None,
+    after: int = 0,
+    carried: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    rows = store.select(
-        "turns",
-        "session_id = ? AND turn_id != ?",
-        (session_id, before or ""),
-        order=f"created_at DESC LIMIT {int(limit)}",
-    )
+    """The session's last ``limit`` turns but ``before``; ``after``: only those of runs above that
+    ordinal or in ``carried`` (a compacted context's cursor and carried runs, roost.agent.compaction)."""
+    where = "session_id = ? AND turn_id != ?"
+    params: list[Any] = [session_id, before or ""]
+    if after:
+        marks = ", ".join("?" * len(carried))
+        also = f" OR run_id IN ({marks})" if carried else ""
+        where += (
+            " AND turn_id IN (SELECT turn_id FROM roost_agent_runs "
+            f"WHERE session_id = ? AND (ordinal > ?{also}))"
+        )
+        params += [session_id, after, *carried]
+    rows = store.select("turns", where, params, order=f"created_at DESC LIMIT {int(limit)}")
     return [
         {"input": short(r["input_text"]), "status": r["status"], "output": short(r["output_text"])}
         for r in reversed(rows)

@@ -45,12 +45,15 @@ __all__ = [
     "ModelStep",
     "StreamEnd",
     "StreamingModel",
+    "SummaryMessage",
+    "SummaryRequest",
     "TextDelta",
     "ToolCall",
     "ToolCallDelta",
     "Usage",
     "arguments_in",
     "collect",
+    "deterministic_summary",
     "is_streaming",
 ]
 
@@ -78,6 +81,44 @@ class ModelRequest(BaseModel):
     hop: int = 0
     #: Text of this answer already streamed before an interruption (continue from it, do not repeat).
     partial: str = ""
+
+
+class SummaryMessage(BaseModel):
+    """One message of the history a summary replaces: a turn's request (``user``) or answer."""
+
+    role: str
+    content: str
+    turn_id: str
+
+
+class SummaryRequest(BaseModel):
+    """What a summariser sees (docs/design.md, *Compaction and reset*): the summary before (empty
+    for a reset), the messages it replaces (after the payload policy), its prompt and its bound."""
+
+    prompt: str
+    previous: str = ""
+    messages: list[SummaryMessage] = Field(default_factory=list)
+    max_chars: int = 2000
+
+
+#: Words of each message the deterministic summary keeps.
+SUMMARY_WORDS = 12
+
+
+def deterministic_summary(request: SummaryRequest) -> str:
+    """The deterministic model's summary, exact so tests can assert it: the previous summary's lines,
+    then one line per message, ``role: `` and its first :data:`SUMMARY_WORDS` words (``…`` when there
+    were more); at most ``max_chars`` characters, the oldest lines dropped first."""
+    lines = request.previous.splitlines() if request.previous else []
+    for m in request.messages:
+        words = m.content.split()
+        line = f"{m.role}: {' '.join(words[:SUMMARY_WORDS])}{'…' if len(words) > SUMMARY_WORDS else ''}"
+        lines.append(line)
+    while lines and len("\n".join(lines)) > request.max_chars:
+        if len(lines) == 1:
+            return lines[0][: request.max_chars]
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 class Usage(BaseModel):
@@ -170,6 +211,8 @@ class DeterministicPlanner:
     """
 
     inline = True
+    #: Its summaries need no I/O: they are made inside the turn (roost.agent.compaction).
+    summarizes_inline = True
 
     def __init__(
         self,
@@ -198,6 +241,10 @@ class DeterministicPlanner:
                 await self._sleep(self.pace)
             yield TextDelta(text=word if i == len(words) - 1 else word + " ")
         yield StreamEnd(step=step)
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """:func:`deterministic_summary` (no network)."""
+        return deterministic_summary(request)
 
     async def step(self, request: ModelRequest) -> ModelStep:
         if request.steps:

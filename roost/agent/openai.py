@@ -52,6 +52,7 @@ from roost.agent.models import (
     ModelRequest,
     ModelStep,
     StreamEnd,
+    SummaryRequest,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -189,6 +190,37 @@ class OpenAICompatibleModel:
             raise ModelError(f"malformed model answer: {type(exc).__name__}", retryable=False) from None
         text = None if calls else (message.get("content") or "")
         return ModelStep(tool_calls=calls, text=text, usage=usage)
+
+    def summary_messages(self, request: SummaryRequest) -> list[dict[str, Any]]:
+        """The summary call's messages: ``request.prompt`` as the system message, the transcript (the
+        summary before, then ``role: content`` per message) as the user's."""
+        transcript = "\n".join(f"{m.role}: {m.content}" for m in request.messages)
+        if request.previous:
+            transcript = f"Summary so far:\n{request.previous}\n\nThen:\n{transcript}"
+        return [{"role": "system", "content": request.prompt}, {"role": "user", "content": transcript}]
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """A summary of ``request``'s history in one call, no tools, not streamed (roost.agent.compaction);
+        its failures are :class:`ModelError` as ``step``'s are."""
+        body = {"model": self.model, "messages": self.summary_messages(request)}
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                resp = await client.post(
+                    f"{self.base_url}/chat/completions", json=body, headers=self._headers()
+                )
+        except httpx.TimeoutException:
+            raise ModelError(f"model timed out after {self.timeout} s", retryable=True) from None
+        except httpx.TransportError as exc:
+            raise ModelError(f"model unreachable: {type(exc).__name__}", retryable=True) from None
+        if resp.status_code != 200:
+            raise _status_error(resp.status_code, self._redact(_error_detail(resp.content)))
+        try:
+            content = resp.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ModelError(f"malformed model answer: {type(exc).__name__}", retryable=False) from None
+        if not isinstance(content, str) or not content.strip():
+            raise ModelError("the model's summary is empty", retryable=False)
+        return self._redact(content)[: request.max_chars]
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """The step as server-sent events: text and tool-call deltas as they arrive, then the

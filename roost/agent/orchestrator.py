@@ -12,7 +12,8 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.verification` — the run's end through its stop condition;
 - :attr:`~Orchestrator.reads` — the read-only callables;
 - :attr:`~Orchestrator.capabilities` — the capability sessions of MCP servers;
-- :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events).
+- :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events);
+- :attr:`~Orchestrator.contexts` — compaction and reset of a session's context.
 
 A run that ends (completed, failed or cancelled) is handed to :meth:`roost.agent.Agent.on_run_end`
 once the part that ended it is done (:meth:`Orchestrator.settle`), in the same turn.
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from roost.agent.approvals import Approvals
 from roost.agent.capabilities import Capabilities
+from roost.agent.compaction import Contexts
 from roost.agent.execution import Execution
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
@@ -66,6 +68,7 @@ class Orchestrator:
         self.reads = Reads(self)
         self.capabilities = Capabilities(self)
         self.streams = Streams(self)
+        self.contexts = Contexts(self)
         #: Runs that ended in this turn and are not yet handed to ``agent.on_run_end``.
         self.ended: list[str] = []
 
@@ -76,3 +79,4 @@ class Orchestrator:
             run = self.records.store().get("runs", run_id)
             if run is not None and run["status"] in FINISHED:  # not an id a rolled-back turn left
                 await self.agent.on_run_end(run)
+                await self.contexts.after_run(run)  # a turn boundary: compaction's triggers

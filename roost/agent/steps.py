@@ -193,13 +193,23 @@ class Steps(Part):
         if original and run.get("request") is not None:
             text = str(self.records.original(run["request"]))
         session = store.get("sessions", run["session_id"])
+        summary, after = session["summary"] if session else "", 0
+        carried: tuple[str, ...] = ()
+        view = self.orchestrator.contexts.view(run["session_id"])  # compacted or reset
+        if view is not None:
+            summary, after, carried = view.summary, view.cursor, view.carried
         items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
         return ModelRequest(
             text=text,
             inputs=shown(list(run["inputs"])),
-            summary=session["summary"] if session else "",
+            summary=summary,
             recent_turns=memory.recent_turns(
-                store, run["session_id"], agent.settings().recent_turns, before=run["turn_id"]
+                store,
+                run["session_id"],
+                agent.settings().recent_turns,
+                before=run["turn_id"],
+                after=after,
+                carried=carried,
             ),
             tools=agent.catalog().specs(),
             steps=[

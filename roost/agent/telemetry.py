@@ -52,6 +52,10 @@ EVENT_TYPES = frozenset(
         "turn_cancelled",
         "capability_session",
         "elicitation_refused",
+        "context_requested",
+        "context_compacted",
+        "context_reset",
+        "context_failed",
     }
 )
 

@@ -1,0 +1,137 @@
+"""Compaction with the HTTP model against the local fake chat-completions server (tests/fake_llm.py):
+the configurable summarisation prompt, what the endpoint is sent (no secret), a failed summary call
+retried into one artifact, and a non-retryable one leaving the context unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from roost.agent import AgentConfig, OpenAICompatibleModel
+from roost.agent.agent import Agent
+from roost.agent.config import ContextConfig
+from roost.agent.models import Model
+from roost.testing import ActorKit, KitConnection
+from tests.agent_support import advance, drive, event_types, events
+from tests.fake_llm import FakeLLM, Reply, answer
+
+PROMPT = "Summarise for the test, in one line."
+
+
+class HttpNotes(Agent):
+    kind = "httpnotes"
+    config = AgentConfig(
+        heartbeat_interval=0.5,
+        lease_ttl=2.0,
+        job_backoff=0.5,
+        job_max_attempts=3,
+        model_timeout=2.0,
+        context=ContextConfig(keep_recent=0, summary_prompt=PROMPT),
+    )
+    url: ClassVar[str] = ""
+
+    def make_model(self) -> Model:
+        return OpenAICompatibleModel(type(self).url, api_key="sk-test-key-000000000000", model="fake")
+
+
+def of_type(conn: KitConnection, kind: str) -> list[dict[str, Any]]:
+    return [e for e in events(conn) if e["event_type"] == kind]
+
+
+def summary_calls(llm: FakeLLM) -> list[dict[str, Any]]:
+    """The requests that asked for a summary (no tools; the system message is the prompt)."""
+    return [r.body for r in llm.requests if r.body["messages"][0]["content"] == PROMPT]
+
+
+async def two_turns(kit: ActorKit, c: KitConnection, first: str) -> None:
+    await c.call("turn", first, session_id="s")
+    await drive(kit, lambda: len(of_type(c, "turn_completed")) == 1, io_wait=0.01)
+    await c.call("turn", "and a second question", session_id="s")
+    await drive(kit, lambda: len(of_type(c, "turn_completed")) == 2, io_wait=0.01)
+
+
+async def test_the_http_model_summarises_with_the_configured_prompt_and_never_sees_a_secret(
+    data_dir: Path,
+) -> None:
+    secret = "hunter2-very-secret-value"
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(answer("first answer"), answer("second answer"), answer("They asked two questions."))
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "a")
+            await two_turns(kit, c, f"my password: {secret} is set")
+            await c.call("compact", "s")
+            await drive(kit, lambda: "context_compacted" in event_types(c), io_wait=0.01)
+            (done,) = of_type(c, "context_compacted")
+            assert done["payload"]["op"]["artifact"] == {"summary": "They asked two questions."}
+        (call,) = summary_calls(llm)
+        assert "tools" not in call
+        assert call["messages"][0] == {"role": "system", "content": PROMPT}
+        transcript = call["messages"][1]["content"]
+        assert transcript.startswith("user: my password: [redacted]")
+        assert "assistant: second answer" in transcript
+        assert secret not in orjson.dumps([r.body for r in llm.requests]).decode()
+
+
+async def test_a_failed_summary_call_is_retried_and_recorded_once(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(answer("first answer"), answer("second answer"), Reply(status=503), answer("The summary."))
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "b")
+            await two_turns(kit, c, "a first question")
+            await c.call("compact", "s")
+            await drive(kit, lambda: "context_compacted" in event_types(c), io_wait=0.01)
+            for _ in range(3):  # the redo wake-ups left fire: nothing more happens
+                advance(kit, 5.0)
+                await kit.settle()
+            card = await c.call("context", "s")
+        assert len(summary_calls(llm)) == 2
+        (op,) = card["ops"]
+        assert (op["status"], op["attempt"]) == ("done", 2)
+        assert op["artifact"] == {"summary": "The summary."}
+        assert len(of_type(c, "context_compacted")) == 1
+
+
+async def test_a_summary_the_model_refuses_fails_the_operation_and_keeps_the_context(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(answer("first answer"), answer("second answer"), Reply(status=400))
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "c")
+            await two_turns(kit, c, "a first question")
+            await c.call("compact", "s")
+            await drive(kit, lambda: "context_failed" in event_types(c), io_wait=0.01)
+            card = await c.call("context", "s")
+            (op,) = card["ops"]
+            assert op["status"] == "failed"
+            assert "HTTP 400" in op["error"]
+            assert card["context"]["summary"] is None  # unchanged: never compacted
+            assert len(card["context"]["turn_ids"]) == 2
+
+
+async def test_the_result_of_a_superseded_attempt_is_refused(data_dir: Path) -> None:
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(
+            answer("first answer"),
+            answer("second answer"),
+            Reply(delay=0.5, body=answer("The real summary.").body),
+        )
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "d")
+            await two_turns(kit, c, "a first question")
+            pending = await c.call("compact", "s")
+            await drive(kit, lambda: len(summary_calls(llm)) == 1, io_wait=0.01)  # attempt 1 asks
+
+            async def stale(actor: Any) -> None:  # what a lost older attempt would record
+                await actor.orchestrator.contexts.finish(pending["op_id"], 0, "A stale summary.", None)
+
+            await kit.registry.run("httpnotes", "d", stale)
+            await drive(kit, lambda: "context_compacted" in event_types(c), io_wait=0.01)
+            card = await c.call("context", "s")
+        (op,) = card["ops"]
+        assert op["artifact"] == {"summary": "The real summary."}
+        assert len(of_type(c, "context_compacted")) == 1

@@ -1,0 +1,151 @@
+"""Compaction and reset in a real ``roost serve`` killed with SIGKILL while the summary is being made —
+the HTTP model's call in flight, or the deterministic model's turn open: after a restart the operation
+completes once — one artifact, the summary begun again, no message lost — and the history shows what
+was summarised and what was kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roost.testing import WsClient, connect, until
+from roost.transport import admin
+from tests.fake_llm import DONE, FakeLLM, Reply, answer, finish, text
+from tests.support import server_process
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Summarise for the kill test."
+CONFIG = f"""
+[agent]
+model = "openai"
+heartbeat_interval = 0.25
+lease_ttl = 1.0
+model_timeout = 4.0
+
+[agent.context]
+keep_recent = 0
+summary_prompt = "{PROMPT}"
+"""
+WAIT = 30.0
+
+
+def streamed(*pieces: str) -> Reply:
+    return Reply(events=[*text(*pieces), finish(), DONE])
+
+
+def has_event(kind: str) -> Any:
+    return lambda f: f.get("type") == "event" and f["event"]["event_type"] == kind
+
+
+def of_type(peer: WsClient, kind: str) -> list[dict[str, Any]]:
+    return [f["event"] for f in peer.frames if f.get("type") == "event" and f["event"]["event_type"] == kind]
+
+
+def ended(peer: WsClient, n: int) -> Any:
+    return lambda f: len(of_type(peer, "turn_completed")) == n
+
+
+def summary_calls(llm: FakeLLM) -> int:
+    return sum(1 for r in llm.requests if r.body and r.body["messages"][0]["content"] == PROMPT)
+
+
+@pytest.mark.parametrize("op", ["compact", "reset"])
+async def test_sigkill_during_the_summary_call_completes_once_after_restart(
+    op: str, data_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(CONFIG)
+    async with FakeLLM() as llm:
+        env = {"ROOST_MODEL_BASE_URL": llm.url, "ROOST_MODEL": "fake"}
+        # two answers, then a summary that never comes (the server dies waiting), then the summary
+        llm.script(
+            streamed("First ", "answer."),
+            streamed("Second ", "answer."),
+            Reply(delay=60.0, body=answer("too late").body),
+            answer("Two questions, two answers."),
+        )
+        with server_process(data_dir, "--config", str(cfg), env=env) as srv:
+            async with connect(f"{srv.ws}/agents/chat/k") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                for n, question in enumerate(("first question", "second question"), start=1):
+                    await peer.call("send", question, session_id="s", timeout=WAIT)
+                    await peer.wait_for(ended(peer, n), WAIT)
+                pending = await peer.call(op, "s", timeout=WAIT)
+                assert pending["status"] == "pending"
+                await until(lambda: summary_calls(llm) == 1, timeout=WAIT)
+                srv.kill()  # SIGKILL while the model is asked for the summary
+                cursor = max(int(f["seq"]) for f in peer.frames if "seq" in f)
+        with server_process(data_dir, "--config", str(cfg), env=env) as srv:
+            async with connect(f"{srv.ws}/agents/chat/k?cursor={cursor}") as peer:
+                done_type = "context_reset" if op == "reset" else "context_compacted"
+                await peer.wait_for(has_event(done_type), WAIT)
+                card = await peer.call("context", "s", timeout=WAIT)
+                page = await peer.call("messages", session_id="s", timeout=WAIT)
+            srv.terminate()
+    assert summary_calls(llm) == 2  # the interrupted call was redone ...
+    assert len(of_type(peer, done_type)) == 1  # ... and recorded once
+    (row,) = card["ops"]
+    assert row["op_id"] == pending["op_id"]
+    assert (row["status"], row["attempt"]) == ("done", 2)
+    assert row["range"]["message_range"] == [1, 4]  # what was summarised: both questions and answers
+    state = row["artifact"]["state"] if op == "reset" else row["artifact"]["summary"]
+    assert state == "Two questions, two answers."
+    assert card["context"]["turn_ids"] == []  # what the model still sees verbatim: nothing
+    assert [m["content"] for m in page["messages"]] == [  # what was kept: the whole history
+        "first question",
+        "First answer.",
+        "second question",
+        "Second answer.",
+    ]
+    exported = admin.export_actor(data_dir, "chat", "k")
+    assert len(exported["tables"]["roost_agent_context_ops"]) == 1  # no duplicate artifact
+    assert len(exported["tables"]["roost_agent_chat_messages"]) == 4
+
+
+DETERMINISTIC = """
+[agent]
+stream_pace = 0.01
+
+[agent.context]
+keep_recent = 0
+"""
+
+
+async def test_sigkill_inside_the_turn_that_records_a_deterministic_summary_completes_once(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "roost.toml"
+    cfg.write_text(DETERMINISTIC)
+    marker = tmp_path / "summarising"
+    env = {"ROOST_TEST_MARKER": str(marker)}
+    app = "tests.compaction_app:app"
+    with server_process(data_dir, "--config", str(cfg), app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/slowsum/k") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            for n, question in enumerate(("first question", "second question"), start=1):
+                await peer.call("send", question, session_id="s", timeout=WAIT)
+                await peer.wait_for(ended(peer, n), WAIT)
+            pending = await peer.call("compact", "s", timeout=WAIT)
+            await until(marker.exists, timeout=WAIT)  # inside the turn that records the summary
+            srv.kill()
+            cursor = max(int(f["seq"]) for f in peer.frames if "seq" in f)
+    with server_process(data_dir, "--config", str(cfg), app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/slowsum/k?cursor={cursor}") as peer:
+            await peer.wait_for(has_event("context_compacted"), WAIT)
+            card = await peer.call("context", "s", timeout=WAIT)
+            page = await peer.call("messages", session_id="s", timeout=WAIT)
+        srv.terminate()
+    calls = (tmp_path / "summarising.calls").read_text().split()
+    assert len(calls) == 2  # begun once in each process; the first one's turn rolled back
+    assert calls[0] != calls[1]
+    assert len(of_type(peer, "context_compacted")) == 1
+    (row,) = card["ops"]
+    assert (row["op_id"], row["status"]) == (pending["op_id"], "done")
+    assert row["range"]["message_range"] == [1, 4]
+    assert row["artifact"]["summary"].startswith("user: first question\nassistant: You wrote 2 words")
+    assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user", "assistant"]
+    exported = admin.export_actor(data_dir, "slowsum", "k")
+    assert len(exported["tables"]["roost_agent_context_ops"]) == 1
