@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from roost.actors import RuntimeConfig
 from roost.agent import ChatAgent
 from roost.agent.chat import DeterministicChat
 from roost.agent.models import SummaryRequest
@@ -37,4 +38,5 @@ class SlowSummary(ChatAgent):
     planner = HangingFirstSummary
 
 
-app = create_app([SlowSummary])
+# a wake-up the killed process had claimed comes due again after 2 s, not the default 10 s
+app = create_app([SlowSummary], config=RuntimeConfig(wakeup_lease=2.0))
