@@ -82,31 +82,30 @@ async def test_queue_survives_sigkill_and_drains_in_order_once_after_restart(dat
         async with httpx.AsyncClient(base_url=server.http, timeout=10) as client:
             ids: dict[str, list[str]] = {}
             for n in hung:  # the head hangs on its first attempt; retries 50 ms apart at most
-                items = [{"tag": "h", "hang": markers[n]}, {"tag": "x"}, {"tag": "y"}]
+                items: list[dict[str, Any]] = [{"tag": "h", "hang": markers[n]}, {"tag": "x"}, {"tag": "y"}]
                 ids[n] = await rpc(client, n, "add", {"items": items, "base": 0.05, "cap": 0.05})
-            for n in waiting:  # the head fails twice; its first retry is 1.5 s away at most
-                items = [{"tag": "f", "fail_until": 3}, {"tag": "p"}, {"tag": "q"}]
+            for n in waiting:  # the head fails 3 times; each retry is up to 1.5 s away (full jitter)
+                items = [{"tag": "f", "fail_until": 4}, {"tag": "p"}, {"tag": "q"}]
                 ids[n] = await rpc(client, n, "add", {"items": items, "base": 1.5, "cap": 1.5})
 
-            async def heads_failed_once() -> bool:
+            async def heads_wait_for_retries() -> bool:
                 for n in waiting:
                     head = (await rpc(client, n, "queue", {}))[0]
-                    if (head["status"], head["attempts"]) != ("pending", 1):
+                    if head["id"] != ids[n][0] or head["status"] != "pending" or head["attempts"] < 1:
                         return False
                 return True
 
             await until(lambda: all(Path(m).exists() for m in markers.values()), timeout=15, interval=0.05)
-            await until(heads_failed_once, timeout=15, interval=0.05)
+            await until(heads_wait_for_retries, timeout=15, interval=0.05)
         server.kill()  # inside the hung callbacks, and while the failed heads wait for their retry
     finally:
         server.kill()
     for n in hung + waiting:  # nothing past the heads ran, and no uncommitted effect survived
         assert effects(data_dir, n) == []
-        assert [r.status for r in queue_rows(data_dir, "qjob", n)] == [
-            "running" if n in hung else "pending",
-            "pending",
-            "pending",
-        ]
+        head, *behind = [r.status for r in queue_rows(data_dir, "qjob", n)]
+        # a waiting head's retry may have begun in the moment between the last look and the kill
+        assert head == "running" if n in hung else head in ("pending", "running")
+        assert behind == ["pending", "pending"]
 
     restarted = ServerProcess(data_dir, app=APP).start()  # no request is sent to it
     try:
@@ -118,14 +117,18 @@ async def test_queue_survives_sigkill_and_drains_in_order_once_after_restart(dat
         h, x, y = ids[n]
         assert effects(data_dir, n) == [("h", h, 2), ("x", x, 1), ("y", y, 1)]
         rows = queue_rows(data_dir, "qjob", n)
-        assert [(r.id, r.status, r.attempts) for r in rows] == [(h, "done", 2), (x, "done", 1), (y, "done", 1)]
+        done = [(r.id, r.status, r.attempts) for r in rows]
+        assert done == [(h, "done", 2), (x, "done", 1), (y, "done", 1)]
         assert rows[0].last_error == INTERRUPTED  # the attempt the killed process did not finish
     for n in waiting:
         f, p, q = ids[n]
-        assert effects(data_dir, n) == [("f", f, 3), ("p", p, 1), ("q", q, 1)]
         rows = queue_rows(data_dir, "qjob", n)
-        assert [(r.id, r.status, r.attempts) for r in rows] == [(f, "done", 3), (p, "done", 1), (q, "done", 1)]
-        assert rows[0].last_error == "RuntimeError: attempt 2 of f fails"
+        passed = rows[0].attempts  # 4: attempts 1 to 3 fail; 5 if the kill cut the 4th short
+        assert passed in (4, 5)
+        assert effects(data_dir, n) == [("f", f, passed), ("p", p, 1), ("q", q, 1)]
+        done = [(r.id, r.status, r.attempts) for r in rows]
+        assert done == [(f, "done", passed), (p, "done", 1), (q, "done", 1)]
+        assert rows[0].last_error in ("RuntimeError: attempt 3 of f fails", INTERRUPTED)
 
     code, out, err = await roost("inspect", "qjob", hung[0], "--data", str(data_dir))
     assert code == 0, err

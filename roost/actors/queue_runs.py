@@ -49,7 +49,7 @@ async def run_due(host: HostCore) -> int:
     ran = 0
     aborted = 0
     store = QueueStore(host.file.conn)
-    while ran < BATCH:
+    while ran < BATCH and not host.file.closed:  # closed: the actor failed (a commit did)
         head = store.head()
         if head is None:
             break
