@@ -107,6 +107,19 @@ class Worker(Actor):
         """Not marked ``@wakeup``: refused as a queue callback."""
 
 
+class Boom(BaseException):
+    """Not an ``Exception``: the item's turn is rolled back as a whole, its attempt mark kept."""
+
+
+class Aborting(Worker):
+    kind = "qabort"
+
+    @wakeup
+    async def explode(self) -> None:
+        self.sql.execute("INSERT INTO effects (tag) VALUES ('boom')")
+        raise Boom
+
+
 class SmallWorker(Worker):
     kind = "qsmall"
     queue_limit = 3
@@ -122,7 +135,7 @@ def _reset() -> None:
 
 
 def kit_for(tmp_path: Path, clock: FakeClock, *, scheduler: bool = False) -> ActorKit:
-    return ActorKit([Worker, SmallWorker], tmp_path, clock=clock, scheduler=scheduler)
+    return ActorKit([Worker, SmallWorker, Aborting], tmp_path, clock=clock, scheduler=scheduler)
 
 
 def tags(effects: list[list[Any]]) -> list[str]:
@@ -267,6 +280,26 @@ async def test_an_attempt_past_its_timeout_is_rolled_back_and_retried(tmp_path: 
         assert await kit.call("qworker", "slow", "effects") == []
 
 
+async def test_an_attempt_its_turn_did_not_survive_counts_as_interrupted(tmp_path: Path) -> None:
+    """An attempt whose whole turn is rolled back (as a killed process leaves it) is counted, since its
+    mark was committed before the callback ran: it fails as ``interrupted``, and at ``max_attempts`` the
+    item is dead and the queue moves on, instead of the same attempt running again and again."""
+    async with kit_for(tmp_path, FakeClock(T0)) as kit:
+        boom = await kit.call("qabort", "boom", "add_raw", "explode")
+        after = await kit.call("qabort", "boom", "add", "after")
+        await kit.fire_due("qabort", "boom")  # default policy: retried after a backoff
+        item = await kit.call("qabort", "boom", "item", boom)
+        assert (item["status"], item["attempts"]) == ("pending", 1)
+        assert item["last_error"].startswith("interrupted")
+        for _ in range(5):
+            kit.clock.advance(300)
+            await kit.fire_due("qabort", "boom")
+        [letter] = await kit.call("qabort", "boom", "dead")
+        assert (letter["id"], letter["attempts"]) == (boom, 5)
+        assert [i["status"] for i in [await kit.call("qabort", "boom", "item", after)]] == ["done"]
+        assert tags(await kit.call("qabort", "boom", "effects")) == ["after"]
+
+
 # -- cancel ---------------------------------------------------------------------------------------------
 async def test_cancel_a_pending_item(tmp_path: Path) -> None:
     """A pending item that is cancelled never runs; cancelling a head waiting for its retry unblocks
@@ -379,4 +412,23 @@ async def test_inspect_shows_the_queue(tmp_path: Path) -> None:
         (b, 0, None),
     ]
     assert queue["finished"] == []
+    assert queue["live"][0]["enqueued_at"] == admin.iso_time(T0)
     assert report["schema_versions"]["queue"] == 1
+    exported = admin.export_actor(tmp_path, "qworker", "seen")["tables"]["roost_queue"]
+    assert [(r["id"], r["payload"], r["retry_at"] is not None) for r in exported] == [
+        (a, {"tag": "a"}, True),
+        (b, {"tag": "b"}, False),
+    ]
+
+
+async def test_inspect_of_a_live_actor_shows_its_queue(tmp_path: Path) -> None:
+    """``roost inspect --server`` reads the actor in one of its turns: the same queue report."""
+    async with kit_for(tmp_path, FakeClock(T0)) as kit:
+        [a] = await kit.call("qworker", "live", "add_many", ["a"])
+        live = await admin.inspect_live(kit.registry, "qworker", "live")
+        assert live["queue"]["counts"]["pending"] == 1
+        assert live["queue"]["head"]["id"] == a
+        await kit.fire_due("qworker", "live")
+        live = await admin.inspect_live(kit.registry, "qworker", "live")
+        assert live["queue"]["counts"]["done"] == 1
+        assert [(i["id"], i["status"]) for i in live["queue"]["finished"]] == [(a, "done")]
