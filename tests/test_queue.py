@@ -284,7 +284,8 @@ async def test_an_attempt_its_turn_did_not_survive_counts_as_interrupted(tmp_pat
     """An attempt whose whole turn is rolled back (as a killed process leaves it) is counted, since its
     mark was committed before the callback ran: it fails as ``interrupted``, and at ``max_attempts`` the
     item is dead and the queue moves on, instead of the same attempt running again and again."""
-    async with kit_for(tmp_path, FakeClock(T0)) as kit:
+    clock = FakeClock(T0)
+    async with kit_for(tmp_path, clock) as kit:
         boom = await kit.call("qabort", "boom", "add_raw", "explode")
         after = await kit.call("qabort", "boom", "add", "after")
         await kit.fire_due("qabort", "boom")  # default policy: retried after a backoff
@@ -292,7 +293,7 @@ async def test_an_attempt_its_turn_did_not_survive_counts_as_interrupted(tmp_pat
         assert (item["status"], item["attempts"]) == ("pending", 1)
         assert item["last_error"].startswith("interrupted")
         for _ in range(5):
-            kit.clock.advance(300)
+            clock.advance(300)
             await kit.fire_due("qabort", "boom")
         [letter] = await kit.call("qabort", "boom", "dead")
         assert (letter["id"], letter["attempts"]) == (boom, 5)
