@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -212,6 +212,16 @@ class QueueStore:
     def live(self) -> int:
         return int(self.conn.execute(f"SELECT count(*) FROM roost_queue WHERE {_LIVE}").fetchone()[0])
 
+    def has_room(self, limit: int) -> bool:
+        """Fewer than ``limit`` live items. Counted only when the span from the head to the last item
+        (an upper bound of the live items, read from two index ends) reaches the limit."""
+        head = self.conn.execute(f"SELECT position FROM roost_queue WHERE {_LIVE} ORDER BY position LIMIT 1")
+        first = head.fetchone()
+        if first is None:
+            return limit > 0
+        last = self.conn.execute("SELECT max(position) FROM roost_queue").fetchone()[0]
+        return int(last) - int(first[0]) + 1 < limit or self.live() < limit
+
     def items(self, *, include_finished: bool = False, limit: int = 1000) -> list[QueueItem]:
         """In queue order: the live items, or every kept item (finished ones too)."""
         where = "" if include_finished else f"WHERE {_LIVE}"
@@ -261,13 +271,13 @@ class QueueStore:
     def start(self, item: QueueItem, now: float) -> QueueItem:
         """Count an attempt of ``item`` (pending → running); the item as it now is."""
         self.conn.execute(
-            "UPDATE roost_queue SET status = ?, attempts = attempts + 1, started_at = ?, retry_at = NULL "
+            "UPDATE roost_queue SET status = ?, attempts = ?, started_at = ?, retry_at = NULL "
             "WHERE position = ?",
-            (QueueStatus.RUNNING.value, now, item.position),
+            (QueueStatus.RUNNING.value, item.attempts + 1, now, item.position),
         )
-        found = self.get(item.id)
-        assert found is not None
-        return found
+        return replace(
+            item, status=QueueStatus.RUNNING, attempts=item.attempts + 1, started_at=now, retry_at=None
+        )
 
     def complete(self, item: QueueItem, now: float) -> None:
         self._finish(item, QueueStatus.DONE, now)
@@ -348,10 +358,9 @@ def enqueue(
             "(Actor.queue_payload_bytes): keep large data elsewhere and enqueue a reference to it"
         )
     store = QueueStore(host.file.conn)
-    live = store.live()
-    if live >= limit:
+    if not store.has_room(limit):
         raise QueueFull(
-            message=f"the queue holds {live} items, its limit (Actor.queue_limit); wait for it to drain, "
+            message=f"the queue holds {limit} items, its limit (Actor.queue_limit); wait for it to drain, "
             "or cancel items"
         )
     bound = timeout if timeout is not None else turn_timeout * 0.9

@@ -56,28 +56,28 @@ async def run_due(host: HostCore) -> int:
         due = head.due
         if due is None or due > host.clock.now():
             break
-        ok = await _turn(host, head.position)
-        host.alarm_dirty = True
+        ok = await _turn(host, store, head)
         ran += 1
         if not ok:  # rolled back whole: the item is still running; the next turn records it failed
             aborted += 1
             if aborted > 1:
                 break  # not even that could be recorded: the next wake tries again
         await asyncio.sleep(0)  # a long queue does not keep the event loop to itself
+    if ran:
+        host.alarm_dirty = True  # the directory gets the actor's true next alarm with the batch
     return ran
 
 
-async def _turn(host: HostCore, position: int) -> bool:
-    with host.turn.run(None, _turn_failed, position) as turn:
-        store = QueueStore(host.file.conn)
-        head = store.head()
-        if head is not None and head.position == position:
-            await _attempt(host, store, head)
+async def _turn(host: HostCore, store: QueueStore, head: QueueItem) -> bool:
+    """One item's turn. ``head`` was read just before it, in the mailbox task: no other turn ran
+    between (this task is the only one that runs the actor's turns), so it is the head still."""
+    with host.turn.run(None, _turn_failed, head) as turn:
+        await _attempt(host, store, head)
     return turn.ok
 
 
-def _turn_failed(host: HostCore, position: int, exc: BaseException) -> None:
-    log.error("queue item at %s of %s/%r could not be handled", position, host.kind, host.name, exc_info=exc)
+def _turn_failed(host: HostCore, item: QueueItem, exc: BaseException) -> None:
+    log.error("queue item %s of %s/%r could not be handled", item.id, host.kind, host.name, exc_info=exc)
 
 
 async def _attempt(host: HostCore, store: QueueStore, item: QueueItem) -> None:
@@ -87,9 +87,10 @@ async def _attempt(host: HostCore, store: QueueStore, item: QueueItem) -> None:
         return
     if item.due is None or item.due > now:
         return
+    # the attempt is counted, durably, before the callback runs. The alarm is not synced for it: the
+    # head's due time only moves later (from enqueued_at to now), and a directory alarm may be early
     item = store.start(item, now)
-    host.alarm_dirty = True
-    host.turn.checkpoint()  # the attempt is counted, durably, before the callback runs
+    host.turn.checkpoint()
     savepoint = host.turn.savepoint("queue_item")
     try:
         async with host.clock.timeout(min(item.timeout, host.turn_timeout * 0.9)):
@@ -126,13 +127,26 @@ def _failed(host: HostCore, store: QueueStore, item: QueueItem, error: str, now:
     store.retry_later(item, error, now + item.retry.delay(item.attempts, host.registry.rng))
 
 
+#: How many arguments each callback takes besides ``self``, by kind and method (bounded by the code).
+_ARITY: dict[tuple[type, str], int] = {}
+
+
+def _arity(cls: type, name: str) -> int:
+    found = _ARITY.get((cls, name))
+    if found is None:
+        static = isinstance(inspect.getattr_static(cls, name, None), staticmethod | classmethod)
+        found = len(inspect.signature(getattr(cls, name)).parameters) - (0 if static else 1)
+        _ARITY[(cls, name)] = found
+    return found
+
+
 async def _invoke(host: HostCore, item: QueueItem) -> None:
     """``callback(payload, item)``, ``callback(payload)`` or ``callback()``, as its signature takes."""
     fn = check_callback(type(host.actor), item.callback)
     model = getattr(fn, "__roost_wakeup_model__", None)
     payload = model.model_validate(item.payload) if model is not None else item.payload
     bound = getattr(host.actor, item.callback)
-    takes = len(inspect.signature(bound).parameters)
+    takes = _arity(type(host.actor), item.callback)
     result = bound(payload, item) if takes >= 2 else bound(payload) if takes == 1 else bound()
     if inspect.isawaitable(result):
         await result
