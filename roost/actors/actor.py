@@ -297,11 +297,13 @@ class Actor:
             turn_timeout=self._host.registry.config.turn_timeout,
         )
 
-    async def list_queue(self, *, include_finished: bool = False) -> list[QueueItem]:
-        """The queue in order: its live items (pending or running), or with ``include_finished`` the
-        kept finished ones too (done, dead, cancelled), each with its attempts and last error."""
+    async def list_queue(self, *, include_finished: bool = False, limit: int = 1000) -> list[QueueItem]:
+        """The queue in order, from its oldest kept item: the live items (pending or running), or with
+        ``include_finished`` the kept finished ones too (done, dead, cancelled), each with its attempts
+        and last error; at most ``limit`` of them."""
         self._host.require_turn()
-        return queue.QueueStore(self._host.file.conn).items(include_finished=include_finished)
+        store = queue.QueueStore(self._host.file.conn)
+        return store.items(include_finished=include_finished, limit=limit)
 
     async def get_queued(self, item_id: str) -> QueueItem | None:
         self._host.require_turn()
