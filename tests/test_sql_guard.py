@@ -109,5 +109,6 @@ async def test_self_sql_refuses_transaction_control_pragmas_and_runtime_tables(
         "state_seq": 2,
         "journal_mode": "wal",
         "log_columns": ["seq", "kind", "frame", "created_at"],
-        "extra_schema": [("index", "roost_schedules_due")],  # the runtime's own, nothing more
+        # the runtime's own, nothing more
+        "extra_schema": [("index", "roost_schedules_due"), ("index", "roost_queue_live")],
     }

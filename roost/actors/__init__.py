@@ -45,6 +45,8 @@ from roost.actors.errors import (
     MigrationError,
     NotInTurn,
     Overloaded,
+    PayloadTooLarge,
+    QueueFull,
     ReentrantCall,
     Reject,
     RoostError,
@@ -57,6 +59,7 @@ from roost.actors.errors import (
 from roost.actors.inline import INLINE_TURNS, FastPath, fast_paths_off
 from roost.actors.inputs import Call, Connect, Deliver, Disconnect, Input, Key, Mailbox, Message, Task, Wake
 from roost.actors.observe import Observer, Observers
+from roost.actors.queue import QueueItem, QueueStatus, queue_report
 from roost.actors.registry import ActorRef, Registry, RuntimeConfig
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule, ScheduleStatus
 
@@ -104,7 +107,11 @@ __all__ = [
     "Observers",
     "Overloaded",
     "Params",
+    "PayloadTooLarge",
     "Principal",
+    "QueueFull",
+    "QueueItem",
+    "QueueStatus",
     "ReentrantCall",
     "Registry",
     "Reject",
@@ -127,5 +134,6 @@ __all__ = [
     "callables_of",
     "fast_paths_off",
     "fit_descriptors",
+    "queue_report",
     "wakeup",
 ]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
+from roost.actors import queue
 from roost.actors.descriptors import out_of_descriptors
 from roost.actors.errors import (
     ActorDamaged,
@@ -369,7 +370,7 @@ def _open_file(
         kind,
         name,
         kind_migrations=cls.migrations,
-        components=cls.components,
+        components=((queue.COMPONENT, queue.MIGRATIONS), *cls.components),
         durability=durability,
         initial_state=initial,
         state_version=cls.state_version,

@@ -40,9 +40,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from roost.actors import queue
 from roost.actors.connection import Connection, Principal
 from roost.actors.errors import shown_name
 from roost.actors.interfaces import RegistryApi
+from roost.actors.queue import QueueItem
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from roost.actors.sql import Sql
 from roost.scheduler.clock import Clock
@@ -88,6 +90,10 @@ class Actor:
     #: its caller, key and outcome (a call's whole result). A larger outcome is not kept: a retry
     #: under its key gets ``idempotency_result_unavailable`` (:mod:`roost.actors.callkeys`).
     call_keys_bytes: ClassVar[int | None] = None
+    #: The most bytes of JSON one queued item's payload may be (``enqueue``; ``payload_too_large``).
+    queue_payload_bytes: ClassVar[int] = queue.PAYLOAD_BYTES
+    #: The most live (pending or running) items the actor's queue may hold (``queue_full``).
+    queue_limit: ClassVar[int] = queue.QUEUE_LIMIT
 
     _host: HostApi
     sql: Sql
@@ -258,6 +264,60 @@ class Actor:
         """Wake-ups that failed ``max_attempts`` times, newest first."""
         self._host.require_turn()
         return self._host.schedules.dead_letters(limit)
+
+    # -- the queue (roost.actors.queue) --------------------------------------------------------------
+    async def enqueue(
+        self,
+        callback: str,
+        payload: Any = None,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Add an item at the end of this actor's durable FIFO queue; its id. Turn only.
+
+        ``callback`` names a ``@wakeup`` method, called as ``callback(payload, item)`` (or with the
+        payload alone, or nothing, as its signature takes) in a turn of its own, after every item
+        before it is done, dead or cancelled. Written in this turn's transaction (a rolled-back turn
+        enqueues nothing); kept across restarts, and run after one without any new enqueue. Its writes
+        commit with its completion (once); an effect outside the actor's file is at least once, keyed
+        by ``item.idempotency_key``. A failure is retried per ``retry`` (default ``RetryPolicy()``,
+        full jitter), the queue waiting behind it; after the last attempt it is a dead letter and the
+        queue moves on. ``timeout`` bounds one attempt (default: 90 % of the turn timeout). Refused
+        with ``PayloadTooLarge`` or ``QueueFull`` (``queue_payload_bytes``, ``queue_limit``)."""
+        return queue.enqueue(
+            self._host,
+            type(self),
+            callback,
+            payload,
+            retry=retry or RetryPolicy(),
+            timeout=timeout,
+            payload_bytes=self.queue_payload_bytes,
+            limit=self.queue_limit,
+            turn_timeout=self._host.registry.config.turn_timeout,
+        )
+
+    async def list_queue(self, *, include_finished: bool = False, limit: int = 1000) -> list[QueueItem]:
+        """The queue in order, from its oldest kept item: the live items (pending or running), or with
+        ``include_finished`` the kept finished ones too (done, dead, cancelled), each with its attempts
+        and last error; at most ``limit`` of them."""
+        self._host.require_turn()
+        store = queue.QueueStore(self._host.file.conn)
+        return store.items(include_finished=include_finished, limit=limit)
+
+    async def get_queued(self, item_id: str) -> QueueItem | None:
+        self._host.require_turn()
+        return queue.QueueStore(self._host.file.conn).get(item_id)
+
+    async def cancel_queued(self, item_id: str) -> bool:
+        """Cancel a pending item (one waiting for its retry too): the queue moves past it. False if
+        there was none (unknown, running, or finished)."""
+        return queue.cancel(self._host, item_id)
+
+    async def queue_dead_letters(self, limit: int = 100) -> list[QueueItem]:
+        """Queue items that failed their last attempt, newest first, each with its last error."""
+        self._host.require_turn()
+        return queue.QueueStore(self._host.file.conn).dead(limit)
 
     # -- other actors -------------------------------------------------------------------------------
     def actor(self, kind: str, name: str) -> ActorRef:

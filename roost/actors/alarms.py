@@ -1,7 +1,8 @@
 """The actor's wake-up schedules and its alarm in the directory.
 
-An actor's schedules live in its own file (:class:`~roost.actors.schedules.ScheduleStore`); the
-directory keeps one alarm per actor, the earliest due time, so that the dispatcher can wake dormant
+An actor's schedules live in its own file (:class:`~roost.actors.schedules.ScheduleStore`), as does
+its queue (:class:`~roost.actors.queue.QueueStore`, whose head is due like a wake-up); the
+directory keeps one alarm per actor, the earliest due time of either, so that the dispatcher can wake dormant
 actors. These functions are :class:`~roost.actors.host.ActorHost` methods (bound in its class body).
 
 Guarantee (``tests/test_scheduler.py``): **a directory alarm may be early, never late.** A batch that
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost.actors import wakeups
 from roost.actors.errors import StateError
+from roost.actors.queue import QueueStore
 from roost.actors.statelog import to_json
 from roost.storage import DirectoryBusy
 
@@ -33,6 +35,9 @@ def alarm_before_commit(host: HostCore) -> float | None:
     directory is lowered *before* the commit: a directory alarm may be early (a spurious wake) but
     never later than the truth, whatever crashes when."""
     alarm = host.schedules.next_alarm()
+    queued = QueueStore(host.file.conn).next_due()  # the queue's head is due like a wake-up
+    if queued is not None and (alarm is None or queued < alarm):
+        alarm = queued
     directory = host.registry.directory
     if alarm is not None and directory is not None and (host.dir_alarm is None or alarm < host.dir_alarm):
         directory.lower_alarm(host.kind, host.name, alarm)

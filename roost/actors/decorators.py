@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 
 from roost.actors.arguments import Arguments, Check, result_check
 
-__all__ = ["CallableInfo", "callable", "callables_of", "wakeup"]
+__all__ = ["CallableInfo", "callable", "callables_of", "check_callback", "wakeup"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__roost_callable__"
@@ -78,6 +78,17 @@ def wakeup(fn: F | None = None, *, model: type[Any] | None = None) -> Any:
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def check_callback(cls: type, name: str) -> Any:
+    """The ``@wakeup`` method ``name`` of an actor class (a wake-up's or a queue item's callback), or
+    ValueError."""
+    if name.startswith("_"):
+        raise ValueError(f"wake-up callback {name!r} is private")
+    fn = getattr(cls, name, None)
+    if fn is None or not getattr(fn, "__roost_wakeup__", False):
+        raise ValueError(f"{name!r} is not a @wakeup method of {cls.__name__}")
+    return fn
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@
         │   ├── IdempotencyConflict (ValueError)   code idempotency_conflict   HTTP 409
         │   ├── IdempotencyResultUnavailable       code idempotency_result_unavailable  HTTP 409
         │   ├── Overloaded                         code overloaded            close 1013 / HTTP 503
+        │   ├── QueueFull                          code queue_full: the actor's queue is at its limit
+        │   ├── PayloadTooLarge (ValueError)       code payload_too_large: a queued payload too big
         │   └── ActorUnavailable                   code actor_unavailable     close 1013 / HTTP 503
         │       └── ActorDamaged                   code actor_damaged         close 1011 / HTTP 503
         ├── Reject                                 ``on_connect`` refuses     close 4403 (or 4400-4499)
@@ -54,6 +56,8 @@ __all__ = [
     "MigrationError",
     "NotInTurn",
     "Overloaded",
+    "PayloadTooLarge",
+    "QueueFull",
     "ReentrantCall",
     "Reject",
     "RoostError",
@@ -142,6 +146,20 @@ class ReentrantCall(RpcError):
 
 class Overloaded(RpcError):
     code = "overloaded"
+
+
+class QueueFull(RpcError):
+    """The actor's queue holds ``Actor.queue_limit`` live items: nothing was enqueued
+    (:mod:`roost.actors.queue`)."""
+
+    code = "queue_full"
+
+
+class PayloadTooLarge(RpcError, ValueError):
+    """A queued item's payload is more JSON than ``Actor.queue_payload_bytes``: nothing was enqueued
+    (:mod:`roost.actors.queue`)."""
+
+    code = "payload_too_large"
 
 
 class ActorUnavailable(RpcError):

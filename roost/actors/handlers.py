@@ -14,7 +14,8 @@ Connect       ``on_connect``, welcome, replay's 1st page  close (the ``Reject``'
 ReplayPage    the next page of a connection's replay   close 1011
 Disconnect    ``on_close``                             ``on_error`` only
 Task          ``fn(actor)`` (jobs, extensions)         the future fails
-Wake          one fire turn per due wake-up            (see :mod:`roost.actors.wakeups`)
+Wake          one fire turn per due wake-up, then one  (see :mod:`roost.actors.wakeups` and
+              turn per due queue item                  :mod:`roost.actors.queue_runs`)
 Deliver       no turn: the frame joins the held ones
 ============  =======================================  ==============================================
 
@@ -56,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import replay, wakeups
+from roost.actors import queue_runs, replay, wakeups
 from roost.actors.callkeys import NOT_RECORDED, Recorded, caller_of, fingerprint
 from roost.actors.connection import Connection, Principal
 from roost.actors.errors import (
@@ -112,6 +113,7 @@ async def dispatch(host: HostCore, item: Input) -> None:
         await _replay_page(host, item)
     elif isinstance(item, Wake):
         fired = await wakeups.run_due(host)
+        fired += await queue_runs.run_due(host)
         if item.reply is not None:
             host.gate.held.append(Result(item.reply, fired))
     else:

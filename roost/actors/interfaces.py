@@ -84,6 +84,8 @@ class HostApi(Protocol):
 
     #: A statement of ``self.sql`` is being prepared (the SQL guard checks it; see ``sqlguard``).
     user_sql: bool
+    #: The open turn changed the schedules or the queue: the directory's alarm needs syncing.
+    alarm_dirty: bool
 
     @property
     def name(self) -> str: ...

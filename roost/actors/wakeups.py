@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roost.actors.decorators import check_callback
 from roost.actors.schedules import MAX_CATCH_UP, Misfire, Schedule, ScheduleStatus
 from roost.actors.turn import log_failure, report
 
@@ -27,10 +28,9 @@ if TYPE_CHECKING:
     from roost.actors.parts import HostCore
 
 
-__all__ = ["run_due"]
+__all__ = ["check_callback", "run_due"]
 
 log = logging.getLogger("roost.wakeups")
-_MARK = "__roost_wakeup__"
 
 
 async def run_due(host: HostCore) -> int:
@@ -168,16 +168,6 @@ async def _record_abort(host: HostCore, sid: str, now: float) -> bool:
 
 def _record_failed(host: HostCore, sid: str, exc: BaseException) -> None:
     log.error("could not record the failure of wake-up %s", sid, exc_info=exc)
-
-
-def check_callback(cls: type, name: str) -> Any:
-    """The wake-up method ``name`` of an actor class, or ValueError (must be marked ``@wakeup``)."""
-    if name.startswith("_"):
-        raise ValueError(f"wake-up callback {name!r} is private")
-    fn = getattr(cls, name, None)
-    if fn is None or not getattr(fn, _MARK, False):
-        raise ValueError(f"{name!r} is not a @wakeup method of {cls.__name__}")
-    return fn
 
 
 async def _invoke(host: HostCore, s: Schedule) -> None:

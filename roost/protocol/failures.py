@@ -51,6 +51,9 @@ FAILURES: dict[str, Failure] = _table(
     Failure("reentrant_call", 409, None),
     Failure("idempotency_conflict", 409, None),
     Failure("idempotency_result_unavailable", 409, None),
+    # an actor's durable queue refused an item (roost.actors.queue): nothing was enqueued
+    Failure("payload_too_large", 413, None),
+    Failure("queue_full", 503, None),
     # too much: a frame over the limit closes the connection, an HTTP body over it is refused
     Failure("too_large", 413, CloseCode.MESSAGE_TOO_BIG),
     Failure("overloaded", 503, CloseCode.TRY_AGAIN_LATER),

@@ -11,15 +11,15 @@
 - :func:`until` (:mod:`roost.testing.waiting`): wait for a condition, bounded; never a sleep.
 - :func:`open_files` and :func:`open_sockets` (:mod:`roost.testing.fds`): what this process has open,
   so a test sees a server in its process let go of a file or a socket.
-- :func:`fires` and :func:`schedule_rows` (:mod:`roost.testing.files`): what an actor's wake-ups did,
-  read from its file once no process has it open.
+- :func:`fires`, :func:`schedule_rows` and :func:`queue_rows` (:mod:`roost.testing.files`): what an
+  actor's wake-ups and its queue did, read from its file once no process has it open.
 
 Every guarantee is in the docstring of the thing that gives it, and tested in
 ``tests/test_testing_kit.py``.
 """
 
 from roost.testing.fds import open_files, open_sockets
-from roost.testing.files import Fire, ScheduleRow, fires, schedule_rows
+from roost.testing.files import Fire, QueueRow, ScheduleRow, fires, queue_rows, schedule_rows
 from roost.testing.kit import ActorKit, FaultySink, KitConnection, RecordingSink
 from roost.testing.server import serve
 from roost.testing.waiting import until
@@ -30,6 +30,7 @@ __all__ = [
     "FaultySink",
     "Fire",
     "KitConnection",
+    "QueueRow",
     "RecordingSink",
     "ScheduleRow",
     "WsClient",
@@ -40,6 +41,7 @@ __all__ = [
     "open_files",
     "open_sockets",
     "ping_frame",
+    "queue_rows",
     "rpc_frame",
     "schedule_rows",
     "serve",

@@ -1,4 +1,4 @@
-"""Reading an actor's file after the process that served it is gone: what its wake-ups did.
+"""Reading an actor's file after the process that served it is gone: what its wake-ups and its queue did.
 
 ::
 
@@ -7,7 +7,8 @@
     assert [f.schedule_id for f in fires(data_dir, "counter", "c1")] == [sid]   # it fired once
 
 A wake-up's effect and its completion row (``roost_fires``, one per ``(schedule_id, nominal time)``) are
-committed together (:mod:`roost.actors.wakeups`), so the rows are the record of what fired.
+committed together (:mod:`roost.actors.wakeups`), so the rows are the record of what fired; so are
+a queue item's effects and its ``done`` (:mod:`roost.actors.queue`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from roost.storage import actor_path
 
-__all__ = ["Fire", "ScheduleRow", "fires", "schedule_rows"]
+__all__ = ["Fire", "QueueRow", "ScheduleRow", "fires", "queue_rows", "schedule_rows"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,24 @@ def schedule_rows(data_dir: Path, kind: str, name: str) -> list[ScheduleRow]:
     with closing(_open(data_dir, kind, name)) as db:
         rows = db.execute("SELECT id, key, status, runs FROM roost_schedules ORDER BY id").fetchall()
     return [ScheduleRow(str(r[0]), r[1], str(r[2]), int(r[3])) for r in rows]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """A queued item as its actor's file holds it."""
+
+    id: str
+    callback: str
+    status: str
+    attempts: int
+    last_error: str | None
+
+
+def queue_rows(data_dir: Path, kind: str, name: str) -> list[QueueRow]:
+    """Every item the actor's queue keeps, finished ones included, in queue order (same conditions
+    as :func:`fires`)."""
+    with closing(_open(data_dir, kind, name)) as db:
+        rows = db.execute(
+            "SELECT id, callback, status, attempts, last_error FROM roost_queue ORDER BY position"
+        ).fetchall()
+    return [QueueRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), r[4]) for r in rows]

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from roost.actors import ActorDamaged, ActorNotFound, ScheduleStatus
+from roost.actors import ActorDamaged, ActorNotFound, ScheduleStatus, queue_report
 from roost.storage import ActorFile, ActorLocked, Directory, actor_path
 from roost.storage.damage import (
     KEPT_WAL,
@@ -175,10 +175,25 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
         "rows": counts,
         "integrity_check": integrity,
     }
+    queue = queue_report(conn)
+    if queue is not None:  # the actor's durable queue (roost.actors.queue), its times as ISO 8601 UTC
+        report["queue"] = _queue_times(queue)
     sessions = _capability_sessions(conn, tables)
     if sessions is not None:  # an agent with MCP sessions: the oldest 100 (docs/design.md)
         report["capability_sessions"] = sessions
     return report
+
+
+def _queue_times(value: Any) -> Any:
+    """A queue report with every ``*_at`` number in it as ISO 8601 UTC."""
+    if isinstance(value, dict):
+        return {
+            k: iso_time(v) if _is_time(k) and isinstance(v, int | float) else _queue_times(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_queue_times(v) for v in value]
+    return value
 
 
 def _acked_seq(data: Path, kind: str, name: str) -> int | None:
@@ -313,6 +328,7 @@ _JSON_COLUMNS = {
     "roost_log": frozenset({"frame"}),
     "roost_dead_letters": frozenset({"payload"}),
     "roost_call_keys": frozenset({"caller", "outcome"}),
+    "roost_queue": frozenset({"payload"}),
 }
 #: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
 _TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
