@@ -68,7 +68,8 @@ async def test_sleep_is_a_durable_wake_up(data_dir: Path) -> None:
         assert status["status"] == "completed"
         assert await kit.call("shop", "s1", "effects") == {"before": 1, "after": 1}
         events = [e["event"] for e in await _history(kit, "s1", "w1")]
-        assert "sleeping" in events and "slept" in events
+        assert "sleeping" in events
+        assert "slept" in events
         resumed = [e for e in await _history(kit, "s1", "w1") if e["event"] == "resumed"]
         assert resumed[-1]["detail"]["replayed"] == 1  # "before" kept, not run again
 
@@ -229,7 +230,8 @@ async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> Non
         status = await _status(kit, "s1", "w1")
         assert status["status"] == "failed"
         assert status["reason"] == "nondeterministic"
-        assert "'first'" in status["error"] and "'first-b'" in status["error"]
+        assert "'first'" in status["error"]
+        assert "'first-b'" in status["error"]
         assert await kit.call("shop", "s1", "effects") == {"first": 1}
 
 

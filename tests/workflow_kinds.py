@@ -37,6 +37,12 @@ class Shop(Workflows):
         rows = self.sql.execute("SELECT step, count(*) FROM effects GROUP BY step")
         return {str(r[0]): int(r[1]) for r in rows}
 
+    @callable
+    async def start_then_fail(self, spec: dict[str, Any]) -> None:
+        """Start an ``order`` workflow (it spawns its outside step) and then fail the turn."""
+        await self.start_workflow("order", spec, "doomed")
+        raise RuntimeError("the turn that started it fails")
+
     # -- workflows ------------------------------------------------------------------------------
     @workflow
     async def chain(self, step: Step, n: int) -> int:
@@ -101,6 +107,27 @@ class Shop(Workflows):
             return -1
 
     @workflow
+    async def stall(self, step: Step, spec: dict[str, Any]) -> str:
+        """a (in turn) → a short sleep → b (in turn: writes, then on its first run creates
+        ``spec['marker']`` and hangs inside the turn, so a test kills the server mid-step) → c."""
+        await step.do("a", lambda: self.effect("a"))
+        await step.sleep("gap", float(spec.get("gap", 0.2)))
+
+        async def b() -> int:
+            count = self.effect("b")
+            try:
+                fd = os.open(spec["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return count
+            os.close(fd)
+            await asyncio.Event().wait()
+            return count
+
+        await step.do("b", b)
+        await step.do("c", lambda: self.effect("c"))
+        return "done"
+
+    @workflow
     async def fatal(self, step: Step, _: Any) -> str:
         def boom() -> None:
             raise NonRetryable("card declined")
@@ -139,16 +166,15 @@ class Shop(Workflows):
         return "kept"
 
 
-def _charge(ledger: Path, attempt: StepAttempt, hold: str | None) -> Any:
-    """The outside effect: a line with the attempt's key appended to ``ledger``; then, if ``hold``
-    names a file that does not exist yet, wait for it (a test kills the server meanwhile)."""
+def _charge(ledger: Path, attempt: StepAttempt, hold: bool | None) -> Any:
+    """The outside effect: a line with the attempt's key appended to ``ledger``; then, with ``hold``,
+    the first run of the attempt never ends (a test kills the server, or its lease is lost)."""
 
     async def go() -> dict[str, Any]:
         with ledger.open("a") as f:
             f.write(f"{attempt.idempotency_key} run={attempt.run} pid={os.getpid()}\n")
-        if hold is not None:
-            while not Path(hold).exists():
-                await asyncio.sleep(0.05)
+        if hold and attempt.run == 1:
+            await asyncio.Event().wait()
         return {"key": attempt.idempotency_key, "run": attempt.run}
 
     return go()
