@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from roost.actors import Principal, RpcError
+from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit
 from roost.workflows import MAX_RESULT_BYTES
 from tests.workflow_kinds import Relay, Shop
@@ -31,7 +32,8 @@ async def _history(kit: ActorKit, name: str, wid: str) -> list[dict[str, Any]]:
 
 
 async def test_in_turn_steps_run_once_and_complete(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "chain", 10, "w1")
         assert status["status"] == "completed"
         assert status["result"] == 10
@@ -40,7 +42,8 @@ async def test_in_turn_steps_run_once_and_complete(data_dir: Path) -> None:
 
 
 async def test_start_is_idempotent_by_workflow_id(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         first = await kit.call("shop", "s1", "start_workflow", "chain", 3, "w1")
         again = await kit.call("shop", "s1", "start_workflow", "chain", 3, "w1")
         assert again == first
@@ -54,15 +57,16 @@ async def test_start_is_idempotent_by_workflow_id(data_dir: Path) -> None:
 
 
 async def test_sleep_is_a_durable_wake_up(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 60}, "w1")
         assert status["status"] == "waiting"
         assert status["waiting"]["step"] == "nap"
         assert await kit.call("shop", "s1", "effects") == {"before": 1}
-        kit.clock.advance(59)
+        clock.advance(59)
         await kit.fire_due("shop", "s1")
         assert (await _status(kit, "s1", "w1"))["status"] == "waiting"
-        kit.clock.advance(1)
+        clock.advance(1)
         await kit.fire_due("shop", "s1")
         status = await _status(kit, "s1", "w1")
         assert status["status"] == "completed"
@@ -75,7 +79,8 @@ async def test_sleep_is_a_durable_wake_up(data_dir: Path) -> None:
 
 
 async def test_event_wakes_a_waiting_workflow_and_a_buffered_one_counts(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
         status = await kit.call("shop", "s1", "send_event", "w1", "payment", {"amount": 5})
         assert status["status"] == "completed"
@@ -84,12 +89,13 @@ async def test_event_wakes_a_waiting_workflow_and_a_buffered_one_counts(data_dir
 
 
 async def test_event_deadline_raises_event_timeout_into_the_body(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "paid", {"timeout": 30}, "w1")
-        kit.clock.advance(29.5)
+        clock.advance(29.5)
         await kit.fire_due("shop", "s1")
         assert (await _status(kit, "s1", "w1"))["status"] == "waiting"
-        kit.clock.advance(0.5)
+        clock.advance(0.5)
         await kit.fire_due("shop", "s1")
         status = await _status(kit, "s1", "w1")
         assert status["status"] == "completed"
@@ -100,7 +106,8 @@ async def test_event_deadline_raises_event_timeout_into_the_body(data_dir: Path)
 
 
 async def test_send_event_actor_to_actor(data_dir: Path) -> None:
-    async with ActorKit([Shop, Relay], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop, Relay], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
         status = await kit.call("relay", "r1", "forward", "s1", "w1", "payment", {"via": "relay"})
         assert status["status"] == "completed"
@@ -108,20 +115,21 @@ async def test_send_event_actor_to_actor(data_dir: Path) -> None:
 
 
 async def test_retry_waits_full_jitter_backoff_as_wake_ups(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         kit.registry.rng.seed(7)
         expected = random.Random(7)
         Shop.flaky_failures = 2
         status = await kit.call("shop", "s1", "start_workflow", "flaky", {"attempts": 5}, "w1")
         assert status["status"] == "waiting"
         first = expected.uniform(0.0, min(8.0, 1.0))  # attempt 1 failed: uniform(0, base)
-        assert status["waiting"]["until"] == pytest.approx(kit.clock.now() + first)
-        kit.clock.advance(first)
+        assert status["waiting"]["until"] == pytest.approx(clock.now() + first)
+        clock.advance(first)
         await kit.fire_due("shop", "s1")
         status = await _status(kit, "s1", "w1")
         second = expected.uniform(0.0, min(8.0, 2.0))
-        assert status["waiting"]["until"] == pytest.approx(kit.clock.now() + second)
-        kit.clock.advance(second)
+        assert status["waiting"]["until"] == pytest.approx(clock.now() + second)
+        clock.advance(second)
         await kit.fire_due("shop", "s1")
         status = await _status(kit, "s1", "w1")
         assert status["status"] == "completed"
@@ -131,10 +139,11 @@ async def test_retry_waits_full_jitter_backoff_as_wake_ups(data_dir: Path) -> No
 
 
 async def test_spent_attempts_raise_step_failed_into_the_body(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         Shop.flaky_failures = 5
         await kit.call("shop", "s1", "start_workflow", "flaky", {"attempts": 2}, "w1")
-        kit.clock.advance(10)
+        clock.advance(10)
         await kit.fire_due("shop", "s1")
         status = await _status(kit, "s1", "w1")
         Shop.flaky_failures = 0
@@ -145,7 +154,8 @@ async def test_spent_attempts_raise_step_failed_into_the_body(data_dir: Path) ->
 
 
 async def test_non_retryable_fails_the_workflow_at_once(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "fatal", None, "w1")
         assert status["status"] == "failed"
         assert status["reason"] == "step_failed"
@@ -154,20 +164,22 @@ async def test_non_retryable_fails_the_workflow_at_once(data_dir: Path) -> None:
 
 
 async def test_step_timeout_on_the_runtime_clock(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
-        armed = kit.clock.timers
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        armed = clock.timers
         task = asyncio.ensure_future(
             kit.registry.call("shop", "s1", "start_workflow", ["slow", {"timeout": 5}, "w1"], {})
         )
-        await kit.clock.armed(armed + 1)
-        kit.clock.advance(5)
+        await clock.armed(armed + 1)
+        clock.advance(5)
         status, _ = await task
         assert status["status"] == "completed"
         assert status["result"] == "timeout after 5.0 s"
 
 
 async def test_approval_records_who_and_refuses_read_only(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "gated", {}, "w1")
         # in process a read-only turn cannot write (over the wire: forbidden, tests/test_workflows_wire.py)
         for method, args in (("approve_step", ["w1", "manager"]), ("cancel_workflow", ["w1"])):
@@ -190,10 +202,11 @@ async def test_approval_records_who_and_refuses_read_only(data_dir: Path) -> Non
 
 
 async def test_cancel_pause_resume_restart(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 10}, "w1")
         assert (await kit.call("shop", "s1", "pause_workflow", "w1"))["status"] == "paused"
-        kit.clock.advance(10)
+        clock.advance(10)
         await kit.fire_due("shop", "s1")
         assert (await _status(kit, "s1", "w1"))["status"] == "paused"  # the sleep's end did not move it
         status = await kit.call("shop", "s1", "resume_workflow", "w1")
@@ -207,7 +220,7 @@ async def test_cancel_pause_resume_restart(data_dir: Path) -> None:
         assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 1}
         status = await kit.call("shop", "s1", "cancel_workflow", "w1")
         assert status["status"] == "cancelled"
-        kit.clock.advance(10)
+        clock.advance(10)
         await kit.fire_due("shop", "s1")
         assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 1}
         assert await kit.call("shop", "s1", "delete_workflow", "w1") is True
@@ -219,11 +232,12 @@ async def test_cancel_pause_resume_restart(data_dir: Path) -> None:
 async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> None:
     """Another step name at a recorded position, on the replay after a sleep: the workflow fails with
     reason ``nondeterministic``, and the step that diverged never runs."""
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "shifty", None, "w1")
         Shop.shift = True
         try:
-            kit.clock.advance(10)
+            clock.advance(10)
             await kit.fire_due("shop", "s1")
         finally:
             Shop.shift = False
@@ -236,7 +250,8 @@ async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> Non
 
 
 async def test_a_step_result_over_the_limit_fails_the_step_clearly(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "big", MAX_RESULT_BYTES + 10, "w1")
         assert status["status"] == "completed"
         assert "over the 262144 limit" in status["result"]
@@ -246,7 +261,8 @@ async def test_a_step_result_over_the_limit_fails_the_step_clearly(data_dir: Pat
 
 
 async def test_history_is_paged(data_dir: Path) -> None:
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "chain", 30, "w1")
         seen: list[int] = []
         after = 0

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from roost.actors import RpcError
+from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit, until
 from roost.workflows.runner import runner
 from tests.workflow_kinds import Shop
@@ -24,7 +25,8 @@ async def _status(kit: ActorKit, wid: str) -> dict[str, Any]:
 
 async def test_outside_step_runs_outside_the_turn_with_its_key(data_dir: Path, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger)}, "w1")
         assert status["status"] == "waiting"
         assert status["waiting"]["kind"] == "external"
@@ -40,12 +42,14 @@ async def test_outside_step_runs_outside_the_turn_with_its_key(data_dir: Path, t
 
 
 async def _done(kit: ActorKit, wid: str) -> bool:
-    return (await _status(kit, wid))["status"] == "completed"
+    status = await _status(kit, wid)
+    return bool(status["status"] == "completed")
 
 
 async def test_an_attempt_whose_start_rolled_back_never_runs(data_dir: Path, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         with pytest.raises(RpcError):
             await kit.call("shop", "s1", "start_then_fail", {"ledger": str(ledger)})
         await until(lambda: not runner(_process(kit)).tasks)
@@ -62,11 +66,12 @@ async def test_a_lost_run_runs_again_under_the_same_key(data_dir: Path, tmp_path
     """The lease wake-up asks the runner: a live task is left alone; a task gone (its process lost,
     here: cancelled) makes the attempt ``lost``, and it runs again, ``run`` 2, the same key."""
     ledger = tmp_path / "ledger"
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         spec = {"ledger": str(ledger), "hold": True}
         await kit.call("shop", "s1", "start_workflow", "order", spec, "w1")
         await until(lambda: len(_lines(ledger)) == 1)
-        kit.clock.advance(Shop.workflow_lease)
+        clock.advance(Shop.workflow_lease)
         await kit.fire_due("shop", "s1")  # the task is alive: the lease is only looked at again
         assert len(_lines(ledger)) == 1
         assert (await _status(kit, "w1"))["steps"][1]["status"] == "running"
@@ -74,7 +79,7 @@ async def test_a_lost_run_runs_again_under_the_same_key(data_dir: Path, tmp_path
         for task in list(work.tasks.values()):
             task.cancel()
         await until(lambda: not work.tasks)
-        kit.clock.advance(Shop.workflow_lease)
+        clock.advance(Shop.workflow_lease)
         await kit.fire_due("shop", "s1")
         await until(lambda: _done(kit, "w1"))
         keys = [line.split()[0] for line in _lines(ledger)]
@@ -88,13 +93,14 @@ async def test_a_lost_run_runs_again_under_the_same_key(data_dir: Path, tmp_path
 
 async def test_cancel_stops_the_outside_run_and_records_nothing(data_dir: Path, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    async with ActorKit([Shop], data_dir) as kit:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger), "hold": True}, "w1")
         await until(lambda: len(_lines(ledger)) == 1)
         status = await kit.call("shop", "s1", "cancel_workflow", "w1")
         assert status["status"] == "cancelled"
         await until(lambda: not runner(_process(kit)).tasks)
-        kit.clock.advance(Shop.workflow_lease)
+        clock.advance(Shop.workflow_lease)
         await kit.fire_due("shop", "s1")
         assert len(_lines(ledger)) == 1
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1}

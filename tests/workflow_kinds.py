@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ class Shop(Workflows):
         """``n`` in-turn steps, each one write."""
         total = 0
         for i in range(n):
-            total += await step.do(f"write-{i}", lambda i=i: self.effect(f"write-{i}"))
+            total += await step.do(f"write-{i}", partial(self.effect, f"write-{i}"))
         return total
 
     @workflow
