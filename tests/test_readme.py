@@ -67,7 +67,7 @@ CHECKPOINTS = python_block("# checkpoints.py")
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 12, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 13, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 

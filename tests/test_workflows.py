@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from roost.actors import Principal, RpcError
+from roost.actors import ActorNotFound, Principal, RpcError
 from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit
+from roost.transport import admin
 from roost.workflows import MAX_RESULT_BYTES
 from tests.workflow_kinds import Relay, Shop
 
@@ -277,3 +278,20 @@ async def test_history_is_paged(data_dir: Path) -> None:
         assert len(seen) == 32  # started, 30 steps, completed
         listed = await kit.call("shop", "s1", "list_workflows", "completed")
         assert [w["id"] for w in listed] == ["w1"]
+
+
+async def test_workflows_are_exported_and_deleted_with_the_actor(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
+        await kit.call("shop", "s1", "send_event", "w1", "other", {"kept": True})  # not consumed yet
+    exported = admin.export_actor(data_dir, "shop", "s1")
+    tables = exported["tables"]
+    assert [w["id"] for w in tables["roost_wf"]] == ["w1"]
+    assert [s["name"] for s in tables["roost_wf_steps"]] == ["invoice", "payment"]
+    assert [e["name"] for e in tables["roost_wf_events"]] == ["other"]
+    assert tables["roost_wf_history"]
+    admin.delete_actor(data_dir, "shop", "s1")
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        with pytest.raises(ActorNotFound):  # the file went, and every workflow row with it
+            await kit.call("shop", "s1", "list_workflows")
