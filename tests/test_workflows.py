@@ -15,7 +15,7 @@ from roost.actors import ActorNotFound, Principal, RpcError
 from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit
 from roost.transport import admin
-from roost.workflows import MAX_RESULT_BYTES
+from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
 from tests.workflow_kinds import Relay, Shop
 
 READ_ONLY = Principal("reader", claims={"read_only": True})
@@ -295,3 +295,19 @@ async def test_workflows_are_exported_and_deleted_with_the_actor(data_dir: Path)
     async with ActorKit([Shop], data_dir, clock=clock) as kit:
         with pytest.raises(ActorNotFound):  # the file went, and every workflow row with it
             await kit.call("shop", "s1", "list_workflows")
+
+
+async def test_a_long_run_of_in_turn_steps_lets_the_mailbox_go(data_dir: Path) -> None:
+    """An advance runs at most STEPS_PER_TURN in-turn steps; a wake-up at once goes on from there."""
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "chain", STEPS_PER_TURN + 6, "w1")
+        assert status["status"] == "running"
+        assert len(status["steps"]) == STEPS_PER_TURN
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        assert status["result"] == STEPS_PER_TURN + 6
+        effects = await kit.call("shop", "s1", "effects")
+        assert set(effects.values()) == {1}
+        assert len(effects) == STEPS_PER_TURN + 6
