@@ -41,8 +41,7 @@ MIGRATIONS: Sequence[Migration] = (
         waiting     TEXT,
         created_by  TEXT,
         created_at  REAL NOT NULL,
-        updated_at  REAL NOT NULL,
-        history_seq INTEGER NOT NULL DEFAULT 0
+        updated_at  REAL NOT NULL
     ) WITHOUT ROWID;
     CREATE INDEX roost_wf_by_status ON roost_wf (status, created_at);
     CREATE TABLE roost_wf_steps (
@@ -346,14 +345,11 @@ class WorkflowStore:
         detail: Any = None,
     ) -> None:
         seq: int = self.conn.execute(
-            "UPDATE roost_wf SET history_seq = history_seq + 1 WHERE id = ? RETURNING history_seq", (wid,)
-        ).fetchone()[0]
-        self.conn.execute(
             "INSERT INTO roost_wf_history (workflow_id, seq, at, generation, event, position, name, attempt,"
-            " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " detail) SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ? FROM roost_wf_history"
+            " WHERE workflow_id = ? RETURNING seq",
             (
                 wid,
-                seq,
                 now,
                 generation,
                 event,
@@ -361,8 +357,9 @@ class WorkflowStore:
                 name,
                 attempt,
                 None if detail is None else orjson.dumps(detail).decode(),
+                wid,
             ),
-        )
+        ).fetchone()[0]
         if seq > MAX_HISTORY and seq % 100 == 0:
             self.conn.execute(
                 "DELETE FROM roost_wf_history WHERE workflow_id = ? AND seq <= ?", (wid, seq - MAX_HISTORY)
