@@ -105,3 +105,29 @@ async def test_sigkill_mid_in_turn_step_keeps_what_was_recorded(data_dir: Path, 
     assert resumed == [{"replayed": 1, "recorded": 2}]  # a kept; the sleep still pending when replayed
     assert events.count(("sleeping", "gap")) == 1
     assert events.count(("slept", "gap")) == 1
+
+
+async def test_sigkill_between_steps_waiting_for_an_event(data_dir: Path) -> None:
+    """Killed between two in-turn steps while the workflow waits for an event: after the restart the
+    event is sent (the waiting workflow's actor is dormant), the first step is replayed from its
+    record and the second runs once."""
+    first = ServerProcess(data_dir, app=APP).start()
+    try:
+        status = await _call(first, "start_workflow", "paid", {}, "w1")
+        assert status["status"] == "waiting"
+    finally:
+        first.kill()
+    second = ServerProcess(data_dir, app=APP).start()
+    try:
+        status = await _call(second, "send_event", "w1", "payment", {"amount": 3})
+        history = await _history(second, "w1")
+        effects = await _call(second, "effects")
+    finally:
+        second.kill()
+    assert status["status"] == "completed"
+    assert status["result"] == {"amount": 3}
+    assert effects == {"invoice": 1, "settle": 1}
+    events = [(e["event"], e["name"]) for e in history]
+    assert [n for ev, n in events if ev == "step_completed"] == ["invoice", "settle"]
+    assert [e["detail"] for e in history if e["event"] == "resumed"] == [{"replayed": 1, "recorded": 2}]
+    assert ("event_received", "payment") in events
