@@ -57,7 +57,7 @@ async def test_start_is_idempotent_by_workflow_id(data_dir: Path) -> None:
         assert err.value.code == "unknown_workflow"
 
 
-async def test_sleep_is_a_durable_wake_up(data_dir: Path) -> None:
+async def test_a_sleep_is_a_durable_wake_up_and_a_recorded_step_never_runs_again(data_dir: Path) -> None:
     clock = FakeClock()
     async with ActorKit([Shop], data_dir, clock=clock) as kit:
         status = await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 60}, "w1")
@@ -202,7 +202,9 @@ async def test_approval_records_who_and_refuses_read_only(data_dir: Path) -> Non
         assert status["result"] == {"approved": True, "by": "boss", "note": "ok"}
 
 
-async def test_cancel_pause_resume_restart(data_dir: Path) -> None:
+async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_finished_workflow(
+    data_dir: Path,
+) -> None:
     clock = FakeClock()
     async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 10}, "w1")
@@ -311,3 +313,26 @@ async def test_a_long_run_of_in_turn_steps_lets_the_mailbox_go(data_dir: Path) -
         effects = await kit.call("shop", "s1", "effects")
         assert set(effects.values()) == {1}
         assert len(effects) == STEPS_PER_TURN + 6
+
+
+async def test_a_body_that_returns_before_its_recorded_steps_is_nondeterministic(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "shifty", None, "w1")  # first, then the sleep
+        Shop.shrink = True
+        try:
+            clock.advance(10)
+            await kit.fire_due("shop", "s1")
+        finally:
+            Shop.shrink = False
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "failed"
+        assert status["reason"] == "nondeterministic"
+        assert "returned after 1 steps; 2 were recorded" in status["error"]
+
+
+async def test_steps_run_one_at_a_time(data_dir: Path) -> None:
+    async with ActorKit([Shop], data_dir) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "parallel", None, "w1")
+        assert status["status"] == "failed"
+        assert "one at a time" in status["error"]

@@ -80,7 +80,9 @@ async def test_sigkill_mid_outside_step_reruns_it_under_the_same_key(data_dir: P
     assert events[-1] == ("completed", None)
 
 
-async def test_sigkill_mid_in_turn_step_keeps_what_was_recorded(data_dir: Path, tmp_path: Path) -> None:
+async def test_sigkill_mid_in_turn_step_its_writes_commit_with_its_record_or_not_at_all(
+    data_dir: Path, tmp_path: Path
+) -> None:
     """Killed inside step b's turn (after b wrote its row, before the commit): b's write is lost with
     the turn, the sleep's wake-up comes again, a is replayed, b and c run once each."""
     marker = tmp_path / "marker"

@@ -62,7 +62,9 @@ def _process(kit: ActorKit) -> Any:
     return host.actor.extension.process
 
 
-async def test_a_lost_run_runs_again_under_the_same_key(data_dir: Path, tmp_path: Path) -> None:
+async def test_a_live_run_is_never_taken_over_and_a_lost_run_runs_again_under_the_same_key(
+    data_dir: Path, tmp_path: Path
+) -> None:
     """The lease wake-up asks the runner: a live task is left alone; a task gone (its process lost,
     here: cancelled) makes the attempt ``lost``, and it runs again, ``run`` 2, the same key."""
     ledger = tmp_path / "ledger"
@@ -104,3 +106,15 @@ async def test_cancel_stops_the_outside_run_and_records_nothing(data_dir: Path, 
         await kit.fire_due("shop", "s1")
         assert len(_lines(ledger)) == 1
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1}
+
+
+async def test_the_runner_is_stopped_with_the_registry(data_dir: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger), "hold": True}, "w1")
+        await until(lambda: len(_lines(ledger)) == 1)
+        work = runner(_process(kit))
+        tasks = list(work.tasks.values())
+        assert tasks
+    assert all(t.done() for t in tasks)

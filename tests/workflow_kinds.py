@@ -152,11 +152,24 @@ class Shop(Workflows):
         """Names its first step otherwise when ``Shop.shift`` is set: a nondeterministic body."""
         first = "first-b" if Shop.shift else "first"
         await step.do(first, lambda: self.effect(first))
+        if Shop.shrink:
+            return "short"
         await step.sleep("pause", 10)
         await step.do("second", lambda: self.effect("second"))
         return "done"
 
     shift = False
+    shrink = False
+
+    @workflow
+    async def parallel(self, step: Step, _: Any) -> Any:
+        """Two steps awaited at once: not allowed (steps run one at a time)."""
+
+        async def slow() -> int:
+            await asyncio.sleep(0)
+            return 1
+
+        return await asyncio.gather(step.do("one", slow), step.do("two", slow))
 
     @workflow
     async def big(self, step: Step, size: int) -> str:

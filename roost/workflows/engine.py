@@ -9,8 +9,9 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   existing workflow; with another name or input, ``workflow_conflict``.
 - **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
   comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
-- **Wake-ups of an older generation do nothing** (after ``restart_workflow``), and an outside
-  attempt's result is recorded only while that very attempt and run is current (the fence).
+- **An outside attempt's result is recorded only while it is current**: the same generation (none
+  after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
+  older generation do nothing either.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
   runner; no live task → ``lost`` → the next advance runs it again, ``run + 1``, same attempt.
 """

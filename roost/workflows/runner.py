@@ -10,7 +10,7 @@ live task and runs the attempt again under the same key (:mod:`roost.workflows.e
 Guarantees (tests in ``tests/test_workflows_external.py``):
 
 - **An attempt whose start rolled back never runs.**
-- **A live task is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
+- **A live run is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
   declares an attempt lost.
 - **Stopped with the registry**: every task is cancelled before the actors drain.
 """
