@@ -9,7 +9,7 @@ import pytest
 
 from roost.actors import RpcError
 from roost.scheduler.clock import FakeClock
-from roost.testing import ActorKit, until
+from roost.testing import ActorKit, schedule_rows, until
 from roost.workflows.runner import runner
 from tests.workflow_kinds import Shop
 
@@ -118,3 +118,14 @@ async def test_the_runner_is_stopped_with_the_registry(data_dir: Path, tmp_path:
         tasks = list(work.tasks.values())
         assert tasks
     assert all(t.done() for t in tasks)
+
+
+async def test_a_finished_outside_step_cancels_its_lease_wake_up(data_dir: Path, tmp_path: Path) -> None:
+    """A step's result turn cancels the lease wake-up of its run: a dormant actor is not woken a
+    lease later for nothing."""
+    ledger = tmp_path / "ledger"
+    async with ActorKit([Shop], data_dir) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger)}, "w1")
+        await until(lambda: _done(kit, "w1"))
+    rows = schedule_rows(data_dir, "shop", "s1")
+    assert [(r.status, r.runs) for r in rows] == [("cancelled", 0)]  # the one lease; nothing left to fire

@@ -35,7 +35,7 @@ from roost.workflows.model import (
     refuse,
 )
 from roost.workflows.runner import Outcome, runner
-from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, schedule_wake
+from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key, schedule_wake
 from roost.workflows.store import WorkflowRow, WorkflowStore, encode
 
 __all__ = ["Engine", "engine_of"]
@@ -250,6 +250,7 @@ class Engine:
         """Record an outside attempt's outcome (fenced), then advance."""
         if not self.holds(wid, gen, pos, attempt, run):
             return
+        await self.actor.cancel_schedule(lease_key(wid, gen, pos, attempt, run))
         store = self.store
         rec = store.step(wid, pos)
         assert rec is not None

@@ -86,10 +86,16 @@ class TooManySteps(BaseException):
     """The body went past :data:`~roost.workflows.model.MAX_STEPS` positions."""
 
 
-async def schedule_wake(actor: Actor, at: float, payload: dict[str, Any]) -> None:
+async def schedule_wake(actor: Actor, at: float, payload: dict[str, Any], key: str | None = None) -> None:
     """A durable wake-up of ``actor`` at ``at`` (epoch seconds; at once if past), in this turn."""
     delay = max(0.0, at - actor.extension.now)
-    await actor.schedule(delay, _WAKE, payload)
+    await actor.schedule(delay, _WAKE, payload, key=key)
+
+
+def lease_key(wid: str, gen: int, pos: int, attempt: int, run: int) -> str:
+    """The key of the first lease wake-up of an outside run: its result's turn cancels it, so that a
+    finished step does not wake a dormant actor a lease later for nothing."""
+    return f"roost-wf-lease:{wid}:{gen}:{pos}:{attempt}:{run}"
 
 
 class Step:
@@ -355,7 +361,12 @@ class Step:
         self._log(
             "attempt_started", pos, name, attempt, {"run": run, "idempotency_key": ticket.idempotency_key}
         )
-        await schedule_wake(actor, now + lease, self._payload("lease", pos=pos, attempt=attempt, run=run))
+        await schedule_wake(
+            actor,
+            now + lease,
+            self._payload("lease", pos=pos, attempt=attempt, run=run),
+            key=lease_key(wf.id, wf.generation, pos, attempt, run),
+        )
         key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run)
         of = self._engine.of
         at = (wf.id, wf.generation, pos, attempt, run)
