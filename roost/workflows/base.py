@@ -95,6 +95,7 @@ class Workflows(Actor):
 
     @callable
     async def resume_workflow(self, workflow_id: str) -> dict[str, Any]:
+        """Resume a paused workflow; a running or waiting one is advanced now (what is due runs)."""
         return await engine_of(self).resume(workflow_id)
 
     @callable

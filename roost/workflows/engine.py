@@ -343,9 +343,10 @@ class Engine:
 
     async def resume(self, wid: str) -> dict[str, Any]:
         wf = self._get(wid)
-        if wf.status is not WorkflowStatus.PAUSED:
-            raise refuse("state", f"workflow {wid!r} is {wf.status}: only a paused one resumes")
-        self.store.set_status(wid, WorkflowStatus.RUNNING, self.now, waiting=wf.waiting)
+        if wf.status.terminal:
+            raise refuse("state", f"workflow {wid!r} is {wf.status}: restart it instead")
+        if wf.status is WorkflowStatus.PAUSED:  # a live one is advanced now (after a dead-lettered advance)
+            self.store.set_status(wid, WorkflowStatus.RUNNING, self.now, waiting=wf.waiting)
         self._log(wf, "resumed_by", {"by": self._who()})
         await self.advance(wid)
         return self.status(wid)
