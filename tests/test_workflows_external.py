@@ -129,3 +129,44 @@ async def test_a_finished_outside_step_cancels_its_lease_wake_up(data_dir: Path,
         await until(lambda: _done(kit, "w1"))
     rows = schedule_rows(data_dir, "shop", "s1")
     assert [(r.status, r.runs) for r in rows] == [("cancelled", 0)]  # the one lease; nothing left to fire
+
+
+async def test_a_failed_outside_attempt_is_retried_under_a_new_key(data_dir: Path, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger), "fail": 1}, "w1")
+
+        async def backing_off() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            waiting = status["waiting"] or {}
+            return status if waiting.get("why") == "retry" else None
+
+        status = await until(backing_off)
+        assert status["steps"][1]["status"] == "retry_wait"
+        assert "ConnectionError" in status["steps"][1]["error"]
+        clock.advance(status["waiting"]["until"] - clock.now())
+        await kit.fire_due("shop", "s1")
+        await until(lambda: _done(kit, "w1"))
+        assert [line.split()[0] for line in _lines(ledger)] == ["w1:1:1:1", "w1:1:1:2"]
+        assert (await _status(kit, "w1"))["result"]["receipt"]["key"] == "w1:1:1:2"
+
+
+async def test_an_outside_run_past_its_timeout_fails_on_the_runtime_clock(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        spec = {"ledger": str(ledger), "hold": True, "timeout": 5, "attempts": 1}
+        await kit.call("shop", "s1", "start_workflow", "order", spec, "w1")
+        await until(lambda: len(_lines(ledger)) == 1)  # the run's timeout is armed before it begins
+        clock.advance(5)
+
+        async def failed() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            return status if status["status"] == "failed" else None
+
+        status = await until(failed)
+        assert "timeout after 5 s" in status["error"]
+        assert await kit.call("shop", "s1", "effects") == {"reserve": 1}

@@ -59,8 +59,9 @@ class Shop(Workflows):
         await step.do("reserve", lambda: self.effect("reserve"))
         receipt = await step.external(
             "charge",
-            lambda a: _charge(Path(spec["ledger"]), a, spec.get("hold")),
+            lambda a: _charge(Path(spec["ledger"]), a, spec.get("hold"), int(spec.get("fail", 0))),
             timeout=spec.get("timeout"),
+            retry=RetryPolicy(max_attempts=int(spec.get("attempts", 5)), base=1.0, cap=8.0),
         )
         await step.do("ship", lambda: self.effect("ship", receipt["key"]))
         return {"receipt": receipt}
@@ -180,15 +181,18 @@ class Shop(Workflows):
         return "kept"
 
 
-def _charge(ledger: Path, attempt: StepAttempt, hold: bool | None) -> Any:
+def _charge(ledger: Path, attempt: StepAttempt, hold: bool | None, fail: int) -> Any:
     """The outside effect: a line with the attempt's key appended to ``ledger``; then, with ``hold``,
-    the first run of the attempt never ends (a test kills the server, or its lease is lost)."""
+    the first run of the attempt never ends (a test kills the server, or its lease is lost); the
+    first ``fail`` attempts raise."""
 
     async def go() -> dict[str, Any]:
         with ledger.open("a") as f:
             f.write(f"{attempt.idempotency_key} run={attempt.run} pid={os.getpid()}\n")
         if hold and attempt.run == 1:
             await asyncio.Event().wait()
+        if attempt.attempt <= fail:
+            raise ConnectionError("the payment service is down")
         return {"key": attempt.idempotency_key, "run": attempt.run}
 
     return go()
