@@ -341,3 +341,20 @@ async def test_steps_run_one_at_a_time(data_dir: Path) -> None:
         status = await kit.call("shop", "s1", "start_workflow", "parallel", None, "w1")
         assert status["status"] == "failed"
         assert "one at a time" in status["error"]
+
+
+async def test_status_leaves_results_out_and_steps_are_paged_by_count_and_bytes(data_dir: Path) -> None:
+    async with ActorKit([Shop], data_dir) as kit:
+        await kit.call("shop", "s1", "start_workflow", "bulky", 200_000, "w1")
+        status = await _status(kit, "s1", "w1")
+        assert [s["name"] for s in status["steps"]] == ["bulk-0", "bulk-1", "bulk-2"]
+        assert all("result" not in s for s in status["steps"])
+        first = await kit.call("shop", "s1", "workflow_steps", "w1")
+        assert [len(s["result"]) for s in first["steps"]] == [200_000, 200_000]  # 512 KiB a page
+        assert first["next"] == 1
+        rest = await kit.call("shop", "s1", "workflow_steps", "w1", first["next"])
+        assert [s["position"] for s in rest["steps"]] == [2]
+        assert rest["next"] is None
+        one = await kit.call("shop", "s1", "workflow_steps", "w1", -1, 1)
+        assert [s["position"] for s in one["steps"]] == [0]
+        assert one["next"] == 0

@@ -173,6 +173,12 @@ class Shop(Workflows):
         return await asyncio.gather(step.do("one", slow), step.do("two", slow))
 
     @workflow
+    async def bulky(self, step: Step, size: int) -> int:
+        for i in range(3):
+            await step.do(f"bulk-{i}", partial(str.__mul__, "x", size))
+        return size
+
+    @workflow
     async def big(self, step: Step, size: int) -> str:
         try:
             await step.do("huge", lambda: "x" * size)

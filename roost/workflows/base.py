@@ -17,7 +17,10 @@ Callables (the principal rules are the actor layer's: a read-only principal may 
 
 - ``start_workflow(name, input=None, workflow_id=None)``: start (idempotent by id); it runs until its
   first wait in this turn.
-- ``workflow_status(workflow_id)`` (readonly): status, result or error, what it waits on, its steps.
+- ``workflow_status(workflow_id)`` (readonly): status, result or error, what it waits on, its steps
+  (without their results).
+- ``workflow_steps(workflow_id, after=-1, limit=100)`` (readonly): a page of its steps with their
+  results (at most 512 KiB of them); ``next`` is the next page's ``after``.
 - ``workflow_history(workflow_id, after=0, limit=100)`` (readonly): a page of its history; ``next``
   is the next page's ``after`` (None: the last page).
 - ``list_workflows(status=None, after=None, limit=100)`` (readonly): a page of workflows, by id.
@@ -64,6 +67,10 @@ class Workflows(Actor):
     @callable(readonly=True)
     async def workflow_status(self, workflow_id: str) -> dict[str, Any]:
         return engine_of(self).status(workflow_id)
+
+    @callable(readonly=True)
+    async def workflow_steps(self, workflow_id: str, after: int = -1, limit: int = 100) -> dict[str, Any]:
+        return engine_of(self).steps(workflow_id, after, limit)
 
     @callable(readonly=True)
     async def workflow_history(self, workflow_id: str, after: int = 0, limit: int = 100) -> dict[str, Any]:

@@ -27,12 +27,14 @@ from roost.workflows.model import (
     MAX_LOST_RUNS,
     MAX_NAME,
     MAX_PENDING_EVENTS,
+    PAGE_BYTES,
     StepFailed,
     StepKind,
     StepStatus,
     Suspend,
     WorkflowStatus,
     refuse,
+    short,
 )
 from roost.workflows.runner import Outcome, runner
 from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key, schedule_wake
@@ -144,10 +146,12 @@ class Engine:
             self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="too_many_steps")
             return
         except StepFailed as exc:
-            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="step_failed")
+            self._finish(wf, WorkflowStatus.FAILED, error=short(str(exc)), reason="step_failed")
             return
         except Exception as exc:  # the body's own code raised
-            self._finish(wf, WorkflowStatus.FAILED, error=f"{type(exc).__name__}: {exc}", reason="error")
+            self._finish(
+                wf, WorkflowStatus.FAILED, error=short(f"{type(exc).__name__}: {exc}"), reason="error"
+            )
             return
         if step.positions < step.recorded:
             error = f"the body returned after {step.positions} steps; {step.recorded} were recorded"
@@ -368,8 +372,28 @@ class Engine:
 
     # -- reads ------------------------------------------------------------------------------------
     def status(self, wid: str) -> dict[str, Any]:
+        """The workflow and its steps, without the steps' results (``workflow_steps`` pages them)."""
         wf = self._get(wid)
-        return {**wf.to_json(), "steps": [s.to_json() for s in self.store.steps(wid)]}
+        return {**wf.to_json(), "steps": [s.to_json(result=False) for s in self.store.steps(wid)]}
+
+    def steps(self, wid: str, after: int, limit: int) -> dict[str, Any]:
+        """Steps after position ``after`` with their results: at most ``limit`` (1 to 500), and at
+        most :data:`PAGE_BYTES` of results (at least one step)."""
+        self._get(wid)
+        limit = max(1, min(limit, 500))
+        page: list[dict[str, Any]] = []
+        size = 0
+        more = False
+        for rec in self.store.steps(wid):
+            if rec.position <= after:
+                continue
+            cost = len(encode(rec.result, "a step's result"))
+            if page and (len(page) == limit or size + cost > PAGE_BYTES):
+                more = True
+                break
+            page.append(rec.to_json())
+            size += cost
+        return {"steps": page, "next": page[-1]["position"] if more else None}
 
     def history(self, wid: str, after: int, limit: int) -> dict[str, Any]:
         self._get(wid)

@@ -19,12 +19,14 @@ from roost.actors import RpcError
 
 __all__ = [
     "CODES",
+    "MAX_ERROR",
     "MAX_HISTORY",
     "MAX_LOST_RUNS",
     "MAX_NAME",
     "MAX_PENDING_EVENTS",
     "MAX_RESULT_BYTES",
     "MAX_STEPS",
+    "PAGE_BYTES",
     "STEPS_PER_TURN",
     "Approval",
     "EventTimeout",
@@ -36,6 +38,7 @@ __all__ = [
     "Suspend",
     "WorkflowStatus",
     "refuse",
+    "short",
 ]
 
 #: A step's result, a workflow's input or result, an event's payload: at most this many bytes of JSON.
@@ -50,6 +53,10 @@ MAX_PENDING_EVENTS = 64
 MAX_HISTORY = 5000
 #: Workflow ids, step and event names: 1 to this many characters.
 MAX_NAME = 128
+#: A recorded error (a step's, a workflow's) keeps at most this many characters.
+MAX_ERROR = 1000
+#: Bytes of step results one ``workflow_steps`` page carries at most (a page has at least one step).
+PAGE_BYTES = 512 * 1024
 #: Runs of one outside attempt lost with their process before the step fails (``lost``).
 MAX_LOST_RUNS = 5
 
@@ -63,6 +70,11 @@ CODES = {
     "bad_name": "invalid_arguments",
     "unknown": "unknown_workflow",
 }
+
+
+def short(text: str) -> str:
+    """``text`` cut to :data:`MAX_ERROR` characters (an exception's text can be anything)."""
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
 
 
 def refuse(what: str, message: str) -> RpcError:

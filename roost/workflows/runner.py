@@ -25,7 +25,7 @@ from typing import Any
 
 from roost.actors import Actor
 from roost.actors.extension import Process
-from roost.workflows.model import NonRetryable
+from roost.workflows.model import NonRetryable, short
 
 __all__ = ["Outcome", "RunKey", "Runner", "runner"]
 
@@ -106,9 +106,9 @@ class Runner:
         except TimeoutError:
             return Outcome(False, error=f"timeout after {timeout} s")
         except NonRetryable as exc:
-            return Outcome(False, error=f"{type(exc).__name__}: {exc}", retryable=False)
+            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"), retryable=False)
         except Exception as exc:
-            return Outcome(False, error=f"{type(exc).__name__}: {exc}")
+            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"))
         return Outcome(True, result)
 
     async def stop(self) -> None:

@@ -36,6 +36,7 @@ from roost.workflows.model import (
     StepKind,
     StepStatus,
     Suspend,
+    short,
 )
 from roost.workflows.runner import Outcome, RunKey, runner
 from roost.workflows.store import StepRow, WorkflowRow, WorkflowStore, encode
@@ -440,7 +441,13 @@ def approval_event(name: str) -> str:
 
 
 def _reason(exc: Exception, timeout: float | None) -> tuple[str, bool]:
-    """The recorded reason of a failed attempt, and whether another attempt may help."""
+    """The recorded reason of a failed attempt (at most ``MAX_ERROR`` characters), and whether
+    another attempt may help."""
+    error, retryable = _why(exc, timeout)
+    return short(error), retryable
+
+
+def _why(exc: Exception, timeout: float | None) -> tuple[str, bool]:
     if isinstance(exc, TimeoutError):
         return f"timeout after {timeout} s", True
     if isinstance(exc, RpcError) and exc.code == "too_large":

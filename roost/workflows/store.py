@@ -146,18 +146,21 @@ class StepRow:
     started_at: float
     updated_at: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, result: bool = True) -> dict[str, Any]:
+        """The step as JSON; without its ``result`` when ``result`` is false (status pages)."""
+        out = {
             "position": self.position,
             "name": self.name,
             "kind": str(self.kind),
             "status": str(self.status),
             "attempt": self.attempt,
             "run": self.run,
-            "result": self.result,
             "error": self.error,
             "wake_at": self.wake_at,
         }
+        if result:
+            out["result"] = self.result
+        return out
 
 
 _WF = (
