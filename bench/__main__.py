@@ -24,6 +24,7 @@ from bench import (
     sqlite_ceiling,
     streams,
     wakeups,
+    workflows,
 )
 from bench.dataset import Dataset, ensure_dataset
 from bench.machine import machine_info
@@ -70,6 +71,8 @@ def _section(s: Settings, name: str, dataset: Dataset | None) -> dict[str, Any]:
         return wakeups.run(s)
     if name == "streams":
         return streams.run(s)
+    if name == "workflows":
+        return workflows.run(s)
     if name == "mcp_agent":
         return mcp_agent.run(s.reps, s.mcp_calls)
     if name == "mcp_server":

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench import workflows
 from bench.settings import BENCH_DIR
 from bench.stats import Summary, pluck, ratios, summarize
 from bench.targets import Target, evaluate
@@ -29,6 +30,7 @@ HEADINGS = (
     "## MCP tool calls served by an actor",
     "## Targets",
     "## LangGraph checkpoints",
+    workflows.HEADING,
 )
 
 Res = dict[str, Any]
@@ -587,6 +589,11 @@ def render(results: Res) -> str:
         _mcp_server(sec["mcp_server"]) if "mcp_server" in sec else _not_run(HEADINGS[13], "mcp_server", err)
     )
     lines += _langgraph(sec["langgraph"]) if "langgraph" in sec else _not_run(HEADINGS[15], "langgraph", err)
+    lines += (
+        workflows.render(sec["workflows"])
+        if "workflows" in sec
+        else _not_run(workflows.HEADING, "workflows", err)
+    )
     lines += _targets(evaluate(sec))
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in results["section_s"].items())
     lines += [

@@ -23,6 +23,7 @@ SECTIONS = (
     "mcp_agent",
     "mcp_server",
     "langgraph",
+    "workflows",
 )
 
 

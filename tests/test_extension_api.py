@@ -135,3 +135,36 @@ async def test_checkpoint_is_for_turns_only_and_outside_one_changes_nothing(tmp_
             actor.extension.connection()
         assert host.idle  # no transaction was opened: the actor can still go dormant
         assert not host.file.in_transaction
+
+
+class _Parts(Actor):
+    kind = "ext_parts"
+    initial_state = {"n": 0}
+    migrations = ("CREATE TABLE rows (v TEXT NOT NULL)",)
+
+    @callable
+    async def partly(self) -> list[str]:
+        self.sql.execute("INSERT INTO rows VALUES ('kept')")
+        part = self.extension.savepoint("part")
+        self.sql.execute("INSERT INTO rows VALUES ('undone')")
+        self.set_state({"n": 99})
+        self.emit({"undone": True})
+        part.rollback()
+        self.set_state({"n": self.state["n"] + 1})
+        return [str(r[0]) for r in self.sql.execute("SELECT v FROM rows")]
+
+    @callable(readonly=True)
+    async def rows(self) -> list[str]:
+        return [str(r[0]) for r in self.sql.execute("SELECT v FROM rows")]
+
+
+async def test_a_savepoint_undoes_a_part_of_a_turn_alone(tmp_path: Path) -> None:
+    async with ActorKit([_Parts], tmp_path) as kit:
+        c = kit.connect("ext_parts", "p1")
+        assert await c.call("partly") == ["kept"]
+        state = await c.wait_for(lambda f: f["type"] == "state")
+        assert state["state"] == {"n": 1}  # the state as of the rollback, then the turn's own change
+        assert not [f for f in c.frames if f["type"] == "event"]  # the undone event never went out
+        assert await kit.call("ext_parts", "p1", "rows") == ["kept"]
+        with pytest.raises(NotInTurn):
+            kit.registry.hosts[("ext_parts", "p1")].actor.extension.savepoint("outside")

@@ -67,7 +67,8 @@ CHECKPOINTS = python_block("# checkpoints.py")
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
-    assert len(PYTHON) == 13, [b.splitlines()[0] for b in PYTHON]  # the queue's: tests/test_readme_queue.py
+    # the queue's and the workflows' are run by tests/test_readme_queue.py and test_readme_workflows.py
+    assert len(PYTHON) == 14, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 

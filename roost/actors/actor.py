@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from roost.actors import queue
 from roost.actors.connection import Connection, Principal
 from roost.actors.errors import shown_name
-from roost.actors.interfaces import RegistryApi
+from roost.actors.interfaces import RegistryApi, Savepoint
 from roost.actors.queue import QueueItem
 from roost.actors.schedules import DeadLetter, Misfire, RetryPolicy, Schedule
 from roost.actors.sql import Sql
@@ -507,3 +507,11 @@ class TurnContext:
         raises ``NotInTurn`` and touches nothing."""
         self._host.require_turn()
         self._host.checkpoint()
+
+    def savepoint(self, name: str) -> Savepoint:
+        """Inside a turn: a nested savepoint named ``name`` (an SQL identifier). ``rollback()`` undoes
+        everything done since (SQL writes, ``set_state``, ``emit``, queued outputs) and keeps the rest
+        of the turn; ``release()`` keeps it. One of the two, once. Turn only (``NotInTurn``)."""
+        if not name.isidentifier():
+            raise ValueError(f"savepoint name must be an identifier, got {name!r}")
+        return self._host.savepoint(name)

@@ -15,6 +15,9 @@ Guarantees (tests in ``tests/test_extension_api.py``):
 
 - **The turn's time is one reading.** :attr:`TurnContext.now` is the clock's ``now()`` taken when the
   turn began; every record a turn writes with it carries the same time, and a fake clock moves it.
+- **A savepoint undoes a part of a turn alone.** :meth:`TurnContext.savepoint` opens a nested
+  savepoint; its ``rollback()`` undoes the SQL writes, state, events and outputs since, and the turn
+  goes on and commits the rest.
 - **A service is created once per process.** :meth:`Process.service` returns the same object for the
   same key for the registry's life, and the registry stops it (``await service.stop()``) before its
   actors drain.
@@ -23,5 +26,6 @@ Guarantees (tests in ``tests/test_extension_api.py``):
 from __future__ import annotations
 
 from roost.actors.actor import Process, ProcessRegistry, Service, TurnContext
+from roost.actors.interfaces import Savepoint
 
-__all__ = ["Process", "ProcessRegistry", "Service", "TurnContext"]
+__all__ = ["Process", "ProcessRegistry", "Savepoint", "Service", "TurnContext"]

@@ -77,6 +77,7 @@ from roost.protocol import CloseCode, frames
 from roost.storage import ActorFile, DirectoryBusy
 
 if TYPE_CHECKING:
+    from roost.actors.interfaces import Savepoint
     from roost.actors.parts import HostCore, RegistryCore
 
 __all__ = [
@@ -544,6 +545,11 @@ class ActorHost:
     def checkpoint(self) -> None:
         """Inside a turn: make the writes so far durable and release the outputs so far."""
         self.turn.checkpoint()
+
+    def savepoint(self, name: str) -> Savepoint:
+        """A nested savepoint of the open turn. Turn only."""
+        self.require_turn()
+        return self.turn.savepoint(name)
 
     def gate_frame(self, conn: Connection, text: str) -> None:
         self.gate.put(Frame(conn, text))

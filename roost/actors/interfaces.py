@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from roost.scheduler.clock import Clock
     from roost.storage import ActorFile, Directory
 
-__all__ = ["HostApi", "RegistryApi"]
+__all__ = ["HostApi", "RegistryApi", "Savepoint"]
 
 
 class RegistryApi(Protocol):
@@ -144,6 +144,9 @@ class HostApi(Protocol):
     def checkpoint(self) -> None:
         """Inside a turn: make the writes so far durable and release the outputs so far."""
 
+    def savepoint(self, name: str) -> Savepoint:
+        """A nested savepoint of the open turn. Turn only."""
+
     def set_state(self, state: Any, source: Connection | None) -> None: ...
 
     def emit(self, event: Any) -> int: ...
@@ -153,3 +156,12 @@ class HostApi(Protocol):
     def add_schedule(self, trigger: dict[str, Any], callback: str, payload: Any, **options: Any) -> Any: ...
 
     def cancel_schedule(self, id_or_key: str) -> bool: ...
+
+
+class Savepoint(Protocol):
+    """A nested savepoint of the open turn: ``rollback()`` undoes what was done since (SQL, state,
+    ``seq``, queued outputs), ``release()`` keeps it; one of the two, once."""
+
+    def rollback(self) -> None: ...
+
+    def release(self) -> None: ...

@@ -1,0 +1,63 @@
+"""Durable workflows on any actor: named steps recorded once in the actor's file, replayed after a
+crash (``docs/design.md``, *Workflow core*; compared with Cloudflare Workflows and DBOS in
+``docs/workflows.md``).
+
+::
+
+    from roost.workflows import Step, Workflows, workflow
+
+    class Signup(Workflows):
+        kind = "signup"
+
+        @workflow
+        async def welcome(self, step: Step, email: str) -> str:
+            await step.do("record", lambda: self.set_state({"email": email}))
+            await step.sleep("a day later", 86_400)
+            return "sent"
+
+This package stands on ``roost.actors``' public names and ``roost.actors.extension`` only.
+"""
+
+from roost.actors import RetryPolicy
+from roost.workflows.base import Workflows
+from roost.workflows.decorator import workflow
+from roost.workflows.model import (
+    MAX_HISTORY,
+    MAX_LOST_RUNS,
+    MAX_PENDING_EVENTS,
+    MAX_RESULT_BYTES,
+    MAX_STEPS,
+    STEPS_PER_TURN,
+    Approval,
+    EventTimeout,
+    NonRetryable,
+    StepAttempt,
+    StepFailed,
+    StepKind,
+    StepStatus,
+    WorkflowStatus,
+)
+from roost.workflows.step import Step
+from roost.workflows.store import WORKFLOW_COMPONENT
+
+__all__ = [
+    "MAX_HISTORY",
+    "MAX_LOST_RUNS",
+    "MAX_PENDING_EVENTS",
+    "MAX_RESULT_BYTES",
+    "MAX_STEPS",
+    "STEPS_PER_TURN",
+    "WORKFLOW_COMPONENT",
+    "Approval",
+    "EventTimeout",
+    "NonRetryable",
+    "RetryPolicy",
+    "Step",
+    "StepAttempt",
+    "StepFailed",
+    "StepKind",
+    "StepStatus",
+    "WorkflowStatus",
+    "Workflows",
+    "workflow",
+]

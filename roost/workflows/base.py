@@ -1,0 +1,118 @@
+"""``Workflows``: the actor base class that gives a kind durable workflows, and its wire surface.
+
+::
+
+    class Orders(Workflows):
+        kind = "orders"
+
+        @workflow
+        async def checkout(self, step: Step, order: dict) -> str:
+            await step.do("reserve", lambda: self.sql.execute("INSERT INTO held VALUES (?)", (order["id"],)))
+            await step.approval("manager", timeout=3600)
+            receipt = await step.external("charge", lambda a: charge(order, key=a.idempotency_key))
+            return receipt["id"]
+
+Callables (the principal rules are the actor layer's: a read-only principal may call only the
+``readonly`` ones, so it may read workflows and never change one):
+
+- ``start_workflow(name, input=None, workflow_id=None)``: start (idempotent by id); it runs until its
+  first wait in this turn.
+- ``workflow_status(workflow_id)`` (readonly): status, result or error, what it waits on, its steps
+  (without their results).
+- ``workflow_steps(workflow_id, after=-1, limit=100)`` (readonly): a page of its steps with their
+  results (at most 512 KiB of them); ``next`` is the next page's ``after``.
+- ``workflow_history(workflow_id, after=0, limit=100)`` (readonly): a page of its history; ``next``
+  is the next page's ``after`` (None: the last page).
+- ``list_workflows(status=None, after=None, limit=100)`` (readonly): a page of workflows, by id.
+- ``send_event(workflow_id, name, payload=None)``: an event for ``wait_for_event(name)``.
+- ``approve_step(workflow_id, name, approved=True, note=None)``: decide the approval it waits on.
+- ``cancel_workflow``, ``pause_workflow``, ``resume_workflow``, ``restart_workflow``,
+  ``delete_workflow`` (a finished one), each ``(workflow_id)``.
+
+Another actor sends an event as any call: ``await self.actor("orders", "o1").call("send_event", wid,
+"paid", {...})``; the advance the event allows runs in that call's turn of the workflow's actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from roost.actors import Actor, callable, wakeup
+from roost.storage import Migration
+from roost.workflows.engine import engine_of
+from roost.workflows.store import WORKFLOW_COMPONENT
+
+__all__ = ["Workflows"]
+
+
+class Workflows(Actor):
+    """An actor with durable workflows (``@workflow`` methods). Combine with another base that has
+    ``components`` by listing both: ``components = (*Other.components, WORKFLOW_COMPONENT)``."""
+
+    components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (WORKFLOW_COMPONENT,)
+    #: How long an outside step's run may go without this process being asked whether it still runs
+    #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
+    #: began (or after the restart, whichever is later).
+    workflow_lease: ClassVar[float] = 30.0
+
+    @callable
+    async def start_workflow(
+        self, name: str, input: Any = None, workflow_id: str | None = None
+    ) -> dict[str, Any]:
+        """Start workflow ``name`` with ``input`` (JSON), under ``workflow_id`` (default: a new one).
+        Runs it until its first wait in this turn; its status."""
+        return await engine_of(self).start(name, input, workflow_id)
+
+    @callable(readonly=True)
+    async def workflow_status(self, workflow_id: str) -> dict[str, Any]:
+        return engine_of(self).status(workflow_id)
+
+    @callable(readonly=True)
+    async def workflow_steps(self, workflow_id: str, after: int = -1, limit: int = 100) -> dict[str, Any]:
+        return engine_of(self).steps(workflow_id, after, limit)
+
+    @callable(readonly=True)
+    async def workflow_history(self, workflow_id: str, after: int = 0, limit: int = 100) -> dict[str, Any]:
+        return engine_of(self).history(workflow_id, after, limit)
+
+    @callable(readonly=True)
+    async def list_workflows(
+        self, status: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        return engine_of(self).listing(status, after, limit)
+
+    @callable
+    async def send_event(self, workflow_id: str, name: str, payload: Any = None) -> dict[str, Any]:
+        return await engine_of(self).send_event(workflow_id, name, payload)
+
+    @callable
+    async def approve_step(
+        self, workflow_id: str, name: str, approved: bool = True, note: str | None = None
+    ) -> dict[str, Any]:
+        return await engine_of(self).approve(workflow_id, name, approved, note)
+
+    @callable
+    async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
+        return await engine_of(self).cancel(workflow_id)
+
+    @callable
+    async def pause_workflow(self, workflow_id: str) -> dict[str, Any]:
+        return await engine_of(self).pause(workflow_id)
+
+    @callable
+    async def resume_workflow(self, workflow_id: str) -> dict[str, Any]:
+        """Resume a paused workflow; a running or waiting one is advanced now (what is due runs)."""
+        return await engine_of(self).resume(workflow_id)
+
+    @callable
+    async def restart_workflow(self, workflow_id: str) -> dict[str, Any]:
+        return await engine_of(self).restart(workflow_id)
+
+    @callable
+    async def delete_workflow(self, workflow_id: str) -> bool:
+        return engine_of(self).delete(workflow_id)
+
+    @wakeup
+    async def workflow_wake(self, payload: dict[str, Any]) -> None:
+        await engine_of(self).wake(payload)

@@ -1,0 +1,407 @@
+"""The engine: one actor's workflows, driven in its turns (start, advance, wake-ups, controls).
+
+Every method runs inside a turn of the actor (a callable, a wake-up, or a turn an outside step's task
+asks for through ``process.run``). See ``docs/design.md`` (*Workflow core*) for the state machines.
+
+Guarantees (tests in ``tests/test_workflows*.py``):
+
+- **Start is idempotent by workflow id**: the same id with the same name and input answers the
+  existing workflow; with another name or input, ``workflow_conflict``.
+- **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
+  comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
+- **An outside attempt's result is recorded only while it is current**: the same generation (none
+  after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
+  older generation do nothing either.
+- **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
+  runner; no live task → ``lost`` → the next advance runs it again, ``run + 1``, same attempt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from roost.actors import Actor
+from roost.workflows.decorator import bodies_of
+from roost.workflows.model import (
+    MAX_LOST_RUNS,
+    MAX_NAME,
+    MAX_PENDING_EVENTS,
+    PAGE_BYTES,
+    StepFailed,
+    StepKind,
+    StepStatus,
+    Suspend,
+    WorkflowStatus,
+    refuse,
+    short,
+)
+from roost.workflows.runner import Outcome, runner
+from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key, schedule_wake
+from roost.workflows.store import WorkflowRow, WorkflowStore, encode
+
+__all__ = ["Engine", "engine_of"]
+
+_ATTR = "_roost_workflow_engine"
+_LIVE = (WorkflowStatus.RUNNING, WorkflowStatus.WAITING)
+
+
+def engine_of(actor: Actor) -> Engine:
+    """The engine of ``actor`` (made on first use, kept on the instance)."""
+    found: Engine | None = actor.__dict__.get(_ATTR)
+    if found is None:
+        found = Engine(actor)
+        actor.__dict__[_ATTR] = found
+    return found
+
+
+def _check_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME or "\x00" in value:
+        raise refuse("bad_name", f"{what} must be 1 to {MAX_NAME} characters without NUL, got {value!r}")
+    return value
+
+
+class Engine:
+    """One actor's workflows."""
+
+    def __init__(self, actor: Actor) -> None:
+        self.actor = actor
+        self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
+
+    def of(self, actor: Actor) -> Engine:
+        return engine_of(actor)
+
+    @property
+    def store(self) -> WorkflowStore:
+        return WorkflowStore(self.actor.extension.connection())
+
+    @property
+    def now(self) -> float:
+        return self.actor.extension.now
+
+    def _get(self, wid: str) -> WorkflowRow:
+        wf = self.store.get(_check_name(wid, "a workflow id"))
+        if wf is None:
+            raise refuse("not_found", f"no workflow {wid!r}")
+        return wf
+
+    def _who(self) -> str | None:
+        principal = self.actor.principal
+        return principal.id if principal is not None else None
+
+    def _log(self, wf: WorkflowRow, event: str, detail: Any = None) -> None:
+        self.store.log(wf.id, wf.generation, event, self.now, detail=detail)
+
+    def _announce(self, wid: str, status: WorkflowStatus) -> None:
+        self.actor.emit({"type": "workflow", "id": wid, "status": str(status)})
+
+    # -- start and advance ------------------------------------------------------------------------
+    async def start(self, name: str, input: Any, workflow_id: str | None) -> dict[str, Any]:
+        if name not in bodies_of(type(self.actor)):
+            raise refuse("unknown", f"{type(self.actor).__name__} has no workflow {name!r}")
+        wid = _check_name(workflow_id, "a workflow id") if workflow_id is not None else uuid.uuid4().hex
+        text = encode(input, "the workflow's input")
+        store = self.store
+        existing = store.get(wid)
+        if existing is not None:
+            if existing.name != name or encode(existing.input, "input") != text:
+                raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
+            return self.status(wid)
+        store.insert(wid, name, text, self._who(), self.now)
+        wf = store.get(wid)
+        assert wf is not None
+        self._log(wf, "started", {"by": wf.created_by})
+        await self.advance(wid)
+        return self.status(wid)
+
+    async def advance(self, wid: str) -> None:
+        """Replay the body of ``wid`` from the top and run it until it suspends or ends."""
+        store = self.store
+        wf = store.get(wid)
+        if wf is None or wf.status not in _LIVE:
+            return
+        method = bodies_of(type(self.actor)).get(wf.name)
+        if method is None:
+            self._finish(
+                wf, WorkflowStatus.FAILED, error=f"no workflow {wf.name!r} in this kind", reason="unknown"
+            )
+            return
+        steps = store.steps(wid)
+        done = sum(1 for s in steps if s.status in (StepStatus.COMPLETED, StepStatus.FAILED))
+        if done:
+            self._log(wf, "resumed", {"replayed": done, "recorded": len(steps)})
+        step = Step(self, wf, steps)
+        try:
+            value = await getattr(self.actor, method)(step, wf.input)
+        except Suspend:
+            status = WorkflowStatus.RUNNING if step.again else WorkflowStatus.WAITING
+            store.set_status(wid, status, self.now, waiting=step.waiting)
+            if status is not wf.status:
+                self._announce(wid, status)
+            return
+        except Diverged as exc:
+            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="nondeterministic")
+            return
+        except TooManySteps as exc:
+            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="too_many_steps")
+            return
+        except StepFailed as exc:
+            self._finish(wf, WorkflowStatus.FAILED, error=short(str(exc)), reason="step_failed")
+            return
+        except Exception as exc:  # the body's own code raised
+            self._finish(
+                wf, WorkflowStatus.FAILED, error=short(f"{type(exc).__name__}: {exc}"), reason="error"
+            )
+            return
+        if step.positions < step.recorded:
+            error = f"the body returned after {step.positions} steps; {step.recorded} were recorded"
+            self._finish(wf, WorkflowStatus.FAILED, error=error, reason="nondeterministic")
+            return
+        try:
+            result = encode(value, "the workflow's result")
+        except Exception as exc:
+            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="result")
+            return
+        self._finish(wf, WorkflowStatus.COMPLETED, result=result)
+
+    def _finish(
+        self,
+        wf: WorkflowRow,
+        status: WorkflowStatus,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.store.set_status(wf.id, status, self.now, result=result, error=error, reason=reason)
+        self._log(wf, str(status), {"error": error, "reason": reason} if error else None)
+        self._announce(wf.id, status)
+
+    # -- wake-ups and outside results -------------------------------------------------------------
+    async def wake(self, payload: dict[str, Any]) -> None:
+        """A ``workflow_wake`` wake-up: a sleep's end, a deadline, a backoff's end, the next batch of
+        in-turn steps, or a lease's end."""
+        wid, gen = str(payload["id"]), int(payload["gen"])
+        wf = self.store.get(wid)
+        if wf is None or wf.generation != gen or wf.status not in _LIVE:
+            return
+        if payload.get("why") == "lease":
+            await self._lease(wf, int(payload["pos"]), int(payload["attempt"]), int(payload["run"]))
+            return
+        await self.advance(wid)
+
+    async def _lease(self, wf: WorkflowRow, pos: int, attempt: int, run: int) -> None:
+        store = self.store
+        rec = store.step(wf.id, pos)
+        if rec is None or rec.status is not StepStatus.RUNNING or (rec.attempt, rec.run) != (attempt, run):
+            return
+        actor = self.actor
+        key = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run)
+        payload = {
+            "why": "lease",
+            "id": wf.id,
+            "gen": wf.generation,
+            "pos": pos,
+            "attempt": attempt,
+            "run": run,
+        }
+        if runner(actor.extension.process).alive(key):
+            await schedule_wake(actor, self.now + self.lease, payload)
+            return
+        store.log(
+            wf.id,
+            wf.generation,
+            "attempt_lost",
+            self.now,
+            position=pos,
+            name=rec.name,
+            attempt=attempt,
+            detail={"run": run},
+        )
+        if run >= MAX_LOST_RUNS:
+            error = f"lost with its process {run} times"
+            store.put_step(
+                wf.id,
+                pos,
+                rec.name,
+                rec.kind,
+                StepStatus.FAILED,
+                self.now,
+                attempt=attempt,
+                run=run,
+                error=error,
+            )
+        else:
+            store.put_step(
+                wf.id, pos, rec.name, rec.kind, StepStatus.LOST, self.now, attempt=attempt, run=run
+            )
+        await self.advance(wf.id)
+
+    def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool:
+        """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current."""
+        store = self.store
+        wf = store.get(wid)
+        if wf is None or wf.generation != gen or wf.status.terminal:
+            return False
+        rec = store.step(wid, pos)
+        return (
+            rec is not None and rec.status is StepStatus.RUNNING and (rec.attempt, rec.run) == (attempt, run)
+        )
+
+    async def finish_external(
+        self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome
+    ) -> None:
+        """Record an outside attempt's outcome (fenced), then advance."""
+        if not self.holds(wid, gen, pos, attempt, run):
+            return
+        await self.actor.cancel_schedule(lease_key(wid, gen, pos, attempt, run))
+        store = self.store
+        rec = store.step(wid, pos)
+        assert rec is not None
+        now = self.now
+        if outcome.ok:
+            try:
+                text = encode(outcome.result, f"the result of step {rec.name!r}")
+            except Exception as exc:
+                outcome = Outcome(False, error=str(exc), retryable=False)
+            else:
+                store.put_step(
+                    wid,
+                    pos,
+                    rec.name,
+                    StepKind.EXTERNAL,
+                    StepStatus.COMPLETED,
+                    now,
+                    attempt=attempt,
+                    run=run,
+                    result=text,
+                )
+                store.log(
+                    wid,
+                    gen,
+                    "step_completed",
+                    now,
+                    position=pos,
+                    name=rec.name,
+                    attempt=attempt,
+                    detail={"run": run},
+                )
+        if not outcome.ok:
+            store.put_step(
+                wid,
+                pos,
+                rec.name,
+                StepKind.EXTERNAL,
+                StepStatus.ATTEMPT_FAILED,
+                now,
+                attempt=attempt,
+                run=run,
+                retryable=outcome.retryable,
+                error=outcome.error,
+            )
+        await self.advance(wid)
+
+    # -- events and approvals ---------------------------------------------------------------------
+    async def send_event(self, wid: str, name: str, payload: Any) -> dict[str, Any]:
+        _check_name(name, "an event name")
+        if name.startswith("approval:"):
+            raise refuse("bad_name", "events named approval:… are sent by approve_step only")
+        return await self._deliver(self._get(wid), name, payload)
+
+    async def approve(self, wid: str, name: str, approved: bool, note: str | None) -> dict[str, Any]:
+        wf = self._get(wid)
+        waiting = wf.waiting or {}
+        if wf.status.terminal or waiting.get("kind") != StepKind.APPROVAL or waiting.get("step") != name:
+            raise refuse("state", f"workflow {wid!r} is not waiting for approval {name!r}")
+        by = self._who() or "unknown"
+        return await self._deliver(wf, approval_event(name), {"approved": approved, "by": by, "note": note})
+
+    async def _deliver(self, wf: WorkflowRow, event: str, payload: Any) -> dict[str, Any]:
+        if wf.status.terminal:
+            raise refuse("state", f"workflow {wf.id!r} is {wf.status}: it takes no events")
+        store = self.store
+        if store.pending_events(wf.id) >= MAX_PENDING_EVENTS:
+            raise refuse("too_many", f"workflow {wf.id!r} has {MAX_PENDING_EVENTS} events not yet consumed")
+        store.add_event(wf.id, event, encode(payload, "an event's payload"), self._who(), self.now)
+        self._log(wf, "event_sent", {"event": event, "by": self._who()})
+        await self.advance(wf.id)
+        return self.status(wf.id)
+
+    # -- controls ---------------------------------------------------------------------------------
+    async def cancel(self, wid: str) -> dict[str, Any]:
+        wf = self._get(wid)
+        if wf.status.terminal:
+            raise refuse("state", f"workflow {wid!r} is {wf.status} already")
+        runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
+        self._finish(wf, WorkflowStatus.CANCELLED, error="cancelled", reason="cancelled")
+        return self.status(wid)
+
+    async def pause(self, wid: str) -> dict[str, Any]:
+        wf = self._get(wid)
+        if wf.status not in _LIVE:
+            raise refuse("state", f"workflow {wid!r} is {wf.status}: only a running or waiting one pauses")
+        self.store.set_status(wid, WorkflowStatus.PAUSED, self.now, waiting=wf.waiting)
+        self._log(wf, "paused", {"by": self._who()})
+        self._announce(wid, WorkflowStatus.PAUSED)
+        return self.status(wid)
+
+    async def resume(self, wid: str) -> dict[str, Any]:
+        wf = self._get(wid)
+        if wf.status.terminal:
+            raise refuse("state", f"workflow {wid!r} is {wf.status}: restart it instead")
+        if wf.status is WorkflowStatus.PAUSED:  # a live one is advanced now (after a dead-lettered advance)
+            self.store.set_status(wid, WorkflowStatus.RUNNING, self.now, waiting=wf.waiting)
+        self._log(wf, "resumed_by", {"by": self._who()})
+        await self.advance(wid)
+        return self.status(wid)
+
+    async def restart(self, wid: str) -> dict[str, Any]:
+        wf = self._get(wid)
+        runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
+        gen = self.store.new_generation(wid, self.now)
+        self.store.log(wid, gen, "restarted", self.now, detail={"by": self._who(), "from": wf.generation})
+        await self.advance(wid)
+        return self.status(wid)
+
+    def delete(self, wid: str) -> bool:
+        wf = self._get(wid)
+        if not wf.status.terminal:
+            raise refuse("state", f"workflow {wid!r} is {wf.status}: cancel it first")
+        self.store.delete(wid)
+        return True
+
+    # -- reads ------------------------------------------------------------------------------------
+    def status(self, wid: str) -> dict[str, Any]:
+        """The workflow and its steps, without the steps' results (``workflow_steps`` pages them)."""
+        wf = self._get(wid)
+        return {**wf.to_json(), "steps": [s.to_json(result=False) for s in self.store.steps(wid)]}
+
+    def steps(self, wid: str, after: int, limit: int) -> dict[str, Any]:
+        """Steps after position ``after`` with their results: at most ``limit`` (1 to 500), and at
+        most :data:`PAGE_BYTES` of results (at least one step)."""
+        self._get(wid)
+        limit = max(1, min(limit, 500))
+        page: list[dict[str, Any]] = []
+        size = 0
+        more = False
+        for rec in self.store.steps(wid):
+            if rec.position <= after:
+                continue
+            cost = len(encode(rec.result, "a step's result"))
+            if page and (len(page) == limit or size + cost > PAGE_BYTES):
+                more = True
+                break
+            page.append(rec.to_json())
+            size += cost
+        return {"steps": page, "next": page[-1]["position"] if more else None}
+
+    def history(self, wid: str, after: int, limit: int) -> dict[str, Any]:
+        self._get(wid)
+        limit = max(1, min(limit, 500))
+        entries = self.store.history(wid, after, limit)
+        return {"entries": entries, "next": entries[-1]["seq"] if len(entries) == limit else None}
+
+    def listing(self, status: str | None, after: str | None, limit: int) -> list[dict[str, Any]]:
+        if status is not None and status not in set(WorkflowStatus):
+            raise refuse("bad_name", f"no workflow status {status!r}")
+        return [wf.to_json() for wf in self.store.page(status, max(1, min(limit, 500)), after)]

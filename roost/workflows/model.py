@@ -1,0 +1,165 @@
+"""The workflow core's vocabulary: states, limits, errors and the small records a body sees.
+
+Errors a body sees (raised by a step call, recorded, and raised again on every replay)::
+
+    StepFailed (RuntimeError)        a step's attempts are spent, or it failed for good
+    └── EventTimeout (TimeoutError)  an event wait or an approval passed its deadline
+
+Errors a caller sees over the wire are :class:`roost.actors.RpcError` with a ``code``
+(:data:`CODES`). ``NonRetryable`` is raised *by a step function* to fail its step at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from roost.actors import RpcError
+
+__all__ = [
+    "CODES",
+    "MAX_ERROR",
+    "MAX_HISTORY",
+    "MAX_LOST_RUNS",
+    "MAX_NAME",
+    "MAX_PENDING_EVENTS",
+    "MAX_RESULT_BYTES",
+    "MAX_STEPS",
+    "PAGE_BYTES",
+    "STEPS_PER_TURN",
+    "Approval",
+    "EventTimeout",
+    "NonRetryable",
+    "StepAttempt",
+    "StepFailed",
+    "StepKind",
+    "StepStatus",
+    "Suspend",
+    "WorkflowStatus",
+    "refuse",
+    "short",
+]
+
+#: A step's result, a workflow's input or result, an event's payload: at most this many bytes of JSON.
+MAX_RESULT_BYTES = 256 * 1024
+#: Step positions per generation of a workflow; past it the workflow fails (``too many steps``).
+MAX_STEPS = 1000
+#: In-turn steps one advance runs before it lets the mailbox go (a wake-up at once goes on).
+STEPS_PER_TURN = 64
+#: Events sent to a workflow and not yet consumed; past it ``send_event`` is refused.
+MAX_PENDING_EVENTS = 64
+#: History rows kept per workflow, the newest.
+MAX_HISTORY = 5000
+#: Workflow ids, step and event names: 1 to this many characters.
+MAX_NAME = 128
+#: A recorded error (a step's, a workflow's) keeps at most this many characters.
+MAX_ERROR = 1000
+#: Bytes of step results one ``workflow_steps`` page carries at most (a page has at least one step).
+PAGE_BYTES = 512 * 1024
+#: Runs of one outside attempt lost with their process before the step fails (``lost``).
+MAX_LOST_RUNS = 5
+
+#: The ``code`` of each refusal a caller can get.
+CODES = {
+    "not_found": "workflow_not_found",
+    "conflict": "workflow_conflict",
+    "state": "workflow_state",
+    "too_large": "too_large",
+    "too_many": "too_many_events",
+    "bad_name": "invalid_arguments",
+    "unknown": "unknown_workflow",
+}
+
+
+def short(text: str) -> str:
+    """``text`` cut to :data:`MAX_ERROR` characters (an exception's text can be anything)."""
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
+
+
+def refuse(what: str, message: str) -> RpcError:
+    """The error a caller gets for ``what`` (a key of :data:`CODES`)."""
+    return RpcError(CODES[what], message)
+
+
+class WorkflowStatus(StrEnum):
+    RUNNING = "running"  # an advance has work to do now
+    WAITING = "waiting"  # suspended: a sleep, an event, an approval, a retry's backoff, an outside step
+    PAUSED = "paused"  # nothing advances it until resume_workflow
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+
+class StepStatus(StrEnum):
+    RUNNING = "running"  # an outside attempt is in flight
+    LOST = "lost"  # the process that ran an outside attempt is gone: run it again, same key
+    ATTEMPT_FAILED = "attempt_failed"  # an outside attempt failed: the next replay applies the policy
+    RETRY_WAIT = "retry_wait"  # a failed attempt waits for its backoff
+    WAITING = "waiting"  # a sleep, an event wait or an approval
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class StepKind(StrEnum):
+    DO = "do"  # in the turn, exactly once
+    EXTERNAL = "external"  # outside turns, at least once, keyed
+    SLEEP = "sleep"
+    EVENT = "event"
+    APPROVAL = "approval"
+
+
+class Suspend(BaseException):
+    """Raised by a step call that cannot finish in this turn: the advance ends here. A
+    ``BaseException``, so that a body's ``except Exception`` does not swallow it."""
+
+
+class StepFailed(RuntimeError):
+    """A step failed for good; ``step`` is its name, ``error`` the recorded reason."""
+
+    def __init__(self, step: str, error: str) -> None:
+        super().__init__(f"step {step!r} failed: {error}")
+        self.step = step
+        self.error = error
+
+
+class EventTimeout(StepFailed, TimeoutError):
+    """An event wait or an approval passed its deadline."""
+
+
+class NonRetryable(Exception):
+    """Raise from a step function to fail the step at once, without retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepAttempt:
+    """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``:
+    the same for every run of one attempt (a rerun after its process was lost), another for the next
+    attempt. Hand it to the system the effect goes to, so that it can drop a repeat."""
+
+    workflow_id: str
+    step: str
+    step_id: str
+    attempt: int
+    run: int
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.step_id}:{self.attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """An approval step's outcome: who decided (a principal id), and their note."""
+
+    approved: bool
+    by: str
+    note: str | None = None
+
+    @classmethod
+    def of(cls, payload: Any) -> Approval:
+        return cls(bool(payload["approved"]), str(payload["by"]), payload.get("note"))

@@ -1,0 +1,123 @@
+"""The process's runner of outside steps: one task per attempt run, outside every turn.
+
+A task's life: (1) a turn of its actor checks that the attempt it was spawned for is recorded
+(the turn that spawned it may have rolled back: then it stops, having run nothing); (2) it runs the
+step's function under the step's timeout, on the runtime's clock; (3) a turn records the outcome,
+fenced by ``(generation, position, attempt, run)`` (a cancelled, restarted or taken-over attempt
+records nothing). Nothing here is durable: after a SIGKILL the lease wake-up of the attempt finds no
+live task and runs the attempt again under the same key (:mod:`roost.workflows.engine`).
+
+Guarantees (tests in ``tests/test_workflows_external.py``):
+
+- **An attempt whose start rolled back never runs.**
+- **A live run is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
+  declares an attempt lost.
+- **Stopped with the registry**: every task is cancelled before the actors drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from roost.actors import Actor
+from roost.actors.extension import Process
+from roost.workflows.model import NonRetryable, short
+
+__all__ = ["Outcome", "RunKey", "Runner", "runner"]
+
+log = logging.getLogger("roost.workflows")
+
+#: ``(kind, actor name, workflow id, generation, position, attempt, run)``
+RunKey = tuple[str, str, str, int, int, int, int]
+_SERVICE = "roost.workflows.runner"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    retryable: bool = True
+
+
+class Runner:
+    """Per process (``actor.extension.process.service``): the tasks of outside attempts."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.tasks: dict[RunKey, asyncio.Task[None]] = {}
+
+    def alive(self, key: RunKey) -> bool:
+        task = self.tasks.get(key)
+        return task is not None and not task.done()
+
+    def spawn(
+        self,
+        key: RunKey,
+        fn: Callable[[], Awaitable[Any]],
+        timeout: float | None,
+        claimed: Callable[[Actor], Awaitable[bool]],
+        finish: Callable[[Outcome], Callable[[Actor], Awaitable[None]]],
+    ) -> None:
+        """Start the task of ``key``: ``claimed`` (a turn) says whether to run; ``finish(outcome)`` (a
+        turn) records the outcome."""
+        task = asyncio.get_running_loop().create_task(self._run(key, fn, timeout, claimed, finish))
+        self.tasks[key] = task
+        task.add_done_callback(lambda t: self.tasks.pop(key, None) if self.tasks.get(key) is t else None)
+
+    def cancel(self, kind: str, name: str, wid: str) -> None:
+        """Stop every task of workflow ``wid`` of ``kind/name`` in this process (cancel, restart)."""
+        for key, task in list(self.tasks.items()):
+            if key[:3] == (kind, name, wid):
+                task.cancel()
+
+    async def _run(
+        self,
+        key: RunKey,
+        fn: Callable[[], Awaitable[Any]],
+        timeout: float | None,
+        claimed: Callable[[Actor], Awaitable[bool]],
+        finish: Callable[[Outcome], Callable[[Actor], Awaitable[None]]],
+    ) -> None:
+        kind, name = key[0], key[1]
+        process = self.process
+        try:
+            if not await process.run(kind, name, claimed):
+                return
+            outcome = await self._attempt(fn, timeout)
+            await process.run(kind, name, finish(outcome))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the actor is stopping or failed: the lease wake-up takes it from here
+            log.warning("outside step %s of %s/%r not recorded", key[2:], kind, name, exc_info=True)
+
+    async def _attempt(self, fn: Callable[[], Awaitable[Any]], timeout: float | None) -> Outcome:
+        clock = self.process.clock
+        try:
+            if timeout is None:
+                result = await fn()
+            else:
+                async with clock.timeout(timeout):
+                    result = await fn()
+        except TimeoutError:
+            return Outcome(False, error=f"timeout after {timeout} s")
+        except NonRetryable as exc:
+            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"), retryable=False)
+        except Exception as exc:
+            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"))
+        return Outcome(True, result)
+
+    async def stop(self) -> None:
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def runner(process: Process) -> Runner:
+    """This process's runner."""
+    return process.service(_SERVICE, Runner)

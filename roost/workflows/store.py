@@ -1,0 +1,378 @@
+"""The workflow tables in the actor's own file, and the SQL that reads and writes them.
+
+Every method runs on the turn's connection (``actor.extension.connection()``), inside the turn's
+transaction: what an advance writes commits with the turn, or not at all. One generation of steps is
+kept per workflow (a restart drops the old one; its history stays, pruned to the newest
+:data:`~roost.workflows.model.MAX_HISTORY` rows).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from roost.storage import Migration
+from roost.workflows.model import (
+    MAX_HISTORY,
+    MAX_RESULT_BYTES,
+    StepKind,
+    StepStatus,
+    WorkflowStatus,
+    refuse,
+)
+
+__all__ = ["MIGRATIONS", "WORKFLOW_COMPONENT", "StepRow", "WorkflowRow", "WorkflowStore", "encode"]
+
+MIGRATIONS: Sequence[Migration] = (
+    """
+    CREATE TABLE roost_wf (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        input       TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        generation  INTEGER NOT NULL,
+        result      TEXT,
+        error       TEXT,
+        reason      TEXT,
+        waiting     TEXT,
+        created_by  TEXT,
+        created_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX roost_wf_by_status ON roost_wf (status, created_at);
+    CREATE TABLE roost_wf_steps (
+        workflow_id TEXT NOT NULL,
+        position    INTEGER NOT NULL,
+        name        TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        attempt     INTEGER NOT NULL,
+        run         INTEGER NOT NULL,
+        retryable   INTEGER NOT NULL DEFAULT 1,
+        result      TEXT,
+        error       TEXT,
+        wake_at     REAL,
+        started_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (workflow_id, position)
+    ) WITHOUT ROWID;
+    CREATE TABLE roost_wf_events (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        workflow_id TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        payload     TEXT NOT NULL,
+        sent_by     TEXT,
+        sent_at     REAL NOT NULL
+    );
+    CREATE INDEX roost_wf_events_by_name ON roost_wf_events (workflow_id, name, id);
+    CREATE TABLE roost_wf_history (
+        workflow_id TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        at          REAL NOT NULL,
+        generation  INTEGER NOT NULL,
+        event       TEXT NOT NULL,
+        position    INTEGER,
+        name        TEXT,
+        attempt     INTEGER,
+        detail      TEXT,
+        PRIMARY KEY (workflow_id, seq)
+    ) WITHOUT ROWID;
+    """,
+)
+#: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
+WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
+
+
+def encode(value: Any, what: str) -> str:
+    """``value`` as JSON text, refused (``too_large``) past :data:`MAX_RESULT_BYTES`, or ``TypeError``
+    if it is not JSON."""
+    data = orjson.dumps(value)
+    if len(data) > MAX_RESULT_BYTES:
+        raise refuse("too_large", f"{what} is {len(data)} bytes of JSON, over the {MAX_RESULT_BYTES} limit")
+    return data.decode()
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    id: str
+    name: str
+    input: Any
+    status: WorkflowStatus
+    generation: int
+    result: Any
+    error: str | None
+    reason: str | None
+    waiting: Any
+    created_by: str | None
+    created_at: float
+    updated_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "status": str(self.status),
+            "generation": self.generation,
+            "result": self.result,
+            "error": self.error,
+            "reason": self.reason,
+            "waiting": self.waiting,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    position: int
+    name: str
+    kind: StepKind
+    status: StepStatus
+    attempt: int
+    run: int
+    retryable: bool
+    result: Any
+    error: str | None
+    wake_at: float | None
+    started_at: float
+    updated_at: float
+
+    def to_json(self, *, result: bool = True) -> dict[str, Any]:
+        """The step as JSON; without its ``result`` when ``result`` is false (status pages)."""
+        out = {
+            "position": self.position,
+            "name": self.name,
+            "kind": str(self.kind),
+            "status": str(self.status),
+            "attempt": self.attempt,
+            "run": self.run,
+            "error": self.error,
+            "wake_at": self.wake_at,
+        }
+        if result:
+            out["result"] = self.result
+        return out
+
+
+_WF = (
+    "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at"
+)
+_STEP = (
+    "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at"
+)
+
+
+def _wf(row: tuple[Any, ...]) -> WorkflowRow:
+    v = list(row)
+    return WorkflowRow(
+        v[0], v[1], _load(v[2]), WorkflowStatus(v[3]), v[4], _load(v[5]), v[6], v[7], _load(v[8]), *v[9:]
+    )
+
+
+def _step(row: tuple[Any, ...]) -> StepRow:
+    v = list(row)
+    return StepRow(v[0], v[1], StepKind(v[2]), StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), *v[8:])
+
+
+class WorkflowStore:
+    """One actor's workflows, through the turn's connection."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- workflows ----------------------------------------------------------------------------------
+    def get(self, wid: str) -> WorkflowRow | None:
+        row = self.conn.execute(f"SELECT {_WF} FROM roost_wf WHERE id = ?", (wid,)).fetchone()
+        return None if row is None else _wf(row)
+
+    def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO roost_wf (id, name, input, status, generation, created_by, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
+            (wid, name, input_json, WorkflowStatus.RUNNING, by, now, now),
+        )
+
+    def set_status(
+        self,
+        wid: str,
+        status: WorkflowStatus,
+        now: float,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        reason: str | None = None,
+        waiting: Any = None,
+    ) -> None:
+        self.conn.execute(
+            "UPDATE roost_wf SET status = ?, result = ?, error = ?, reason = ?, waiting = ?, updated_at = ?"
+            " WHERE id = ?",
+            (
+                status,
+                result,
+                error,
+                reason,
+                None if waiting is None else orjson.dumps(waiting).decode(),
+                now,
+                wid,
+            ),
+        )
+
+    def new_generation(self, wid: str, now: float) -> int:
+        self.conn.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (wid,))
+        self.conn.execute(
+            "UPDATE roost_wf SET generation = generation + 1, status = ?, result = NULL, error = NULL,"
+            " reason = NULL, waiting = NULL, updated_at = ? WHERE id = ?",
+            (WorkflowStatus.RUNNING, now, wid),
+        )
+        generation: int = self.conn.execute(
+            "SELECT generation FROM roost_wf WHERE id = ?", (wid,)
+        ).fetchone()[0]
+        return generation
+
+    def page(self, status: str | None, limit: int, after: str | None) -> list[WorkflowRow]:
+        where, args = ["id > ?"], [after or ""]
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        rows = self.conn.execute(
+            f"SELECT {_WF} FROM roost_wf WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [_wf(r) for r in rows]
+
+    def delete(self, wid: str) -> None:
+        for table in ("roost_wf_steps", "roost_wf_events", "roost_wf_history"):
+            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
+        self.conn.execute("DELETE FROM roost_wf WHERE id = ?", (wid,))
+
+    # -- steps --------------------------------------------------------------------------------------
+    def steps(self, wid: str) -> list[StepRow]:
+        rows = self.conn.execute(
+            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position", (wid,)
+        ).fetchall()
+        return [_step(r) for r in rows]
+
+    def step(self, wid: str, position: int) -> StepRow | None:
+        row = self.conn.execute(
+            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? AND position = ?", (wid, position)
+        ).fetchone()
+        return None if row is None else _step(row)
+
+    def put_step(
+        self,
+        wid: str,
+        position: int,
+        name: str,
+        kind: StepKind,
+        status: StepStatus,
+        now: float,
+        *,
+        attempt: int = 0,
+        run: int = 0,
+        retryable: bool = True,
+        result: str | None = None,
+        error: str | None = None,
+        wake_at: float | None = None,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO roost_wf_steps (workflow_id, position, name, kind, status, attempt, run, retryable,"
+            " result, error, wake_at, started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (workflow_id, position) DO UPDATE SET status = excluded.status,"
+            " attempt = excluded.attempt, run = excluded.run, retryable = excluded.retryable,"
+            " result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,"
+            " updated_at = excluded.updated_at",
+            (
+                wid,
+                position,
+                name,
+                kind,
+                status,
+                attempt,
+                run,
+                int(retryable),
+                result,
+                error,
+                wake_at,
+                now,
+                now,
+            ),
+        )
+
+    # -- events -------------------------------------------------------------------------------------
+    def add_event(self, wid: str, name: str, payload_json: str, by: str | None, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO roost_wf_events (workflow_id, name, payload, sent_by, sent_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (wid, name, payload_json, by, now),
+        )
+
+    def pending_events(self, wid: str) -> int:
+        count: int = self.conn.execute(
+            "SELECT count(*) FROM roost_wf_events WHERE workflow_id = ?", (wid,)
+        ).fetchone()[0]
+        return count
+
+    def take_event(self, wid: str, name: str) -> tuple[Any, str | None] | None:
+        """The oldest unconsumed event ``name`` of ``wid`` (its payload and sender), consumed."""
+        row = self.conn.execute(
+            "SELECT id, payload, sent_by FROM roost_wf_events WHERE workflow_id = ? AND name = ?"
+            " ORDER BY id LIMIT 1",
+            (wid, name),
+        ).fetchone()
+        if row is None:
+            return None
+        self.conn.execute("DELETE FROM roost_wf_events WHERE id = ?", (row[0],))
+        return orjson.loads(row[1]), row[2]
+
+    # -- history ------------------------------------------------------------------------------------
+    def log(
+        self,
+        wid: str,
+        generation: int,
+        event: str,
+        now: float,
+        *,
+        position: int | None = None,
+        name: str | None = None,
+        attempt: int | None = None,
+        detail: Any = None,
+    ) -> None:
+        seq: int = self.conn.execute(
+            "INSERT INTO roost_wf_history (workflow_id, seq, at, generation, event, position, name, attempt,"
+            " detail) SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ? FROM roost_wf_history"
+            " WHERE workflow_id = ? RETURNING seq",
+            (
+                wid,
+                now,
+                generation,
+                event,
+                position,
+                name,
+                attempt,
+                None if detail is None else orjson.dumps(detail).decode(),
+                wid,
+            ),
+        ).fetchone()[0]
+        if seq > MAX_HISTORY and seq % 100 == 0:
+            self.conn.execute(
+                "DELETE FROM roost_wf_history WHERE workflow_id = ? AND seq <= ?", (wid, seq - MAX_HISTORY)
+            )
+
+    def history(self, wid: str, after: int, limit: int) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT seq, at, generation, event, position, name, attempt, detail FROM roost_wf_history"
+            " WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (wid, after, limit),
+        ).fetchall()
+        keys = ("seq", "at", "generation", "event", "position", "name", "attempt")
+        return [{**dict(zip(keys, r[:7], strict=True)), "detail": _load(r[7])} for r in rows]

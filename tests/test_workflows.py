@@ -1,0 +1,360 @@
+"""The workflow core in process (``roost.workflows``): in-turn steps, replay, retries, timeouts,
+sleeps, events, approvals, controls, divergence and bounds, on a real registry and real files with
+the fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roost.actors import ActorNotFound, Principal, RpcError
+from roost.scheduler.clock import FakeClock
+from roost.testing import ActorKit
+from roost.transport import admin
+from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
+from tests.workflow_kinds import Relay, Shop
+
+READ_ONLY = Principal("reader", claims={"read_only": True})
+
+
+async def _status(kit: ActorKit, name: str, wid: str) -> dict[str, Any]:
+    result: dict[str, Any] = await kit.call("shop", name, "workflow_status", wid)
+    return result
+
+
+async def _history(kit: ActorKit, name: str, wid: str) -> list[dict[str, Any]]:
+    page: dict[str, Any] = await kit.call("shop", name, "workflow_history", wid, 0, 500)
+    entries: list[dict[str, Any]] = page["entries"]
+    return entries
+
+
+async def test_in_turn_steps_run_once_and_complete(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "chain", 10, "w1")
+        assert status["status"] == "completed"
+        assert status["result"] == 10
+        assert [s["status"] for s in status["steps"]] == ["completed"] * 10
+        assert await kit.call("shop", "s1", "effects") == {f"write-{i}": 1 for i in range(10)}
+
+
+async def test_start_is_idempotent_by_workflow_id(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        first = await kit.call("shop", "s1", "start_workflow", "chain", 3, "w1")
+        again = await kit.call("shop", "s1", "start_workflow", "chain", 3, "w1")
+        assert again == first
+        assert await kit.call("shop", "s1", "effects") == {f"write-{i}": 1 for i in range(3)}
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "start_workflow", "chain", 4, "w1")
+        assert err.value.code == "workflow_conflict"
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "start_workflow", "nope", None)
+        assert err.value.code == "unknown_workflow"
+
+
+async def test_a_sleep_is_a_durable_wake_up_and_a_recorded_step_never_runs_again(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 60}, "w1")
+        assert status["status"] == "waiting"
+        assert status["waiting"]["step"] == "nap"
+        assert await kit.call("shop", "s1", "effects") == {"before": 1}
+        clock.advance(59)
+        await kit.fire_due("shop", "s1")
+        assert (await _status(kit, "s1", "w1"))["status"] == "waiting"
+        clock.advance(1)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        assert await kit.call("shop", "s1", "effects") == {"before": 1, "after": 1}
+        events = [e["event"] for e in await _history(kit, "s1", "w1")]
+        assert "sleeping" in events
+        assert "slept" in events
+        resumed = [e for e in await _history(kit, "s1", "w1") if e["event"] == "resumed"]
+        assert resumed[-1]["detail"]["replayed"] == 1  # "before" kept, not run again
+
+
+async def test_event_wakes_a_waiting_workflow_and_a_buffered_one_counts(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
+        status = await kit.call("shop", "s1", "send_event", "w1", "payment", {"amount": 5})
+        assert status["status"] == "completed"
+        assert status["result"] == {"amount": 5}
+        assert await kit.call("shop", "s1", "effects") == {"invoice": 1, "settle": 1}
+
+
+async def test_event_deadline_raises_event_timeout_into_the_body(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "paid", {"timeout": 30}, "w1")
+        clock.advance(29.5)
+        await kit.fire_due("shop", "s1")
+        assert (await _status(kit, "s1", "w1"))["status"] == "waiting"
+        clock.advance(0.5)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        assert status["result"] == "expired"
+        with pytest.raises(RpcError) as err:  # too late: the workflow is finished
+            await kit.call("shop", "s1", "send_event", "w1", "payment", {})
+        assert err.value.code == "workflow_state"
+
+
+async def test_send_event_actor_to_actor(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop, Relay], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
+        status = await kit.call("relay", "r1", "forward", "s1", "w1", "payment", {"via": "relay"})
+        assert status["status"] == "completed"
+        assert status["result"] == {"via": "relay"}
+
+
+async def test_retry_waits_full_jitter_backoff_as_wake_ups(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        kit.registry.rng.seed(7)
+        expected = random.Random(7)
+        Shop.flaky_failures = 2
+        status = await kit.call("shop", "s1", "start_workflow", "flaky", {"attempts": 5}, "w1")
+        assert status["status"] == "waiting"
+        first = expected.uniform(0.0, min(8.0, 1.0))  # attempt 1 failed: uniform(0, base)
+        assert status["waiting"]["until"] == pytest.approx(clock.now() + first)
+        clock.advance(first)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        second = expected.uniform(0.0, min(8.0, 2.0))
+        assert status["waiting"]["until"] == pytest.approx(clock.now() + second)
+        clock.advance(second)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        assert status["steps"][0]["attempt"] == 3
+        # the failed attempts' writes were rolled back: one attempt row, the successful one's
+        assert await kit.call("shop", "s1", "effects") == {"flaky-attempt": 1, "flaky": 1}
+
+
+async def test_spent_attempts_raise_step_failed_into_the_body(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        Shop.flaky_failures = 5
+        await kit.call("shop", "s1", "start_workflow", "flaky", {"attempts": 2}, "w1")
+        clock.advance(10)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        Shop.flaky_failures = 0
+        assert status["status"] == "completed"
+        assert status["result"] == -1
+        assert status["steps"][0]["status"] == "failed"
+        assert await kit.call("shop", "s1", "effects") == {"gave-up": 1}
+
+
+async def test_non_retryable_fails_the_workflow_at_once(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "fatal", None, "w1")
+        assert status["status"] == "failed"
+        assert status["reason"] == "step_failed"
+        assert "card declined" in status["error"]
+        assert status["steps"][0]["attempt"] == 1
+
+
+async def test_step_timeout_on_the_runtime_clock(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        armed = clock.timers
+        task = asyncio.ensure_future(
+            kit.registry.call("shop", "s1", "start_workflow", ["slow", {"timeout": 5}, "w1"], {})
+        )
+        await clock.armed(armed + 1)
+        clock.advance(5)
+        status, _ = await task
+        assert status["status"] == "completed"
+        assert status["result"] == "timeout after 5.0 s"
+
+
+async def test_approval_records_who_and_refuses_read_only(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "gated", {}, "w1")
+        # in process a read-only turn cannot write (over the wire: forbidden, tests/test_workflows_wire.py)
+        for method, args in (("approve_step", ["w1", "manager"]), ("cancel_workflow", ["w1"])):
+            with pytest.raises(RpcError) as err:
+                await kit.registry.call("shop", "s1", method, args, {}, principal=READ_ONLY)
+            assert err.value.code == "invalid_state"
+        seen, _ = await kit.registry.call("shop", "s1", "workflow_status", ["w1"], {}, principal=READ_ONLY)
+        assert seen["status"] == "waiting"
+        with pytest.raises(RpcError) as err:  # an approval is not an event anyone may send
+            await kit.call("shop", "s1", "send_event", "w1", "approval:manager", {"approved": True})
+        assert err.value.code == "invalid_arguments"
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "approve_step", "w1", "someone-else")
+        assert err.value.code == "workflow_state"
+        status, _ = await kit.registry.call(
+            "shop", "s1", "approve_step", ["w1", "manager"], {"note": "ok"}, principal=Principal("boss")
+        )
+        assert status["status"] == "completed"
+        assert status["result"] == {"approved": True, "by": "boss", "note": "ok"}
+
+
+async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_finished_workflow(
+    data_dir: Path,
+) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "nap", {"seconds": 10}, "w1")
+        assert (await kit.call("shop", "s1", "pause_workflow", "w1"))["status"] == "paused"
+        clock.advance(10)
+        await kit.fire_due("shop", "s1")
+        assert (await _status(kit, "s1", "w1"))["status"] == "paused"  # the sleep's end did not move it
+        status = await kit.call("shop", "s1", "resume_workflow", "w1")
+        assert status["status"] == "completed"
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "pause_workflow", "w1")
+        assert err.value.code == "workflow_state"
+        status = await kit.call("shop", "s1", "restart_workflow", "w1")
+        assert status["generation"] == 2
+        assert status["status"] == "waiting"
+        assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 1}
+        status = await kit.call("shop", "s1", "resume_workflow", "w1")  # a waiting one: advanced now
+        assert status["status"] == "waiting"
+        status = await kit.call("shop", "s1", "cancel_workflow", "w1")
+        assert status["status"] == "cancelled"
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "resume_workflow", "w1")
+        assert err.value.code == "workflow_state"
+        clock.advance(10)
+        await kit.fire_due("shop", "s1")
+        assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 1}
+        assert await kit.call("shop", "s1", "delete_workflow", "w1") is True
+        with pytest.raises(RpcError) as err:
+            await _status(kit, "s1", "w1")
+        assert err.value.code == "workflow_not_found"
+
+
+async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> None:
+    """Another step name at a recorded position, on the replay after a sleep: the workflow fails with
+    reason ``nondeterministic``, and the step that diverged never runs."""
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "shifty", None, "w1")
+        Shop.shift = True
+        try:
+            clock.advance(10)
+            await kit.fire_due("shop", "s1")
+        finally:
+            Shop.shift = False
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "failed"
+        assert status["reason"] == "nondeterministic"
+        assert "'first'" in status["error"]
+        assert "'first-b'" in status["error"]
+        assert await kit.call("shop", "s1", "effects") == {"first": 1}
+
+
+async def test_a_step_result_over_the_limit_fails_the_step_clearly(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "big", MAX_RESULT_BYTES + 10, "w1")
+        assert status["status"] == "completed"
+        assert "over the 262144 limit" in status["result"]
+        assert status["steps"][0]["attempt"] == 1  # not retried: another attempt would not help
+        status = await kit.call("shop", "s1", "start_workflow", "big", 100, "w2")
+        assert status["result"] == "kept"
+
+
+async def test_history_is_paged(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "chain", 30, "w1")
+        seen: list[int] = []
+        after = 0
+        while True:
+            page = await kit.call("shop", "s1", "workflow_history", "w1", after, 7)
+            assert len(page["entries"]) <= 7
+            seen += [e["seq"] for e in page["entries"]]
+            if page["next"] is None:
+                break
+            after = page["next"]
+        assert seen == list(range(1, len(seen) + 1))
+        assert len(seen) == 32  # started, 30 steps, completed
+        listed = await kit.call("shop", "s1", "list_workflows", "completed")
+        assert [w["id"] for w in listed] == ["w1"]
+
+
+async def test_workflows_are_exported_and_deleted_with_the_actor(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "paid", {}, "w1")
+        await kit.call("shop", "s1", "send_event", "w1", "other", {"kept": True})  # not consumed yet
+    exported = admin.export_actor(data_dir, "shop", "s1")
+    tables = exported["tables"]
+    assert [w["id"] for w in tables["roost_wf"]] == ["w1"]
+    assert [s["name"] for s in tables["roost_wf_steps"]] == ["invoice", "payment"]
+    assert [e["name"] for e in tables["roost_wf_events"]] == ["other"]
+    assert tables["roost_wf_history"]
+    admin.delete_actor(data_dir, "shop", "s1")
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        with pytest.raises(ActorNotFound):  # the file went, and every workflow row with it
+            await kit.call("shop", "s1", "list_workflows")
+
+
+async def test_a_long_run_of_in_turn_steps_lets_the_mailbox_go(data_dir: Path) -> None:
+    """An advance runs at most STEPS_PER_TURN in-turn steps; a wake-up at once goes on from there."""
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "chain", STEPS_PER_TURN + 6, "w1")
+        assert status["status"] == "running"
+        assert len(status["steps"]) == STEPS_PER_TURN
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        assert status["result"] == STEPS_PER_TURN + 6
+        effects = await kit.call("shop", "s1", "effects")
+        assert set(effects.values()) == {1}
+        assert len(effects) == STEPS_PER_TURN + 6
+
+
+async def test_a_body_that_returns_before_its_recorded_steps_is_nondeterministic(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "shifty", None, "w1")  # first, then the sleep
+        Shop.shrink = True
+        try:
+            clock.advance(10)
+            await kit.fire_due("shop", "s1")
+        finally:
+            Shop.shrink = False
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "failed"
+        assert status["reason"] == "nondeterministic"
+        assert "returned after 1 steps; 2 were recorded" in status["error"]
+
+
+async def test_steps_run_one_at_a_time(data_dir: Path) -> None:
+    async with ActorKit([Shop], data_dir) as kit:
+        status = await kit.call("shop", "s1", "start_workflow", "parallel", None, "w1")
+        assert status["status"] == "failed"
+        assert "one at a time" in status["error"]
+
+
+async def test_status_leaves_results_out_and_steps_are_paged_by_count_and_bytes(data_dir: Path) -> None:
+    async with ActorKit([Shop], data_dir) as kit:
+        await kit.call("shop", "s1", "start_workflow", "bulky", 200_000, "w1")
+        status = await _status(kit, "s1", "w1")
+        assert [s["name"] for s in status["steps"]] == ["bulk-0", "bulk-1", "bulk-2"]
+        assert all("result" not in s for s in status["steps"])
+        first = await kit.call("shop", "s1", "workflow_steps", "w1")
+        assert [len(s["result"]) for s in first["steps"]] == [200_000, 200_000]  # 512 KiB a page
+        assert first["next"] == 1
+        rest = await kit.call("shop", "s1", "workflow_steps", "w1", first["next"])
+        assert [s["position"] for s in rest["steps"]] == [2]
+        assert rest["next"] is None
+        one = await kit.call("shop", "s1", "workflow_steps", "w1", -1, 1)
+        assert [s["position"] for s in one["steps"]] == [0]
+        assert one["next"] == 0
