@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 from roost.actors import Actor, IdempotencyConflict, callable, wakeup
-from roost.actors.schedules import KEY_WINDOW
+from roost.actors.schedules import KEEP_FINISHED, KEY_WINDOW, PRUNE_EVERY
 from roost.scheduler import Dispatcher, FakeClock, make_trigger, next_fire
 from roost.storage import Directory
 from roost.testing import ActorKit, until
@@ -284,3 +284,51 @@ async def test_a_dispatcher_claims_only_the_kinds_it_serves(tmp_path: Path) -> N
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         directory.close()
+
+
+# -- finished schedules are bounded --------------------------------------------------------------------------
+class Churner(Actor):
+    """Makes one-off wake-ups by the thousand, as a busy agent's job leases do."""
+
+    kind = "churner"
+
+    @callable
+    async def churn(self, n: int) -> None:
+        for _ in range(n):  # each scheduled and cancelled: a finished schedule with no key
+            s = await self.schedule(3600, "noop")
+            await self.cancel_schedule(s.id)
+
+    @callable
+    async def keyed(self) -> str:
+        return (await self.schedule(1, "noop", key="once")).id
+
+    @callable
+    async def finished(self) -> list[str]:
+        return [s.id for s in await self.list_schedules(include_finished=True) if s.status != "active"]
+
+    @wakeup
+    async def noop(self, payload: Any) -> None:
+        pass
+
+
+async def test_finished_schedules_are_bounded(tmp_path: Path) -> None:
+    """One-off wake-ups do not fill an actor's file: of the finished ones with no key only the newest
+    KEEP_FINISHED stay (pruned every PRUNE_EVERY new schedules), while one whose key may still be asked
+    for again stays for KEY_WINDOW — a repeated request within it is the same schedule — and is
+    deleted after it."""
+    clock = FakeClock()
+    async with ActorKit([Churner], tmp_path / "data", clock=clock) as kit:
+        sid = await kit.call("churner", "c", "keyed")
+        clock.advance(2)
+        await kit.fire_due("churner", "c")  # done, its key held for KEY_WINDOW
+        await kit.call("churner", "c", "churn", KEEP_FINISHED + 3 * PRUNE_EVERY)
+        finished = await kit.call("churner", "c", "finished")
+        assert sid in finished
+        assert len(finished) <= KEEP_FINISHED + PRUNE_EVERY + 1
+        assert await kit.call("churner", "c", "keyed") == sid  # the key still answers a repeat
+        clock.advance(KEY_WINDOW)
+        await kit.call("churner", "c", "churn", PRUNE_EVERY)
+        finished = await kit.call("churner", "c", "finished")
+        assert sid not in finished
+        assert len(finished) <= KEEP_FINISHED + PRUNE_EVERY
+        assert await kit.call("churner", "c", "keyed") != sid  # the window passed: a new schedule

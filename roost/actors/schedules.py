@@ -21,7 +21,9 @@ from roost.actors.errors import IdempotencyConflict
 from roost.scheduler.triggers import Trigger, next_fire, occurrences
 
 __all__ = [
+    "KEEP_FINISHED",
     "KEY_WINDOW",
+    "PRUNE_EVERY",
     "DeadLetter",
     "Misfire",
     "RetryPolicy",
@@ -133,6 +135,11 @@ _COLUMNS = (
 #: How long a finished schedule keeps its key (seconds after its last fire, or its creation): within
 #: it, the same request is answered with the finished schedule instead of a second one.
 KEY_WINDOW = 24 * 3600.0
+#: Finished schedules with no key kept (the newest), and dead letters kept (the newest): a busy actor's
+#: one-off wake-ups (a job's lease, a workflow's sleep) would otherwise fill its file.
+KEEP_FINISHED = 1000
+#: Finished schedules are pruned every this many new schedules of an actor (the first after activation too).
+PRUNE_EVERY = 100
 
 
 def _in_use(schedule: Schedule, now: float) -> bool:
@@ -177,6 +184,7 @@ class ScheduleStore:
     def __init__(self, conn: sqlite3.Connection, kind: str = "", name: str = "") -> None:
         self.conn = conn
         self.actor = {"kind": kind, "name": name}
+        self._added = 0  # schedules added since the last prune (the first add prunes)
 
     def add(
         self,
@@ -258,7 +266,37 @@ class ScheduleStore:
         )
         schedule = self.get(sid)
         assert schedule is not None
+        if self._added % PRUNE_EVERY == 0:
+            self.prune_finished(now)
+        self._added += 1
         return schedule, True
+
+    def prune_finished(self, now: float) -> int:
+        """**Finished schedules are bounded.** A finished schedule (``done``, ``dead``, ``cancelled``)
+        is deleted, with its completion rows, once it ended more than :data:`KEY_WINDOW` ago (its key,
+        if any, no longer answers a repeated request); of the keyless ones only the newest
+        :data:`KEEP_FINISHED` are kept within the window; dead letters keep the newest
+        :data:`KEEP_FINISHED`. A schedule whose key may still be asked for again is never deleted.
+        Runs in the current turn (every :data:`PRUNE_EVERY` new schedules); returns how many it
+        deleted."""
+        cur = self.conn.execute(
+            f"DELETE FROM roost_schedules WHERE NOT ({_IS_ACTIVE}) AND ("
+            "coalesce(last_fire, created_at) < ? OR (key IS NULL AND id NOT IN ("
+            f"SELECT id FROM roost_schedules WHERE NOT ({_IS_ACTIVE}) AND key IS NULL "
+            "ORDER BY coalesce(last_fire, created_at) DESC, id LIMIT ?)))",
+            (now - KEY_WINDOW, KEEP_FINISHED),
+        )
+        deleted = cur.rowcount
+        if deleted:
+            self.conn.execute(
+                "DELETE FROM roost_fires WHERE schedule_id NOT IN (SELECT id FROM roost_schedules)"
+            )
+        self.conn.execute(
+            "DELETE FROM roost_dead_letters WHERE id <= "
+            "(SELECT id FROM roost_dead_letters ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            (KEEP_FINISHED,),
+        )
+        return deleted
 
     def get(self, sid: str) -> Schedule | None:
         row = self.conn.execute(f"SELECT {_COLUMNS} FROM roost_schedules WHERE id = ?", (sid,)).fetchone()
