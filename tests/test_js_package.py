@@ -145,7 +145,7 @@ def test_a_wrong_use_of_the_package_fails_to_typecheck_where_it_is_wrong(project
     expected = {
         (n, m.group(1)) for n, line in enumerate(source, 1) if (m := re.search(r"error (TS\d+)", line))
     }
-    assert len(expected) == 9
+    assert len(expected) == 10
     config = orjson.loads((project.dir / "tsconfig.json").read_bytes())
     (project.dir / "tsconfig.wrong.json").write_bytes(orjson.dumps({**config, "files": ["wrong.ts"]}))
     done = project.run(str(project.node), project.tool("typescript", "bin/tsc"), "-p", "tsconfig.wrong.json")
@@ -189,6 +189,28 @@ def test_actor_url_honours_a_mount_prefix(project: Project) -> None:
         "urlObject": "ws://127.0.0.1:8000/roost/agents/counter/a%2Fb%20c",
         "wss": "wss://example.com/roost/agents/counter/c1",
     }
+
+
+def test_the_client_streams_a_streaming_method_with_no_idempotency_key(project: Project, data_dir: Path) -> None:
+    """``stream`` (an async iterator, as the Python client's) and ``call`` with ``onChunk`` get every
+    chunk in order, then the result; neither sends an idempotency key (the server refuses a streaming
+    call with one); a loop left early forgets its call; a streaming call given a key is a TypeError.
+    And a call with bad arguments fails at once with ``bad_frame`` (the error frame names its id)."""
+    server = ServerProcess(data_dir).start()
+    try:
+        seen = project.node_json("node_stream.mjs", server.addr, "s1")
+    finally:
+        server.kill()
+    assert seen["iterated"] == [1, 2, 3]
+    assert (seen["done"], seen["streamResult"]) == (True, None)
+    assert (seen["chunks"], seen["result"]) == ([4, 5], None)
+    assert seen["early"] == [6]
+    assert seen["keyed"] == "TypeError: a streaming call takes no idempotency key"
+    assert seen["keys"] == [None, None, None]
+    assert seen["bad"] == {"code": "bad_frame", "message": "bad_frame: rpc: args: must be a list"}
+    assert seen["promptly"] is True
+    assert seen["after"] == 8  # the stream left early ran to its end on the server
+    assert seen["pending"] == 0
 
 
 @pytest.mark.parametrize("prefix", ["/roost", "roost/"])
