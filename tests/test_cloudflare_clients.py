@@ -7,7 +7,8 @@ and ``useAgent`` (``agents/react``) in a React 19 component rendered into a jsdo
 
 Node 22 and the packages are installed with ``npm`` into ``.cache/cf-clients`` at the repository's root
 (ignored by git), once; later runs reuse them. Without ``npm``, or when the install fails (no network),
-the test is skipped, saying why.
+the tests fail under ``make test`` and CI, and are skipped elsewhere, saying why
+(``tests/support.py``, ``node_unavailable``).
 """
 
 from __future__ import annotations

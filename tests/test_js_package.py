@@ -12,8 +12,8 @@ name changes.
 Node 22, TypeScript, Vite and React (:data:`PACKAGES`, pinned) are installed with ``npm`` into
 ``.cache/js-package`` at the repository's root (ignored by git), once; the project is a fresh
 directory inside it (so that it finds them there, as a project finds its own ``node_modules``), removed
-after the tests. Without ``npm``, or when the install fails (no network), the tests are skipped,
-saying why.
+after the tests. Without ``npm``, or when the install fails (no network), the tests fail under
+``make test`` and CI, and are skipped elsewhere, saying why (``tests/support.py``, ``node_unavailable``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Project:
 def project() -> Iterator[Project]:
     binary = npm_installed(CACHE, PACKAGES, "TypeScript, Vite and React")
     npm = shutil.which("npm")
-    assert npm is not None  # npm_installed skipped otherwise
+    assert npm is not None  # npm_installed skipped or failed otherwise
     work = Path(tempfile.mkdtemp(prefix="project-", dir=CACHE))
     try:
         made = Project(work, binary, work)  # the tarball is known once packed
@@ -191,7 +191,9 @@ def test_actor_url_honours_a_mount_prefix(project: Project) -> None:
     }
 
 
-def test_the_client_streams_a_streaming_method_with_no_idempotency_key(project: Project, data_dir: Path) -> None:
+def test_the_client_streams_a_streaming_method_with_no_idempotency_key(
+    project: Project, data_dir: Path
+) -> None:
     """``stream`` (an async iterator, as the Python client's) and ``call`` with ``onChunk`` get every
     chunk in order, then the result; neither sends an idempotency key (the server refuses a streaming
     call with one); a loop left early forgets its call; a streaming call given a key is a TypeError.
