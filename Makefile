@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-crash test test-public chromium screenshot lint typecheck unit bench bench-versus soak clean
+.PHONY: demo demo-crash test test-public chromium npm screenshot lint typecheck unit bench bench-versus soak clean
 
 BASE   := $(VENV)/.base
 
@@ -45,13 +45,21 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
 
-unit: $(STAMP) chromium
-	PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
+# The Node tests (Cloudflare's clients, the npm package) get Node 22 from the npm registry with npm
+# (tests/support.py), so npm is installed here if missing. Under `make test` a missing npm, Node or
+# network fails them instead of skipping them; `make test ROOST_REQUIRE_NODE=0` skips them then.
+ROOST_REQUIRE_NODE ?= 1
+npm:
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends npm; }
+
+unit: $(STAMP) chromium npm
+	ROOST_REQUIRE_NODE=$(ROOST_REQUIRE_NODE) PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
 
 # The whole suite again on the public path: the fast paths on private internals switched off
 # (ROOST_FAST_PATHS=0; docs/design.md, "Fast paths"). .ci/run runs it after `make test`.
-test-public: $(STAMP) chromium
-	ROOST_FAST_PATHS=0 PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
+test-public: $(STAMP) chromium npm
+	ROOST_REQUIRE_NODE=$(ROOST_REQUIRE_NODE) ROOST_FAST_PATHS=0 PYTHONASYNCIODEBUG=1 $(BIN)/python -m pytest -q
 
 screenshot: $(STAMP) chromium
 	ROOST_SCREENSHOT=docs/demo-page.png $(BIN)/python -m pytest -q tests/test_browser.py -k flow

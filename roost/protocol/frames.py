@@ -99,8 +99,11 @@ def rpc_chunk(call_id: str, chunk: Any) -> str:
     return encode({"type": "rpc_chunk", "id": call_id, "chunk": chunk})
 
 
-def error(code: str, text: str) -> str:
-    """An error that belongs to no call (a bad frame, a failed message hook)."""
+def error(code: str, text: str, call_id: str | None = None) -> str:
+    """An error that belongs to no call (a bad frame, a failed message hook); ``call_id``: the id of
+    an ``rpc`` frame refused as a bad frame although its id was good (the caller's answer)."""
+    if call_id is not None:
+        return encode({"type": "error", "code": code, "message": text, "id": call_id})
     return encode({"type": "error", "code": code, "message": text})
 
 

@@ -28,20 +28,33 @@ Guarantees (``tests/test_cloudflare_dialect.py``, and in Node with the real pack
   their ``seq`` for a client that drops repeats. Bounded; in memory: a restart forgets it. A
   welcome that is no resume after what the id had (its cursor too old, say) is told
   as ``roost_resume`` with Roost's ``resume`` and ``reason``.
+- **Final means final, for Cloudflare's client too.** It stops only after 1008 and 4000–4999, so
+  Roost's final closes outside that range go out 3000 higher: 1000 (the actor was deleted, or it
+  closed the connection: do not come back) as 4000, 1009 (a frame too big) as 4009; 4400–4499 go as
+  they are. Closes after which Roost's clients reconnect (1001, 1011, 1012, 1013) it reconnects
+  after too (:func:`close_for_cloudflare`).
 - **A token that expires does not end the frontend**: on an open connection its expiry closes with
   1000, not 4401 (final for Cloudflare's client), so the client reconnects with a fresh token.
+- **A refused connection is told in the dialect**: its ``error`` frame goes out as ``roost_error``
+  and its close code as above (:func:`refusal_for_cloudflare`), so ``onConnectionError`` gets the
+  reason and a final refusal stops the client.
+- **Every call is answered.** A call refused as a bad frame (arguments not a list, say) is answered
+  as a failed ``rpc`` for its id, so the client's ``call`` rejects at once with the reason; the
+  answer of a ``cf_agent_state`` is known by the ids this connection gave such calls (random, never
+  a client's), so a client's own id of any shape is answered.
 - **Bad input is a message, not a failure.** A client frame that is no JSON, or JSON of no type
-  Roost or Cloudflare's client sends, goes to ``on_message`` as its data; a frame too big, a call
-  with bad arguments, are answered as for any connection.
+  Roost or Cloudflare's client sends, goes to ``on_message`` as its data; a frame too big is closed
+  as for any connection (with 4009).
 """
 
 from __future__ import annotations
 
-import itertools
+import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Literal
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -54,8 +67,11 @@ __all__ = [
     "CloudflareCursors",
     "CloudflareSink",
     "Dialect",
+    "close_for_cloudflare",
     "dialect_of",
     "inbound",
+    "refusal_for_cloudflare",
+    "requested_dialect",
 ]
 
 Dialect = Literal["roost", "cf"]
@@ -67,8 +83,12 @@ MAX_REMEMBERED = 10_000
 #: A frame written this close to the end of its connection may not have been read (a client that
 #: closes, as PartySocket's reconnect does, drops what arrives after): it is sent again.
 GRACE_S = 2.0
-#: The id prefix of the calls a ``cf_agent_state`` becomes (a Cloudflare client's ids are UUIDs).
+#: The id prefix of the calls a ``cf_agent_state`` becomes; a random suffix follows, and the sink
+#: knows its own by their ids (a client's id with this prefix is answered as any other).
 _STATE_CALL = "cf-state-"
+#: Roost's final close codes that Cloudflare's client would reconnect after → the code they go out
+#: with (3000 higher: in 4000–4999, which that client takes as final).
+_FINAL_FOR_CLOUDFLARE: dict[int, int] = {CloseCode.NORMAL: 4000, CloseCode.MESSAGE_TOO_BIG: 4009}
 #: The client frames Roost's own protocol has; any other type is a message for ``on_message``.
 _ROOST_TYPES = frozenset({"rpc", "message", "ping", "auth", "subscribe"})
 _NO_MCP = orjson.dumps(
@@ -81,6 +101,43 @@ def dialect_of(asked: str | None, pk: str | None, cursor: int | None) -> Dialect
     if asked is not None:
         return "cf" if asked == "cf" else "roost"
     return "cf" if pk is not None and cursor is None else "roost"
+
+
+def requested_dialect(query: bytes | str) -> Dialect:
+    """The dialect a handshake's query asks for, read leniently (for the refusal of a query that
+    does not parse: a PartySocket with a bad ``_pk`` still gets Cloudflare's frames)."""
+    text = query.decode("latin-1") if isinstance(query, bytes) else query
+    q = parse_qs(text, keep_blank_values=True)
+    asked = q["dialect"][-1] if "dialect" in q else None
+    pk = q["_pk"][-1] if "_pk" in q else None
+    return dialect_of(asked if asked in ("roost", "cf") else None, pk, 0 if "cursor" in q else None)
+
+
+def close_for_cloudflare(code: int, reason: str, welcomed: bool = True) -> tuple[int, str]:
+    """The close Cloudflare's client takes as Roost's ``code`` means: a final one (1000, 1009) 3000
+    higher, into the range it does not reconnect after; 4401 on an open (``welcomed``) connection,
+    a token that expired, as 1000, so that it reconnects with a fresh token; any other as it is."""
+    if code == CloseCode.UNAUTHENTICATED and welcomed:
+        return CloseCode.NORMAL, f"{reason}; reconnect with a fresh token"
+    return _FINAL_FOR_CLOUDFLARE.get(code, code), reason
+
+
+def refusal_for_cloudflare(frame: str, code: int, reason: str) -> tuple[str, int, str]:
+    """A refused handshake's ``error`` frame and close, as a Cloudflare client is sent them."""
+    return (_error(orjson.loads(frame)), *close_for_cloudflare(code, reason, welcomed=False))
+
+
+def _error(frame: dict[str, Any]) -> str:
+    """An ``error`` frame as ``roost_error``; one carrying a call's id as that call's failure."""
+    if frame.get("id") is not None:
+        failed = {
+            "type": "rpc",
+            "id": frame["id"],
+            "success": False,
+            "error": f"{frame['code']}: {frame['message']}",
+        }
+        return orjson.dumps(failed).decode()
+    return orjson.dumps({"type": "roost_error", "code": frame["code"], "message": frame["message"]}).decode()
 
 
 class CloudflareCursors:
@@ -113,14 +170,13 @@ class CloudflareCursors:
         return len(self._seqs)
 
 
-_state_calls = itertools.count(1)
-
-
-def inbound(text: str | None, max_bytes: int | None = None) -> str | None:
+def inbound(
+    text: str | None, max_bytes: int | None = None, state_calls: set[str] | None = None
+) -> str | None:
     """A Cloudflare client's frame as the Roost frame it stands for (the table in the module doc);
     ``None`` (a binary frame) is passed on as is. A message that ``max_bytes`` would refuse only once
     wrapped goes on as it came, so that it is answered as in Roost's dialect (``bad_frame``), not
-    closed as too big."""
+    closed as too big. The id of a call a ``cf_agent_state`` becomes is added to ``state_calls``."""
     if text is None:
         return text
     try:
@@ -132,12 +188,10 @@ def inbound(text: str | None, max_bytes: int | None = None) -> str | None:
     if kind in _ROOST_TYPES:
         return text
     if kind == "cf_agent_state":
-        call = {
-            "type": "rpc",
-            "id": f"{_STATE_CALL}{next(_state_calls)}",
-            "method": CLIENT_STATE_METHOD,
-            "args": [obj.get("state")],
-        }
+        call_id = f"{_STATE_CALL}{secrets.token_hex(8)}"
+        if state_calls is not None:
+            state_calls.add(call_id)
+        call = {"type": "rpc", "id": call_id, "method": CLIENT_STATE_METHOD, "args": [obj.get("state")]}
         return orjson.dumps(call).decode()
     wrapped = _message(obj)
     return text if max_bytes is not None and len(wrapped) > max_bytes else wrapped
@@ -150,7 +204,7 @@ def _message(data: Any) -> str:
 class CloudflareSink(SocketSink):
     """A :class:`SocketSink` that sends each frame as the Cloudflare frames it stands for."""
 
-    __slots__ = ("_base", "_logged", "_published", "_taken", "cursors", "head", "key")
+    __slots__ = ("_base", "_logged", "_published", "_state_calls", "_taken", "cursors", "head", "key")
 
     def __init__(
         self,
@@ -174,6 +228,12 @@ class CloudflareSink(SocketSink):
         self._base: int | None = None
         self._published = False
         self.tracks = cursors is not None and key is not None
+        #: The ids of this connection's calls that a client's ``cf_agent_state`` became, unanswered.
+        self._state_calls: set[str] = set()
+
+    def inbound(self, text: str | None, max_bytes: int | None = None) -> str | None:
+        """:func:`inbound`, for this connection: its state calls' answers are known by their ids."""
+        return inbound(text, max_bytes, self._state_calls)
 
     def send_text(self, text: str) -> None:
         for out in self.translate(text):
@@ -211,12 +271,13 @@ class CloudflareSink(SocketSink):
             self.cursors.sent(self.key, base)
 
     def close(self, code: int, reason: str) -> None:
-        """As :meth:`SocketSink.close`, but a token that expired on an open connection closes it with
-        1000 (Cloudflare's client takes 4401 as final, so a frontend with short-lived tokens would
-        stop for good; with 1000 it reconnects, asking its ``query`` for a fresh token)."""
-        if code == CloseCode.UNAUTHENTICATED and self.welcomed:
-            code, reason = CloseCode.NORMAL, f"{reason}; reconnect with a fresh token"
-        super().close(code, reason)
+        """As :meth:`SocketSink.close`, with the code Cloudflare's client reads as Roost's means
+        (:func:`close_for_cloudflare`): 1000 and 1009 as 4000 and 4009, so that it stops (it would
+        reconnect after them, and a reconnect would make a deleted actor again); a token that
+        expired on an open connection as 1000 (Cloudflare's client takes 4401 as final, so a
+        frontend with short-lived tokens would stop for good; with 1000 it reconnects, asking its
+        ``query`` for a fresh token)."""
+        super().close(*close_for_cloudflare(code, reason, self.welcomed))
 
     def translate(self, text: str) -> list[str]:
         """The Cloudflare frames of one Roost frame (the table in ``docs/design.md``)."""
@@ -248,6 +309,8 @@ class CloudflareSink(SocketSink):
         if kind == "rpc_result":
             return self._result(frame)
         if kind == "rpc_chunk":
+            if frame["id"] in self._state_calls:
+                return []
             chunk = {
                 "type": "rpc",
                 "id": frame["id"],
@@ -257,14 +320,16 @@ class CloudflareSink(SocketSink):
             }
             return [orjson.dumps(chunk).decode()]
         if kind == "error":
-            error = {"type": "roost_error", "code": frame["code"], "message": frame["message"]}
-            return [orjson.dumps(error).decode()]
+            if frame.get("id") in self._state_calls:  # never: the server's own calls are well formed
+                return self._result({"id": frame["id"], "ok": False, "error": frame})
+            return [_error(frame)]
         return [text]
 
     def _result(self, frame: dict[str, Any]) -> list[str]:
         call_id: str = frame["id"]
         error = None if frame["ok"] else f"{frame['error']['code']}: {frame['error']['message']}"
-        if call_id.startswith(_STATE_CALL):  # a client's cf_agent_state
+        if call_id in self._state_calls:  # a client's cf_agent_state
+            self._state_calls.discard(call_id)
             if error is None:
                 return []
             if error.startswith("method_not_found"):

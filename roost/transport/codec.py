@@ -43,12 +43,14 @@ __all__ = [
 
 
 class ProtocolError(Exception):
-    """A frame or address that breaks the protocol; ``code`` is the wire error code."""
+    """A frame or address that breaks the protocol; ``code`` is the wire error code; ``call_id``: the
+    id of an ``rpc`` frame whose id was good and another field bad (its answer carries it)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, call_id: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.call_id = call_id
 
 
 class _Frame(BaseModel):
@@ -76,20 +78,20 @@ def _rpc_frame(obj: dict[str, Any]) -> RpcFrame:
     if type(call_id) is not str or not 0 < len(call_id) <= _MAX_NAME:
         raise ProtocolError("bad_frame", f"rpc: id: {_NAME_RULE}")
     if type(method) is not str or not 0 < len(method) <= _MAX_NAME:
-        raise ProtocolError("bad_frame", f"rpc: method: {_NAME_RULE}")
+        raise ProtocolError("bad_frame", f"rpc: method: {_NAME_RULE}", call_id)
     args = obj.get("args", _ABSENT)
     if args is _ABSENT:
         args = []
     elif type(args) is not list:
-        raise ProtocolError("bad_frame", "rpc: args: must be a list")
+        raise ProtocolError("bad_frame", "rpc: args: must be a list", call_id)
     kwargs = obj.get("kwargs", _ABSENT)
     if kwargs is _ABSENT:
         kwargs = {}
     elif type(kwargs) is not dict:
-        raise ProtocolError("bad_frame", "rpc: kwargs: must be an object")
+        raise ProtocolError("bad_frame", "rpc: kwargs: must be an object", call_id)
     key = obj.get("idempotency_key")
     if key is not None and (type(key) is not str or not 0 < len(key) <= _MAX_NAME):
-        raise ProtocolError("bad_frame", f"rpc: idempotency_key: {_NAME_RULE}")
+        raise ProtocolError("bad_frame", f"rpc: idempotency_key: {_NAME_RULE}", call_id)
     return RpcFrame("rpc", call_id, method, args, kwargs, key)
 
 

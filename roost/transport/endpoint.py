@@ -69,8 +69,7 @@ from roost.transport.admission import (
     NeedVerdict,
     Refuse,
 )
-from roost.transport.cloudflare import CloudflareSink
-from roost.transport.cloudflare import inbound as cloudflare_inbound
+from roost.transport.cloudflare import CloudflareSink, refusal_for_cloudflare, requested_dialect
 from roost.transport.direct import DirectPath, offered
 from roost.transport.protocol import (
     Action,
@@ -129,7 +128,7 @@ class WebSocketEndpoint:
                 case NeedSlot(principal, kind, name):
                     step = admission.slot(app.access.open(principal, kind, name, client))
                 case Refuse():
-                    return await _refuse(send, step.close)
+                    return await _refuse(send, step.close, requested_dialect(scope.get("query_string", b"")))
                 case Accept():
                     break
         try:
@@ -155,10 +154,11 @@ class WebSocketEndpoint:
             key = (kind, name, admitted.pk) if admitted.pk is not None else None
             if cursor is None and key is not None:
                 cursor = app.cloudflare_cursors.get(key)
-            sink: SocketSink = CloudflareSink(
+            cf = CloudflareSink(
                 send, app.send_queue, app.send_queue_bytes, cursors=app.cloudflare_cursors, key=key
             )
-            translate = functools.partial(cloudflare_inbound, max_bytes=app.max_frame_bytes)
+            translate = functools.partial(cf.inbound, max_bytes=app.max_frame_bytes)
+            sink: SocketSink = cf
         else:
             sink = SocketSink(send, app.send_queue, app.send_queue_bytes)
         connection = Connection(
@@ -247,11 +247,16 @@ def _validation_error(app: Runtime, kind: str, name: str) -> UnknownKind | Inval
     return None
 
 
-async def _refuse(send: Send, close: Close) -> None:
-    """A refusal before the connection exists: accept, the ``error`` frame, the close."""
+async def _refuse(send: Send, close: Close, dialect: str = "roost") -> None:
+    """A refusal before the connection exists: accept, the ``error`` frame, the close (in the
+    Cloudflare dialect as its client reads them: :func:`.cloudflare.refusal_for_cloudflare`)."""
+    frame, code, reason = close.frame, close.code, close.reason
+    if dialect == "cf" and frame is not None:
+        frame, code, reason = refusal_for_cloudflare(frame, code, reason)
     await send({"type": "websocket.accept"})
-    await send({"type": "websocket.send", "text": close.frame})
-    await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
+    if frame is not None:
+        await send({"type": "websocket.send", "text": frame})
+    await send({"type": "websocket.close", "code": code, "reason": reason})
 
 
 def _close(sink: SocketSink, close: Close) -> None:

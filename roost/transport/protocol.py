@@ -200,7 +200,8 @@ class ConnectionProtocol:
     4. every frame, good or bad, takes a token from the rate limits; without one it is answered
        ``rate_limited`` (a failed ``rpc_result`` for a call, a failed ``auth_result`` for an
        ``auth``, an ``error`` frame otherwise) and dropped;
-    5. a frame that does not parse is answered with an ``error`` frame (``bad_frame``/``unknown_type``);
+    5. a frame that does not parse is answered with an ``error`` frame (``bad_frame``/``unknown_type``;
+       an ``rpc`` frame whose id is good carries it as ``id``);
     6. a call, a message or a ping while ``max_in_flight`` inputs of this connection are queued or
        running at the actor is answered ``overloaded``; a call or message refused by the gate
        (read-only, ``authorize``) is answered ``forbidden``; otherwise it goes to the actor;
@@ -332,7 +333,7 @@ class ConnectionProtocol:
             return self._refuse(frame, limited.code, limited.message)
         if frame is None:
             assert bad is not None
-            return self._answer(frames.error(bad.code, bad.message))
+            return self._answer(frames.error(bad.code, bad.message, bad.call_id))
         conn = self.connection
         if type(frame) is RpcFrame:
             if conn.in_flight >= self._max_in_flight:

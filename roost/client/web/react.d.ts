@@ -1,6 +1,14 @@
 // Types for react.js: useRoost, one actor in a React component.
 
-import type { Base, CallOptions, ClientStatus, Json, RoostClient, RoostClientOptions } from "./roost.js";
+import type {
+  Base,
+  CallOptions,
+  ClientStatus,
+  Json,
+  RoostClient,
+  RoostClientOptions,
+  StreamingCallOptions,
+} from "./roost.js";
 
 /** The newest events a hook keeps unless told otherwise (100). */
 export const MAX_EVENTS: number;
@@ -26,12 +34,13 @@ export interface UseRoost<S = Json, E = Json> {
   /** The actor's state (null until the first welcome). */
   state: S | null;
   /** Call a `@callable` method (RoostClient.call) on the current client; the same function while the
-   * address stays, usable from the component's effects at mount (the call waits for the connection). */
-  call: <T = Json>(
+   * address stays, usable from the component's effects at mount (the call waits for the connection).
+   * With `onChunk` in the options, a streaming method (its chunks to it, no idempotency key). */
+  call: <T = Json, C = Json>(
     method: string,
     args?: Json[],
     kwargs?: { [key: string]: Json },
-    options?: CallOptions,
+    options?: CallOptions | StreamingCallOptions<C>,
   ) => Promise<T>;
   /** The newest `maxEvents` durable events received, oldest first. */
   events: ReadonlyArray<ReceivedEvent<E>>;

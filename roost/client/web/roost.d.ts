@@ -85,6 +85,8 @@ export interface ErrorFrame {
   type: "error";
   code: string;
   message: string;
+  /** The id of an `rpc` frame refused as a bad frame although its id was good: that call failed. */
+  id?: string;
 }
 
 /** The answer to a `ping`, with its id. */
@@ -244,6 +246,35 @@ export interface CallOptions {
   timeout?: number;
   /** true: a fresh key (the default); false: none (never sent again); a string: that key. */
   idempotencyKey?: boolean | string;
+  /** Not a streaming call (see StreamingCallOptions). */
+  onChunk?: undefined;
+}
+
+/** A call of a streaming method: its chunks go to `onChunk`, in order; it resolves with the result. */
+export interface StreamingCallOptions<C = Json> {
+  /** Milliseconds to wait for each item (the send, every chunk, the result); default 15000. */
+  timeout?: number;
+  /** Each chunk, in order; one that throws ends the call with its error. */
+  onChunk: (chunk: C) => void;
+  /** A streaming call takes no idempotency key (it is never sent again). */
+  idempotencyKey?: false;
+}
+
+export interface StreamOptions {
+  /** Milliseconds to wait for each item (the send, every chunk, the result); default 15000. */
+  timeout?: number;
+}
+
+/** The chunks of one streaming call (`RoostClient.stream`): `for await (const chunk of stream)`. */
+export class CallStream<C = Json, T = Json> implements AsyncIterableIterator<C> {
+  /** The loop ended: every chunk came, and `result` holds the call's result (or it failed). */
+  readonly done: boolean;
+  /** The call's result, once `done` (null before). */
+  readonly result: T | null;
+  next(): Promise<IteratorResult<C, undefined>>;
+  /** Leaving the loop early: the call is forgotten (the server still runs it). */
+  return(): Promise<IteratorResult<C, undefined>>;
+  [Symbol.asyncIterator](): CallStream<C, T>;
 }
 
 export type ClientStatus = "idle" | "connecting" | "open" | "reconnecting" | "closed";
@@ -282,13 +313,27 @@ export class RoostClient extends EventTarget {
   close(): void;
   /** Drop the socket as a network failure would; reconnect no sooner than `awaySeconds` from now. */
   drop(awaySeconds?: number): boolean;
-  /** Call a `@callable` method; resolves with its result after the server committed it. */
+  /** Call a `@callable` method; resolves with its result after the server committed it. With
+   * `onChunk`, a streaming method: each chunk goes to it, in order, and no idempotency key is sent. */
   call<T = Json>(
     method: string,
     args?: Json[],
     kwargs?: { [key: string]: Json },
     options?: CallOptions,
   ): Promise<T>;
+  call<T = Json, C = Json>(
+    method: string,
+    args: Json[],
+    kwargs: { [key: string]: Json },
+    options: StreamingCallOptions<C>,
+  ): Promise<T>;
+  /** Call a streaming method: its chunks as an async iterator, then its result in `result`. */
+  stream<C = Json, T = Json>(
+    method: string,
+    args?: Json[],
+    kwargs?: { [key: string]: Json },
+    options?: StreamOptions,
+  ): CallStream<C, T>;
 
   addEventListener<K extends keyof RoostClientEventMap>(
     type: K,

@@ -6,6 +6,7 @@
 //   client.addEventListener("event", (e) => console.log(e.detail.seq, e.detail.event));
 //   client.start();
 //   const reply = await client.call("turn", ["analyze the documents and make a report"]);
+//   for await (const chunk of client.stream("count_to", [3])) console.log(chunk); // a streaming method
 //
 // Guarantees (the same as the Python client's, roost/client/client.py):
 // - dedup by seq: a state/event frame is processed only if its seq is above the last processed one;
@@ -15,6 +16,11 @@
 //   effect), or ConnectionLost/ReplyTimeout (sent, the outcome unknown: OutcomeUnknown);
 // - every call carries a fresh idempotency key unless `{ idempotencyKey: false }` (the server runs a
 //   key's call at most once and answers its recorded outcome: docs/protocol.md, *Idempotency keys*);
+//   a streaming call (`stream`, or `call` with `onChunk`) carries none, as the server requires: it
+//   is never sent again, and it gets every chunk in order, then its result; its timeout bounds the
+//   wait for each item (the send, every chunk, the result), as the Python client's `stream`;
+// - a call refused as a bad frame (its `args` not an array, say) fails at once with an RpcError
+//   `bad_frame`: the server's `error` frame names the call's id;
 //   a call made while not connected waits for the connection (at most `maxQueued`; past it
 //   CallNotSent at once), and a keyed call whose connection dropped after it was sent is sent again
 //   on the next one with the same key, up to `resends` times within its timeout;
@@ -177,30 +183,85 @@ export class RoostClient extends EventTarget {
   /**
    * Call a @callable method; resolves with its result after the server committed it. Not connected:
    * the call waits for the connection (see the guarantees above). `idempotencyKey`: true (a fresh
-   * key), false (none: never sent again), or the key to use (1 to 128 characters).
+   * key), false (none: never sent again), or the key to use (1 to 128 characters). `onChunk`: call a
+   * streaming method, each chunk passed to it in order (one that throws ends the call with its
+   * error); such a call takes no key (giving one is a TypeError) and `timeout` bounds each item.
    */
-  call(method, args = [], kwargs = {}, { timeout = 15000, idempotencyKey = true } = {}) {
-    const key = idempotencyKey === true ? newKey() : idempotencyKey === false ? null : String(idempotencyKey);
-    const frame = { type: "rpc", method, args, kwargs };
-    if (key !== null) frame.idempotency_key = key;
-    if (this._stopped) return Promise.reject(new CallNotSent("the client is closed"));
-    if (this.status !== "open" && this._queue.length >= this._maxQueued) {
-      return Promise.reject(new CallNotSent(`${this._queue.length} calls already wait for a connection`));
-    }
-    return new Promise((resolve, reject) => {
-      const call = { id: null, frame, key, sent: false, resends: 0, resolve, reject, timer: null };
-      call.timer = setTimeout(() => {
-        this._pending.delete(call.id);
-        this._queue = this._queue.filter((c) => c !== call);
-        if (call.sent) reject(new ReplyTimeout(`call ${method}: no reply within ${timeout} ms`, key));
-        else reject(new SendTimeout(`call ${method}: not sent within ${timeout} ms (no connection)`));
-      }, timeout);
-      if (this.status === "open") this._send(call);
-      else this._queue.push(call);
-    });
+  call(method, args = [], kwargs = {}, options = {}) {
+    return this._call(method, args, kwargs, options).promise;
+  }
+
+  /**
+   * Call a streaming method: `for await (const chunk of client.stream(method, args, kwargs))` gets its
+   * chunks in order; once the loop ends the result is in `.result` (and `.done` is true); a failure
+   * is thrown from the loop, as `call`'s. Sent on the first iteration, with no idempotency key;
+   * `timeout` bounds the wait for each item. Leaving the loop early forgets the call (the server
+   * still runs it). The Python client's `stream`.
+   */
+  stream(method, args = [], kwargs = {}, { timeout = 15000 } = {}) {
+    return new CallStream((onChunk) => this._call(method, args, kwargs, { timeout, onChunk }), this);
   }
 
   // -- internals ------------------------------------------------------------------------------
+
+  /** A call: its promise, and the call itself (for a stream to forget it). */
+  _call(method, args, kwargs, { timeout = 15000, idempotencyKey, onChunk } = {}) {
+    const streaming = onChunk !== undefined && onChunk !== null;
+    if (streaming && typeof onChunk !== "function") {
+      return { promise: Promise.reject(new TypeError("onChunk must be a function")), call: null };
+    }
+    if (streaming && idempotencyKey !== undefined && idempotencyKey !== false) {
+      return { promise: Promise.reject(new TypeError("a streaming call takes no idempotency key")), call: null };
+    }
+    const asked = idempotencyKey === undefined ? !streaming : idempotencyKey;
+    const key = asked === true ? newKey() : asked === false ? null : String(asked);
+    const frame = { type: "rpc", method, args, kwargs };
+    if (key !== null) frame.idempotency_key = key;
+    if (this._stopped) return { promise: Promise.reject(new CallNotSent("the client is closed")), call: null };
+    if (this.status !== "open" && this._queue.length >= this._maxQueued) {
+      const full = new CallNotSent(`${this._queue.length} calls already wait for a connection`);
+      return { promise: Promise.reject(full), call: null };
+    }
+    const call = { id: null, frame, key, sent: false, resends: 0, resolve: null, reject: null, timer: null };
+    call.onChunk = streaming ? onChunk : null;
+    const promise = new Promise((resolve, reject) => {
+      call.resolve = resolve;
+      call.reject = reject;
+      // for a stream, armed again at every chunk: the timeout bounds the wait for each item
+      call.arm = () => {
+        clearTimeout(call.timer);
+        call.timer = setTimeout(() => {
+          this._forget(call);
+          const what = streaming ? "no stream item" : "no reply";
+          if (call.sent) reject(new ReplyTimeout(`call ${method}: ${what} within ${timeout} ms`, key));
+          else reject(new SendTimeout(`call ${method}: not sent within ${timeout} ms (no connection)`));
+        }, timeout);
+      };
+      call.arm();
+      if (this.status === "open") this._send(call);
+      else this._queue.push(call);
+    });
+    return { promise, call };
+  }
+
+  /** Forget a call: no answer to it is waited for any more. */
+  _forget(call) {
+    clearTimeout(call.timer);
+    if (call.id !== null && this._pending.get(call.id) === call) this._pending.delete(call.id);
+    this._queue = this._queue.filter((c) => c !== call);
+  }
+
+  _chunk(frame) {
+    const pending = this._pending.get(frame.id);
+    if (!pending || pending.onChunk === null) return; // not a stream: its chunks are not asked for
+    pending.arm();
+    try {
+      pending.onChunk(frame.chunk);
+    } catch (err) {
+      this._forget(pending);
+      pending.reject(err);
+    }
+  }
 
   _emit(type, detail) {
     this.dispatchEvent(new CustomEvent(type, { detail }));
@@ -315,8 +376,16 @@ export class RoostClient extends EventTarget {
         else pending.reject(new RpcError(frame.error.code, frame.error.message));
         return;
       }
-      case "error":
+      case "rpc_chunk":
+        return this._chunk(frame);
+      case "error": {
+        const pending = typeof frame.id === "string" ? this._pending.get(frame.id) : undefined;
+        if (pending) {
+          this._forget(pending);
+          pending.reject(new RpcError(frame.code, frame.message));
+        }
         return this._emit("error", { frame });
+      }
       default:
         return;
     }
@@ -339,6 +408,61 @@ export class RoostClient extends EventTarget {
     const waiting = this._queue;
     this._queue = [];
     for (const call of waiting) this._send(call);
+  }
+}
+
+/**
+ * The chunks of one streaming call, as an async iterator (`RoostClient.stream`): every chunk in
+ * order, then `done` is true and `result` holds the call's result; a failure is thrown.
+ */
+export class CallStream {
+  constructor(open, client = null) {
+    this._open = open; // onChunk -> {promise, call}
+    this._client = client;
+    this._call = null;
+    this._items = []; // what came and was not taken yet: {chunk} | {result} | {error}
+    this._waiting = null; // the resolver of the next() waiting for an item
+    this._opened = false;
+    this.done = false;
+    this.result = null;
+  }
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  async next() {
+    if (this.done) return { done: true, value: undefined };
+    if (!this._opened) {
+      this._opened = true;
+      const { promise, call } = this._open((chunk) => this._put({ chunk }));
+      this._call = call;
+      promise.then(
+        (result) => this._put({ result }),
+        (error) => this._put({ error }),
+      );
+    }
+    const item = this._items.length ? this._items.shift() : await new Promise((r) => (this._waiting = r));
+    if ("chunk" in item) return { done: false, value: item.chunk };
+    this.done = true;
+    if ("error" in item) throw item.error;
+    this.result = item.result;
+    return { done: true, value: undefined };
+  }
+
+  /** Leaving the loop early: the call is forgotten (the server still runs it). */
+  async return() {
+    if (!this.done && this._call !== null && this._client !== null) this._client._forget(this._call);
+    this.done = true;
+    return { done: true, value: undefined };
+  }
+
+  _put(item) {
+    if (this.done) return;
+    const waiting = this._waiting;
+    this._waiting = null;
+    if (waiting) waiting(item);
+    else this._items.push(item);
   }
 }
 

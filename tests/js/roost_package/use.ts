@@ -32,6 +32,16 @@ async function increment(): Promise<number> {
   }
 }
 
+async function count(): Promise<number[]> {
+  const chunks: number[] = [];
+  for await (const chunk of client.stream<number>("count_to", [3], {}, { timeout: 5000 })) chunks.push(chunk);
+  await client.call<null, number>("count_to", [2], {}, { onChunk: (chunk) => chunks.push(chunk + 1) });
+  const streamed = client.stream<number, null>("count_to", [1]);
+  for await (const chunk of streamed) chunks.push(chunk);
+  if (streamed.done && streamed.result === null) chunks.push(0);
+  return chunks;
+}
+
 function describe(frame: ServerFrame): string {
   switch (frame.type) {
     case "welcome":
@@ -48,7 +58,7 @@ function describe(frame: ServerFrame): string {
     case "pong":
       return String(frame.id);
     case "error":
-      return frame.code;
+      return frame.id === undefined ? frame.code : `${frame.id}: ${frame.code}`;
     case "message":
       return JSON.stringify(frame.data);
   }
@@ -69,8 +79,9 @@ function View(): string {
     maxEvents: 10,
   });
   void roost.call<number>("increment");
+  void roost.call<null, number>("count_to", [2], {}, { onChunk: (chunk) => console.log(chunk + 1) });
   return `${roost.status} ${roost.state?.count ?? 0} ${roost.events.length} ${roost.client?.cursor}`;
 }
 
-export { describe, frames, increment, View };
+export { count, describe, frames, increment, View };
 export const text = new MessageText().text("m1");

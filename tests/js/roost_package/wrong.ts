@@ -12,4 +12,5 @@ const seq: string = ({} as StateFrame).seq; // error TS2322: a seq is a number
 useRoost("counter"); // error TS2554: the name is missing
 useRoost("counter", "c1", { maxEvents: "all" }); // error TS2322: maxEvents is a number
 client.addEventListener("state", (e) => e.detail.count); // error TS2339: the detail is {state, seq}
+void client.call("count_to", [1], {}, { onChunk: () => {}, idempotencyKey: "k" }); // error TS2769: a stream takes no key
 export { frame, seq };
