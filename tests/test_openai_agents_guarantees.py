@@ -226,6 +226,30 @@ async def test_bounded_a_session_holds_at_most_max_items_items(session: RoostSes
     assert len(await session.get_items()) == MAX_ITEMS
 
 
+async def test_bounded_a_trimming_session_drops_its_oldest_items_to_take_new_ones(
+    session: RoostSession | LocalSession,
+) -> None:
+    """With ``trim``, a full session keeps taking items: the oldest go, in the same turn, until the
+    new ones fit — by count and by bytes; nothing is refused and the order is kept."""
+    session.trim = True
+    items: list[TResponseInputItem] = [{"role": "user", "content": str(n)} for n in range(MAX_ITEMS)]
+    await session.add_items(items)
+    await session.add_items([{"role": "user", "content": "new"}] * 3)
+    held = await session.get_items()
+    assert len(held) == MAX_ITEMS
+    assert [h["content"] for h in held[:2]] == ["3", "4"]  # type: ignore[typeddict-item]
+    assert held[-1]["content"] == "new"  # type: ignore[typeddict-item]
+    await session.clear_session()
+    per = MAX_SESSION_BYTES // 8
+    for n in range(4):
+        pair = [padded(per - 12) | {"id": f"{n}{half}"} for half in "ab"]  # ',"id":"0a"' is 10 bytes
+        await session.add_items(pair)  # type: ignore[arg-type]
+    await session.add_items([padded(32)])  # 8 items of per - 2 bytes: 16 bytes over with these 32
+    held = await session.get_items()
+    assert [h.get("id") for h in held[:2]] == ["0b", "1a"]  # only the oldest went
+    assert len(held) == 8
+
+
 async def test_bounded_a_session_holds_at_most_max_session_bytes(
     session: RoostSession | LocalSession,
 ) -> None:

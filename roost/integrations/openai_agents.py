@@ -126,14 +126,25 @@ class SessionItems(Actor):
     )
 
     @callable
-    async def add_items(self, items: list[dict[str, Any]]) -> int:
-        """Append ``items`` in order; the session's item count after. Refused past a bound."""
+    async def add_items(self, items: list[dict[str, Any]], trim: bool = False) -> int:
+        """Append ``items`` in order; the session's item count after. Past the session's bound it is
+        refused (``session_full``), or with ``trim`` the oldest items are dropped, in the same turn,
+        until the new ones fit."""
         try:
             encoded = _encoded(items)
         except SessionLimitExceeded as exc:
             raise RpcError(exc.code, str(exc)) from None
         count = int(self.state["items"]) + len(encoded)
         size = int(self.state["bytes"]) + sum(len(data) for data in encoded)
+        if trim and (count > MAX_ITEMS or size > MAX_SESSION_BYTES):
+            dropped, freed, last = 0, 0, None
+            for rid, item_size in self.sql.execute("SELECT id, size FROM openai_session_items ORDER BY id"):
+                if count - dropped <= MAX_ITEMS and size - freed <= MAX_SESSION_BYTES:
+                    break
+                dropped, freed, last = dropped + 1, freed + item_size, rid
+            if last is not None:
+                self.sql.execute("DELETE FROM openai_session_items WHERE id <= ?", (last,))
+            count, size = count - dropped, size - freed
         if count > MAX_ITEMS or size > MAX_SESSION_BYTES:
             raise RpcError(
                 "session_full",
@@ -187,11 +198,13 @@ class _Session:
     session_id: str
     session_settings: SessionSettings | None
 
-    def __init__(self, session_id: str, session_settings: SessionSettings | None) -> None:
+    def __init__(self, session_id: str, session_settings: SessionSettings | None, trim: bool = False) -> None:
         if not isinstance(session_id, str) or not 1 <= len(session_id) <= 256:
             raise ValueError(f"session_id must be a string of 1 to 256 characters, got {session_id!r}")
         self.session_id = session_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        #: When a session is full, drop its oldest items to make room (else ``session_full``).
+        self.trim = trim
 
     async def _call(self, method: Method, args: list[Any]) -> Any:
         """Call ``method`` on the session's actor; a refusal raises an error with ``code``."""
@@ -217,7 +230,7 @@ class _Session:
         plain: list[dict[str, Any]] = [dict(item) for item in items]
         _encoded(plain)  # refused here, before anything is sent
         try:
-            await self._call("add_items", [plain])
+            await self._call("add_items", [plain, self.trim] if self.trim else [plain])
         except (RpcError, ClientRpcError) as exc:
             if exc.code in LIMIT_CODES:
                 raise SessionLimitExceeded(exc.code, exc.message) from None
@@ -240,6 +253,8 @@ class RoostSession(_Session):
     a prefix); ``token``: a Roost access token, sent as ``?token=`` (blanked in the client's logs).
     ``timeout`` bounds each call, reconnects included; ``backoff`` paces the reconnects.
     One connection per event loop, opened at the first call; ``close()`` (or ``async with``) closes it.
+    ``trim``: a full session (:data:`MAX_ITEMS` items or :data:`MAX_SESSION_BYTES`) drops its oldest
+    items to take new ones, instead of refusing them with :class:`SessionLimitExceeded`.
     """
 
     def __init__(
@@ -252,8 +267,9 @@ class RoostSession(_Session):
         timeout: float = 30.0,
         backoff: Backoff | None = None,
         kind: str = KIND,
+        trim: bool = False,
     ) -> None:
-        super().__init__(session_id, session_settings)
+        super().__init__(session_id, session_settings, trim)
         base = url.rstrip("/")
         for http, ws in (("http://", "ws://"), ("https://", "wss://")):
             if base.startswith(http):
@@ -303,8 +319,9 @@ class LocalSession(_Session):
         session_settings: SessionSettings | None = None,
         principal: Principal | None = None,
         kind: str = KIND,
+        trim: bool = False,
     ) -> None:
-        super().__init__(session_id, session_settings)
+        super().__init__(session_id, session_settings, trim)
         self._registry = registry
         self._principal = principal
         self._kind = kind
