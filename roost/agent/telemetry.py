@@ -52,6 +52,7 @@ EVENT_TYPES = frozenset(
         "turn_cancelled",
         "capability_session",
         "elicitation_refused",
+        "workspace",
     }
 )
 
