@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 from pydantic import BaseModel
@@ -33,7 +33,7 @@ from roost.agent import (
     tool,
 )
 from roost.agent.models import Model
-from roost.agent.sandbox import Disposition, SandboxError
+from roost.agent.sandbox import SandboxError
 from roost.transport import create_app
 
 __all__ = ["KINDS", "MANIFEST", "Scripted", "app"]

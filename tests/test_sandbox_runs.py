@@ -71,7 +71,8 @@ async def test_workspace_write_passes_the_approval_gate_and_the_profile(data_dir
         approval = next(e for e in events(c) if e["event_type"] == "approval_requested")["payload"]
         done = await c.call("approve", approval["approval_id"], "grant")
         assert done["status"] == "failed"
-        assert "AccessDenied" in done["error"] and "src/app.py" in done["error"]
+        assert "AccessDenied" in done["error"]
+        assert "src/app.py" in done["error"]
         run = await c.call("get_run", reply["run_id"])
     app = {e["path"]: e for e in run["workspace"]["entries"]}["src/app.py"]
     assert app["digest"] == digest_of(b"print('app')\n")

@@ -41,7 +41,7 @@ from roost.agent.sandbox import (
 )
 from roost.agent.sandbox_rows import TABLE, WorkspaceStatus, card, decode, encode
 from roost.agent.store import Row, new_id
-from roost.storage import actor_path
+from roost.storage import sandbox_path
 
 __all__ = ["SERVICE", "Workspaces", "workspace_root"]
 
@@ -64,7 +64,7 @@ class _Held:
 def workspace_root(data_dir: Path, kind: str, name: str) -> Path:
     """Where the workspaces of actor ``kind``/``name`` live: ``DATA/sandboxes/<kind>/<digest>/``
     (``roost delete`` removes it with the actor)."""
-    return data_dir / "sandboxes" / kind / actor_path(data_dir, kind, name).stem
+    return sandbox_path(data_dir, kind, name)
 
 
 def _listed(paths: list[str]) -> dict[str, Any]:
