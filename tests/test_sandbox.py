@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from roost.agent.payloads import BlobStore
 from roost.agent.sandbox import (
@@ -18,6 +20,7 @@ from roost.agent.sandbox import (
     ManifestEntry,
     PathRefused,
     PermissionsProfile,
+    SandboxError,
     Workspace,
     digest_of,
     load_snapshot,
@@ -213,3 +216,32 @@ def test_reconcile_keeps_what_matches_and_puts_back_the_rest(tmp_path: Path) -> 
     assert ws.scan() == (entries, [])
     assert not (root / "extra").exists()
     assert outside.read_text() == "outside"
+
+
+@given(
+    st.lists(st.sampled_from(["..", ".", "", "a", "b.txt", "link", "linkdir", "/", "\\", "x\0"]), max_size=6)
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_no_path_of_any_shape_writes_outside_the_workspace(tmp_path: Path, names: list[str]) -> None:
+    """Whatever a path is made of (``..``, ``.``, empty parts, slashes, symlinks to a file and to a
+    directory outside), a write either is refused or lands on a regular file inside the root."""
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "victim.txt").write_text("untouched")
+    ws = make(tmp_path)
+    ws.materialise(Manifest.of("v1", {"a/b.txt": "x"}))
+    root = tmp_path / "ws"
+    os.symlink(outside / "victim.txt", root / "link")
+    os.symlink(outside, root / "linkdir")
+    path = "/".join(names)
+    try:
+        ws.write(path, "written")
+    except (PathRefused, LimitExceeded, SandboxError):
+        pass
+    else:
+        target = root / path
+        assert target.resolve().is_relative_to(root.resolve())
+        assert not target.is_symlink()
+        assert target.read_text() == "written"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+    assert (outside / "victim.txt").read_text() == "untouched"

@@ -135,3 +135,29 @@ async def test_continue_run_restores_a_closed_workspace_from_its_final_snapshot(
     assert entries["out/r.md"] == digest_of(b"r")
     starts = [e["payload"]["tool"] for e in events(c) if e["event_type"] == "tool_started"]
     assert starts.count("ws_append") == 1
+
+
+async def test_a_symlink_swapped_in_between_steps_is_refused_and_nothing_outside_is_written(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("ws_resumable", "s")
+        reply = await c.call(
+            "turn",
+            plan(("ws_append", {"line": "one"}), ("workspace_write", {"path": "notes/x.txt", "text": "x"})),
+        )
+        assert reply["waiting"] == "approval"
+        card = (await c.call("get_run", reply["run_id"]))["workspace"]
+        notes = data_dir / "sandboxes" / "ws_resumable"
+        (notes,) = list(notes.glob(f"*/{card['sandbox_session_id']}/notes"))
+        for f in notes.iterdir():
+            f.unlink()
+        notes.rmdir()
+        notes.symlink_to(outside)  # swapped in while the run waits
+        approval = next(e for e in events(c) if e["event_type"] == "approval_requested")["payload"]
+        done = await c.call("approve", approval["approval_id"], "grant")
+    assert done["status"] == "failed"
+    assert "PathRefused" in done["error"]
+    assert list(outside.iterdir()) == []

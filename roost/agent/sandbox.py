@@ -418,8 +418,10 @@ class Workspace:
                 os.close(f)
             try:
                 os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)  # a symlink there is replaced
-            except OSError:
+            except OSError as exc:
                 os.unlink(tmp, dir_fd=fd)
+                if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise SandboxError(f"{'/'.join(parts)!r} is a directory") from None
                 raise
         finally:
             os.close(fd)
