@@ -124,7 +124,14 @@ class RecreateWorkspaced(Workspaced):
     sandbox = SandboxSpec(MANIFEST, PROFILE, "recreate")
 
 
-KINDS = (Workspaced, SnapshotWorkspaced, RecreateWorkspaced)
+class SessionWorkspaced(Workspaced):
+    """Each run starts from the final snapshot of the session's previous run."""
+
+    kind = "ws_session"
+    sandbox = SandboxSpec(MANIFEST, PROFILE, "resumable", start="session")
+
+
+KINDS = (Workspaced, SnapshotWorkspaced, RecreateWorkspaced, SessionWorkspaced)
 
 # turn_timeout well above the hang (a job's worker is not a turn, but the kinds share the defaults)
 app = create_app(list(KINDS), config=RuntimeConfig(turn_timeout=90.0, poll_interval=0.5))

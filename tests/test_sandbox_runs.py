@@ -161,3 +161,23 @@ async def test_a_symlink_swapped_in_between_steps_is_refused_and_nothing_outside
     assert done["status"] == "failed"
     assert "PathRefused" in done["error"]
     assert list(outside.iterdir()) == []
+
+
+async def test_a_run_can_start_from_the_snapshot_its_session_left(data_dir: Path) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("ws_session", "s")
+        first = await c.call("turn", plan(("ws_append", {"line": "one"})), session_id="s1")
+        second = await c.call("turn", plan(("ws_append", {"line": "two"})), session_id="s1")
+        other = await c.call("turn", plan(("ws_append", {"line": "alone"})), session_id="s2")
+        cards = [(await c.call("get_run", r["run_id"]))["workspace"] for r in (first, second, other)]
+
+    def log(card: dict[str, Any]) -> str:
+        return str({e["path"]: e["digest"] for e in card["entries"]}["notes/log.txt"])
+
+    assert cards[0]["started_from"] is None
+    assert cards[1]["started_from"] == cards[0]["snapshot_id"]
+    assert log(cards[1]) == digest_of(b"one\ntwo\n")
+    assert cards[2]["started_from"] is None  # another session starts from the manifest
+    assert log(cards[2]) == digest_of(b"alone\n")
+    materialised = [p for p in workspace_events(c) if p["action"] == "materialised"]
+    assert [p["started_from"] for p in materialised] == [None, cards[0]["snapshot_id"], None]

@@ -202,10 +202,15 @@ class SandboxSpec:
     permissions: PermissionsProfile = PermissionsProfile()
     disposition: Disposition = "resumable"
     limits: Limits = Limits()
+    #: Where a run's workspace starts: ``manifest`` (fresh), or ``session``: from the final snapshot
+    #: of the newest ended run of the same session (the manifest for the session's first run).
+    start: Literal["manifest", "session"] = "manifest"
 
     def __post_init__(self) -> None:
         if self.disposition not in DISPOSITIONS:
             raise ValueError(f"disposition must be one of {DISPOSITIONS}, not {self.disposition!r}")
+        if self.start not in ("manifest", "session"):
+            raise ValueError(f"start must be 'manifest' or 'session', not {self.start!r}")
 
 
 @dataclass(slots=True)
@@ -525,7 +530,15 @@ class Workspace:
         return entries
 
     def restore(self, entries: Entries) -> list[str]:
-        """Empty the directory and write ``entries`` from the blob store (each checked); the paths."""
+        """Empty the directory and write ``entries`` from the blob store (each checked, within the
+        limits); the paths."""
+        limits = self.limits
+        if len(entries) > limits.max_entries:
+            raise LimitExceeded(f"snapshot has {len(entries)} files, more than {limits.max_entries}")
+        if total(entries.values()) > limits.max_total_bytes:
+            raise LimitExceeded(f"snapshot holds more than {limits.max_total_bytes} bytes")
+        for path in entries:
+            self.parts(path)
         self.wipe()
         for path in sorted(entries):
             self._put_back(path, entries[path][0])

@@ -152,7 +152,13 @@ class Workspaces(Part):
         rel = directory.relative_to(self.agent.extension.process.data_dir)
         manifest_ref = spec.manifest.ref(blobs)
         ws = Workspace(directory, spec.permissions, spec.limits, blobs)
-        entries = ws.materialise(spec.manifest)
+        started_from = self._previous_snapshot(run) if spec.start == "session" else None
+        if started_from is None:
+            entries = ws.materialise(spec.manifest)
+        else:
+            ws.check_manifest(spec.manifest)
+            entries = load_snapshot(blobs, started_from)
+            ws.restore(entries)
         now = self.now
         row: Row = {
             "sandbox_session_id": sid,
@@ -164,6 +170,7 @@ class Workspaces(Part):
             "disposition": spec.disposition,
             "status": WorkspaceStatus.ACTIVE,
             "snapshot_id": snapshot(blobs, manifest_ref, entries),
+            "started_from": started_from,
             "entries": entries,
             "version": 1,
             "reopened": 0,
@@ -176,8 +183,24 @@ class Workspaces(Part):
             f"INSERT INTO {TABLE} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
             [encode(c, row[c]) for c in cols],
         )
-        self._event(run, row, "materialised", manifest_version=spec.manifest.version, files=len(entries))
+        self._event(
+            run,
+            row,
+            "materialised",
+            manifest_version=spec.manifest.version,
+            files=len(entries),
+            started_from=started_from,
+        )
         return row
+
+    def _previous_snapshot(self, run: Row) -> str | None:
+        """The final snapshot of the newest ended run of ``run``'s session that had a workspace."""
+        found = self.store.scalar(
+            f"SELECT s.snapshot_id FROM {TABLE} AS s JOIN roost_agent_runs AS r ON r.run_id = s.run_id "
+            "WHERE r.session_id = ? AND s.status = ? AND s.run_id != ? ORDER BY r.ordinal DESC LIMIT 1",
+            (run["session_id"], WorkspaceStatus.CLOSED, run["run_id"]),
+        )
+        return str(found) if found is not None else None
 
     def _reopen(self, run: Row, row: Row, ws: Workspace) -> None:
         """Apply the row's disposition: the directory is not known to be as last committed."""

@@ -161,6 +161,7 @@ SANDBOX_COLUMNS = (
     "disposition",
     "status",
     "snapshot_id",
+    "started_from",
     "entries",
     "version",
     "reopened",
