@@ -254,6 +254,10 @@ class Workspace:
         self.permissions = permissions
         self.limits = limits
         self.blobs = blobs
+        #: What the last scan found, by path: (inode, size, mtime_ns, digest). A file found with the
+        #: same inode, size and modification time is not read again (a write replaces the inode).
+        self.known: dict[str, tuple[int, int, int, str]] = {}
+        self._total: int | None = None
 
     # -- paths ----------------------------------------------------------------------------------------
     def parts(self, path: Any) -> list[str]:
@@ -336,6 +340,7 @@ class Workspace:
                 f"the workspace would hold {total} bytes, more than {self.limits.max_total_bytes}"
             )
         self._write(parts, raw)
+        self._total = total
         return digest_of(raw)
 
     def append(self, path: Any, data: bytes | str) -> str:
@@ -354,6 +359,7 @@ class Workspace:
         fd = self._walk_to_parent(parts, create=False)
         try:
             os.unlink(parts[-1], dir_fd=fd)
+            self._total = None
             return True
         except FileNotFoundError:
             return False
@@ -439,6 +445,11 @@ class Workspace:
 
     def _tree(self) -> Iterator[tuple[str, str, int]]:
         """Everything in the directory: (path, ``file`` | ``dir`` | ``other``, size); never follows."""
+        for path, kind, size, _st in self._stat_tree():
+            yield path, kind, size
+
+    def _stat_tree(self) -> Iterator[tuple[str, str, int, os.stat_result]]:
+        """:meth:`_tree` with each entry's ``lstat``."""
         stack: list[tuple[str, int]] = [("", self._root_fd())]
         while stack:
             base, fd = stack.pop()
@@ -449,21 +460,24 @@ class Workspace:
                     rel = f"{base}{e.name}"
                     st = e.stat(follow_symlinks=False)
                     if stat.S_ISREG(st.st_mode):
-                        yield rel, "file", st.st_size
+                        yield rel, "file", st.st_size, st
                     elif stat.S_ISDIR(st.st_mode):
-                        yield rel, "dir", 0
+                        yield rel, "dir", 0, st
                         try:
                             sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                         except OSError:
                             continue  # swapped for something else meanwhile: seen at the next scan
                         stack.append((rel + "/", sub))
                     else:
-                        yield rel, "other", 0
+                        yield rel, "other", 0, st
             finally:
                 os.close(fd)
 
     def total_bytes(self) -> int:
-        return sum(size for _, size in self._files())
+        """The bytes of its files: counted once per handle, then kept up to date by its writes."""
+        if self._total is None:
+            self._total = sum(size for _, size in self._files())
+        return self._total
 
     def scan(self) -> tuple[Entries, list[str]]:
         """The directory's files as entries (digest and size, contents put into the blob store) and
@@ -471,7 +485,8 @@ class Workspace:
         entries: Entries = {}
         odd: list[str] = []
         total = 0
-        for path, kind, size in self._tree():
+        known: dict[str, tuple[int, int, int, str]] = {}
+        for path, kind, size, st in self._stat_tree():
             name = path.rsplit("/", 1)[-1]
             if kind == "other" or name.startswith(_TMP):
                 odd.append(path)
@@ -481,8 +496,15 @@ class Workspace:
                     raise LimitExceeded(f"the workspace holds more than {self.limits.max_entries} files")
                 if total > self.limits.max_total_bytes:
                     raise LimitExceeded(f"the workspace holds more than {self.limits.max_total_bytes} bytes")
-                data = self._read(path.split("/"))
-                entries[path] = [self.blobs.put(data), len(data)]
+                seen = self.known.get(path)
+                if seen is not None and seen[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                    entries[path] = [seen[3], st.st_size]
+                else:
+                    data = self._read(path.split("/"))
+                    entries[path] = [self.blobs.put(data), len(data)]
+                known[path] = (st.st_ino, st.st_size, st.st_mtime_ns, entries[path][0])
+        self.known = known
+        self._total = total
         return entries, odd
 
     def wipe(self) -> None:
@@ -493,6 +515,7 @@ class Workspace:
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._total = None
 
     def materialise(self, manifest: Manifest) -> Entries:
         """Write ``manifest`` into an emptied directory, every entry checked first; its entries."""
@@ -511,6 +534,7 @@ class Workspace:
                 f"manifest has {len(manifest.entries)} entries, more than {self.limits.max_entries}"
             )
         entries: Entries = {}
+        dirs: set[str] = set()
         total = 0
         for e in manifest.entries:
             self.parts(e.path)
@@ -524,8 +548,11 @@ class Workspace:
             total += len(raw)
             if total > self.limits.max_total_bytes:
                 raise LimitExceeded(f"manifest holds more than {self.limits.max_total_bytes} bytes")
-            if e.path in entries or any(_under(e.path, p) or _under(p, e.path) for p in entries):
+            parts = e.path.split("/")
+            ancestors = ["/".join(parts[:i]) for i in range(1, len(parts))]
+            if e.path in entries or e.path in dirs or any(a in entries for a in ancestors):
                 raise PathRefused(f"manifest entry {e.path!r} collides with another entry")
+            dirs.update(ancestors)
             entries[e.path] = [e.digest, len(raw)]
         return entries
 
@@ -548,6 +575,7 @@ class Workspace:
         """Put the directory back to ``entries`` in place: keep what matches, put back what differs or
         is missing, remove what is not recorded (and every symlink or odd thing)."""
         out = Reconciled()
+        self._total = None
         if not self.root.is_dir() or self.root.is_symlink():
             self.wipe()
         present: dict[str, str] = {}

@@ -56,9 +56,17 @@ class _Held:
 
     def __init__(self, process: Process) -> None:
         self.clean: dict[str, int] = {}
+        #: What the last commit's scan found (:attr:`Workspace.known`), so unchanged files are not
+        #: read again at the next commit.
+        self.known: dict[str, dict[str, tuple[int, int, int, str]]] = {}
+
+    def forget(self, sandbox_session_id: str) -> None:
+        self.clean.pop(sandbox_session_id, None)
+        self.known.pop(sandbox_session_id, None)
 
     async def stop(self) -> None:
         self.clean.clear()
+        self.known.clear()
 
 
 def workspace_root(data_dir: Path, kind: str, name: str) -> Path:
@@ -255,7 +263,9 @@ class Workspaces(Part):
         if held.clean.get(row["sandbox_session_id"]) == row["version"]:
             return  # nobody opened it since the last commit
         ws = self._workspace(spec, row)
+        ws.known = held.known.get(row["sandbox_session_id"], {})
         entries, odd = ws.scan()
+        held.known[row["sandbox_session_id"]] = ws.known
         written, removed = changed(row["entries"], entries)
         if written or removed or odd:
             values: dict[str, Any] = {"entries": entries, "version": row["version"] + 1}
@@ -285,7 +295,7 @@ class Workspaces(Part):
         entries: Entries = row["entries"]
         final = snapshot(self.agent.blobs, row["manifest_ref"], entries)
         self._set(row, status=WorkspaceStatus.CLOSED, snapshot_id=final)
-        self._held().clean.pop(row["sandbox_session_id"], None)
+        self._held().forget(row["sandbox_session_id"])
         directory = self.agent.extension.process.data_dir / row["directory"]
         shutil.rmtree(directory, ignore_errors=True)
         self._event(run, row, "closed", reason=f"the run ended ({run['status']})", files=len(entries))
