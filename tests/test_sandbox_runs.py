@@ -181,3 +181,21 @@ async def test_a_run_can_start_from_the_snapshot_its_session_left(data_dir: Path
     assert log(cards[2]) == digest_of(b"alone\n")
     materialised = [p for p in workspace_events(c) if p["action"] == "materialised"]
     assert [p["started_from"] for p in materialised] == [None, cards[0]["snapshot_id"], None]
+
+
+async def test_a_directory_no_active_workspace_names_is_removed_when_the_next_run_starts(
+    data_dir: Path,
+) -> None:
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("ws_resumable", "o")
+        await c.call("turn", plan(("ws_append", {"line": "one"})))
+        root = workspace_root(data_dir, "ws_resumable", "o")
+        orphan = root / "sbx_left_by_a_rolled_back_turn"
+        (orphan / "notes").mkdir(parents=True)
+        (orphan / "notes" / "log.txt").write_text("pending")
+        waiting = await c.call(
+            "turn", plan(("ws_append", {"line": "two"}), ("workspace_write", {"path": "out/a", "text": "a"}))
+        )
+        assert waiting["waiting"] == "approval"
+        card = (await c.call("get_run", waiting["run_id"]))["workspace"]
+    assert sorted(p.name for p in root.iterdir()) == [card["sandbox_session_id"]]

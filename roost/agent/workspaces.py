@@ -154,10 +154,11 @@ class Workspaces(Part):
     def _materialise(self, run: Row, spec: SandboxSpec) -> Row:
         blobs = self.agent.blobs
         sid = new_id("sbx")
-        directory = (
-            workspace_root(self.agent.extension.process.data_dir, self.agent.kind, self.agent.name) / sid
-        )
-        rel = directory.relative_to(self.agent.extension.process.data_dir)
+        data_dir = self.agent.extension.process.data_dir
+        root = workspace_root(data_dir, self.agent.kind, self.agent.name)
+        self._sweep(root)
+        directory = root / sid
+        rel = directory.relative_to(data_dir)
         manifest_ref = spec.manifest.ref(blobs)
         ws = Workspace(directory, spec.permissions, spec.limits, blobs)
         started_from = self._previous_snapshot(run) if spec.start == "session" else None
@@ -200,6 +201,22 @@ class Workspaces(Part):
             started_from=started_from,
         )
         return row
+
+    def _sweep(self, root: Path) -> None:
+        """Remove the directories under ``root`` that no active row names: left by a turn that made one
+        and rolled back, or by a run whose end could not remove its own."""
+        if not root.is_dir():
+            return
+        active = {
+            r["sandbox_session_id"]
+            for r in self.store.select("sandboxes", "status = ?", (WorkspaceStatus.ACTIVE,))
+        }
+        for child in root.iterdir():
+            if child.name not in active:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
     def _previous_snapshot(self, run: Row) -> str | None:
         """The final snapshot of the newest ended run of ``run``'s session that had a workspace."""
