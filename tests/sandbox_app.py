@@ -3,7 +3,8 @@ tests.sandbox_app:app`` child processes (one kind per disposition).
 
 A turn's text is the plan, as JSON: ``[["ws_append", {"line": "one"}], ["ws_append_slow", {"line":
 "two"}], ...]`` (:class:`Scripted`). ``ws_append`` appends a line to ``notes/log.txt`` inside the turn;
-``ws_append_slow`` does it as a background job. Each call also appends ``item attempt line`` to the
+``ws_append_slow`` does it as a background job, ``ws_append_hang`` inside the turn but hangs there
+once (``$SANDBOX_INLINE_MARKER``). Each call also appends ``item attempt line`` to the
 file named by ``$SANDBOX_EFFECTS`` (outside the workspace: how often each step ran). The first attempt
 of ``ws_append_slow``, after its write, creates ``$SANDBOX_MARKER`` and hangs, so a test can SIGKILL
 the server while that write is pending.
@@ -84,6 +85,25 @@ async def ws_append_slow(ctx: ToolContext, args: Line) -> dict[str, Any]:
 
 
 @tool(approval_mode="safe_readonly")
+async def ws_append_hang(ctx: ToolContext, args: Line) -> dict[str, Any]:
+    """Append a line inside the turn; the first time (``$SANDBOX_INLINE_MARKER`` missing) create the
+    marker after writing and hang, so that the turn is killed with the write pending."""
+    if ctx.workspace is None:
+        raise SandboxError("no workspace")
+    _effect(ctx, args.line)
+    ctx.workspace.append("notes/log.txt", args.line + "\n")
+    marker = os.environ.get("SANDBOX_INLINE_MARKER")
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return {"appended": args.line}
+        os.close(fd)
+        await asyncio.sleep(120)  # killed here, inside the turn
+    return {"appended": args.line}
+
+
+@tool(approval_mode="safe_readonly")
 async def ws_append_then_fail(ctx: ToolContext, args: Line) -> dict[str, Any]:
     """Append a line to notes/log.txt, then fail (a step whose write must not survive)."""
     if ctx.workspace is None:
@@ -107,7 +127,7 @@ class Scripted:
 class Workspaced(Agent):
     kind = "ws_resumable"
     config = CONFIG
-    tools = (ws_append, ws_append_slow, ws_append_then_fail, *WORKSPACE_TOOLS)
+    tools = (ws_append, ws_append_slow, ws_append_hang, ws_append_then_fail, *WORKSPACE_TOOLS)
     sandbox = SandboxSpec(MANIFEST, PROFILE, "resumable")
 
     def make_model(self) -> Model:

@@ -9,6 +9,8 @@ twice: in the workspace (each line once) and in a file outside it (how often eac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -122,3 +124,58 @@ async def test_sigkill_with_a_pending_workspace_write_the_run_completes_and_no_w
     else:
         assert reopened["discarded"]["paths"] == ["notes/log.txt"]  # "one", committed, then dropped
     assert not (workspace_root(data_dir, kind, name) / card["sandbox_session_id"]).exists()
+
+
+async def test_sigkill_inside_a_turn_puts_back_its_pending_writes_before_the_call_is_retried(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """The approved turn writes ``out/a`` and a line ``two``, then is killed: its rows are rolled
+    back, its writes are on disk. After the restart the client sends its unanswered ``approve``
+    again; the workspace is put back to the last commit first (``out/a`` removed, the log reverted),
+    so the steps run again on it and every write lands once."""
+    kind, name = "ws_resumable", "inline"
+    marker, effects_file = tmp_path / "marker", tmp_path / "effects.txt"
+    env = {"SANDBOX_INLINE_MARKER": str(marker), "SANDBOX_EFFECTS": str(effects_file)}
+    plan = orjson.dumps(
+        [
+            ["ws_append", {"line": "one"}],
+            ["workspace_write", {"path": "out/a", "text": "a"}],
+            ["ws_append_hang", {"line": "two"}],
+        ]
+    ).decode()
+    with server_process(data_dir, app=APP, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/{kind}/{name}") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            reply = await peer.call("turn", plan, timeout=WAIT)
+            assert reply["waiting"] == "approval"
+            approval = (await peer.wait_for(is_event("approval_requested"), WAIT))["event"]["payload"]
+            pending = asyncio.ensure_future(
+                peer.call("approve", approval["approval_id"], "grant", timeout=WAIT)
+            )
+            await until(marker.exists, timeout=WAIT, interval=0.02, message="the turn did not write")
+            srv.kill()  # SIGKILL inside the approve turn: out/a and "two" written, nothing committed
+            with contextlib.suppress(Exception):
+                await pending
+    row = workspace_row(data_dir, kind, name)
+    directory = data_dir / row["directory"]
+    assert (directory / "out" / "a").read_text() == "a"  # pending writes on disk
+    assert (directory / "notes" / "log.txt").read_text() == "one\ntwo\n"
+    with server_process(data_dir, app=APP, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/{kind}/{name}?cursor=0") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            done = await peer.call("approve", approval["approval_id"], "grant", timeout=WAIT)  # the retry
+            assert done["status"] == "completed", done
+            run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+    entries = {e["path"]: e["digest"] for e in run["workspace"]["entries"]}
+    assert entries["notes/log.txt"] == digest_of(b"one\ntwo\n")  # "two" once
+    assert entries["out/a"] == digest_of(b"a")
+    lines = [line for _, _, line in effects(effects_file)]
+    assert lines == ["one", "two", "two"]  # "one" completed before: kept, never run again
+    evs = events(peer)
+    ws = [e["payload"] for e in evs if e["event_type"] == "workspace"]
+    reopened = [p for p in ws if p["action"] == "reopened"]
+    assert len(reopened) == 1
+    assert reopened[0]["reverted"]["paths"] == ["notes/log.txt"]
+    assert "out/a" in reopened[0]["removed"]["paths"]
+    starts = [e["payload"]["tool"] for e in evs if e["event_type"] == "tool_started"]
+    assert starts.count("ws_append") == 1
