@@ -208,11 +208,14 @@ def test_reconcile_keeps_what_matches_and_puts_back_the_rest(tmp_path: Path) -> 
     (root / "extra").mkdir()
     (root / "extra" / "new.txt").write_text("new")
     os.symlink(outside, root / "link")
+    (root / "src" / "main.py").unlink()
+    (root / "src" / "main.py").mkdir()  # a directory where a file belongs
+    (root / "src" / "main.py" / "inner.txt").write_text("inner")
     done = ws.reconcile(entries)
-    assert done.kept == ["src/main.py"]
+    assert done.kept == []
     assert done.reverted == ["notes/log.txt"]
-    assert done.restored == ["README.md"]
-    assert set(done.removed) >= {"extra/new.txt", "link"}
+    assert done.restored == ["README.md", "src/main.py"]
+    assert set(done.removed) >= {"extra/new.txt", "link", "src/main.py"}
     assert ws.scan() == (entries, [])
     assert not (root / "extra").exists()
     assert outside.read_text() == "outside"

@@ -589,8 +589,9 @@ class Workspace:
             else:
                 self._remove(path)
                 out.removed.append(path)
-        for path in sorted(present.keys() - entries.keys()):
-            self._remove(path)
+        for d in sorted(d for d in dirs if d in entries):  # a directory where a file belongs
+            self._remove(d)
+            out.removed.append(d)
         for path in sorted(entries):
             digest = entries[path][0]
             if path not in present:
