@@ -63,12 +63,13 @@ MCP_CLIENT = python_block("# mcp_client.py")
 SESSIONS = python_block("# sessions.py")
 IDP_TOKENS = python_block("# idp_tokens.py")
 CHECKPOINTS = python_block("# checkpoints.py")
+WORKSPACE = python_block("# workspace.py")
 
 
 def test_the_readme_has_the_blocks_this_test_runs() -> None:
     assert len(SHELL) == 4, SHELL
     # the queue's and the workflows' are run by tests/test_readme_queue.py and test_readme_workflows.py
-    assert len(PYTHON) == 14, [b.splitlines()[0] for b in PYTHON]
+    assert len(PYTHON) == 15, [b.splitlines()[0] for b in PYTHON]
     assert PYTHON[0] == MYAPP
 
 
@@ -401,3 +402,24 @@ def test_the_streaming_chat_agent_block_is_short_and_answers_with_its_mcp_tool(t
     assert out.returncode == 0, out.stderr[-2000:]
     said = README.split("## A streaming chat agent with an MCP tool", 1)[1].split("It prints `", 1)[1]
     assert out.stdout.strip() == said.split("` (", 1)[0]
+
+
+async def test_the_workspace_block_gives_each_run_a_workspace_its_step_writes_once(tmp_path: Path) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(WORKSPACE, "README.md (workspace)", "exec"), namespace)
+    async with ActorKit([namespace["Notebook"]], tmp_path / "data") as kit:
+        conn = kit.connect("notebook", "n1")
+        turn = await conn.call("turn", 'note {"text": "hello"}')
+        assert turn["waiting"] == "approval"  # add_note is mutating
+        approval = next(
+            f["event"]["payload"]
+            for f in conn.frames
+            if f.get("type") == "event" and f["event"]["event_type"] == "approval_requested"
+        )
+        done = await conn.call("approve", approval["approval_id"], "grant")
+        assert done["status"] == "completed", done
+        workspace = (await conn.call("get_run", turn["run_id"]))["workspace"]
+    files = {e["path"]: e["size"] for e in workspace["entries"]}
+    assert files == {"README.md": 8, "notes/log.md": 6}  # "hello\n", written once
+    assert workspace["disposition"] == "resumable"
+    assert workspace["permissions_profile"]["read_only"] == ["README.md"]

@@ -25,6 +25,8 @@ from roost.agent.models import (
 )
 from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.payloads import BlobStore, sanitize
+from roost.agent.sandbox import Limits, Manifest, PermissionsProfile, SandboxError, SandboxSpec, Workspace
+from roost.agent.sandbox_tools import WORKSPACE_TOOLS
 from roost.agent.status import (
     ApprovalStatus,
     ItemStatus,
@@ -36,6 +38,7 @@ from roost.agent.status import (
 )
 
 __all__ = [
+    "WORKSPACE_TOOLS",
     "Agent",
     "AgentConfig",
     "ApprovalStatus",
@@ -47,6 +50,8 @@ __all__ = [
     "DeterministicPlanner",
     "ItemStatus",
     "JobStatus",
+    "Limits",
+    "Manifest",
     "McpServer",
     "Model",
     "ModelError",
@@ -54,7 +59,10 @@ __all__ = [
     "ModelStep",
     "NeedInput",
     "OpenAICompatibleModel",
+    "PermissionsProfile",
     "RunStatus",
+    "SandboxError",
+    "SandboxSpec",
     "StreamEnd",
     "StreamingModel",
     "TextDelta",
@@ -68,6 +76,7 @@ __all__ = [
     "Verdict",
     "VerificationResult",
     "Waiting",
+    "Workspace",
     "load_config",
     "sanitize",
     "tool",

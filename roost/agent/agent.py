@@ -47,6 +47,8 @@ from roost.agent.openai import OpenAICompatibleModel
 from roost.agent.orchestrator import Orchestrator
 from roost.agent.payloads import BlobStore
 from roost.agent.records import Records
+from roost.agent.sandbox import SandboxSpec
+from roost.agent.sandbox_rows import SANDBOX_MIGRATIONS
 from roost.agent.status import ItemStatus
 from roost.agent.store import AGENT_MIGRATIONS, Row
 from roost.agent.streaming import STREAM_MIGRATIONS
@@ -64,6 +66,7 @@ class Agent(Actor):
         ("stream", STREAM_MIGRATIONS),
         ("capability", CAPABILITY_MIGRATIONS),
         ("context", CONTEXT_MIGRATIONS),
+        ("sandbox", SANDBOX_MIGRATIONS),
     )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`roost.agent.tool`).
@@ -80,6 +83,9 @@ class Agent(Actor):
     #: Stream model output: each model step is a background job whose text reaches the log as
     #: ``model_delta`` events while the model produces it (docs/design.md, *Streamed model output*).
     streams: ClassVar[bool] = False
+    #: Each run's sandbox workspace: its manifest, permissions profile, disposition after a restart
+    #: and limits (docs/design.md, *Sandbox workspaces*); None: runs have no workspace.
+    sandbox: ClassVar[SandboxSpec | None] = None
     #: The deterministic model of this kind (the default ``model = "planner"``).
     planner: ClassVar[type[DeterministicPlanner]] = DeterministicPlanner
 

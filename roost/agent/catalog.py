@@ -30,9 +30,12 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    from roost.agent.sandbox import Workspace
 
 __all__ = [
     "APPROVAL_MODES",
@@ -107,6 +110,9 @@ class ToolContext:
     attempt: int = 1
     #: What the previous attempt of this background job saved with ``progress(..., checkpoint=…)``.
     checkpoint: Any = None
+    #: The run's sandbox workspace (:class:`roost.agent.sandbox.Workspace`) when the agent declares
+    #: one (``sandbox = SandboxSpec(...)``), else None: what the step writes there commits with it.
+    workspace: Workspace | None = None
     _progress: Callable[[float, float, str, Any], Awaitable[None]] = _no_progress
     _sleep: Callable[[float], Awaitable[None]] = _no_sleep
     _stream: Callable[[str], Awaitable[None]] = _no_stream

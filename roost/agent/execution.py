@@ -36,6 +36,7 @@ class Execution(Part):
             inputs=list(self.records.original(run["inputs"])),
             results={i["tool_name"]: i["result"] for i in done},
             attempt=attempt,
+            workspace=self.orchestrator.workspaces.open(run) if item_id is not None else None,
         )
 
     async def run_inline(self, run: Row, item: Row, tool: Tool) -> Any:

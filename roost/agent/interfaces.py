@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from roost.agent.config import AgentConfig
     from roost.agent.context_rows import View
     from roost.agent.models import Model, ModelRequest, ModelStep
+    from roost.agent.payloads import BlobStore
     from roost.agent.records import Records
+    from roost.agent.sandbox import Workspace
     from roost.agent.status import RunStatus
     from roost.agent.store import Row
     from roost.agent.telemetry import Telemetry
@@ -50,6 +52,7 @@ __all__ = [
     "StreamsApi",
     "Verdict",
     "VerificationApi",
+    "WorkspacesApi",
 ]
 
 
@@ -102,6 +105,10 @@ class AgentHost(Protocol):
     @property
     def streams(self) -> bool:
         """Whether model steps stream (each a background job, its text as ``model_delta`` events)."""
+
+    @property
+    def blobs(self) -> BlobStore:
+        """Where heavy values (and workspace contents) go."""
 
     def settings(self) -> AgentConfig: ...
 
@@ -283,6 +290,20 @@ class ContextsApi(Protocol):
 
     async def after_run(self, run: Row) -> None:
         """A run ended: check the budgets of the session's context."""
+class WorkspacesApi(Protocol):
+    """The runs' sandbox workspaces (:class:`roost.agent.workspaces.Workspaces`)."""
+
+    def open(self, run: Row) -> Workspace | None:
+        """The run's workspace for the step about to run (None: the agent has no sandbox)."""
+
+    def commit(self, run: Row, item: Row) -> None:
+        """The step completed: what it did to the workspace is recorded in this turn."""
+
+    def close_run(self, run: Row) -> None:
+        """The run ended: its workspace's final snapshot kept, the directory removed."""
+
+    def cards(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's workspace as ``get_run`` shows it."""
 
 
 class OrchestratorApi(Protocol):
@@ -333,3 +354,4 @@ class OrchestratorApi(Protocol):
 
     @property
     def contexts(self) -> ContextsApi: ...
+    def workspaces(self) -> WorkspacesApi: ...

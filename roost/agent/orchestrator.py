@@ -14,6 +14,7 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.capabilities` — the capability sessions of MCP servers;
 - :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events);
 - :attr:`~Orchestrator.contexts` — compaction and reset of a session's context.
+- :attr:`~Orchestrator.workspaces` — the runs' sandbox workspaces.
 
 A run that ends (completed, failed or cancelled) is handed to :meth:`roost.agent.Agent.on_run_end`
 once the part that ended it is done (:meth:`Orchestrator.settle`), in the same turn.
@@ -44,6 +45,7 @@ from roost.agent.steps import Steps
 from roost.agent.streaming import Streams
 from roost.agent.telemetry import Telemetry
 from roost.agent.verification import Verification
+from roost.agent.workspaces import Workspaces
 
 if TYPE_CHECKING:
     from roost.agent.interfaces import AgentHost
@@ -69,6 +71,7 @@ class Orchestrator:
         self.capabilities = Capabilities(self)
         self.streams = Streams(self)
         self.contexts = Contexts(self)
+        self.workspaces = Workspaces(self)
         #: Runs that ended in this turn and are not yet handed to ``agent.on_run_end``.
         self.ended: list[str] = []
 

@@ -117,6 +117,7 @@ class Reads(Part):
                 for m in self.orchestrator.streams.of_run(run["run_id"])
             ],
             "capability_sessions": self.orchestrator.capabilities.cards(run_id),
+            "workspace": next(iter(self.orchestrator.workspaces.cards(run_id)), None),
         }
 
     def session(self, session_id: Any) -> dict[str, Any]:

@@ -175,6 +175,7 @@ class Runs(Part):
         self.event("turn_cancelled", run, status=EventStatus.CANCELLED, payload={})
         orc.ended.append(run["run_id"])
         orc.capabilities.close_run(run)
+        orc.workspaces.close_run(run)
         orc.project.release_heavy(run["run_id"])
         await orc.steps.drain_released()
         return self.reply(run["run_id"])
@@ -293,5 +294,6 @@ class Runs(Part):
             payload=payload,
         )
         self.orchestrator.capabilities.close_run(run)
+        self.orchestrator.workspaces.close_run(run)
         self.orchestrator.project.release_heavy(run["run_id"])
         self.orchestrator.ended.append(run["run_id"])

@@ -23,6 +23,7 @@ from roost.agent.context import Part
 from roost.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
 from roost.agent.payloads import PayloadError, error_line
 from roost.agent.records import Records
+from roost.agent.sandbox import SandboxError
 from roost.agent.status import ACTIVE_JOB, EventStatus, ItemStatus, RunStatus, TurnStatus, Waiting
 from roost.agent.store import Row, new_id
 
@@ -130,6 +131,11 @@ class Steps(Part):
             clean = self.records.clean(result)
         except (PayloadError, TypeError) as exc:
             self.item_failed(run, item, tool, f"result not storable: {exc}", retryable=False)
+            return False
+        try:  # what the step did to the run's workspace commits with its completion
+            self.orchestrator.workspaces.commit(run, item)
+        except SandboxError as exc:
+            self.item_failed(run, item, tool, error_line(exc), retryable=False)
             return False
         self.store.update(
             "items",

@@ -215,6 +215,7 @@ _KEYS = {
     "jobs": "job_id",
     "streams": "message_id",
     "chat_messages": "message_id",
+    "sandboxes": "sandbox_session_id",
 }
 
 

@@ -56,6 +56,7 @@ EVENT_TYPES = frozenset(
         "context_compacted",
         "context_reset",
         "context_failed",
+        "workspace",
     }
 )
 

@@ -13,7 +13,14 @@ from roost.storage.errors import (
     StorageError,
 )
 from roost.storage.migrations import Migration, apply_migrations
-from roost.storage.paths import MAX_NAME_CHARS, actor_digest, actor_path, validate_kind, validate_name
+from roost.storage.paths import (
+    MAX_NAME_CHARS,
+    actor_digest,
+    actor_path,
+    sandbox_path,
+    validate_kind,
+    validate_name,
+)
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -34,6 +41,7 @@ __all__ = [
     "actor_digest",
     "actor_path",
     "apply_migrations",
+    "sandbox_path",
     "validate_kind",
     "validate_name",
 ]

@@ -17,7 +17,15 @@ from pathlib import Path
 
 from roost.storage.errors import InvalidActorAddress
 
-__all__ = ["MAX_NAME_CHARS", "actor_digest", "actor_path", "local_name", "validate_kind", "validate_name"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "actor_digest",
+    "actor_path",
+    "local_name",
+    "sandbox_path",
+    "validate_kind",
+    "validate_name",
+]
 
 MAX_NAME_CHARS = 256
 _KIND_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -62,3 +70,10 @@ def actor_path(data_dir: Path, kind: str, name: str) -> Path:
     """The actor's SQLite file under ``data_dir``; validates both parts first."""
     h = actor_digest(validate_kind(kind), validate_name(name))
     return data_dir / "actors" / kind / h[0:2] / h[2:4] / f"{h}.sqlite"
+
+
+def sandbox_path(data_dir: Path, kind: str, name: str) -> Path:
+    """Where the actor's sandbox workspaces live (``<data>/sandboxes/<kind>/<h>/``, the agent runtime's
+    :mod:`roost.agent.workspaces`); removed with the actor."""
+    h = actor_digest(validate_kind(kind), validate_name(name))
+    return data_dir / "sandboxes" / kind / h

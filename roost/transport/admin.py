@@ -41,6 +41,7 @@ import asyncio
 import getpass
 import hashlib
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from roost.actors import ActorDamaged, ActorNotFound, ScheduleStatus, queue_report
-from roost.storage import ActorFile, ActorLocked, Directory, actor_path
+from roost.storage import ActorFile, ActorLocked, Directory, actor_path, sandbox_path
 from roost.storage.damage import (
     KEPT_WAL,
     WITNESS,
@@ -148,6 +149,44 @@ def _capability_sessions(conn: sqlite3.Connection, tables: list[str]) -> list[di
     return out
 
 
+#: An agent's sandbox workspaces (roost.agent.workspaces), shown by ``inspect`` when its file has them.
+SANDBOX_TABLE = "roost_agent_sandboxes"
+SANDBOX_COLUMNS = (
+    "sandbox_session_id",
+    "run_id",
+    "trace_id",
+    "manifest_version",
+    "manifest_ref",
+    "permissions_profile",
+    "disposition",
+    "status",
+    "snapshot_id",
+    "started_from",
+    "entries",
+    "version",
+    "reopened",
+    "directory",
+    "updated_at",
+)
+
+
+def _workspaces(conn: sqlite3.Connection, tables: list[str]) -> list[dict[str, Any]] | None:
+    """The newest 100 workspaces, oldest first: their files counted (``export`` lists them)."""
+    if SANDBOX_TABLE not in tables:
+        return None
+    cols = ", ".join(SANDBOX_COLUMNS)
+    rows = conn.execute(f"SELECT {cols} FROM {SANDBOX_TABLE} ORDER BY created_at DESC LIMIT 100").fetchall()
+    out = []
+    for r in reversed(rows):
+        row = dict(zip(SANDBOX_COLUMNS, r, strict=True))
+        row["permissions_profile"] = orjson.loads(row["permissions_profile"])
+        entries = orjson.loads(row.pop("entries"))
+        row["files"] = len(entries)
+        row["bytes"] = sum(int(e[1]) for e in entries.values())
+        out.append(row)
+    return out
+
+
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
     """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
     meta = {k: _meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
@@ -181,6 +220,9 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     sessions = _capability_sessions(conn, tables)
     if sessions is not None:  # an agent with MCP sessions: the oldest 100 (docs/design.md)
         report["capability_sessions"] = sessions
+    workspaces = _workspaces(conn, tables)
+    if workspaces is not None:  # an agent whose runs own sandbox workspaces (docs/design.md)
+        report["workspaces"] = workspaces
     return report
 
 
@@ -329,6 +371,8 @@ _JSON_COLUMNS = {
     "roost_dead_letters": frozenset({"payload"}),
     "roost_call_keys": frozenset({"caller", "outcome"}),
     "roost_queue": frozenset({"payload"}),
+    # a workspace's files (path → digest and size: the blobs under DATA/blobs) and its profile
+    SANDBOX_TABLE: frozenset({"entries", "permissions_profile"}),
 }
 #: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
 _TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
@@ -471,6 +515,20 @@ async def export_live(registry: Registry, kind: str, name: str) -> dict[str, Any
     return result
 
 
+def _remove_workspaces(data: Path, kind: str, name: str) -> int:
+    """Remove the actor's sandbox workspaces (``DATA/sandboxes/<kind>/<digest>/``); how many there
+    were. Symlinks inside are removed, never followed."""
+    root = sandbox_path(data, kind, name)
+    if root.is_symlink():
+        root.unlink()
+        return 0
+    if not root.is_dir():
+        return 0
+    count = sum(1 for _ in root.iterdir())
+    shutil.rmtree(root)
+    return count
+
+
 def _unlink(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal", KEPT_WAL, WITNESS):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -520,6 +578,7 @@ def delete_actor(
             size = path.stat().st_size if path.exists() else 0
             _unlink(path)
         directory.forget(kind, name)
+        workspaces = _remove_workspaces(data, kind, name)
     finally:
         directory.close()
     record = {
@@ -533,6 +592,7 @@ def delete_actor(
         "acked_seq": acked,
         "damaged": damage,
         "state_sha256": digest,
+        "workspaces_removed": workspaces,
         "by": by if by is not None else getpass.getuser(),
         "reason": reason,
     }
