@@ -290,6 +290,8 @@ class ContextsApi(Protocol):
 
     async def after_run(self, run: Row) -> None:
         """A run ended: check the budgets of the session's context."""
+
+
 class WorkspacesApi(Protocol):
     """The runs' sandbox workspaces (:class:`roost.agent.workspaces.Workspaces`)."""
 
@@ -354,4 +356,5 @@ class OrchestratorApi(Protocol):
 
     @property
     def contexts(self) -> ContextsApi: ...
+    @property
     def workspaces(self) -> WorkspacesApi: ...
