@@ -14,7 +14,7 @@ an event loop in a thread of its own and serves both the sync methods (``invoke`
 async ones. This module imports LangGraph (``pip install 'roost[langgraph]'``); ``import roost`` does
 not.
 
-Guarantees (each tested in ``tests/test_langgraph_saver.py``):
+Guarantees (tests in ``tests/test_langgraph_saver.py``; 7 and 8 in ``tests/test_langgraph_scale.py``):
 
 1. **The checkpointer contract.** Every capability of ``langgraph-checkpoint-conformance`` passes:
    ``put``, ``put_writes``, ``get_tuple``, ``list`` (``filter`` on metadata, ``before``, ``limit``,
