@@ -53,7 +53,7 @@ async def test_the_checkpointer_contract_every_capability(
 ) -> None:
     @checkpointer_test(name=saver_class.__name__)
     async def roost_saver() -> AsyncGenerator[BaseCheckpointSaver[str], None]:
-        saver = saver_class(url=roost_url)
+        saver = saver_class(url=roost_url, run_index="conformance")
         try:
             yield saver
         finally:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import operator
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from roost.client import Backoff, Client, RpcError, TerminalClose, actor_url
+from roost.client import Client, RpcError, TerminalClose, actor_url
 from roost.integrations.langgraph import (
     KIND,
     MAX_CHECKPOINT_BYTES,
@@ -37,23 +35,16 @@ from roost.integrations.langgraph import (
 from roost.storage import actor_path
 from roost.testing import until
 from roost.transport import create_app
-from roost.transport.tokens import TokenSigner
 from tests.conftest import NO_RATE_LIMITS
-from tests.support import ROOT, ServerProcess, serve_in_process
+from tests.integration_support import FAST, check_import_is_lazy, restarted, token_server
+from tests.support import ServerProcess, serve_in_process
 from tests.tcp_proxy import TcpProxy
 
 APP = "roost.integrations.langgraph:app"
-FAST = Backoff(base=0.05, cap=0.2)
 
 
 def thread() -> RunnableConfig:
     return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:12]}"}}
-
-
-def restarted(server: ServerProcess) -> ServerProcess:
-    """``server``'s data directory served again on its port, after it was killed."""
-    port = server.addr.rsplit(":", 1)[1]
-    return ServerProcess(server.data_dir, "--port", port, app=APP).start()
 
 
 async def pending(url: str, config: RunnableConfig) -> list[tuple[str, str, Any]]:
@@ -319,10 +310,7 @@ async def test_async_roost_saver_says_to_use_roost_saver_in_sync_code(saver: Asy
 
 
 async def test_a_token_is_presented_on_every_connection_and_none_is_refused(data_dir: Path) -> None:
-    secret = "s" * 40
-    token = TokenSigner(secret).issue("alice", ttl=600)
-    server = ServerProcess(data_dir, app=APP, env={"ROOST_SECRET": secret}).start()
-    try:
+    with token_server(data_dir, APP) as (server, token):
         config = thread()
         async with AsyncRoostSaver(url=server.ws, token=token, backoff=FAST) as saver:
             assert await saver.aget_tuple(config) is None  # asked over HTTP, with the token
@@ -338,15 +326,7 @@ async def test_a_token_is_presented_on_every_connection_and_none_is_refused(data
                 await anonymous.aput_writes(stored, [("log", "x")], "t")  # refused at the handshake
             assert write.value.code == 4401
         assert token not in "".join(server.log)
-    finally:
-        server.kill()
 
 
 def test_import_roost_does_not_import_langgraph() -> None:
-    code = (
-        "import sys, roost, roost.client, roost.transport, roost.agent, roost.integrations\n"
-        "assert 'langgraph' not in sys.modules, 'LangGraph was imported'\n"
-        "import roost.integrations.langgraph\n"
-        "assert 'langgraph' in sys.modules\n"
-    )
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    check_import_is_lazy("langgraph", "langgraph")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,6 +18,8 @@ from roost.scheduler import FakeClock
 from roost.testing import connect, until
 from roost.transport import create_app
 from roost.transport.limits import Limits
+from tests.agent_support import Flaky
+from tests.conftest import NO_RATE_LIMITS
 from tests.support import serve_in_process
 
 
@@ -128,3 +131,56 @@ def test_import_roost_loads_neither_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_dormant_actors_and_replayed_bytes_are_the_servers(data_dir: Path) -> None:
+    """Guarantee (roost.transport.metrics): an actor that went dormant (idle past ``idle_timeout``,
+    swept) is counted by ``roost_actors_dormant``, and ``roost_replay_bytes_total`` grows by the
+    bytes of the frames a resuming client was replayed."""
+    clock = FakeClock()
+    app = create_app([Counter], data_dir=data_dir, clock=clock, metrics=True, limits=NO_RATE_LIMITS)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        for name in ("c1", "c2", "c2", "c2"):
+            assert (await http.post(f"/agents/counter/{name}/rpc/increment", json=[])).json()["ok"]
+        clock.advance(30)
+        assert (await http.post("/agents/counter/c2/rpc/increment", json=[])).json()["ok"]
+        clock.advance(31)  # c1 idle for 61 s, c2 for 31
+        assert app.registry.sweep() == 1
+        got = await scrape(http)
+        assert got[("roost_actors_live", ())] == 1
+        assert got[("roost_actors_dormant", ())] == 1
+        assert got[("roost_replay_bytes_total", ())] == 0
+        async with websockets.connect(f"ws://{addr}/agents/counter/c2?cursor=0") as ws:
+            welcome = orjson.loads(await ws.recv())
+            assert welcome["type"] == "welcome"
+            replayed = [await ws.recv() for _ in range(welcome["cursor"])]  # seq 1..4, each a frame
+        assert [orjson.loads(f)["seq"] for f in replayed] == [1, 2, 3, 4]
+        got = await scrape(http)
+        assert got[("roost_replay_bytes_total", ())] == sum(len(_bytes(f)) for f in replayed)
+
+
+def _bytes(frame: str | bytes) -> bytes:
+    return frame.encode() if isinstance(frame, str) else frame
+
+
+async def test_leases_held_counts_a_running_background_job(data_dir: Path) -> None:
+    """Guarantee (roost.transport.metrics): ``roost_leases_held`` counts the lease of an agent's
+    background job running in this process (its job runner's), and drops back when it ends. (The
+    clock stands still: no wake-up is due, so the dispatcher holds no lease of its own meanwhile.)"""
+    app = create_app([Flaky], data_dir=data_dir, clock=FakeClock(), metrics=True)
+    async with serve_in_process(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        assert (await scrape(http))[("roost_leases_held", ())] == 0
+        started = (await http.post("/agents/flaky/f1/rpc/turn", json=["quiet please"])).json()["result"]
+
+        async def held() -> bool:
+            return (await scrape(http))[("roost_leases_held", ())] == 1
+
+        await until(held, message="the job's lease counted")
+        assert app.registry.dispatcher is None or app.registry.dispatcher.leases_held == 0
+        cancelled = await http.post("/agents/flaky/f1/rpc/cancel", json=[started["turn_id"]])
+        assert cancelled.json()["ok"]
+
+        async def released() -> bool:
+            return (await scrape(http))[("roost_leases_held", ())] == 0
+
+        await until(released, message="the lease released with the job")

@@ -6,8 +6,6 @@ of ``import roost``."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 from agents import TResponseInputItem
 from agents.memory import Session
 
-from roost.client import Backoff, TerminalClose
+from roost.client import TerminalClose
 from roost.integrations.openai_agents import (
     KIND,
     MAX_BATCH_BYTES,
@@ -31,23 +29,16 @@ from roost.integrations.openai_agents import (
     SessionLimitExceeded,
 )
 from roost.testing import ActorKit, until
-from roost.transport.tokens import TokenSigner
+from tests.integration_support import FAST, check_import_is_lazy, restarted, token_server
 from tests.openai_agents_support import ScriptedModel, run
-from tests.support import ROOT, ServerProcess, directory_row, get_json
+from tests.support import ServerProcess, directory_row, get_json
 from tests.tcp_proxy import TcpProxy
 
 APP = "roost.integrations.openai_agents:app"
-FAST = Backoff(base=0.05, cap=0.2)
 
 
 def session_id() -> str:
     return f"s-{uuid.uuid4().hex[:12]}"
-
-
-def restarted(server: ServerProcess, *args: str) -> ServerProcess:
-    """``server``'s data directory served again on its port, after it was killed."""
-    port = server.addr.rsplit(":", 1)[1]
-    return ServerProcess(server.data_dir, "--port", port, *args, app=APP, env=server.env).start()
 
 
 async def stored(server: ServerProcess, sid: str) -> dict[str, Any]:
@@ -296,10 +287,7 @@ async def test_sessions_are_apart_each_session_id_is_its_own_actor_file(
 
 @pytest.mark.slow
 async def test_a_token_is_presented_on_every_connection_and_none_is_refused(data_dir: Path) -> None:
-    secret = "s" * 40
-    token = TokenSigner(secret).issue("alice", ttl=600)
-    server = ServerProcess(data_dir, app=APP, env={"ROOST_SECRET": secret}).start()
-    try:
+    with token_server(data_dir, APP) as (server, token):
         sid = session_id()
         async with RoostSession(sid, server.http, token=token, backoff=FAST) as session:
             await session.add_items([{"role": "user", "content": "hello"}])
@@ -309,15 +297,7 @@ async def test_a_token_is_presented_on_every_connection_and_none_is_refused(data
                 await anonymous.get_items()
             assert refused.value.code == 4401
         assert token not in "".join(server.log)
-    finally:
-        server.kill()
 
 
 def test_import_roost_does_not_import_the_sdk() -> None:
-    code = (
-        "import sys, roost, roost.client, roost.transport, roost.agent, roost.integrations\n"
-        "assert 'agents' not in sys.modules, 'the SDK was imported'\n"
-        "import roost.integrations.openai_agents\n"
-        "assert 'agents' in sys.modules\n"
-    )
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    check_import_is_lazy("openai_agents", "agents")

@@ -33,7 +33,6 @@ import pytest
 from agents import RunConfig, TResponseInputItem
 from agents.memory import Session, SessionSettings
 
-from roost.client import Backoff
 from roost.integrations.openai_agents import (
     LocalSession,
     RoostSession,
@@ -44,7 +43,6 @@ from tests.openai_agents_support import RUNNER_METHODS, ScriptedModel, run
 from tests.support import ServerProcess
 
 APP = "roost.integrations.openai_agents:app"
-FAST = Backoff(base=0.05, cap=0.2)
 
 MakeSession = Callable[..., Session]
 

@@ -4,6 +4,7 @@ and its calls, an agent run with its tool calls and job attempts."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from roost.examples.kinds import Counter
+from roost.actors import Call, Wake
+from roost.agent.tracing import RunSpans
+from roost.examples.kinds import Counter, Room
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, connect, until
 from roost.transport import create_app
-from roost.transport.tracing import Tracing
+from roost.transport.tracing import Tracing, parent_context
 from tests.agent_support import Docs, drive, event_types, events
+from tests.conftest import NO_RATE_LIMITS
 from tests.support import serve_in_process
 from tests.test_mcp_client import kind_of, run_to_end, stdio
 
@@ -39,6 +43,11 @@ def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
 
 def attr(span: ReadableSpan, key: str) -> Any:
     return (span.attributes or {}).get(key)
+
+
+def hex_trace(span: ReadableSpan) -> str:
+    assert span.context is not None
+    return format(span.context.trace_id, "032x")
 
 
 def parent_id(span: ReadableSpan) -> int | None:
@@ -176,3 +185,94 @@ async def test_a_wakeup_is_a_span_with_its_lateness(data_dir: Path) -> None:
     [wake] = named(exporter.get_finished_spans(), "roost.wakeup")
     assert attr(wake, "roost.kind") == "counter"
     assert attr(wake, "roost.lateness_s") >= 2.0
+
+
+async def test_a_commit_is_in_its_actors_trace_when_two_actors_interleave(data_dir: Path) -> None:
+    """Guarantee (roost.transport.tracing): two connections in two traces, each sending 200 calls to
+    its own actor at once, so that the two actors' turns and commits interleave on the loop: every
+    ``roost.commit`` span of each actor from then on (its close turn's included) is in its own
+    connection's trace."""
+    provider, exporter = traced()
+    app = create_app([Counter, Room], data_dir=data_dir, tracer_provider=provider, limits=NO_RATE_LIMITS)
+    traces = {"counter": "a" * 32, "room": "b" * 32}
+    welcomed: list[str] = []
+    both = asyncio.Event()
+    before: list[int] = []  # spans finished before the calls: the actors' activations
+
+    async def drive(path: str, trace_id: str, method: str, args: list[Any]) -> None:
+        async with connect(f"ws://{addr}{path}?traceparent=00-{trace_id}-{PARENT}-01") as ws:
+            assert (await ws.recv())["type"] == "welcome"
+            welcomed.append(path)
+            if len(welcomed) == 2:
+                before.append(len(exporter.get_finished_spans()))
+                both.set()
+            await both.wait()
+            for i in range(200):
+                await ws.send({"type": "rpc", "id": str(i), "method": method, "args": args})
+            answered = 0
+            while answered < 200:
+                answered += (await ws.recv())["type"] == "rpc_result"
+
+    async with serve_in_process(app) as addr:
+        await asyncio.gather(
+            drive("/agents/counter/c1", traces["counter"], "increment", []),
+            drive("/agents/room/r1", traces["room"], "say", ["x"]),
+        )
+        await until(lambda: len(named(exporter.get_finished_spans(), "roost.connection")) == 2)
+        await until(lambda: len(named(exporter.get_finished_spans()[before[0] :], "roost.turn")) >= 402)
+    commits = named(exporter.get_finished_spans()[before[0] :], "roost.commit")
+    assert {attr(c, "roost.kind") for c in commits} == {"counter", "room"}
+    placed = [(attr(c, "roost.kind"), format(c.context.trace_id, "032x")) for c in commits if c.context]
+    assert [(kind, trace_id) for kind, trace_id in placed if traces[kind] != trace_id] == []
+
+
+async def test_a_commit_is_in_its_actors_trace_whatever_the_order_of_two_actors_hooks(data_dir: Path) -> None:
+    """Guarantee (roost.transport.tracing): the hooks of two actors' hosts, called as their turns and
+    commits interleave on the loop (A's turn, B's turn, A's commit, B's commit; then a wake-up of A
+    with B's turn between its lateness and its fire turn), keep each commit under its own last turn's
+    parent and each wake-up's lateness its own."""
+    provider, exporter = traced()
+    one, two = (f"00-{c * 32}-{PARENT}-01" for c in "ab")
+    async with ActorKit([Counter, Room], data_dir) as kit:
+        kit.registry.observer = Tracing(provider)
+        await kit.connect("counter", "a").call("increment")  # both live: their hosts made with the observer
+        await kit.connect("room", "b").call("say", "x")
+        a = kit.registry.get("counter", "a").observer
+        b = kit.registry.get("room", "b").observer
+        assert a is not None
+        assert b is not None
+        exporter.clear()
+        a.turn("counter", 0.001, Call("increment", [], {}, trace=parent_context({"traceparent": one})))
+        b.turn("room", 0.001, Call("say", ["x"], {}, trace=parent_context({"traceparent": two})))
+        a.commit("counter", 1, 0.001)
+        b.commit("room", 1, 0.001)
+        a.wake("counter", 3.0)
+        b.wake("room", 0.0)
+        b.turn("room", 0.001, Wake())
+        a.turn("counter", 0.001, Wake())
+    spans = exporter.get_finished_spans()
+    commits = {
+        attr(c, "roost.kind"): format(c.context.trace_id, "032x") for c in named(spans, "roost.commit")
+    }
+    assert commits == {"counter": "a" * 32, "room": "b" * 32}
+    lateness = {attr(w, "roost.kind"): attr(w, "roost.lateness_s") for w in named(spans, "roost.wakeup")}
+    assert lateness == {"counter": 3.0, "room": 0.0}
+
+
+def test_open_spans_are_bounded_runs_and_tools_whose_end_never_comes() -> None:
+    """Guarantee (roost.agent.tracing): runs and tool calls that start in this process and never end
+    here keep at most ``most`` spans open each; the oldest are ended, marked ``roost.incomplete``."""
+    provider, exporter = traced()
+    spans = RunSpans(provider.get_tracer("t"), most=3)
+    for n in range(5):
+        run = {"run_id": f"run-{n}", "turn_id": f"turn-{n}", "trace_id": "e" * 32}
+        spans.event("turn_started", run, None)
+        spans.event("tool_started", run, f"tool-{n}")
+    assert list(spans.runs) == ["run-2", "run-3", "run-4"]
+    assert list(spans.tools) == ["tool-2", "tool-3", "tool-4"]
+    ended = exporter.get_finished_spans()
+    assert sorted(attr(s, "roost.run_id") for s in named(ended, "roost.agent.run")) == ["run-0", "run-1"]
+    assert len(named(ended, "roost.agent.tool")) == 2
+    assert all(attr(s, "roost.incomplete") is True for s in ended)
+    spans.event("turn_completed", {"run_id": "run-4"}, None)  # one that ends is ended as ever
+    assert "run-4" not in spans.runs

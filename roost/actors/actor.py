@@ -378,7 +378,9 @@ class Actor:
 
 # -- the extension API (documented in roost.actors.extension) ------------------------------------------
 class Service(Protocol):
-    """Something that lives as long as a registry and stops before its actors drain."""
+    """Something that lives as long as a registry and stops before its actors drain. One that holds
+    leases (the agent runtime's job runner) says how many as an ``int`` attribute ``leases_held``:
+    the metrics' ``roost_leases_held`` adds them to the dispatcher's."""
 
     async def stop(self) -> None: ...
 

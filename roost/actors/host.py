@@ -148,7 +148,8 @@ class ActorHost:
     ) -> None:
         self.registry = registry
         #: Metrics and traces (:class:`~roost.actors.observe.Observer`), read once: None when off.
-        self.observer: Observer | None = registry.observer
+        observer = registry.observer
+        self.observer: Observer | None = None if observer is None else observer.for_host(kind, name)
         self.kind = kind
         self.name = name
         self.key: Key = (kind, name)

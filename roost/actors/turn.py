@@ -195,9 +195,13 @@ class Turn:
 
     @property
     def trace_id(self) -> str:
-        """An id for the current turn, made when first asked for (records carry it)."""
+        """An id for the current turn, made when first asked for (records carry it): the W3C trace id of
+        the turn's caller when the observer knows it (:meth:`Observer.trace_id`), else a new one."""
         if self._trace_id is None:
-            self._trace_id = uuid.uuid4().hex
+            host = self.host
+            observer = host.observer
+            caller = observer.trace_id(host.current) if observer is not None else None
+            self._trace_id = caller or uuid.uuid4().hex
         return self._trace_id
 
     # -- rollback marks ------------------------------------------------------------------------------

@@ -258,6 +258,12 @@ class JobRunner:
         entry[1].cancel()
         return True
 
+    @property
+    def leases_held(self) -> int:
+        """Job attempts running in this process (each holds its job's lease): ``roost_leases_held``
+        counts them (:class:`roost.actors.extension.Service`)."""
+        return len(self.tasks)
+
     def _forget(self, job_id: str, attempt: int) -> None:
         entry = self.tasks.get(job_id)
         if entry is not None and entry[0] == attempt:

@@ -15,11 +15,16 @@ one no object of this module exists, and the agent's events pay one ``None`` che
 - ``roost.mcp.call``: one call of an MCP server's tool (:mod:`roost.agent.mcp_tools`), a child of
   its job attempt's span (``roost.mcp.server``, ``roost.mcp.tool``).
 
-Open spans are per process (a run that moves to another process goes on there in the same trace).
+Open spans are per process (a run that moves to another process goes on there in the same trace),
+and bounded: at most :data:`MAX_OPEN` runs' and as many tools' spans are open in a process; past that
+the oldest is ended there and then, marked ``roost.incomplete`` (its end event never came here: the
+run moved to another process, or its process lost track of it).
 
 Guarantees (tests in ``tests/test_tracing.py``):
 
 - **A run is one trace.** Its run span, tool spans and job attempts share the run's ``trace_id``.
+- **Open spans are bounded.** Runs and tools whose end never arrives keep at most :data:`MAX_OPEN`
+  spans open each; the oldest are ended, marked ``roost.incomplete``.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ if TYPE_CHECKING:
 
     from roost.agent.store import Row
 
-__all__ = ["RunSpans", "job_spans", "run_spans"]
+__all__ = ["MAX_OPEN", "RunSpans", "job_spans", "run_spans"]
+
+#: The most run spans, and the most tool spans, open at once in a process (per tracer).
+MAX_OPEN = 10_000
 
 _STARTS = frozenset({"turn_started", "run_started", "run_continued"})
 _ENDS = {"turn_completed": StatusCode.OK, "turn_failed": StatusCode.ERROR, "turn_cancelled": StatusCode.UNSET}
@@ -77,10 +85,18 @@ def run_context(run: Row) -> Context:
 class RunSpans:
     """The open spans of runs and their tools in this process."""
 
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: Tracer, most: int = MAX_OPEN) -> None:
         self.tracer = tracer
-        self.runs: dict[str, Span] = {}
+        self.most = most
+        self.runs: dict[str, Span] = {}  # oldest first
         self.tools: dict[str, Span] = {}
+
+    def _bound(self, spans: dict[str, Span]) -> None:
+        """End the oldest of ``spans`` past :attr:`most` (their end event never came here)."""
+        while len(spans) > self.most:
+            oldest = spans.pop(next(iter(spans)))
+            oldest.set_attribute("roost.incomplete", True)
+            oldest.end()
 
     def event(self, event_type: str, run: Row, item_id: str | None) -> None:
         """One event of ``run``'s timeline (called by :meth:`Telemetry.event`)."""
@@ -91,6 +107,7 @@ class RunSpans:
             self.tools[item_id] = self.tracer.start_span(
                 "roost.agent.tool", context=self.parent(run), attributes={"roost.run_id": run_id}
             )
+            self._bound(self.tools)
         elif event_type in _TOOL_ENDS and item_id is not None:
             tool = self.tools.pop(item_id, None)
             if tool is not None:
@@ -111,6 +128,7 @@ class RunSpans:
                 context=run_context(run),
                 attributes={"roost.run_id": run["run_id"], "roost.turn_id": run["turn_id"]},
             )
+            self._bound(self.runs)
         return span
 
     def parent(self, run: Row) -> Context:

@@ -14,7 +14,7 @@ an event loop in a thread of its own and serves both the sync methods (``invoke`
 async ones. This module imports LangGraph (``pip install 'roost[langgraph]'``); ``import roost`` does
 not.
 
-Guarantees (each tested in ``tests/test_langgraph_saver.py``):
+Guarantees (tests in ``tests/test_langgraph_saver.py``; 7 and 8 in ``tests/test_langgraph_scale.py``):
 
 1. **The checkpointer contract.** Every capability of ``langgraph-checkpoint-conformance`` passes:
    ``put``, ``put_writes``, ``get_tuple``, ``list`` (``filter`` on metadata, ``before``, ``limit``,
@@ -39,8 +39,14 @@ Guarantees (each tested in ``tests/test_langgraph_saver.py``):
 6. **Threads are apart.** Each thread id is its own actor: nothing one thread does is seen by another
    (``copy_thread`` and ``delete_for_runs`` excepted, by their definition). ``list`` needs a thread id.
 
-``delete_for_runs`` finds the threads a run wrote to in the actor ``langgraph_runs/index``, to which a
-saver reports each (run id, thread id) pair once, before the first checkpoint of that run is stored.
+7. **No shared actor unless asked.** A saver reaches only its threads' actors: a principal allowed
+   only its own thread names checkpoints. ``delete_for_runs`` needs a run index, which a saver keeps
+   only when given ``run_index=NAME``: the actor ``langgraph_runs/{NAME}`` (one per tenant, say), to
+   which it reports each (run id, thread id) pair once, before the first checkpoint of that run is
+   stored. Whoever may reach an index may read and forget every run in it.
+8. **Bounded memory.** A saver keeps at most ``max_connections`` connections open (``connections``
+   once their calls are over) and never closes one with a call in flight; it remembers at most
+   ``remember`` threads and (run, thread) pairs.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ import asyncio
 import base64
 import random
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlencode
@@ -80,7 +87,6 @@ from roost.client import Backoff, Client, TerminalClose, actor_url
 from roost.client import RpcError as ClientRpcError
 from roost.integrations.langgraph_threads import (
     INDEX_KIND,
-    INDEX_NAME,
     KIND,
     LIMIT_CODES,
     MAX_CHECKPOINT_BYTES,
@@ -130,21 +136,67 @@ def _thread_id(config: RunnableConfig | None) -> str:
 ABSENT: Any = object()
 
 
+class _Remembered:
+    """A set of at most ``keep`` keys; adding one past that forgets the least recently used."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._keys: OrderedDict[Hashable, None] = OrderedDict()
+
+    def __contains__(self, key: Hashable) -> bool:
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: Hashable) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.keep:
+            self._keys.popitem(last=False)
+
+    def discard_where(self, drop: Callable[[Any], bool]) -> None:
+        for key in [key for key in self._keys if drop(key)]:
+            del self._keys[key]
+
+
 class _Connections:
-    """One :class:`Client` per actor, in one event loop, opened at its first call (at most ``keep``
-    kept; the least recently used is closed past that; a call from another loop starts afresh). A
-    call with ``create=False`` to an actor not known to exist first asks the server over HTTP
+    """One :class:`Client` per actor, in one event loop, opened at its first call; a call from another
+    loop starts afresh.
+
+    ``keep`` is a soft bound: past it, the least recently used *idle* connection (no call in flight
+    on it) is closed when a call ends or a new one opens. A connection with a call in flight is never
+    closed: when every open one is busy, a call to another actor opens one more, up to ``most``;
+    there, it waits (within the call's ``timeout``, then ``TimeoutError`` with nothing sent) until a
+    call ends and a connection is idle. So at most ``most`` are open at once, and at most ``keep``
+    once the calls are over.
+
+    A call with ``create=False`` to an actor not known to exist first asks the server over HTTP
     (``GET /agents/KIND/NAME``, which creates nothing) and answers :data:`ABSENT` for one never
-    created: a connection would create it."""
+    created: a connection would create it. The actors known to exist are remembered up to
+    ``remember`` (least recently used forgotten; forgetting one costs a ``GET`` again)."""
 
     def __init__(
-        self, base: str, token: str | None, timeout: float, backoff: Backoff | None, keep: int
+        self,
+        base: str,
+        token: str | None,
+        timeout: float,
+        backoff: Backoff | None,
+        keep: int,
+        most: int,
+        remember: int,
     ) -> None:
-        self.base, self.token, self.timeout, self.backoff, self.keep = base, token, timeout, backoff, keep
-        self.clients: dict[tuple[str, str], Client] = {}
-        self.known: set[tuple[str, str]] = set()  # actors known to exist
+        self.base, self.token, self.timeout, self.backoff = base, token, timeout, backoff
+        self.keep, self.most = keep, max(keep, most)
+        self.clients: OrderedDict[tuple[str, str], Client] = OrderedDict()  # least recently used first
+        self.busy: dict[tuple[str, str], int] = {}  # calls in flight, by actor (absent: idle)
+        self.known = _Remembered(remember)  # actors known to exist
         self.http: httpx.AsyncClient | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.freed: asyncio.Condition | None = None  # notified when a call ends
 
     async def _exists(self, kind: str, name: str) -> bool:
         if self.http is None:
@@ -160,29 +212,64 @@ class _Connections:
         answer.raise_for_status()
         return True
 
-    async def call(self, kind: str, name: str, method: str, args: list[Any], *, create: bool = True) -> Any:
-        loop = asyncio.get_running_loop()
-        if self.loop is not loop:  # connections belong to the loop that opened them
-            self.clients, self.http, self.loop = {}, None, loop
-        if (kind, name) not in self.known:
-            if not create and not await self._exists(kind, name):
-                return ABSENT
-            self.known.add((kind, name))
-        client = self.clients.pop((kind, name), None)
+    def _idle(self) -> tuple[str, str] | None:
+        """The least recently used connection with no call in flight."""
+        return next((key for key in self.clients if key not in self.busy), None)
+
+    async def _trim(self, bound: int) -> None:
+        """Close idle connections, least recently used first, until at most ``bound`` are open."""
+        while len(self.clients) > bound:
+            idle = self._idle()
+            if idle is None:
+                return
+            await self.clients.pop(idle).close()
+
+    async def _client(self, key: tuple[str, str], freed: asyncio.Condition) -> Client:
+        """``key``'s connection, marked busy: opened if need be, once there is room for it."""
+        async with asyncio.timeout(self.timeout):
+            while key not in self.clients and len(self.clients) >= self.most:
+                if self._idle() is not None:
+                    await self._trim(self.most - 1)
+                else:
+                    async with freed:
+                        await freed.wait()
+        self.busy[key] = self.busy.get(key, 0) + 1
+        client = self.clients.get(key)
         if client is None:
-            url = actor_url(self.base, kind, name)
+            url = actor_url(self.base, *key)
             if self.token is not None:
                 url = f"{url}?{urlencode({'token': self.token})}"
             client = Client(url, subscribe="none", backoff=self.backoff)  # no state frames: it only calls
             client.start()
-        self.clients[(kind, name)] = client  # the newest last
-        while len(self.clients) > self.keep:
-            oldest = next(iter(self.clients))
-            await self.clients.pop(oldest).close()
-        return await client.call_with(method, args, timeout=self.timeout)
+            self.clients[key] = client
+        self.clients.move_to_end(key)  # the most recently used last
+        return client
+
+    async def call(self, kind: str, name: str, method: str, args: list[Any], *, create: bool = True) -> Any:
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:  # connections belong to the loop that opened them
+            self.clients, self.busy, self.http, self.loop = OrderedDict(), {}, None, loop
+            self.freed = asyncio.Condition()
+        freed = self.freed
+        assert freed is not None
+        key = (kind, name)
+        if key not in self.known:
+            if not create and not await self._exists(kind, name):
+                return ABSENT
+            self.known.add(key)
+        client = await self._client(key, freed)
+        try:
+            return await client.call_with(method, args, timeout=self.timeout)
+        finally:
+            left = self.busy.pop(key) - 1
+            if left:
+                self.busy[key] = left
+            async with freed:
+                freed.notify_all()
+            await self._trim(self.keep)
 
     async def close(self) -> None:
-        clients, self.clients = list(self.clients.values()), {}
+        clients, self.clients, self.busy = list(self.clients.values()), OrderedDict(), {}
         for client in clients:
             await client.close()
         http, self.http = self.http, None
@@ -197,9 +284,22 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
     prefix); ``token``: a Roost access token, sent as ``?token=`` (blanked in the client's logs) and
     as ``Authorization: Bearer`` on the ``GET`` before a read; refused, a call raises
     ``roost.client.TerminalClose`` (code 4401 or 4403), reads included.
-    ``timeout`` bounds each call, reconnects included; ``backoff`` paces the reconnects; ``connections``:
-    how many threads' connections are kept open. Calls run in the event loop of the first one;
-    ``aclose()`` (or ``async with``) closes the connections. For sync code, :class:`RoostSaver`.
+    ``timeout`` bounds each call, reconnects included; ``backoff`` paces the reconnects.
+
+    ``connections``: how many threads' connections are kept open once their calls are over (the
+    least recently used idle one is closed past that; one with a call in flight never is);
+    ``max_connections`` (default four times ``connections``): how many may be open at once, while
+    calls to that many threads are in flight; a call to one more thread waits for one to end.
+    ``remember``: how many threads (and (run, thread) pairs recorded in the run index) the saver
+    remembers, least recently used forgotten (a forgotten one costs a ``GET`` or a ``record`` again).
+
+    ``run_index``: the name of the :class:`RunIndex` actor (``langgraph_runs/{run_index}``) that
+    ``delete_for_runs`` reads, e.g. one per tenant; each ``put`` of a new run reports its (run id,
+    thread id) pair there first. ``None`` (the default): no index is kept or reached, a principal
+    needs only its own threads, and ``delete_for_runs`` raises ``NotImplementedError``.
+
+    Calls run in the event loop of the first one; ``aclose()`` (or ``async with``) closes the
+    connections. For sync code, :class:`RoostSaver`.
     """
 
     def __init__(
@@ -211,6 +311,9 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         timeout: float = 30.0,
         backoff: Backoff | None = None,
         connections: int = 64,
+        max_connections: int | None = None,
+        remember: int = 4096,
+        run_index: str | None = None,
     ) -> None:
         super().__init__(serde=serde)
         base = url.rstrip("/")
@@ -218,8 +321,13 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
             if base.startswith(http):
                 base = ws + base.removeprefix(http)
         self.url = base
-        self._connections = _Connections(base, token, timeout, backoff, max(1, connections))
-        self._indexed: set[tuple[str, str]] = set()  # (run id, thread id) pairs already recorded
+        keep = max(1, connections)
+        most = 4 * keep if max_connections is None else max_connections
+        self._connections = _Connections(base, token, timeout, backoff, keep, most, max(1, remember))
+        if run_index is not None:
+            _thread_id({"configurable": {"thread_id": run_index}})  # an actor name, as a thread id
+        self.run_index = run_index
+        self._indexed = _Remembered(max(1, remember))  # (run id, thread id) pairs already recorded
 
     async def _rpc(self, kind: str, name: str, method: str, args: list[Any], create: bool = True) -> Any:
         """Call ``method`` on the actor ``kind/name`` (:data:`ABSENT`: never created, and ``create`` is
@@ -312,10 +420,11 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         check_checkpoint(len(data) + len(meta_json))  # refused here, before anything is sent
         run_id = meta.get("run_id")
         run_id = str(run_id) if run_id is not None else None
-        if run_id is not None and (run_id, thread_id) not in self._indexed:
+        index = self.run_index
+        if index is not None and run_id is not None and (run_id, thread_id) not in self._indexed:
             # recorded before the checkpoint: the index may name a thread without the run, never
             # miss one that has it
-            await self._rpc(INDEX_KIND, INDEX_NAME, "record", [run_id, thread_id])
+            await self._rpc(INDEX_KIND, index, "record", [run_id, thread_id])
             self._indexed.add((run_id, thread_id))
         parent = config["configurable"].get("checkpoint_id")
         await self._call(thread_id, "put", [ns, checkpoint["id"], parent, type_, encode(data), meta, run_id])
@@ -347,21 +456,28 @@ class AsyncRoostSaver(BaseCheckpointSaver[str]):
         """Remove every checkpoint and write of ``thread_id``."""
         _thread_id({"configurable": {"thread_id": thread_id}})
         await self._read(thread_id, "delete_thread", [])
-        await self._rpc(INDEX_KIND, INDEX_NAME, "forget", [None, thread_id], False)
-        self._indexed = {pair for pair in self._indexed if pair[1] != thread_id}
+        if self.run_index is not None:
+            await self._rpc(INDEX_KIND, self.run_index, "forget", [None, thread_id], False)
+        self._indexed.discard_where(lambda pair: pair[1] == thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Remove the checkpoints (and their writes) of the runs ``run_ids``, in every thread."""
+        """Remove the checkpoints (and their writes) of the runs ``run_ids``, in every thread the run
+        index names (``NotImplementedError`` for a saver without ``run_index``)."""
+        index = self.run_index
+        if index is None:
+            raise NotImplementedError(
+                "delete_for_runs finds a run's threads in a run index: AsyncRoostSaver(run_index='NAME')"
+            )
         runs = [str(run_id) for run_id in run_ids]
         if not runs:
             return
-        threads = await self._rpc(INDEX_KIND, INDEX_NAME, "threads", [runs], False)
+        threads = await self._rpc(INDEX_KIND, index, "threads", [runs], False)
         if threads is ABSENT:
             return  # no run was ever recorded
         for thread_id in threads:
             await self._read(thread_id, "delete_runs", [runs])
-        await self._rpc(INDEX_KIND, INDEX_NAME, "forget", [runs, None])
-        self._indexed = {pair for pair in self._indexed if pair[0] not in runs}
+        await self._rpc(INDEX_KIND, index, "forget", [runs, None])
+        self._indexed.discard_where(lambda pair: pair[0] in runs)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of ``source_thread_id`` to ``target_thread_id``."""

@@ -1,8 +1,8 @@
 """The actors behind ``roost.integrations.langgraph``: :class:`CheckpointThread`, one LangGraph thread's
 checkpoints and pending writes in the actor's own tables, and :class:`RunIndex`, which threads each
-run wrote to. Values arrive as the saver serialized them (``dumps_typed`` bytes, base64 over the
-wire); this module imports no LangGraph, so a server can host the kinds without it. The guarantees:
-``roost.integrations.langgraph``'s docstring.
+run wrote to (kept only by a saver given ``run_index``). Values arrive as the saver serialized them
+(``dumps_typed`` bytes, base64 over the wire); this module imports no LangGraph, so a server can
+host the kinds without it. The guarantees: ``roost.integrations.langgraph``'s docstring.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from roost.actors import Actor, RpcError, callable
 
 __all__ = [
     "INDEX_KIND",
-    "INDEX_NAME",
     "KIND",
     "LIMIT_CODES",
     "MAX_CHECKPOINT_BYTES",
@@ -34,9 +33,9 @@ __all__ = [
 
 #: The actor kind of a thread: ``ws://HOST/agents/langgraph_thread/{thread_id}``.
 KIND = "langgraph_thread"
-#: The actor kind of the run index (one actor, ``index``) that ``delete_for_runs`` reads.
+#: The actor kind of a run index (``langgraph_runs/{run_index}``, one per name a saver is given, e.g.
+#: per tenant) that ``delete_for_runs`` reads.
 INDEX_KIND = "langgraph_runs"
-INDEX_NAME = "index"
 #: The largest checkpoint, serialized, with its metadata's JSON: 512 KiB (a ``put`` fits a 1 MiB frame).
 MAX_CHECKPOINT_BYTES = 512 * 1024
 #: The largest ``put_writes``, its values serialized and summed: 512 KiB.

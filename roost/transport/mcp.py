@@ -29,7 +29,9 @@ Roost's failure table, ``docs/protocol.md``):
    ``initialize``). Other sessions are never affected.
 
 Then each tool call is checked as an HTTP call is (read-only principals, ``call:<method>``,
-creations). Bodies are bounded by the app's ``max_frame_bytes`` (413), open sessions by
+creations); with tracing on, its turn's span is a child of the request's W3C ``traceparent`` (header,
+or query parameter), as an HTTP call's is, and an agent run it starts takes that trace id. Bodies
+are bounded by the app's ``max_frame_bytes`` (413), open sessions by
 :data:`MAX_SESSIONS` (503 for a new one beyond) and by :data:`MAX_SESSIONS_PER_PRINCIPAL` per
 principal, per address for anonymous clients (429 ``rate_limited`` for a new one beyond).
 
@@ -65,7 +67,7 @@ from roost.protocol.failures import http_status
 from roost.transport.access import Refused
 from roost.transport.admin import delete_live
 from roost.transport.mcp_events import BINDING, ActorEventStore
-from roost.transport.mcp_tools import Binding, McpExtras, build_server
+from roost.transport.mcp_tools import TRACE_SCOPE, Binding, McpExtras, build_server
 from roost.transport.security import hide_token, origin_allowed
 
 if TYPE_CHECKING:
@@ -195,6 +197,10 @@ class McpService:
         bound, new = refused
         manager = await self._ensure_running()
         scope["roost.mcp"] = bound
+        if self.runtime.tracing is not None:  # a tool call's turn is a child of the request's traceparent
+            from roost.transport.tracing import parent_context
+
+            scope[TRACE_SCOPE] = parent_context(request.headers, request.query_params)
         token = BINDING.set(bound)
         ending = request.method == "DELETE"
         held: list[Message] = []  # a DELETE's answer waits for what goes with the session

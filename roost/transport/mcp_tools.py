@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RESOURCE_NOT_FOUND",
+    "TRACE_SCOPE",
     "Binding",
     "McpExtras",
     "Prompt",
@@ -72,6 +73,11 @@ __all__ = [
 RESOURCE_NOT_FOUND = -32002
 _CONTENT_TYPES = frozenset({"text", "image", "audio", "resource", "resource_link"})
 _LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+#: Where :mod:`roost.transport.mcp` leaves a request's trace context (its ``traceparent``) in the
+#: ASGI scope, when tracing is on: the parent of its tool call's turn.
+TRACE_SCOPE = "roost.trace"
 
 
 @dataclass(slots=True)
@@ -184,7 +190,13 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         args, kwargs = _split(info, dict(params.arguments or {}))
         try:
             result, chunks = await registry.call(
-                bound.kind, bound.scoped, info.name, args, kwargs, principal=bound.principal
+                bound.kind,
+                bound.scoped,
+                info.name,
+                args,
+                kwargs,
+                principal=bound.principal,
+                trace=ctx.request.scope.get(TRACE_SCOPE) if ctx.request is not None else None,
             )
         except RpcError as exc:
             return _error_result(exc.code, exc.message)

@@ -5,7 +5,8 @@ Off by default. When on, the app's registry gets a :class:`RuntimeMetrics` obser
 and two additions per turn; no lock, no ``prometheus_client`` object on the hot path). Everything else
 is read at scrape time from counters the runtime keeps anyway: live actors (the registry's table),
 dormant ones (the directory's row count less the live ones), activations, connections (the app's
-sockets), the dispatcher's wake-ups, failures and leases, the access gate's refusals and
+sockets), the dispatcher's wake-ups and failures, the leases held (the dispatcher's, and the running
+job attempts of process services that hold leases: :func:`leases_held`), the access gate's refusals and
 ``rate_limited`` frames. :class:`RoostCollector` turns them into metric families for the app's own
 ``CollectorRegistry`` (never the process-wide default one: two apps in one process do not collide).
 
@@ -37,6 +38,7 @@ from roost.actors import Observer
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
+    from roost.actors import Registry
     from roost.transport.interfaces import Runtime
 
 __all__ = ["Histogram", "RoostCollector", "RuntimeMetrics", "metrics_registry"]
@@ -147,8 +149,8 @@ class RoostCollector(Collector):
         )
         yield GaugeMetricFamily(
             "roost_leases_held",
-            "Claimed wake-ups running (each holds a lease)",
-            value=dispatcher.leases_held if dispatcher else 0,
+            "Leases this process holds: claimed wake-ups running, and running jobs of its services",
+            value=leases_held(registry),
         )
         yield GaugeMetricFamily("roost_connections", "Open WebSocket connections", value=len(app.sinks))
         yield CounterMetricFamily(
@@ -163,6 +165,18 @@ class RoostCollector(Collector):
         yield CounterMetricFamily(
             "roost_replay_bytes", "Bytes of frames replayed to reconnecting clients", value=m.replay_bytes
         )
+
+
+def leases_held(registry: Registry) -> int:
+    """The dispatcher's claimed wake-ups running, and the ``leases_held`` of each process service
+    that holds leases (the agent runtime's job runner: its running job attempts)."""
+    dispatcher = registry.dispatcher
+    held = dispatcher.leases_held if dispatcher is not None else 0
+    for service in list(registry.services.values()):
+        count = getattr(service, "leases_held", None)
+        if isinstance(count, int):
+            held += count
+    return held
 
 
 def metrics_registry(app: Runtime) -> tuple[CollectorRegistry, RuntimeMetrics]:

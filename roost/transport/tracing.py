@@ -8,11 +8,13 @@ runs. With one (the ``opentelemetry-api`` names only; the SDK is the provider's 
   parameter for browsers, which cannot set headers on a WebSocket).
 - ``roost.call`` (SERVER): one ``POST /agents/{kind}/{name}/rpc/{method}``, from the request to the
   answer; its parent is the request's ``traceparent`` header.
-- ``roost.turn``: one committed turn, a child of its caller's span (the connection's or the HTTP
-  call's; a turn with no traced caller starts a trace of its own); ``roost.wakeup`` for a fire turn,
-  with ``roost.lateness_s``.
+- ``roost.turn``: one committed turn, a child of its caller's span (the connection's, its close
+  turn included, the HTTP call's, or an MCP request's ``traceparent``; a turn with no traced caller
+  starts a trace of its own); ``roost.wakeup`` for a fire turn, with ``roost.lateness_s``.
 - ``roost.commit``: one batch commit, with ``roost.batch.turns`` and the output gate's hold time as
-  its duration; a child of the batch's last traced turn's parent.
+  its duration; a child of the parent of the last turn of the batch (of that actor: each host has an
+  observer of its own, :meth:`Tracing.for_host`, so the turns and commits of actors that interleave
+  on the loop keep to their own traces).
 
 Turn and commit spans are made when the turn or commit has ended, from the times the runtime measured
 (:class:`roost.actors.Observer`): the runtime's hot path opens no span and sets no context. A turn
@@ -23,6 +25,10 @@ Guarantees (tests in ``tests/test_tracing.py``):
 
 - **A traceparent is the parent.** An HTTP call or a WebSocket connection with a ``traceparent``
   joins that trace: its span's parent is the given span, and its turns are its children.
+- **A run is in its caller's trace.** An agent run started by an HTTP call or over a WebSocket
+  connection takes the caller's trace id as its ``trace_id`` (its spans join the caller's trace).
+- **A commit is in its actor's trace.** Two actors whose turns and commits interleave each have every
+  commit span under the parent of their own batch's last turn, never in the other's trace nor a new one.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from roost.actors import Call, Connect, Message, Observer, Wake
+from roost.actors import Call, Connect, Disconnect, Message, Observer, Wake
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -70,10 +76,24 @@ def parent_context(headers: Mapping[str, str], query: Mapping[str, str] | None =
 class Tracing(Observer):
     """The runtime's spans (the module doc); ``tracer`` also serves the transport's own spans."""
 
-    def __init__(self, provider: TracerProvider) -> None:
-        self.tracer: Tracer = provider.get_tracer(TRACER_NAME)
-        self._last: Context = _ROOT  # the parent of the last turn (its batch's commit)
-        self._lateness: float | None = None  # of the fire turn under way
+    def __init__(self, provider: TracerProvider, tracer: Tracer | None = None) -> None:
+        self.provider = provider
+        self.tracer: Tracer = provider.get_tracer(TRACER_NAME) if tracer is None else tracer
+        self._last: Context = _ROOT  # the parent of this host's last turn (its batch's commit)
+        self._lateness: float | None = None  # of this host's fire turn under way
+
+    def for_host(self, kind: str, name: str) -> Tracing:
+        """A tracer of the host's own: its last turn's parent and its wake-up's lateness are its own."""
+        return Tracing(self.provider, self.tracer)
+
+    def trace_id(self, item: object) -> str | None:
+        """The trace id of the input's caller (its HTTP call's span, its connection's): a turn that
+        starts an agent run gives it to the run, so the run's spans are in the caller's trace."""
+        parent = _parent_of(item)
+        if parent is _ROOT:
+            return None
+        context = trace.get_current_span(parent).get_span_context()
+        return format(context.trace_id, "032x") if context.is_valid else None
 
     def turn(self, kind: str, seconds: float, item: object) -> None:
         parent = _parent_of(item)
@@ -131,7 +151,7 @@ def _parent_of(item: object) -> Context:
         if isinstance(item.trace, Context):
             return item.trace
         conn = item.conn
-    elif isinstance(item, Message | Connect):
+    elif isinstance(item, Message | Connect | Disconnect):
         conn = item.conn
     else:
         return _ROOT
