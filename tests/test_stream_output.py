@@ -177,7 +177,7 @@ async def test_batches_go_by_count_and_by_interval_on_the_clock() -> None:
     async def flush(text: str) -> None:
         sent.append(text)
 
-    buf = StreamBuffer(flush, count=3, interval=0.5, sleep=clock.sleep)
+    buf = StreamBuffer(flush, count=3, interval=0.5, clock=clock)
     for word in ("one ", "two ", "three "):
         await buf.add(word)
     assert sent == ["one two three "]  # by count, at once
@@ -200,7 +200,7 @@ async def test_a_delta_costs_no_coroutine_push_says_when_its_batch_is_due() -> N
     async def flush(text: str) -> None:
         sent.append(text)
 
-    buf = StreamBuffer(flush, count=3, interval=10, sleep=FakeClock().sleep)
+    buf = StreamBuffer(flush, count=3, interval=10, clock=FakeClock())
     assert buf.push("one ") is False
     assert buf.push("") is False  # nothing to send
     assert buf.push("two ") is False
@@ -221,7 +221,7 @@ async def flushed(deltas: list[str], *, count: int = 1) -> list[str]:
     async def flush(text: str) -> None:
         out.append(redact_text(text))
 
-    buf = StreamBuffer(flush, count=count, interval=10, sleep=FakeClock().sleep)
+    buf = StreamBuffer(flush, count=count, interval=10, clock=FakeClock())
     for d in deltas:
         await buf.add(d)
     await buf.close()
@@ -256,7 +256,7 @@ async def test_text_without_spaces_streams_before_the_end() -> None:
     async def flush(text: str) -> None:
         sent.append(text)
 
-    buf = StreamBuffer(flush, count=2, interval=10, sleep=FakeClock().sleep)
+    buf = StreamBuffer(flush, count=2, interval=10, clock=FakeClock())
     for ch in "你好，世界。这是一个没有空格的回答。":
         await buf.add(ch)
     assert len("".join(sent)) > 10  # sent by count, not held until close
@@ -272,7 +272,7 @@ async def test_a_delta_added_while_a_timed_batch_commits_gets_its_own_timer() ->
         sent.append(text)
         await gate.wait()
 
-    buf = StreamBuffer(slow, count=100, interval=0.5, sleep=clock.sleep)
+    buf = StreamBuffer(slow, count=100, interval=0.5, clock=clock)
     await buf.add("hello ")
     for _ in range(3):
         await asyncio.sleep(0)
@@ -297,7 +297,7 @@ async def test_a_batch_is_bounded_however_large_the_deltas() -> None:
     async def flush(text: str) -> None:
         sent.append(text)
 
-    buf = StreamBuffer(flush, count=100, interval=10, sleep=FakeClock().sleep)
+    buf = StreamBuffer(flush, count=100, interval=10, clock=FakeClock())
     words = "word " * 3000  # one delta of 15,000 characters
     await buf.add(words)
     await buf.close()
@@ -312,7 +312,7 @@ async def test_a_word_longer_than_the_hold_limit_is_sent_anyway() -> None:
     async def flush(text: str) -> None:
         sent.append(text)
 
-    buf = StreamBuffer(flush, count=1, interval=10, sleep=FakeClock().sleep)
+    buf = StreamBuffer(flush, count=1, interval=10, clock=FakeClock())
     await buf.add("x" * (MAX_HELD + 1))
     assert "".join(sent) == "x" * (MAX_HELD + 1)  # not held for a whitespace that never comes
     await buf.close()
@@ -625,7 +625,7 @@ async def test_a_stream_yielding_what_is_not_a_chunk_fails_its_step_not_retryabl
         sent.append(text)
 
     with pytest.raises(ModelError) as failed:
-        await stream_step(Odd(chunk), ModelRequest(text="go"), flush, FakeClock().sleep, STREAMING)
+        await stream_step(Odd(chunk), ModelRequest(text="go"), flush, FakeClock(), STREAMING)
     assert not failed.value.retryable
 
 

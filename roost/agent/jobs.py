@@ -141,13 +141,14 @@ class JobLifecycle(Part, WorkerJobs):
             if self.agent.streams and is_streaming(model):
                 request = request.model_copy(update={"partial": self.orchestrator.streams.open(run, job)})
                 cfg = self.agent.settings()
+                clock = self.agent.extension.process.clock
                 vault, run_id = self.records.vault, run["run_id"]
 
                 def secrets() -> Sequence[str]:  # the run's, as known when a batch goes
                     return vault.known(run_id)
 
                 async def model_stream(ctx: ToolContext) -> Any:
-                    step = await stream_step(model, request, ctx.stream, ctx.sleep, cfg, secrets)
+                    step = await stream_step(model, request, ctx.stream, clock, cfg, secrets)
                     return step.model_dump(mode="json")
 
                 return model_stream

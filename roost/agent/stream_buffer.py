@@ -47,6 +47,7 @@ from roost.agent.models import (
 
 if TYPE_CHECKING:
     from roost.agent.config import AgentConfig
+    from roost.scheduler.clock import Clock, TimerHandle
 
 __all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut", "secret_cut", "stream_step"]
 
@@ -198,20 +199,22 @@ class StreamBuffer:
         *,
         count: int,
         interval: float,
-        sleep: Callable[[float], Awaitable[None]],
+        clock: Clock,
         secrets: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self._flush = flush
         self._secrets = secrets
         self._count = count
         self._interval = interval
-        self._sleep = sleep
+        self._clock = clock
         self._pending: list[str] = []
         self._held = ""  # sent with the next batch: it may be the start of a credential
         self._chars = 0  # characters pending
         self._lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None  # sleeping until its batch is due
-        self._flushing: set[asyncio.Task[None]] = set()  # timers past their sleep, sending
+        # the batch's timer: a handle on the clock, not a sleeping task (a batch due by count, the
+        # common case under load, cancels it for the cost of a flag)
+        self._timer: TimerHandle | None = None
+        self._flushing: set[asyncio.Task[None]] = set()  # batches due by time, being sent
         self._error: BaseException | None = None  # a timed flush that failed: raised by the next call
 
     async def add(self, text: str) -> None:
@@ -237,7 +240,8 @@ class StreamBuffer:
                 timer.cancel()
             return True
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().create_task(self._later(), name="roost.stream.batch")
+            clock = self._clock
+            self._timer = clock.call_at(clock.monotonic() + self._interval, self._due)
         return False
 
     async def send(self) -> None:
@@ -248,19 +252,19 @@ class StreamBuffer:
         if self._error is not None:
             raise self._error
 
-    async def _later(self) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        await self._sleep(self._interval)
-        if self._timer is me:
-            self._timer = None  # a delta added from now on starts the next timer
-        self._flushing.add(me)
+    def _due(self) -> None:
+        """The timer's callback: the batch is due by time; a task sends it (a delta added from now
+        on starts the next timer)."""
+        self._timer = None
+        task = asyncio.get_running_loop().create_task(self._timed(), name="roost.stream.batch")
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _timed(self) -> None:
         try:
             await self._send(final=False)
         except Exception as exc:  # the stream's task raises it at its next add or close
             self._error = exc
-        finally:
-            self._flushing.discard(me)
 
     async def _send(self, *, final: bool) -> None:
         async with self._lock:
@@ -297,16 +301,14 @@ class StreamBuffer:
         await self._stop_timer(flushing_too=True)
 
     async def _stop_timer(self, *, flushing_too: bool) -> None:
-        """Cancel the sleeping timer and wait for it; wait for timed flushes under way (cancelled
-        too when ``flushing_too``)."""
+        """Cancel the timer; wait for timed flushes under way (cancelled too when ``flushing_too``)."""
         timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         tasks = list(self._flushing)
         if flushing_too:
             for t in tasks:
                 t.cancel()
-        if timer is not None:
-            timer.cancel()
-            tasks.append(timer)
         if tasks:
             await asyncio.wait(tasks)
 
@@ -315,7 +317,7 @@ async def stream_step(
     model: StreamingModel,
     request: ModelRequest,
     flush: Callable[[str], Awaitable[None]],
-    sleep: Callable[[float], Awaitable[None]],
+    clock: Clock,
     cfg: AgentConfig,
     secrets: Callable[[], Sequence[str]] | None = None,
 ) -> ModelStep:
@@ -328,7 +330,7 @@ async def stream_step(
         flush,
         count=cfg.stream_batch_count,
         interval=cfg.stream_batch_interval,
-        sleep=sleep,
+        clock=clock,
         secrets=secrets,
     )
     step: ModelStep | None = None
