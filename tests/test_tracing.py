@@ -150,6 +150,9 @@ async def test_an_agent_run_is_one_trace(data_dir: Path) -> None:
         assert span.context.trace_id == run.context.trace_id
     assert all(parent_id(t) == run.context.span_id for t in tools)
     assert all(attr(j, "roost.job.attempt") >= 1 for j in jobs)
+    models = named(spans, "roost.agent.model")  # the deterministic planner's steps, in the turn
+    assert len(models) >= 2  # the plan, then the summary of the results
+    assert all(parent_id(m) == run.context.span_id for m in models)
 
 
 async def test_an_mcp_call_is_a_span_of_its_job_attempt(data_dir: Path) -> None:

@@ -15,6 +15,7 @@ Guarantees (tests in ``tests/test_agent_runtime.py``):
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from roost.agent import memory, policy
@@ -182,8 +183,17 @@ class Steps(Part):
         if not model.inline:
             await self.orchestrator.jobs.start(run, None, "model", {"hop": run["hops"]})
             return False
+        tracer = self.agent.extension.process.tracer
+        traced: AbstractContextManager[object] = nullcontext()
+        if tracer is not None:  # the step in a span of its run's trace (roost.agent.tracing)
+            from roost.agent.tracing import run_spans
+
+            spans = run_spans(tracer)
+            assert spans is not None
+            traced = spans.model_step(run)
         try:
-            step = await model.step(self.model_request(run, original=True))
+            with traced:
+                step = await model.step(self.model_request(run, original=True))
         except ModelError as exc:
             self.model_failed(run, str(exc), exc.retryable, will_retry=False)
             return False

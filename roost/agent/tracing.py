@@ -10,6 +10,8 @@ one no object of this module exists, and the agent's events pay one ``None`` che
   that traces the run puts its spans in the same trace.
 - ``roost.agent.tool``: one tool call, ``tool_started`` to ``tool_completed``/``_failed``/``_cancelled``
   (inline or as a job), a child of its run's span.
+- ``roost.agent.model``: a model step that runs in the turn (an inline model such as the
+  deterministic planner), a child of its run's span.
 - ``roost.agent.job``: one attempt of a background job (a model step, streamed or not, or a tool),
   around its execution on the worker, a child of its run's span (``roost.job.attempt``).
 - ``roost.mcp.call``: one call of an MCP server's tool (:mod:`roost.agent.mcp_tools`), a child of
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +137,17 @@ class RunSpans:
     def parent(self, run: Row) -> Context:
         span = self.runs.get(run["run_id"])
         return trace.set_span_in_context(span) if span is not None else run_context(run)
+
+    def model_step(self, run: Row) -> AbstractContextManager[Span]:
+        """A ``roost.agent.model`` span around a model step that runs in the turn (an inline model:
+        one as a job is inside its ``roost.agent.job`` span), a child of its run's span."""
+        attributes: dict[str, str | int] = {
+            "roost.run_id": str(run["run_id"]),
+            "roost.model.hop": int(run["hops"]),
+        }
+        return self.tracer.start_as_current_span(
+            "roost.agent.model", context=self.parent(run), attributes=attributes
+        )
 
     def job(
         self, run: Row, job: Row, attempt: int, execute: Callable[[Any], Awaitable[Any]]
