@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from roost.actors import Actor, RetryPolicy
+from roost.actors import Actor, Observer, RetryPolicy
 from roost.agent import AgentConfig
 from roost.agent.agent import Agent
 from roost.agent.background import SERVICE, JobRunner
@@ -252,3 +252,47 @@ async def test_the_worker_reports_its_presence_in_the_directory(
     assert later[0].worker_id in out
     assert f" {os.getpid()} " in out
     assert out.rstrip().endswith("1 worker(s): 1 stopped")  # it stopped cleanly with the kit, and says so
+
+
+class TurnNames(Observer):
+    """Keeps the name of each turn's function (a worker's turns are ``Task`` inputs: a heartbeat's is
+    ``renew``, a progress report's ``record``)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def turn(self, kind: str, seconds: float, item: object) -> None:
+        self.names.append(getattr(getattr(item, "fn", None), "__name__", type(item).__name__))
+
+
+@tool(background=True, keywords=("chatty",))
+async def chatty(ctx: ToolContext, args: Nothing) -> str:
+    """Reports progress four times a heartbeat interval, for five intervals."""
+    for n in range(20):
+        await ctx.sleep(FAST.heartbeat_interval / 4)
+        await ctx.progress(n + 1, 20)
+    return "done"
+
+
+class Chatty(Agent):
+    kind = "chatty"
+    config = FAST
+    tools = (chatty, *Flaky.tools)
+
+
+async def test_a_worker_that_reports_often_makes_no_heartbeat_turns(data_dir: Path) -> None:
+    """A progress report (and a streamed batch) reads the fence and renews the lease as a heartbeat
+    does, so the next heartbeat is due an interval after it: a tool that reports more often than
+    heartbeat_interval costs no heartbeat turns, and one that never reports still gets them."""
+    async with ActorKit([Chatty], data_dir) as kit:
+        seen = TurnNames()
+        kit.registry.observer = seen
+        c = kit.connect("chatty", "a")
+        await c.call("turn", "chatty")
+        await drive(kit, lambda: "turn_completed" in event_types(c), step=FAST.heartbeat_interval / 8)
+        assert seen.names.count("record") >= 20
+        assert seen.names.count("renew") == 0
+        seen.names.clear()
+        reply = await c.call("turn", "quiet")
+        await drive(kit, lambda: seen.names.count("renew") >= 3, step=FAST.heartbeat_interval / 8)
+        await c.call("cancel", reply["turn_id"])

@@ -289,12 +289,17 @@ class JobRunner:
         if spec is None:
             return
         lost = asyncio.Event()
+        clock = self.process.clock
+        fenced_at = [clock.monotonic()]  # the last turn that read the fence and renewed the lease
 
         async def fenced(record: Callable[[Actor], Awaitable[bool]]) -> None:
-            """A turn of the worker that its attempt's fence may refuse: then the tool stops."""
+            """A turn of the worker that its attempt's fence may refuse: then the tool stops. It does
+            what a heartbeat does (reads the fence, renews the lease: progress always, a streamed
+            batch once an interval), so the next heartbeat is due an interval after it."""
             if not await self._turn(kind, name, record):
                 lost.set()
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
+            fenced_at[0] = clock.monotonic()
 
         async def progress(done: float, total: float, message: str, checkpoint: Any) -> None:
             async def record(actor: Actor) -> bool:
@@ -317,7 +322,7 @@ class JobRunner:
         if isinstance(tool, asyncio.Task):
             tool.set_name(f"{label}:tool")
         beat = asyncio.get_running_loop().create_task(
-            self._heartbeat(kind, name, spec, tool, lost), name=f"{label}:heartbeat"
+            self._heartbeat(kind, name, spec, tool, lost, fenced_at), name=f"{label}:heartbeat"
         )
         try:
             try:
@@ -355,15 +360,29 @@ class JobRunner:
             log.exception("job %s: outcome not recorded; its lease will expire and it is retried", job_id)
 
     async def _heartbeat(
-        self, kind: str, name: str, spec: JobSpec, tool: asyncio.Future[Any], lost: asyncio.Event
+        self,
+        kind: str,
+        name: str,
+        spec: JobSpec,
+        tool: asyncio.Future[Any],
+        lost: asyncio.Event,
+        fenced_at: list[float],
     ) -> None:
+        """Renew the lease every ``heartbeat_interval``, counted from the worker's last fenced turn
+        (a progress report or a streamed batch does what a beat does): a tool that streams or reports
+        often makes no heartbeat turns of its own."""
         wid = self.worker_id
+        clock = self.process.clock
+        interval = spec.heartbeat_interval
 
         async def renew(actor: Actor) -> bool:
             return _jobs(actor).heartbeat(spec.job_id, spec.attempt, wid)
 
         while not tool.done():
-            await self.process.clock.sleep(spec.heartbeat_interval)
+            await clock.sleep(max(0.0, fenced_at[0] + interval - clock.monotonic()))
+            if clock.monotonic() - fenced_at[0] < interval:
+                continue  # a fenced turn ran meanwhile: the next beat is due an interval after it
+            fenced_at[0] = clock.monotonic()
             try:
                 ok = await self._turn(kind, name, renew)
             except asyncio.CancelledError:

@@ -222,13 +222,15 @@ class JobLifecycle(Part, WorkerJobs):
 
     async def stream(self, job_id: str, attempt: int, worker_id: str, text: str) -> bool:
         """A batch of a streamed model step: committed to its message with one ``model_delta``, the
-        lease renewed once half of it has passed (a batch every few milliseconds need not write the
-        job's row each time; the heartbeat renews it too); False when the attempt is no longer
-        current (the batch is not recorded)."""
+        lease renewed as a heartbeat would renew it, once a ``heartbeat_interval`` has passed since it
+        was (a batch every few milliseconds need not write the job's row each time, and the worker
+        skips its heartbeats while batches come); False when the attempt is no longer current (the
+        batch is not recorded)."""
         job = self._current(job_id, attempt, worker_id, _STREAM_JOB)
         if job is None:
             return False
-        if job["lease_expires_at"] - self.now < self.agent.settings().lease_ttl / 2:
+        cfg = self.agent.settings()
+        if job["lease_expires_at"] - self.now <= cfg.lease_ttl - cfg.heartbeat_interval:
             self._renew(job_id)
         self.orchestrator.streams.append(self.run(job["run_id"], self.telemetry.RUN_COLUMNS), job, text)
         return True
