@@ -254,6 +254,11 @@ class JwtVerifier:
         self._later_mark = 0  # how many fetches had started when ``_later`` was scheduled
         self._waiting = 0  # the tokens waiting for ``_later``
 
+    @property
+    def waiting(self) -> int:
+        """How many tokens with an unknown ``kid`` wait for the next fetch (at most ``max_waiting``)."""
+        return self._waiting
+
     async def verify(self, token: str) -> Principal:
         """The principal a JWT stands for. Raises :class:`JwtError` (the reason in its message) and
         nothing else, whatever the string holds."""
