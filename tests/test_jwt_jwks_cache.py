@@ -154,3 +154,25 @@ async def test_a_waiter_that_goes_away_leaves_the_scheduled_fetch_to_the_others(
     assert (await stays).id == "stays"
     assert gone.cancelled()
     assert idp.hits == 2
+
+
+async def test_closing_the_verifier_ends_the_waits_for_its_fetches_with_a_refusal(
+    idp: IdentityProvider,
+) -> None:
+    clock = FakeClock()
+    verifier = verifier_for(idp, clock, fetch_timeout=NEVER)
+    idp.gate = asyncio.Event()  # the first fetch is held
+    first = asyncio.create_task(verifier.verify(RSA_1.sign(claims(clock.now()))))
+    await until(lambda: idp.hits == 1)
+    await verifier.aclose()
+    with pytest.raises(JwtError, match="JWKS unavailable: not fetched yet"):
+        await first
+    idp.gate.set()
+    clock.advance(10)  # a closed verifier still answers: a fresh fetch
+    assert (await verifier.verify(RSA_1.sign(claims(clock.now())))).id == "alice"
+    idp.keys = [RSA_1, RSA_2]
+    waiting = asyncio.create_task(verifier.verify(RSA_2.sign(claims(clock.now()))))
+    await until(lambda: verifier.waiting == 1)  # for the scheduled fetch
+    await verifier.aclose()
+    with pytest.raises(JwtError, match="unknown key id 'rsa-2'"):
+        await waiting

@@ -147,6 +147,17 @@ def _seconds(payload: dict[str, Any], claim: str) -> int | float | None:
     return value
 
 
+async def _join(shared: asyncio.Future[None]) -> None:
+    """Wait for a fetch others may wait for too: a caller that goes away leaves it to them, and a
+    fetch cancelled under its waiters (:meth:`JwtVerifier.aclose`) ends their wait, not their task."""
+    try:
+        await asyncio.shield(shared)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not shared.cancelled() or (task is not None and task.cancelling()):
+            raise
+
+
 def _loopback(url: str) -> bool:
     """Whether ``url`` names a loopback host (``localhost``, ``127.0.0.0/8``, ``::1``)."""
     try:
@@ -364,7 +375,7 @@ class JwtVerifier:
         if self._fetch is None:
             self._start_fetch(now)
         if self._fetch is not None:  # this one's or one under way: its keys may hold this kid
-            await asyncio.shield(self._fetch)  # a caller that goes away leaves it to the others
+            await _join(self._fetch)
         elif self._rotating(kid, now):
             await self._next_fetch(kid)
         return self._known(kid)
@@ -419,7 +430,7 @@ class JwtVerifier:
             self._later.add_done_callback(self._scheduled_done)
         self._waiting += 1
         try:
-            await asyncio.shield(self._later)
+            await _join(self._later)
         finally:
             self._waiting -= 1
 
@@ -439,7 +450,8 @@ class JwtVerifier:
             await asyncio.shield(self._fetch)
 
     async def aclose(self) -> None:
-        """Cancel the fetches under way or scheduled (their waiters get a refusal)."""
+        """Cancel the fetches under way or scheduled, for a verifier no longer used (the tokens waiting
+        for them get the refusal the keys as they are give)."""
         for task in (self._later, self._fetch):
             if task is not None:
                 task.cancel()
