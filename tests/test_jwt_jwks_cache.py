@@ -176,3 +176,20 @@ async def test_closing_the_verifier_ends_the_waits_for_its_fetches_with_a_refusa
     await verifier.aclose()
     with pytest.raises(JwtError, match="unknown key id 'rsa-2'"):
         await waiting
+
+
+async def test_a_sleep_that_does_not_move_the_clock_cannot_hold_a_waiting_token_for_ever(
+    idp: IdentityProvider,
+) -> None:
+    frozen = FakeClock()  # never advanced: its time stands still while the verifier sleeps on another
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    verifier = JwtVerifier(idp.url, issuer=ISSUER, audience=AUDIENCE, clock=frozen.now, sleep=sleep)
+    assert (await verifier.verify(RSA_1.sign(claims(frozen.now())))).id == "alice"
+    idp.keys = [RSA_1, RSA_2]
+    assert (await verifier.verify(RSA_2.sign(claims(frozen.now())))).id == "alice"
+    assert slept == [10.0]  # one wait of the refetch interval, then the fetch
+    assert idp.hits == 2

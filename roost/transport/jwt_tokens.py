@@ -403,12 +403,15 @@ class JwtVerifier:
         """A kid the keys lack though they are good and the provider answered: perhaps a new key."""
         return self._usable(now) and self._failure is None and kid not in self._withdrawn
 
-    def _start_fetch(self, now: float) -> bool:
-        """Start a fetch unless one is under way or one started less than ``refetch_interval`` ago."""
+    def _start_fetch(self, now: float, *, force: bool = False) -> bool:
+        """Start a fetch unless one is under way or one started less than ``refetch_interval`` ago
+        (``force``: the caller waited that long on ``sleep``)."""
         tried = self._tried_at
-        if self._fetch is not None or (tried is not None and now < tried + self.refetch_interval):
+        if self._fetch is not None:
             return False
-        self._tried_at, self._fetches = now, self._fetches + 1
+        if not force and tried is not None and now < tried + self.refetch_interval:
+            return False
+        self._tried_at, self._fetches = self._clock(), self._fetches + 1
         self._fetch = asyncio.ensure_future(self._refresh())
         self._fetch.add_done_callback(self._fetched)
         return True
@@ -440,12 +443,14 @@ class JwtVerifier:
 
     async def _fetch_later(self, mark: int) -> None:
         """At the first moment the rate limit allows, a fetch (or the one under way then), awaited;
-        done at once if one started after the ``mark``-th."""
-        while self._fetch is None and self._fetches == mark:  # one that started meanwhile will do
-            now = self._clock()
-            if not self._start_fetch(now):
-                assert self._tried_at is not None
-                await self._sleep(self._tried_at + self.refetch_interval - now)  # > 0: see _start_fetch
+        done at once if one started after the ``mark``-th. One sleep, then the fetch: a ``sleep``
+        that does not move ``clock`` along (a frozen clock) cannot hold the waiters for ever."""
+        now = self._clock()
+        if self._fetch is None and self._fetches == mark and not self._start_fetch(now):
+            assert self._tried_at is not None
+            await self._sleep(self._tried_at + self.refetch_interval - now)  # > 0: see _start_fetch
+            if self._fetch is None and self._fetches == mark:  # none started meanwhile
+                self._start_fetch(now, force=True)
         if self._fetch is not None:
             await asyncio.shield(self._fetch)
 
