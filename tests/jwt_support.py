@@ -95,9 +95,22 @@ class IdentityProvider:
                     self.gate.set()
 
 
+#: The kinds :func:`claims` grants unless told otherwise (a JWT without a ``kinds`` claim is refused).
+KINDS = ["whoami", "counter"]
+
+
 def claims(now: float, ttl: float = 600, **extra: Any) -> dict[str, Any]:
-    """A JWT's claims from :data:`ISSUER` for :data:`AUDIENCE`, subject ``alice``, issued at ``now``."""
-    return {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": int(now), "exp": int(now) + ttl, **extra}
+    """A JWT's claims from :data:`ISSUER` for :data:`AUDIENCE`, subject ``alice``, issued at ``now``,
+    granting :data:`KINDS` (``kinds=`` another list)."""
+    return {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "iat": int(now),
+        "exp": int(now) + ttl,
+        "kinds": KINDS,
+        **extra,
+    }
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -58,6 +58,7 @@ async def test_roost_serve_takes_a_jwks_an_issuer_and_an_audience_beside_roost_s
     server = ServerProcess(tmp_path / "data", *args, env={"ROOST_SECRET": SECRET}).start()
     token = EC_1.sign(claims(time.time(), sub="ann", org="acme"))
     wrong = EC_1.sign(claims(time.time(), aud="other"))
+    no_kinds = EC_1.sign({k: v for k, v in claims(time.time()).items() if k != "kinds"})
     try:
         base = f"{server.http}/agents/counter/c1/rpc/increment"
         async with httpx.AsyncClient() as http:
@@ -66,13 +67,38 @@ async def test_roost_serve_takes_a_jwks_an_issuer_and_an_audience_beside_roost_s
             operator = signer.issue("op", ttl=60)
             assert (await http.post(base, headers=bearer(operator))).json()["result"] == 1
             assert (await http.post(base, headers=bearer(wrong))).status_code == 401
+            assert (await http.post(base, headers=bearer(no_kinds))).status_code == 401  # no default kinds
         async with connect(f"{server.ws}/agents/counter/c1", additional_headers=bearer(wrong)) as ws:
             assert await ws.close_code() == 4401
         # bounded: the log line is written by the server process
         await until(lambda: any("wrong audience" in line for line in server.log), timeout=5, interval=0.05)
+        await until(lambda: any("the token grants no kinds" in line for line in server.log), timeout=5)
     finally:
         server.kill()
     assert not any(token in line or wrong in line for line in server.log)
+
+
+@pytest.mark.slow
+async def test_roost_serve_gives_jwts_without_kinds_its_default_kinds_read_only_in_its_default_tenant(
+    tmp_path: Path,
+) -> None:
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [EC_1.jwk()]}))
+    args = ["--jwks", str(jwks), "--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE]
+    args += ["--jwt-default-kind", "counter", "--jwt-default-tenant", "idp"]
+    server = ServerProcess(tmp_path / "data", *args, env={"ROOST_SECRET": SECRET}).start()
+    bare = EC_1.sign({k: v for k, v in claims(time.time()).items() if k != "kinds"})
+    writer = EC_1.sign(claims(time.time(), kinds=["counter"]))
+    try:
+        rpc = f"{server.http}/agents/counter/c1/rpc"
+        async with httpx.AsyncClient() as http:
+            assert (await http.post(f"{rpc}/increment", headers=bearer(writer))).json()["result"] == 1
+            assert (await http.post(f"{rpc}/get", headers=bearer(bare))).json()["result"] == 1  # same tenant
+            assert (await http.post(f"{rpc}/increment", headers=bearer(bare))).status_code == 403
+            operator = signer.issue("op", ttl=60)  # no tenant: not the idp tenant's counter
+            assert (await http.post(f"{rpc}/increment", headers=bearer(operator))).json()["result"] == 1
+    finally:
+        server.kill()
 
 
 @pytest.mark.parametrize(
@@ -100,6 +126,19 @@ async def test_roost_serve_takes_a_jwks_an_issuer_and_an_audience_beside_roost_s
                 "HS256",
             ],
             "JWT algorithms must be some of",
+        ),
+        (
+            ["--jwks", "http://idp.example/jwks", "--jwt-issuer", "i", "--jwt-audience", "a"],
+            "the JWKS URL http://idp.example/jwks must be https:// (http:// only to a loopback address",
+        ),
+        (
+            ["--jwks", "jwks.json", "--jwt-issuer", "i", "--jwt-audience", "a", "--jwt-claim", "kinds="],
+            "with no kinds claim mapped, default kinds are needed",
+        ),
+        (["--jwt-default-kind", "counter"], "--jwt-default-kind: --jwt-issuer"),
+        (
+            ["--jwks", "jwks.json", "--jwt-issuer", "i", "--jwt-audience", "a", "--jwt-default-tenant", ""],
+            "the default tenant must be",
         ),
     ],
 )

@@ -5,14 +5,19 @@ identity provider*).
 (:func:`roost.transport.security.jwt_authenticate`, with :func:`~roost.transport.security.claims_authorize`);
 ``--jwt-algorithm`` (repeat; default RS256, ES256, EdDSA), ``--jwt-leeway`` (seconds of clock skew,
 default 30) and ``--jwt-claim FIELD=CLAIM`` (repeat: which claim gives the principal's ``subject``,
-``tenant``, ``kinds``, ``names``, ``read_only`` or ``admin``; ``FIELD=`` turns one off) tune it. With
-``$ROOST_SECRET`` set as well, both are accepted: ``roost1.`` tokens by the secret (``roost token``'s,
-an operator's admin token for instance), every other token as a JWT.
+``tenant``, ``kinds``, ``names``, ``read_only`` or ``admin``; ``FIELD=`` turns one off) tune it. A JWT
+grants only what its claims grant: one without a ``kinds`` claim is refused, unless
+``--jwt-default-kind KIND`` (repeat; ``*``: every kind) names the kinds such a token may reach,
+read-only unless ``--jwt-default-read-write``; ``--jwt-default-tenant`` puts JWTs without a tenant
+claim into a tenant of their own. With ``$ROOST_SECRET`` set as well, both are accepted: ``roost1.``
+tokens by the secret (``roost token``'s, an operator's admin token for instance), every other token as
+a JWT.
 
 Guarantee: incomplete or contradictory settings (a JWT option without ``--jwks``, ``--jwks`` without an
-issuer and an audience, a JWKS file that does not exist, an unknown claim field, a symmetric or
-unknown algorithm, PyJWT not installed, an app with its own ``authenticate`` hook) are a usage error
-before the server listens, never a server that refuses everyone.
+issuer and an audience, a JWKS file that does not exist, an ``http://`` JWKS URL to a host that is
+not loopback, an unknown claim field, ``--jwt-claim kinds=`` without ``--jwt-default-kind``, a
+symmetric or unknown algorithm, PyJWT not installed, an app with its own ``authenticate`` hook) are a
+usage error before the server listens, never a server that refuses everyone.
 """
 
 from __future__ import annotations
@@ -33,7 +38,16 @@ if TYPE_CHECKING:
 
 __all__ = ["add_jwt_options", "jwt_hook"]
 
-_TUNING = ("jwt_issuer", "jwt_audience", "jwt_algorithm", "jwt_leeway", "jwt_claim")
+_TUNING = (
+    "jwt_issuer",
+    "jwt_audience",
+    "jwt_algorithm",
+    "jwt_leeway",
+    "jwt_claim",
+    "jwt_default_kind",
+    "jwt_default_read_write",
+    "jwt_default_tenant",
+)
 
 
 def add_jwt_options(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +79,26 @@ def add_jwt_options(parser: argparse.ArgumentParser) -> None:
         help="the claim giving subject, tenant, kinds, names, read_only or admin (repeat; FIELD=: off; "
         "default: sub, tenant, kinds, names, ro, off)",
     )
+    group.add_argument(
+        "--jwt-default-kind",
+        action="append",
+        metavar="KIND",
+        help="a kind a JWT without a kinds claim may reach (repeat; '*': every kind; default: none, "
+        "such a JWT is refused)",
+    )
+    group.add_argument(
+        "--jwt-default-read-write",
+        action="store_true",
+        default=None,
+        help="JWTs given the default kinds may write too (default: read-only, unless their ro claim "
+        "says otherwise)",
+    )
+    group.add_argument(
+        "--jwt-default-tenant",
+        metavar="TENANT",
+        help="the tenant of a JWT without a tenant claim (default: none, the namespace of tokens "
+        "without a tenant, roost token's included)",
+    )
 
 
 def jwt_hook(
@@ -79,7 +113,7 @@ def jwt_hook(
         if given:
             raise UsageError(
                 f"{', '.join(given)}: --jwt-issuer, --jwt-audience, --jwt-algorithm, "
-                "--jwt-leeway and --jwt-claim need --jwks"
+                "--jwt-leeway, --jwt-claim and --jwt-default-* need --jwks"
             )
         return None
     if not args.jwt_issuer or not args.jwt_audience:
@@ -106,6 +140,9 @@ def jwt_hook(
             leeway=30.0 if args.jwt_leeway is None else args.jwt_leeway,
             claims=ClaimsMapping(**mapping),
             signer=signer,
+            default_kinds=args.jwt_default_kind or (),
+            default_read_only=not args.jwt_default_read_write,
+            default_tenant=args.jwt_default_tenant,
         )
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None

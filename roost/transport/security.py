@@ -8,7 +8,8 @@
   (:meth:`roost.transport.access.Access.renew`); the log says it came from the ``auth frame``.
 - :func:`jwt_authenticate` is an async ``authenticate`` hook for an identity provider's JWTs
   (:mod:`roost.transport.jwt_tokens`), taken from the same places and refused and logged the same way;
-  with ``signer=`` it also accepts ``roost1.`` tokens.
+  with ``signer=`` it also accepts ``roost1.`` tokens. A JWT grants only what its claims (or the
+  server's ``default_kinds``) grant: one that grants no kind is refused.
 - ``authorize(principal, kind, name, action) -> bool`` is checked on connect (``"connect"``), on every
   call (``"call:<method>"``), every message (``"message"``) and every HTTP request (``"read"`` for GET,
   ``"call:<method>"`` for POST). :func:`claims_authorize`, the default with tokens, allows the kinds
@@ -35,7 +36,7 @@ from starlette.requests import HTTPConnection
 
 from roost.actors import Principal
 from roost.protocol.redaction import TokenFilter, redact_tokens
-from roost.transport.jwt_tokens import DEFAULT_ALGORITHMS, ClaimsMapping, JwtVerifier
+from roost.transport.jwt_tokens import DEFAULT_ALGORITHMS, MAX_WAITING, ClaimsMapping, JwtVerifier
 from roost.transport.tokens import PREFIX, TokenError, TokenSigner
 
 __all__ = [
@@ -155,19 +156,28 @@ def jwt_authenticate(
     leeway: float = 30.0,
     claims: ClaimsMapping | None = None,
     clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
     signer: TokenSigner | None = None,
     cache_ttl: float = 300.0,
     refetch_interval: float = 10.0,
     max_stale: float = 3600.0,
     fetch_timeout: float = 5.0,
+    max_waiting: int = MAX_WAITING,
+    default_kinds: Iterable[str] = (),
+    default_read_only: bool = True,
+    default_tenant: str | None = None,
 ) -> Callable[[HTTPConnection], Awaitable[Principal | None]]:
     """An async ``authenticate`` hook accepting the JWTs of an identity provider: signed by a key of
     ``jwks`` (a file or an ``http(s)://`` URL), from ``issuer``, for ``audience``, on ``algorithms``
     (asymmetric only), ``exp`` and ``nbf`` checked on ``clock`` with ``leeway`` seconds of skew; the
-    principal as ``claims`` maps it (:class:`~roost.transport.jwt_tokens.ClaimsMapping`). The JWKS is
-    kept ``cache_ttl`` seconds, fetched again for an unknown ``kid`` at most once per
-    ``refetch_interval``, its keys used ``max_stale`` seconds past their time while it cannot be
-    fetched, each fetch given ``fetch_timeout`` seconds (:class:`~roost.transport.jwt_tokens.JwtVerifier`).
+    principal as ``claims`` maps it (:class:`~roost.transport.jwt_tokens.ClaimsMapping`), granting only
+    what its claims grant: a token without a ``kinds`` claim gets ``default_kinds`` (``"*"``: every
+    kind; read-only unless ``default_read_only=False``), and with none of those is refused; one
+    without a tenant claim gets ``default_tenant``. The JWKS (``https://``, ``http://`` only to a
+    loopback address) is kept ``cache_ttl`` seconds, then refreshed in the background while its keys
+    serve on for ``max_stale`` seconds more; a token with an unknown ``kid`` waits for the next fetch,
+    fetches starting at most once per ``refetch_interval`` (on ``sleep``; at most ``max_waiting``
+    tokens wait), each given ``fetch_timeout`` seconds (:class:`~roost.transport.jwt_tokens.JwtVerifier`).
     With ``signer``, a ``roost1.`` token is verified by it instead (``roost token``'s, e.g. an
     operator's admin token). A refusal (a bad token, or a JWKS that cannot be fetched) is ``None`` with
     its reason logged, never the token, never an exception. Raises :class:`RuntimeError` at once if
@@ -181,10 +191,15 @@ def jwt_authenticate(
         leeway=leeway,
         claims=claims,
         clock=clock,
+        sleep=sleep,
         cache_ttl=cache_ttl,
         refetch_interval=refetch_interval,
         max_stale=max_stale,
         fetch_timeout=fetch_timeout,
+        max_waiting=max_waiting,
+        default_kinds=default_kinds,
+        default_read_only=default_read_only,
+        default_tenant=default_tenant,
     )
 
     async def authenticate(conn: HTTPConnection) -> Principal | None:
