@@ -18,7 +18,7 @@ Guarantees (tests in ``tests/test_workflows.py`` and ``tests/test_workflows_exte
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -222,6 +222,24 @@ class Step:
         await self._start_external(pos, name, attempt, run, fn, timeout)
         raise self._suspend(pos, name, StepKind.EXTERNAL, why="running", attempt=attempt)
 
+    async def parallel(
+        self,
+        name: str,
+        branches: Mapping[str, Callable[[StepAttempt], Awaitable[Any]]],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Run every branch ``await fn(attempt)`` outside turns, concurrently, each an outside step
+        of its own (its own idempotency key ``{step_id}:{branch}:{attempt}``, attempts under
+        ``retry``, runs bounded by ``timeout``); the results by branch, in the order given. A
+        branch's result is kept when it comes (a crash reruns only the branches without one); the
+        first branch that fails for good fails the join (``StepFailed``), see
+        :mod:`roost.workflows.fanout`."""
+        from roost.workflows.fanout import join
+
+        return await join(self, name, branches, retry, timeout)
+
     async def sleep(self, name: str, seconds: float) -> None:
         """Wait ``seconds`` (measured from the first time this step runs), durably."""
         pos, rec = self._take(name, StepKind.SLEEP)
@@ -368,7 +386,7 @@ class Step:
             self._payload("lease", pos=pos, attempt=attempt, run=run),
             key=lease_key(wf.id, wf.generation, pos, attempt, run),
         )
-        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run)
+        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
         of = self._engine.of
         at = (wf.id, wf.generation, pos, attempt, run)
 
