@@ -65,8 +65,8 @@ async def test_a_worker_not_done_shows_in_the_run_as_running_with_its_progress(d
         assert next(b for b in (await _run(kit))["branches"] if b["worker"] == "w2")["progress"] == 1
         clock.advance(60)
         await kit.fire_due("team_worker", "t1.w2")
-        run = await until(lambda: _finished(kit))
-        assert run["status"] == "completed"
+        done = await until(lambda: _finished(kit))
+        assert done["status"] == "completed"
 
 
 async def _branch_is(kit: ActorKit, worker: str, status: str) -> bool:

@@ -38,8 +38,9 @@ from roost.workflows.model import (
     short,
 )
 from roost.workflows.runner import Outcome, runner
-from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key, schedule_wake
+from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key
 from roost.workflows.store import WorkflowRow, WorkflowStore, encode
+from roost.workflows.wakes import schedule_wake
 
 __all__ = ["Engine", "engine_of"]
 

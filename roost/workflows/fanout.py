@@ -1,5 +1,6 @@
-"""The parallel shape: ``step.parallel(name, {branch: fn})``, a join of outside branches that run at
-once, and the engine's side of a branch (its fence, its result's turn, its lease).
+"""The parallel shape's branches: ``step.parallel(name, {branch: fn})`` (the join, in
+:mod:`roost.workflows.step`) starts them here; here too is the engine's side of a branch (its fence,
+its result's turn, its lease).
 
 One position of the body holds the join: a step row of kind ``parallel`` and one row per branch in
 ``roost_wf_branches``. Each branch is an outside attempt of its own (``fn(attempt)`` in the process's
@@ -23,11 +24,9 @@ Guarantees (tests in ``tests/test_workflows_parallel.py`` and ``tests/test_workf
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn, Protocol
 
-import orjson
-
-from roost.actors import Actor, RetryPolicy
+from roost.actors import Actor
 from roost.workflows.model import (
     MAX_BRANCHES,
     MAX_LOST_RUNS,
@@ -39,23 +38,51 @@ from roost.workflows.model import (
     short,
 )
 from roost.workflows.runner import Outcome, RunKey, runner
-from roost.workflows.store import BranchRow, encode
+from roost.workflows.store import BranchRow, WorkflowRow, WorkflowStore, encode
+from roost.workflows.wakes import schedule_wake
 
-if TYPE_CHECKING:
-    from roost.workflows.engine import Engine
-    from roost.workflows.step import Step
-
-__all__ = ["BranchFn", "branch_lease", "finish_branch", "holds_branch", "join"]
+__all__ = [
+    "BranchEngine",
+    "BranchFn",
+    "branch_lease",
+    "check_branches",
+    "fail_join",
+    "finish_branch",
+    "holds_branch",
+    "start_branch",
+]
 
 #: A branch: ``fn(attempt)`` awaited outside turns, like ``step.external``'s function.
 BranchFn = Callable[[StepAttempt], Awaitable[Any]]
+
+
+class BranchEngine(Protocol):
+    """What a branch needs of the engine of its actor (:class:`roost.workflows.engine.Engine`)."""
+
+    @property
+    def actor(self) -> Actor: ...
+
+    @property
+    def store(self) -> WorkflowStore: ...
+
+    @property
+    def lease(self) -> float: ...
+
+    @property
+    def now(self) -> float: ...
+
+    def of(self, actor: Actor) -> BranchEngine:
+        """The engine of ``actor`` (the live instance a later turn runs on)."""
+
+    async def advance(self, wid: str) -> None: ...
 
 
 def _lease_key(wid: str, gen: int, pos: int, branch: str, attempt: int, run: int) -> str:
     return f"roost-wf-branch-lease:{wid}:{gen}:{pos}:{attempt}:{run}:{branch}"
 
 
-def _check(branches: Mapping[str, BranchFn]) -> None:
+def check_branches(branches: Mapping[str, BranchFn]) -> None:
+    """1 to :data:`MAX_BRANCHES` branches, each named by 1 to :data:`MAX_NAME` characters."""
     if not 1 <= len(branches) <= MAX_BRANCHES:
         raise ValueError(f"a parallel step has 1 to {MAX_BRANCHES} branches, got {len(branches)}")
     for b in branches:
@@ -63,134 +90,66 @@ def _check(branches: Mapping[str, BranchFn]) -> None:
             raise ValueError(f"a branch name is 1 to {MAX_NAME} characters without NUL, got {b!r}")
 
 
-async def join(
-    step: Step,
-    name: str,
-    branches: Mapping[str, BranchFn],
-    retry: RetryPolicy | None,
-    timeout: float | None,
-) -> dict[str, Any]:
-    """The body of :meth:`Step.parallel` (see there)."""
-    from roost.workflows.step import DEFAULT_RETRY, Diverged, schedule_wake
-
-    _check(branches)
-    pos, rec = step._take(name, StepKind.PARALLEL)
-    if rec is not None and rec.status in (StepStatus.COMPLETED, StepStatus.FAILED):
-        done: dict[str, Any] = step._outcome(rec)  # the recorded results, or the failure raised
-        return done
-    store, wf, now = step._store, step._wf, step._now
-    rows = {r.branch: r for r in store.branches(wf.id, pos)}
-    if rec is None:
-        store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.RUNNING, now)
-        step._log("fanout_started", pos, name, detail={"branches": list(branches)})
-    elif set(rows) != set(branches):
-        raise Diverged(
-            f"join {name!r} at {pos} was recorded with branches {sorted(rows)}, now {sorted(branches)}"
-        )
-    policy = retry or DEFAULT_RETRY
-    kept = [b for b in branches if b in rows and rows[b].status is StepStatus.COMPLETED]
-    soonest: float | None = None
-    for ord, (b, fn) in enumerate(branches.items()):
-        r = rows.get(b)
-        if r is None:
-            await _start(step, pos, name, b, ord, 1, 1, fn, timeout, kept)
-            continue
-        status = r.status
-        if status is StepStatus.ATTEMPT_FAILED:
-            if r.retryable and r.attempt < policy.max_attempts:
-                wake = now + policy.delay(r.attempt, step._actor.extension.process.rng)
-                store.put_branch(
-                    wf.id, pos, b, ord, StepStatus.RETRY_WAIT, now, attempt=r.attempt, run=r.run,
-                    error=r.error, wake_at=wake,
-                )  # fmt: skip
-                step._log(
-                    "attempt_failed", pos, name, r.attempt, {"branch": b, "error": r.error, "retry_at": wake}
-                )
-                await schedule_wake(step._actor, wake, step._payload("retry", pos=pos, branch=b))
-                soonest = wake if soonest is None else min(soonest, wake)
-                continue
-            status = StepStatus.FAILED
-        if status is StepStatus.FAILED:
-            _fail(step, pos, name, r)
-        if status is StepStatus.RETRY_WAIT:
-            if r.wake_at is not None and r.wake_at > now:
-                soonest = r.wake_at if soonest is None else min(soonest, r.wake_at)
-            else:
-                await _start(step, pos, name, b, ord, r.attempt + 1, 1, fn, timeout, kept)
-        elif status is StepStatus.LOST:
-            await _start(step, pos, name, b, ord, r.attempt, r.run + 1, fn, timeout, kept)
-    rows = {r.branch: r for r in store.branches(wf.id, pos)}
-    if all(rows[b].status is StepStatus.COMPLETED for b in branches):
-        results = {b: rows[b].result for b in branches}
-        try:
-            text = encode(results, f"the results of join {name!r}")
-        except Exception as exc:
-            error = short(str(exc))
-            store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.FAILED, now, error=error)
-            step._log("step_failed", pos, name, detail={"error": error})
-            raise StepFailed(name, error) from None
-        store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.COMPLETED, now, result=text)
-        step._log("step_completed", pos, name, detail={"branches": list(branches)})
-        result: dict[str, Any] = orjson.loads(text)
-        return result
-    raise step._suspend(
-        pos, name, StepKind.PARALLEL, until=soonest, why="join",
-        branches={b: str(rows[b].status) for b in branches},
-    )  # fmt: skip
-
-
-def _fail(step: Step, pos: int, name: str, r: BranchRow) -> None:
-    """A branch failed for good: the join fails, its live siblings are cancelled here."""
-    store, wf, actor = step._store, step._wf, step._actor
+def fail_join(
+    engine: BranchEngine, wf: WorkflowRow, pos: int, name: str, r: BranchRow, now: float
+) -> NoReturn:
+    """A branch failed for good: the join fails (``StepFailed``), its live siblings are cancelled in
+    this process (their later results are fenced off: the join is no longer running)."""
+    store, actor = engine.store, engine.actor
     error = short(f"branch {r.branch!r}: {r.error or 'failed'}")
     store.put_branch(
-        wf.id, pos, r.branch, r.ord, StepStatus.FAILED, step._now, attempt=r.attempt, run=r.run,
+        wf.id, pos, r.branch, r.ord, StepStatus.FAILED, now, attempt=r.attempt, run=r.run,
         retryable=False, error=r.error,
     )  # fmt: skip
-    store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.FAILED, step._now, error=error)
-    step._log("step_failed", pos, name, r.attempt, {"branch": r.branch, "error": error})
+    store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.FAILED, now, error=error)
+    store.log(
+        wf.id, wf.generation, "step_failed", now, position=pos, name=name, attempt=r.attempt,
+        detail={"branch": r.branch, "error": error},
+    )  # fmt: skip
     runner(actor.extension.process).cancel(actor.kind, actor.name, wf.id, pos)
     raise StepFailed(name, error)
 
 
-async def _start(
-    step: Step,
+async def start_branch(
+    engine: BranchEngine,
+    wf: WorkflowRow,
     pos: int,
     name: str,
     branch: str,
     ord: int,
-    attempt: int,
-    run: int,
+    at: tuple[int, int],
     fn: BranchFn,
     timeout: float | None,
     kept: list[str],
+    now: float,
 ) -> None:
-    from roost.workflows.engine import engine_of
-    from roost.workflows.step import schedule_wake
-
-    wf, actor, now, engine = step._wf, step._actor, step._now, step._engine
-    lease = engine.lease
-    step._store.put_branch(
+    """Start run ``at`` (``(attempt, run)``) of ``branch``: its row, its history line (with the
+    branches ``kept``), its lease wake-up, its task."""
+    attempt, run = at
+    actor, lease, store = engine.actor, engine.lease, engine.store
+    store.put_branch(
         wf.id, pos, branch, ord, StepStatus.RUNNING, now, attempt=attempt, run=run, wake_at=now + lease
     )
     ticket = StepAttempt(wf.id, f"{name}/{branch}", f"{wf.id}:{wf.generation}:{pos}:{branch}", attempt, run)
-    detail = {"branch": branch, "run": run, "idempotency_key": ticket.idempotency_key, "kept": kept}
-    step._log("attempt_started", pos, name, attempt, detail)
+    store.log(
+        wf.id, wf.generation, "attempt_started", now, position=pos, name=name, attempt=attempt,
+        detail={"branch": branch, "run": run, "idempotency_key": ticket.idempotency_key, "kept": kept},
+    )  # fmt: skip
+    payload = {"why": "branch_lease", "id": wf.id, "gen": wf.generation, "pos": pos, "branch": branch}
+    payload |= {"attempt": attempt, "run": run}
     await schedule_wake(
-        actor,
-        now + lease,
-        step._payload("branch_lease", pos=pos, branch=branch, attempt=attempt, run=run),
-        key=_lease_key(wf.id, wf.generation, pos, branch, attempt, run),
+        actor, now + lease, payload, key=_lease_key(wf.id, wf.generation, pos, branch, attempt, run)
     )
     key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, branch)
-    at = (wf.id, wf.generation, pos, branch, attempt, run)
+    of = engine.of
+    fence = (wf.id, wf.generation, pos, branch, attempt, run)
 
     async def claimed(a: Actor) -> bool:
-        return holds_branch(engine_of(a), *at)
+        return holds_branch(of(a), *fence)
 
     def finish(outcome: Outcome) -> Callable[[Actor], Awaitable[None]]:
         async def record(a: Actor) -> None:
-            await finish_branch(engine_of(a), *at, outcome)
+            await finish_branch(of(a), *fence, outcome)
 
         return record
 
@@ -198,7 +157,9 @@ async def _start(
 
 
 # -- the engine's side ------------------------------------------------------------------------------
-def holds_branch(engine: Engine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int) -> bool:
+def holds_branch(
+    engine: BranchEngine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int
+) -> bool:
     """Whether run ``(attempt, run)`` of ``branch`` of the join at ``pos`` is current: the same
     generation, the workflow not finished, the join running, the branch running that run."""
     store = engine.store
@@ -213,7 +174,7 @@ def holds_branch(engine: Engine, wid: str, gen: int, pos: int, branch: str, atte
 
 
 async def finish_branch(
-    engine: Engine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int, outcome: Outcome
+    engine: BranchEngine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int, outcome: Outcome
 ) -> None:
     """Record a branch run's outcome (fenced): its result is kept in its row (a pending write of the
     join) before the advance that may complete the join."""
@@ -244,17 +205,15 @@ async def finish_branch(
     await engine.advance(wid)
 
 
-def _step_name(engine: Engine, wid: str, pos: int) -> str | None:
+def _step_name(engine: BranchEngine, wid: str, pos: int) -> str | None:
     rec = engine.store.step(wid, pos)
     return None if rec is None else rec.name
 
 
-async def branch_lease(engine: Engine, payload: dict[str, Any]) -> None:
+async def branch_lease(engine: BranchEngine, payload: dict[str, Any]) -> None:
     """A branch run's lease is up: if this process's runner still runs it, look again a lease later;
     otherwise it was lost with its process: ``lost`` (or ``failed`` after ``MAX_LOST_RUNS``), then
     advance, which runs it again under the same key."""
-    from roost.workflows.step import schedule_wake
-
     wid, gen, pos = str(payload["id"]), int(payload["gen"]), int(payload["pos"])
     branch, attempt, run = str(payload["branch"]), int(payload["attempt"]), int(payload["run"])
     if not holds_branch(engine, wid, gen, pos, branch, attempt, run):
