@@ -55,8 +55,8 @@ async def test_a_recorded_route_is_never_re_decided_on_replay(data_dir: Path) ->
             await kit.call("shapes", "s1", "resume_workflow", "w1")  # a replay, still queued
             clock.advance(30)
             await kit.fire_due("shapes", "s1")
-            status = await until(lambda: _done(kit))
-            assert status["result"] == {"route": "billing"}
+            done = await until(lambda: _done(kit))
+            assert done["result"] == {"route": "billing"}
             assert FlipShapes.asked == 1
             assert await kit.call("shapes", "s1", "effects") == {"classify": 1, "handle:billing": 1}
     finally:
