@@ -233,9 +233,7 @@ class Step:
             store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.RUNNING, now)
             self._log("fanout_started", pos, name, detail={"branches": list(branches)})
         elif set(rows) != set(branches):
-            raise Diverged(
-                f"join {name!r} at {pos} was recorded with {sorted(rows)}, now {sorted(branches)}"
-            )
+            raise Diverged(f"join {name!r} at {pos} was recorded with {sorted(rows)}, now {sorted(branches)}")
         policy = retry or DEFAULT_RETRY
         kept = [b for b in branches if b in rows and rows[b].status is StepStatus.COMPLETED]
         soonest: float | None = None
