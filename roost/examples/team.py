@@ -45,8 +45,9 @@ from roost.workflows import Step, StepAttempt, Workflows, workflow
 
 __all__ = ["Team", "TeamWorker"]
 
-#: Workers of one run at most.
+#: Workers of one run at most, and parts of one worker's share (more are cut, not refused).
 MAX_WORKERS = 8
+MAX_PARTS = 16
 _RETRY = RetryPolicy(max_attempts=5, base=0.5, cap=4.0)
 
 
@@ -75,7 +76,8 @@ class Team(Workflows):
 
         def dispatch(worker: str) -> Callable[[StepAttempt], Awaitable[Any]]:
             job: dict[str, Any] = {"team": self.name, "run": run, "worker": worker, "part": plan[worker]}
-            job |= {"parts": int(spec.get("parts", 2)), "delay": delays.get(worker, 0.0)}
+            parts = max(1, min(MAX_PARTS, int(spec.get("parts", 2))))
+            job |= {"parts": parts, "delay": delays.get(worker, 0.0)}
 
             async def go(_: StepAttempt) -> str:
                 ref = self.actor(TeamWorker.kind, f"{self.name}.{worker}")
