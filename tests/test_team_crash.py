@@ -80,3 +80,48 @@ async def test_sigkill_mid_work_the_run_completes_and_no_workers_effect_doubles(
     w3_events = [(e["event"], e["name"]) for e in w3]
     assert [n for ev, n in w3_events if ev == "step_completed"].count("part 0") == 1
     assert ("slept", "think 0") in w3_events
+
+
+async def _reported_not_recorded(server: ServerProcess) -> bool:
+    run = await _call(server, "team", "t1", "get_run", "r1")
+    worker = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:w3")
+    report = [s for s in worker["steps"] if s["name"] == "report"]
+    w3 = next((b for b in run["branches"] if b["worker"] == "w3"), {})
+    return w3.get("status") == "completed" and bool(report) and report[0]["status"] == "running"
+
+
+async def test_sigkill_after_a_workers_report_reached_the_team_the_repeat_is_no_news(data_dir: Path) -> None:
+    """Killed after w3's final report reached the team (w2 still at work, so the run waits) and before
+    the report's record: after the restart the report runs again under the same key, the team takes
+    it as no news (one ``done:w3`` event, one merge), and both workflows complete."""
+    spec = {"task": "one two three", "workers": ["w1", "w2", "w3"], "delays": {"w2": 3.0}}
+    first = ServerProcess(data_dir, app="tests.team_app:app").start()
+    try:
+        await _call(first, "team", "t1", "start_workflow", "team", spec, "r1")
+        await until(lambda: _reported_not_recorded(first), timeout=30, interval=0.05)
+    finally:
+        first.kill()
+    second = ServerProcess(data_dir, app="tests.team_app:app").start()
+    try:
+        worker = await until(lambda: _worker_done(second), timeout=60, interval=0.2)
+        run = await until(lambda: _completed(second), timeout=60, interval=0.2)
+        w3 = await _history(second, "team_worker", "t1.w3", "r1:w3")
+        team = await _history(second, "team", "t1", "r1")
+        effects = await _call(second, "team_worker", "t1.w3", "effects")
+    finally:
+        second.kill()
+    assert worker["status"] == "completed"
+    assert sorted(run["result"]["answers"]) == ["w1", "w2", "w3"]
+    assert effects == {"r1:w3": 2}
+    runs = [(e["name"], e["detail"]["run"]) for e in w3 if e["event"] == "attempt_started"]
+    assert runs.count(("report", 1)) == 1
+    assert runs.count(("report", 2)) == 1
+    assert ("attempt_lost", "report") in [(e["event"], e["name"]) for e in w3]
+    sent = [e for e in team if e["event"] == "event_sent" and e["detail"]["event"] == "done:w3"]
+    assert len(sent) == 1  # the repeated report was no news
+    assert [e["name"] for e in team if e["event"] == "step_completed"].count("merge") == 1
+
+
+async def _worker_done(server: ServerProcess) -> dict[str, Any] | None:
+    status: dict[str, Any] = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:w3")
+    return status if status["status"] == "completed" else None
