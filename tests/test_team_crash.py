@@ -86,7 +86,7 @@ async def _reported_not_recorded(server: ServerProcess) -> bool:
     run = await _call(server, "team", "t1", "get_run", "r1")
     worker = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:w3")
     report = [s for s in worker["steps"] if s["name"] == "report"]
-    w3 = next((b for b in run["branches"] if b["worker"] == "w3"), {})
+    w3: dict[str, Any] = next((b for b in run["branches"] if b["worker"] == "w3"), {})
     return w3.get("status") == "completed" and bool(report) and report[0]["status"] == "running"
 
 
