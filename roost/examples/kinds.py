@@ -1,6 +1,7 @@
 """Example actor kinds served by a bare ``roost serve``: ``counter``, ``room``, the ``docs`` agent
 (:mod:`roost.examples.docs_agent`) and the ``chat`` agent (:class:`roost.agent.ChatAgent`: ``send(text)``
-starts an answer, streamed by the deterministic model, and returns its ``message_id``).
+starts an answer, streamed by the deterministic model, and returns its ``message_id``) and the
+orchestrator-workers example ``team`` / ``team_worker`` (:mod:`roost.examples.team`).
 
 ``counter`` is part of the wire contract: state ``{"count": int}``; ``increment(by=1) -> int`` returns
 the new count and ``get() -> int`` the current one.
@@ -14,8 +15,9 @@ from typing import Any
 from roost.actors import Actor, Connection, callable, wakeup
 from roost.agent import ChatAgent
 from roost.examples.docs_agent import DocsAgent
+from roost.examples.team import Team, TeamWorker
 
-__all__ = ["KINDS", "Chat", "Counter", "DocsAgent", "Room"]
+__all__ = ["KINDS", "Chat", "Counter", "DocsAgent", "Room", "Team", "TeamWorker"]
 
 
 class Counter(Actor):
@@ -94,4 +96,4 @@ class Chat(ChatAgent):
     kind = "chat"
 
 
-KINDS: tuple[type[Actor], ...] = (Counter, Room, DocsAgent, Chat)
+KINDS: tuple[type[Actor], ...] = (Counter, Room, DocsAgent, Chat, Team, TeamWorker)

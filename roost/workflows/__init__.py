@@ -22,6 +22,7 @@ from roost.actors import RetryPolicy
 from roost.workflows.base import Workflows
 from roost.workflows.decorator import workflow
 from roost.workflows.model import (
+    MAX_BRANCHES,
     MAX_HISTORY,
     MAX_LOST_RUNS,
     MAX_PENDING_EVENTS,
@@ -41,6 +42,7 @@ from roost.workflows.step import Step
 from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = [
+    "MAX_BRANCHES",
     "MAX_HISTORY",
     "MAX_LOST_RUNS",
     "MAX_PENDING_EVENTS",

@@ -23,6 +23,7 @@ from typing import Any
 
 from roost.actors import Actor
 from roost.workflows.decorator import bodies_of
+from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
     MAX_LOST_RUNS,
     MAX_NAME,
@@ -37,8 +38,9 @@ from roost.workflows.model import (
     short,
 )
 from roost.workflows.runner import Outcome, runner
-from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key, schedule_wake
+from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key
 from roost.workflows.store import WorkflowRow, WorkflowStore, encode
+from roost.workflows.wakes import schedule_wake
 
 __all__ = ["Engine", "engine_of"]
 
@@ -185,6 +187,9 @@ class Engine:
         wf = self.store.get(wid)
         if wf is None or wf.generation != gen or wf.status not in _LIVE:
             return
+        if payload.get("why") == "branch_lease":
+            await branch_lease(self, payload)
+            return
         if payload.get("why") == "lease":
             await self._lease(wf, int(payload["pos"]), int(payload["attempt"]), int(payload["run"]))
             return
@@ -196,7 +201,7 @@ class Engine:
         if rec is None or rec.status is not StepStatus.RUNNING or (rec.attempt, rec.run) != (attempt, run):
             return
         actor = self.actor
-        key = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run)
+        key = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
         payload = {
             "why": "lease",
             "id": wf.id,
@@ -374,7 +379,16 @@ class Engine:
     def status(self, wid: str) -> dict[str, Any]:
         """The workflow and its steps, without the steps' results (``workflow_steps`` pages them)."""
         wf = self._get(wid)
-        return {**wf.to_json(), "steps": [s.to_json(result=False) for s in self.store.steps(wid)]}
+        joins = self._joins(wid, result=False)
+        steps = [s.to_json(result=False) | joins.get(s.position, {}) for s in self.store.steps(wid)]
+        return {**wf.to_json(), "steps": steps}
+
+    def _joins(self, wid: str, *, result: bool) -> dict[int, dict[str, Any]]:
+        """The branches of the workflow's ``parallel`` joins, by position (the join state)."""
+        joins: dict[int, dict[str, Any]] = {}
+        for b in self.store.branches(wid):
+            joins.setdefault(b.position, {"branches": []})["branches"].append(b.to_json(result=result))
+        return joins
 
     def steps(self, wid: str, after: int, limit: int) -> dict[str, Any]:
         """Steps after position ``after`` with their results: at most ``limit`` (1 to 500), and at
@@ -384,14 +398,18 @@ class Engine:
         page: list[dict[str, Any]] = []
         size = 0
         more = False
+        joins = self._joins(wid, result=True)
         for rec in self.store.steps(wid):
             if rec.position <= after:
                 continue
-            cost = len(encode(rec.result, "a step's result"))
+            entry = rec.to_json() | joins.get(rec.position, {})
+            cost = len(encode(entry.get("result"), "a step's result")) + len(
+                encode(entry.get("branches"), "a join's branches")
+            )
             if page and (len(page) == limit or size + cost > PAGE_BYTES):
                 more = True
                 break
-            page.append(rec.to_json())
+            page.append(entry)
             size += cost
         return {"steps": page, "next": page[-1]["position"] if more else None}
 

@@ -19,6 +19,7 @@ from roost.actors import RpcError
 
 __all__ = [
     "CODES",
+    "MAX_BRANCHES",
     "MAX_ERROR",
     "MAX_HISTORY",
     "MAX_LOST_RUNS",
@@ -57,6 +58,8 @@ MAX_NAME = 128
 MAX_ERROR = 1000
 #: Bytes of step results one ``workflow_steps`` page carries at most (a page has at least one step).
 PAGE_BYTES = 512 * 1024
+#: Branches of one ``step.parallel`` join at most.
+MAX_BRANCHES = 32
 #: Runs of one outside attempt lost with their process before the step fails (``lost``).
 MAX_LOST_RUNS = 5
 
@@ -111,6 +114,7 @@ class StepKind(StrEnum):
     SLEEP = "sleep"
     EVENT = "event"
     APPROVAL = "approval"
+    PARALLEL = "parallel"  # a join of outside branches (``roost_wf_branches``)
 
 
 class Suspend(BaseException):

@@ -31,8 +31,9 @@ __all__ = ["Outcome", "RunKey", "Runner", "runner"]
 
 log = logging.getLogger("roost.workflows")
 
-#: ``(kind, actor name, workflow id, generation, position, attempt, run)``
-RunKey = tuple[str, str, str, int, int, int, int]
+#: ``(kind, actor name, workflow id, generation, position, attempt, run, branch)`` (branch ``""``: a
+#: plain outside step; else a branch of a ``parallel`` join)
+RunKey = tuple[str, str, str, int, int, int, int, str]
 _SERVICE = "roost.workflows.runner"
 
 
@@ -69,10 +70,11 @@ class Runner:
         self.tasks[key] = task
         task.add_done_callback(lambda t: self.tasks.pop(key, None) if self.tasks.get(key) is t else None)
 
-    def cancel(self, kind: str, name: str, wid: str) -> None:
-        """Stop every task of workflow ``wid`` of ``kind/name`` in this process (cancel, restart)."""
+    def cancel(self, kind: str, name: str, wid: str, position: int | None = None) -> None:
+        """Stop every task of workflow ``wid`` of ``kind/name`` in this process (cancel, restart), or
+        only those of ``position`` (the branches of a failed join)."""
         for key, task in list(self.tasks.items()):
-            if key[:3] == (kind, name, wid):
+            if key[:3] == (kind, name, wid) and (position is None or key[4] == position):
                 task.cancel()
 
     async def _run(

@@ -18,13 +18,14 @@ Guarantees (tests in ``tests/test_workflows.py`` and ``tests/test_workflows_exte
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
 import orjson
 
 from roost.actors import Actor, RetryPolicy, RpcError
+from roost.workflows.fanout import BranchEngine, BranchFn, check_branches, fail_join, start_branch
 from roost.workflows.model import (
     MAX_STEPS,
     STEPS_PER_TURN,
@@ -40,6 +41,7 @@ from roost.workflows.model import (
 )
 from roost.workflows.runner import Outcome, RunKey, runner
 from roost.workflows.store import StepRow, WorkflowRow, WorkflowStore, encode
+from roost.workflows.wakes import schedule_wake
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -53,20 +55,10 @@ __all__ = [
 
 #: The retry policy of a step that names none: 5 attempts, full jitter from 1 s, capped at 300 s.
 DEFAULT_RETRY = RetryPolicy()
-_WAKE = "workflow_wake"
 
 
-class EngineFace(Protocol):
+class EngineFace(BranchEngine, Protocol):
     """What a :class:`Step` needs of the engine of its actor (:class:`roost.workflows.engine.Engine`)."""
-
-    @property
-    def actor(self) -> Actor: ...
-
-    @property
-    def store(self) -> WorkflowStore: ...
-
-    @property
-    def lease(self) -> float: ...
 
     def of(self, actor: Actor) -> EngineFace:
         """The engine of ``actor`` (the live instance a later turn runs on)."""
@@ -85,12 +77,6 @@ class Diverged(BaseException):
 
 class TooManySteps(BaseException):
     """The body went past :data:`~roost.workflows.model.MAX_STEPS` positions."""
-
-
-async def schedule_wake(actor: Actor, at: float, payload: dict[str, Any], key: str | None = None) -> None:
-    """A durable wake-up of ``actor`` at ``at`` (epoch seconds; at once if past), in this turn."""
-    delay = max(0.0, at - actor.extension.now)
-    await actor.schedule(delay, _WAKE, payload, key=key)
 
 
 def lease_key(wid: str, gen: int, pos: int, attempt: int, run: int) -> str:
@@ -221,6 +207,78 @@ class Step:
                 attempt, run = rec.attempt, rec.run + 1
         await self._start_external(pos, name, attempt, run, fn, timeout)
         raise self._suspend(pos, name, StepKind.EXTERNAL, why="running", attempt=attempt)
+
+    async def parallel(
+        self,
+        name: str,
+        branches: Mapping[str, BranchFn],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Run every branch ``await fn(attempt)`` outside turns, concurrently, each an outside step
+        of its own (its own idempotency key ``{step_id}:{branch}:{attempt}``, attempts under
+        ``retry``, runs bounded by ``timeout``); the results by branch, in the order given. A
+        branch's result is kept when it comes (a crash reruns only the branches without one); the
+        first branch that fails for good fails the join (``StepFailed``), see
+        :mod:`roost.workflows.fanout`."""
+        check_branches(branches)
+        pos, rec = self._take(name, StepKind.PARALLEL)
+        if rec is not None and rec.status in (StepStatus.COMPLETED, StepStatus.FAILED):
+            done: dict[str, Any] = self._outcome(rec)  # the recorded results, or the failure raised
+            return done
+        store, wf, now, engine = self._store, self._wf, self._now, self._engine
+        rows = {r.branch: r for r in store.branches(wf.id, pos)}
+        if rec is None:
+            store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.RUNNING, now)
+            self._log("fanout_started", pos, name, detail={"branches": list(branches)})
+        elif set(rows) != set(branches):
+            raise Diverged(f"join {name!r} at {pos} was recorded with {sorted(rows)}, now {sorted(branches)}")
+        policy = retry or DEFAULT_RETRY
+        kept = [b for b in branches if b in rows and rows[b].status is StepStatus.COMPLETED]
+        soonest: float | None = None
+        for ord, (b, fn) in enumerate(branches.items()):
+            r = rows.get(b)
+            at: tuple[int, int] | None = (1, 1) if r is None else None
+            if r is not None and r.status is StepStatus.ATTEMPT_FAILED:
+                if not (r.retryable and r.attempt < policy.max_attempts):
+                    fail_join(engine, wf, pos, name, r, now)
+                wake = now + policy.delay(r.attempt, self._actor.extension.process.rng)
+                store.put_branch(
+                    wf.id, pos, b, ord, StepStatus.RETRY_WAIT, now, attempt=r.attempt, run=r.run,
+                    error=r.error, wake_at=wake,
+                )  # fmt: skip
+                self._log(
+                    "attempt_failed", pos, name, r.attempt, {"branch": b, "error": r.error, "retry_at": wake}
+                )
+                await schedule_wake(self._actor, wake, self._payload("retry", pos=pos, branch=b))
+                soonest = wake if soonest is None else min(soonest, wake)
+            elif r is not None and r.status is StepStatus.FAILED:
+                fail_join(engine, wf, pos, name, r, now)
+            elif r is not None and r.status is StepStatus.RETRY_WAIT:
+                if r.wake_at is not None and r.wake_at > now:
+                    soonest = r.wake_at if soonest is None else min(soonest, r.wake_at)
+                else:
+                    at = (r.attempt + 1, 1)
+            elif r is not None and r.status is StepStatus.LOST:
+                at = (r.attempt, r.run + 1)
+            if at is not None:
+                await start_branch(engine, wf, pos, name, b, ord, at, fn, timeout, kept, now)
+        rows = {r.branch: r for r in store.branches(wf.id, pos)}
+        if all(rows[b].status is StepStatus.COMPLETED for b in branches):
+            try:
+                text = encode({b: rows[b].result for b in branches}, f"the results of join {name!r}")
+            except Exception as exc:
+                error = short(str(exc))
+                store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.FAILED, now, error=error)
+                self._log("step_failed", pos, name, detail={"error": error})
+                raise StepFailed(name, error) from None
+            store.put_step(wf.id, pos, name, StepKind.PARALLEL, StepStatus.COMPLETED, now, result=text)
+            self._log("step_completed", pos, name, detail={"branches": list(branches)})
+            results: dict[str, Any] = orjson.loads(text)
+            return results
+        joined = {b: str(rows[b].status) for b in branches}
+        raise self._suspend(pos, name, StepKind.PARALLEL, until=soonest, why="join", branches=joined)
 
     async def sleep(self, name: str, seconds: float) -> None:
         """Wait ``seconds`` (measured from the first time this step runs), durably."""
@@ -368,7 +426,7 @@ class Step:
             self._payload("lease", pos=pos, attempt=attempt, run=run),
             key=lease_key(wf.id, wf.generation, pos, attempt, run),
         )
-        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run)
+        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
         of = self._engine.of
         at = (wf.id, wf.generation, pos, attempt, run)
 

@@ -25,7 +25,15 @@ from roost.workflows.model import (
     refuse,
 )
 
-__all__ = ["MIGRATIONS", "WORKFLOW_COMPONENT", "StepRow", "WorkflowRow", "WorkflowStore", "encode"]
+__all__ = [
+    "MIGRATIONS",
+    "WORKFLOW_COMPONENT",
+    "BranchRow",
+    "StepRow",
+    "WorkflowRow",
+    "WorkflowStore",
+    "encode",
+]
 
 MIGRATIONS: Sequence[Migration] = (
     """
@@ -80,6 +88,24 @@ MIGRATIONS: Sequence[Migration] = (
         attempt     INTEGER,
         detail      TEXT,
         PRIMARY KEY (workflow_id, seq)
+    ) WITHOUT ROWID;
+    """,
+    # the branches of a ``step.parallel`` join: one row per branch of the join at ``position``
+    """
+    CREATE TABLE roost_wf_branches (
+        workflow_id TEXT NOT NULL,
+        position    INTEGER NOT NULL,
+        branch      TEXT NOT NULL,
+        ord         INTEGER NOT NULL,
+        status      TEXT NOT NULL,
+        attempt     INTEGER NOT NULL,
+        run         INTEGER NOT NULL,
+        retryable   INTEGER NOT NULL DEFAULT 1,
+        result      TEXT,
+        error       TEXT,
+        wake_at     REAL,
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (workflow_id, position, branch)
     ) WITHOUT ROWID;
     """,
 )
@@ -163,6 +189,44 @@ class StepRow:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class BranchRow:
+    """One branch of a ``parallel`` join (its own outside attempts)."""
+
+    position: int
+    branch: str
+    ord: int
+    status: StepStatus
+    attempt: int
+    run: int
+    retryable: bool
+    result: Any
+    error: str | None
+    wake_at: float | None
+    updated_at: float
+
+    def to_json(self, *, result: bool = True) -> dict[str, Any]:
+        out = {
+            "branch": self.branch,
+            "status": str(self.status),
+            "attempt": self.attempt,
+            "run": self.run,
+            "error": self.error,
+            "wake_at": self.wake_at,
+        }
+        if result:
+            out["result"] = self.result
+        return out
+
+
+_BRANCH = "position, branch, ord, status, attempt, run, retryable, result, error, wake_at, updated_at"
+
+
+def _branch(row: tuple[Any, ...]) -> BranchRow:
+    v = list(row)
+    return BranchRow(v[0], v[1], v[2], StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), *v[8:])
+
+
 _WF = (
     "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at"
 )
@@ -230,6 +294,7 @@ class WorkflowStore:
 
     def new_generation(self, wid: str, now: float) -> int:
         self.conn.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (wid,))
+        self.conn.execute("DELETE FROM roost_wf_branches WHERE workflow_id = ?", (wid,))
         self.conn.execute(
             "UPDATE roost_wf SET generation = generation + 1, status = ?, result = NULL, error = NULL,"
             " reason = NULL, waiting = NULL, updated_at = ? WHERE id = ?",
@@ -251,7 +316,7 @@ class WorkflowStore:
         return [_wf(r) for r in rows]
 
     def delete(self, wid: str) -> None:
-        for table in ("roost_wf_steps", "roost_wf_events", "roost_wf_history"):
+        for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history"):
             self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
         self.conn.execute("DELETE FROM roost_wf WHERE id = ?", (wid,))
 
@@ -306,6 +371,53 @@ class WorkflowStore:
                 now,
                 now,
             ),
+        )
+
+    # -- branches of parallel joins -------------------------------------------------------------------
+    def branches(self, wid: str, position: int | None = None) -> list[BranchRow]:
+        """The branches of the join at ``position`` (every join's, by position, when None), in the
+        order the body gave them."""
+        where = "workflow_id = ?"
+        args: list[Any] = [wid]
+        if position is not None:
+            where += " AND position = ?"
+            args.append(position)
+        rows = self.conn.execute(
+            f"SELECT {_BRANCH} FROM roost_wf_branches WHERE {where} ORDER BY position, ord", args
+        ).fetchall()
+        return [_branch(r) for r in rows]
+
+    def branch(self, wid: str, position: int, branch: str) -> BranchRow | None:
+        row = self.conn.execute(
+            f"SELECT {_BRANCH} FROM roost_wf_branches WHERE workflow_id = ? AND position = ? AND branch = ?",
+            (wid, position, branch),
+        ).fetchone()
+        return None if row is None else _branch(row)
+
+    def put_branch(
+        self,
+        wid: str,
+        position: int,
+        branch: str,
+        ord: int,
+        status: StepStatus,
+        now: float,
+        *,
+        attempt: int,
+        run: int,
+        retryable: bool = True,
+        result: str | None = None,
+        error: str | None = None,
+        wake_at: float | None = None,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO roost_wf_branches (workflow_id, position, branch, ord, status, attempt, run,"
+            " retryable, result, error, wake_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (workflow_id, position, branch) DO UPDATE SET status = excluded.status,"
+            " attempt = excluded.attempt, run = excluded.run, retryable = excluded.retryable,"
+            " result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,"
+            " updated_at = excluded.updated_at",
+            (wid, position, branch, ord, status, attempt, run, int(retryable), result, error, wake_at, now),
         )
 
     # -- events -------------------------------------------------------------------------------------
