@@ -260,6 +260,20 @@ def test_an_unknown_key_names_its_close_match(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_an_unknown_key_of_a_nested_table_names_its_table_and_its_close_match(tmp_path: Path) -> None:
+    path = tmp_path / "roost.toml"
+    path.write_text("[agent.context]\nkeep_recnt = 3\n\n[agent.context.compact]\nmesages = 4\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert "[agent.context] keep_recnt: Extra inputs are not permitted (did you mean 'keep_recent'?)" in str(
+        refused.value
+    )
+    assert (
+        "[agent.context.compact] mesages: Extra inputs are not permitted (did you mean 'messages'?)"
+        in str(refused.value)
+    )
+
+
 class Args(BaseModel):
     n: int = 1
 

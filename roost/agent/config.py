@@ -51,9 +51,9 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -184,11 +184,8 @@ def load_config(path: str | Path | None = None) -> AgentConfig:
     try:
         return AgentConfig.model_validate(data.get("agent", {}))
     except ValidationError as exc:
-        wrong = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'agent'}: {e['msg']}{_close_match(e)}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"{chosen}: [agent] {wrong}") from None
+        wrong = "; ".join(_where(e["loc"]) + f"{e['msg']}{_close_match(e)}" for e in exc.errors())
+        raise ConfigError(f"{chosen}: {wrong}") from None
 
 
 def config_source(path: str | Path | None = None) -> str | Path | None:
@@ -206,10 +203,35 @@ def _suggest(word: str, known: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+def _where(loc: Sequence[Any]) -> str:
+    """``[agent.context] keep_recent: `` for an error at ``("context", "keep_recent")``: the table the
+    key is written in, then the key."""
+    *table, key = [str(p) for p in loc] or ["agent"]
+    return f"[{'.'.join(['agent', *table])}] {key}: " if loc else "[agent] "
+
+
+def _model_at(path: Sequence[Any]) -> type[BaseModel] | None:
+    """The settings model of the table at ``path`` under ``[agent]`` (None: not a model's table)."""
+    model: type[BaseModel] = AgentConfig
+    for part in path:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        found = [a for a in (field.annotation, *get_args(field.annotation)) if isinstance(a, type)]
+        models = [a for a in found if issubclass(a, BaseModel)]
+        if not models:
+            return None
+        model = models[0]
+    return model
+
+
 def _close_match(error: Any) -> str:
-    if error["type"] != "extra_forbidden" or len(error["loc"]) != 1:
+    """The key an unknown one was probably meant to be, in its own table (``[agent.context]`` too)."""
+    if error["type"] != "extra_forbidden" or not error["loc"]:
         return ""
-    return _suggest(str(error["loc"][0]), AgentConfig.model_fields)
+    *table, key = error["loc"]
+    model = _model_at(table)
+    return _suggest(str(key), model.model_fields) if model is not None else ""
 
 
 def check_tools(config: AgentConfig, tools: Mapping[str, Iterable[str]], source: str | Path | None) -> None:
