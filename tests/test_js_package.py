@@ -3,7 +3,9 @@ package user would: ``npm pack`` gives a tarball of the package's own files; a f
 it (``npm install ./roost-client-X.tgz``); TypeScript (``tsc --noEmit``) accepts a program's use of
 the declarations and refuses wrong uses, each with its error; Node 22 imports the installed package
 and calls a real ``roost serve`` (state, results, errors, events), at the root and under a mount
-prefix (``actorUrl``); and a React app built with Vite from the installed ``roost-client/react``
+prefix (``actorUrl``), connects once a server started after it listens and reconnects after that
+server is SIGKILLed and started again (Node's ``WebSocket`` reports a refused connection with an
+``error`` and no ``close``); and a React app built with Vite from the installed ``roost-client/react``
 runs in Chromium: ``useRoost`` shows the counter's state and the connection's status, calls
 ``increment`` from a button, keeps the newest events it was told to, reconnects by itself after the
 server is SIGKILLed and started again on the same port, and closes its connection when the actor's
