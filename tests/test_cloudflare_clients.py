@@ -96,6 +96,7 @@ def test_an_unchanged_cloudflare_agent_client_works_and_reconnects_after_a_sigki
         assert calls["streamed"] is None
         assert calls["failed"].startswith("method_not_found: ")
         assert calls["stateError"] == "state_refused: this actor takes no state from clients"
+        assert calls["stateAfterRefusal"] == {"count": 1000}  # the client keeps what it set
         assert step(client) == {"step": "kill-now"}
         server.kill()
         server = ServerProcess(data, "--port", str(port)).start()

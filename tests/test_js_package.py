@@ -3,7 +3,9 @@ package user would: ``npm pack`` gives a tarball of the package's own files; a f
 it (``npm install ./roost-client-X.tgz``); TypeScript (``tsc --noEmit``) accepts a program's use of
 the declarations and refuses wrong uses, each with its error; Node 22 imports the installed package
 and calls a real ``roost serve`` (state, results, errors, events), at the root and under a mount
-prefix (``actorUrl``); and a React app built with Vite from the installed ``roost-client/react``
+prefix (``actorUrl``), connects once a server started after it listens and reconnects after that
+server is SIGKILLed and started again (Node's ``WebSocket`` reports a refused connection with an
+``error`` and no ``close``); and a React app built with Vite from the installed ``roost-client/react``
 runs in Chromium: ``useRoost`` shows the counter's state and the connection's status, calls
 ``increment`` from a button, keeps the newest events it was told to, reconnects by itself after the
 server is SIGKILLed and started again on the same port, and closes its connection when the actor's
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -334,3 +337,79 @@ def test_the_readmes_package_block_runs_and_prints_what_it_says(project: Project
         server.kill()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == said
+
+
+class NodeScript:
+    """A Node script in the project whose stdout is one JSON line a step, read with a timeout."""
+
+    def __init__(self, project: Project, script: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(project.node), script, *args],
+            cwd=project.dir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # the script ended
+
+    def next(self, key: str, timeout: float = 60) -> Any:
+        """The next line that says ``key``'s value; failing when the script says an error or ends."""
+        while True:
+            line = self.lines.get(timeout=timeout)
+            assert line, f"the script ended before {key!r}: {self.stderr()}"
+            said = orjson.loads(line)
+            assert "error" not in said, said
+            if key in said:
+                return said[key]
+
+    def stderr(self) -> str:
+        if self.proc.poll() is None:
+            return ""
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_a_node_client_connects_once_the_server_listens_and_reconnects_after_a_restart(
+    project: Project, data_dir: Path
+) -> None:
+    """Node's WebSocket reports a refused connection with an ``error`` event and no ``close``: the
+    client still tries again. Started before the server listens, it connects once it does (its call,
+    made while it waited, gets its result); connected, it reconnects after the server is SIGKILLed
+    and started again on the same port and data dir, the welcome's state is the committed one, and
+    a call after the restart succeeds."""
+    port = free_port()
+    args = ("--port", str(port))
+    script = NodeScript(project, "node_reconnect.mjs", f"127.0.0.1:{port}", "rc1")
+    server: ServerProcess | None = None
+    try:
+        assert script.next("refused") == 1  # nothing listens yet
+        server = ServerProcess(data_dir, *args).start()
+        connected = script.next("connected")
+        assert connected == {"result": 1, "state": {"count": 1}, "welcomes": 1}
+        server.kill()
+        assert script.next("refused") >= 2  # an attempt after the server went away was refused
+        server = ServerProcess(data_dir, *args).start()
+        resumed = script.next("resumed")
+    finally:
+        script.close()
+        if server is not None:
+            server.kill()
+    assert resumed["welcomeState"] == {"count": 1}  # what was committed before the SIGKILL
+    assert resumed["resume"] == "replay"
+    assert (resumed["result"], resumed["state"]) == (2, {"count": 2})
+    assert (resumed["welcomes"], resumed["reconnects"]) == (2, 1)

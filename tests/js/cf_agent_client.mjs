@@ -57,8 +57,9 @@ try {
   }
   client.setState({ count: 1000 });
   await until(() => stateErrors.length > 0, "the refusal of the client's state");
+  const stateAfterRefusal = client.state; // kept: the server's next cf_agent_state replaces it
   await until(() => updates.some((u) => u.source === "server" && u.state.count === 7), "the state after the calls");
-  out({ step: "calls", called, stubbed, chunks, streamed, failed, stateError: stateErrors[0] });
+  out({ step: "calls", called, stubbed, chunks, streamed, failed, stateError: stateErrors[0], stateAfterRefusal });
 
   out({ step: "kill-now" });
   if ((await line()) !== "restarted") throw new Error("expected 'restarted'");

@@ -25,7 +25,8 @@
 //   CallNotSent at once), and a keyed call whose connection dropped after it was sent is sent again
 //   on the next one with the same key, up to `resends` times within its timeout;
 // - terminal closes (1000, 1009, 4400-4499) stop the client; any other close reconnects with
-//   exponential backoff and full jitter.
+//   exponential backoff and full jitter; so does an `error` event with no close after it (Node's
+//   WebSocket on a refused connection), taken as an abnormal close (1006).
 //
 // Events dispatched (CustomEvent, payload in `detail`): "welcome" {welcome}, "state" {state, seq},
 // "event" {event, seq}, "message" {data}, "status" {status, attempt, delay}, "error" {frame},
@@ -280,7 +281,20 @@ export class RoostClient extends EventTarget {
     this._ws = ws;
     ws.onmessage = (msg) => this._onFrame(msg.data);
     ws.onclose = (ev) => this._onClose(ws, ev.code, ev.reason);
-    ws.onerror = () => {}; // a close always follows
+    // A browser follows an error with a close (1006); Node's WebSocket (undici) does not when the
+    // connection is refused: the socket stays CONNECTING and no close ever comes. So an error ends
+    // the connection here, as an abnormal close; the close that may follow finds it ended already.
+    ws.onerror = () => this._onError(ws);
+  }
+
+  _onError(ws) {
+    if (ws !== this._ws) return;
+    this._onClose(ws, 1006, "connection failed");
+    try {
+      ws.close(); // ends a connection attempt still under way (Node's may fire its error again)
+    } catch {
+      // closed already
+    }
   }
 
   _send(call) {
