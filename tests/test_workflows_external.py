@@ -170,3 +170,30 @@ async def test_an_outside_run_past_its_timeout_fails_on_the_runtime_clock(
         status = await until(failed)
         assert "timeout after 5 s" in status["error"]
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1}
+
+
+async def test_a_pause_does_not_lose_an_outside_step(data_dir: Path, tmp_path: Path) -> None:
+    """The lease ends while the workflow is paused and its process is gone after that: the lease
+    wake-up still marks the attempt ``lost`` (without advancing), so resume runs it again (same key,
+    run 2) in the next process and the workflow completes."""
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger), "hold": True}, "w1")
+        await until(lambda: len(_lines(ledger)) == 1)
+        await kit.call("shop", "s1", "pause_workflow", "w1")
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()  # as if its process were gone
+        await until(lambda: not work.tasks)
+        clock.advance(Shop.workflow_lease)
+        assert await kit.fire_due("shop", "s1") == 1
+        status = await _status(kit, "w1")
+        assert status["status"] == "paused"
+        assert status["steps"][1]["status"] == "lost"
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "resume_workflow", "w1")
+        await until(lambda: _done(kit, "w1"))
+        status = await _status(kit, "w1")
+        assert status["result"]["receipt"]["run"] == 2
+        assert await kit.call("shop", "s1", "effects") == {"reserve": 1, "ship": 1}

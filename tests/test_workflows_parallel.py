@@ -118,3 +118,28 @@ async def test_a_join_replayed_with_other_branches_fails_the_workflow(data_dir: 
             Fan.names = ("a", "b", "c")
         assert status["status"] == "failed"
         assert status["reason"] == "nondeterministic"
+
+
+async def test_a_pause_does_not_lose_a_branch(data_dir: Path, tmp_path: Path) -> None:
+    """A branch's lease ends while the workflow is paused and its run is gone: the branch is marked
+    ``lost`` (nothing advances), and resume runs it again in the next process."""
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Fan], data_dir, clock=clock) as kit:
+        await kit.call("fan", "f1", "start_workflow", "fanout", {"ledger": str(ledger), "hold": ["a"]}, "w1")
+        await until(lambda: _join_is(kit, {"a": "running", "b": "completed", "c": "completed"}))
+        await kit.call("fan", "f1", "pause_workflow", "w1")
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()  # as if its process were gone
+        await until(lambda: not work.tasks)
+        clock.advance(Fan.workflow_lease)
+        await kit.fire_due("fan", "f1")
+        status = await _status(kit)
+        assert status["status"] == "paused"
+        assert _join(status)["a"][0] == "lost"
+    async with ActorKit([Fan], data_dir, clock=clock) as kit:
+        await kit.call("fan", "f1", "resume_workflow", "w1")
+        done = await until(lambda: _finished(kit))
+        assert done["status"] == "completed"
+        assert done["result"]["a"]["run"] == 2

@@ -9,6 +9,8 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   existing workflow; with another name or input, ``workflow_conflict``.
 - **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
   comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
+- **A pause does not lose an outside step**: a lease's end while paused still asks the runner; a
+  lost attempt is marked ``lost`` (nothing advances) and ``resume_workflow`` runs it again.
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
   after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
   older generation do nothing either.
@@ -185,15 +187,19 @@ class Engine:
         in-turn steps, or a lease's end."""
         wid, gen = str(payload["id"]), int(payload["gen"])
         wf = self.store.get(wid)
-        if wf is None or wf.generation != gen or wf.status not in _LIVE:
+        if wf is None or wf.generation != gen or wf.status.terminal:
             return
+        # A lease's end is looked at whatever the status: while paused, a lost attempt is marked
+        # ``lost`` (the advance that follows does nothing until ``resume_workflow``), so that the
+        # resume runs it again; dropped, the step would stay ``running`` for ever.
         if payload.get("why") == "branch_lease":
             await branch_lease(self, payload)
             return
         if payload.get("why") == "lease":
             await self._lease(wf, int(payload["pos"]), int(payload["attempt"]), int(payload["run"]))
             return
-        await self.advance(wid)
+        if wf.status in _LIVE:
+            await self.advance(wid)
 
     async def _lease(self, wf: WorkflowRow, pos: int, attempt: int, run: int) -> None:
         store = self.store
