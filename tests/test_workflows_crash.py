@@ -66,9 +66,10 @@ async def test_sigkill_mid_outside_step_reruns_it_under_the_same_key(data_dir: P
     finally:
         second.kill()
     lines = _lines(ledger)
-    assert [line.split()[0] for line in lines] == ["w1:1:1:1", "w1:1:1:1"]  # one attempt, two runs
+    key = f"w1:{status['nonce']}:1:1:1"
+    assert [line.split()[0] for line in lines] == [key, key]  # one attempt, two runs
     assert lines[0].split()[2] != lines[1].split()[2]  # by two processes
-    assert status["result"] == {"receipt": {"key": "w1:1:1:1", "run": 2}}
+    assert status["result"] == {"receipt": {"key": key, "run": 2}}
     assert effects == {"reserve": 1, "ship": 1}  # no in-turn step ran twice
     events = [(e["event"], e["name"]) for e in history]
     assert events.count(("step_completed", "reserve")) == 1

@@ -20,6 +20,7 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from typing import Any
 
@@ -111,7 +112,7 @@ class Engine:
             if existing.name != name or encode(existing.input, "input") != text:
                 raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
             return self.status(wid)
-        store.insert(wid, name, text, self._who(), self.now)
+        store.insert(wid, name, text, self._who(), self.now, secrets.token_hex(8))
         wf = store.get(wid)
         assert wf is not None
         self._log(wf, "started", {"by": wf.created_by})

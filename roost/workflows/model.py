@@ -141,9 +141,12 @@ class NonRetryable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class StepAttempt:
-    """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``:
-    the same for every run of one attempt (a rerun after its process was lost), another for the next
-    attempt. Hand it to the system the effect goes to, so that it can drop a repeat."""
+    """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``
+    (``step_id`` is ``{workflow_id}:{nonce}:{generation}:{position}``; the nonce is drawn at random
+    when the workflow starts, so no other workflow, of this actor or another, nor this id deleted and
+    started again, has the key): the same for every run of one attempt (a rerun after its process was
+    lost), another for the next attempt. Hand it to the system the effect goes to, so that it can
+    drop a repeat."""
 
     workflow_id: str
     step: str

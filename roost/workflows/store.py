@@ -108,6 +108,9 @@ MIGRATIONS: Sequence[Migration] = (
         PRIMARY KEY (workflow_id, position, branch)
     ) WITHOUT ROWID;
     """,
+    # a random nonce per workflow, drawn at start: in every step id, so two actors' workflows of one
+    # id, or a workflow deleted and started again, never share an idempotency key
+    "ALTER TABLE roost_wf ADD COLUMN nonce TEXT NOT NULL DEFAULT ''",
 )
 #: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
 WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
@@ -140,6 +143,13 @@ class WorkflowRow:
     created_by: str | None
     created_at: float
     updated_at: float
+    nonce: str
+
+    @property
+    def step_prefix(self) -> str:
+        """What every step id of this workflow starts with: ``{id}:{nonce}`` (``{id}`` for a row
+        written before the nonce existed, so that its attempts keep their keys)."""
+        return f"{self.id}:{self.nonce}" if self.nonce else self.id
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,6 +164,7 @@ class WorkflowRow:
             "created_by": self.created_by,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "nonce": self.nonce,
         }
 
 
@@ -228,7 +239,8 @@ def _branch(row: tuple[Any, ...]) -> BranchRow:
 
 
 _WF = (
-    "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at"
+    "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at,"
+    " nonce"
 )
 _STEP = (
     "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at"
@@ -260,11 +272,11 @@ class WorkflowStore:
         row = self.conn.execute(f"SELECT {_WF} FROM roost_wf WHERE id = ?", (wid,)).fetchone()
         return None if row is None else _wf(row)
 
-    def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float) -> None:
+    def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float, nonce: str) -> None:
         self.conn.execute(
-            "INSERT INTO roost_wf (id, name, input, status, generation, created_by, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
-            (wid, name, input_json, WorkflowStatus.RUNNING, by, now, now),
+            "INSERT INTO roost_wf (id, name, input, status, generation, created_by, created_at, updated_at,"
+            " nonce) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?)",
+            (wid, name, input_json, WorkflowStatus.RUNNING, by, now, now, nonce),
         )
 
     def set_status(
