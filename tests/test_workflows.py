@@ -237,6 +237,23 @@ async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_fini
         assert err.value.code == "workflow_not_found"
 
 
+async def test_a_restart_drops_the_events_of_the_old_generation(data_dir: Path) -> None:
+    """Paused, approved (the approval waits unconsumed), restarted: the new generation waits for an
+    approval of its own; the old one's event does not carry over."""
+    boss = Principal("boss")
+    async with ActorKit([Shop], data_dir, clock=FakeClock()) as kit:
+        await kit.call("shop", "s1", "start_workflow", "gated", {}, "w1")
+        await kit.call("shop", "s1", "pause_workflow", "w1")
+        await kit.registry.call("shop", "s1", "approve_step", ["w1", "manager", True], {}, principal=boss)
+        await kit.call("shop", "s1", "send_event", "w1", "other", {"n": 1})
+        assert (await _status(kit, "s1", "w1"))["status"] == "paused"
+        status = await kit.call("shop", "s1", "restart_workflow", "w1")
+        assert status["generation"] == 2
+        assert status["status"] == "waiting"
+        assert status["waiting"]["kind"] == "approval"
+        assert await kit.call("shop", "s1", "effects") == {}
+
+
 async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> None:
     """Another step name at a recorded position, on the replay after a sleep: the workflow fails with
     reason ``nondeterministic``, and the step that diverged never runs."""

@@ -14,6 +14,8 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
   after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
   older generation do nothing either.
+- **A restart drops the events of the old generation**: an event or approval sent before
+  ``restart_workflow`` and not consumed is not seen by the new generation.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
   runner; no live task → ``lost`` → the next advance runs it again, ``run + 1``, same attempt.
 """

@@ -305,8 +305,10 @@ class WorkflowStore:
         )
 
     def new_generation(self, wid: str, now: float) -> int:
-        self.conn.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (wid,))
-        self.conn.execute("DELETE FROM roost_wf_branches WHERE workflow_id = ?", (wid,))
+        """The next generation: its steps, branches and unconsumed events dropped (an approval or
+        event sent to the old one does not carry over), its history kept."""
+        for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events"):
+            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
         self.conn.execute(
             "UPDATE roost_wf SET generation = generation + 1, status = ?, result = NULL, error = NULL,"
             " reason = NULL, waiting = NULL, updated_at = ? WHERE id = ?",
