@@ -107,7 +107,8 @@ async def test_a_worker_that_does_not_complete_fails_the_run(data_dir: Path) -> 
         await kit.fire_due("team_worker", "t1.w2")  # the report of the cancel, after its turn
         run = await until(lambda: _finished(kit))
         assert run["status"] == "failed"
-        assert "w2" in run["error"] and "cancelled" in run["error"]
+        assert "w2" in run["error"]
+        assert "cancelled" in run["error"]
         assert [(b["worker"], b["status"]) for b in run["branches"]] == [
             ("w1", "completed"),
             ("w2", "cancelled"),
@@ -160,5 +161,6 @@ async def test_a_bad_spec_fails_the_run_at_once(data_dir: Path) -> None:
             status = await kit.call("team", "t1", "start_workflow", "team", spec, rid)
             assert status["status"] == "failed"
             assert status["reason"] == "error"
-            assert "ValueError" in status["error"] and "workers" in status["error"]
+            assert "ValueError" in status["error"]
+            assert "workers" in status["error"]
             assert status["steps"] == []  # nothing ran, nothing was retried
