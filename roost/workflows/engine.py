@@ -14,6 +14,9 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
   after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
   older generation do nothing either.
+- **Finished workflows are bounded**: a start deletes the finished ones but the newest
+  ``workflow_retention`` (default :data:`KEPT_FINISHED_WORKFLOWS`), give or take a tenth, with their
+  steps, events and history; running, waiting and paused ones are never deleted.
 - **A restart drops the events of the old generation**: an event or approval sent before
   ``restart_workflow`` and not consumed is not seen by the new generation.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
@@ -30,6 +33,7 @@ from roost.actors import Actor
 from roost.workflows.decorator import bodies_of
 from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
+    KEPT_FINISHED_WORKFLOWS,
     MAX_LOST_RUNS,
     MAX_NAME,
     MAX_PENDING_EVENTS,
@@ -74,6 +78,7 @@ class Engine:
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
         self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
+        self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
@@ -114,6 +119,7 @@ class Engine:
             if existing.name != name or encode(existing.input, "input") != text:
                 raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
             return self.status(wid)
+        store.prune_finished(self.retention)
         store.insert(wid, name, text, self._who(), self.now, secrets.token_hex(8))
         wf = store.get(wid)
         assert wf is not None

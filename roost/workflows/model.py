@@ -19,6 +19,7 @@ from roost.actors import RpcError
 
 __all__ = [
     "CODES",
+    "KEPT_FINISHED_WORKFLOWS",
     "MAX_BRANCHES",
     "MAX_ERROR",
     "MAX_HISTORY",
@@ -52,6 +53,10 @@ STEPS_PER_TURN = 64
 MAX_PENDING_EVENTS = 64
 #: History rows kept per workflow, the newest.
 MAX_HISTORY = 5000
+#: Finished (completed, failed, cancelled) workflows kept per actor by default, the newest by their
+#: end (``Workflows.workflow_retention``); older ones are deleted with their steps and history when
+#: a workflow starts, in batches of a tenth of the bound.
+KEPT_FINISHED_WORKFLOWS = 1000
 #: Workflow ids, step and event names: 1 to this many characters.
 MAX_NAME = 128
 #: A recorded error (a step's, a workflow's) keeps at most this many characters.

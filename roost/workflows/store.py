@@ -329,6 +329,23 @@ class WorkflowStore:
         ).fetchall()
         return [_wf(r) for r in rows]
 
+    def prune_finished(self, keep: int) -> int:
+        """Delete the finished workflows but the newest ``keep`` (by their end), with their rows,
+        once there are a tenth of ``keep`` (at least 1) more; how many went."""
+        ended = (WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+        count = int(
+            self.conn.execute("SELECT count(*) FROM roost_wf WHERE status IN (?, ?, ?)", ended).fetchone()[0]
+        )
+        if count < keep + max(1, keep // 10):
+            return 0
+        old = self.conn.execute(
+            "SELECT id FROM roost_wf WHERE status IN (?, ?, ?) ORDER BY updated_at, id LIMIT ?",
+            (*ended, count - keep),
+        ).fetchall()
+        for (wid,) in old:
+            self.delete(str(wid))
+        return len(old)
+
     def delete(self, wid: str) -> None:
         for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history"):
             self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
