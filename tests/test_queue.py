@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from roost.actors import Actor, QueueItem, RetryPolicy, RpcError, callable, wakeup
-from roost.actors.queue import KEPT_FINISHED
+from roost.actors.queue import KEPT_FINISHED, PRUNE_STEP
 from roost.scheduler import FakeClock
 from roost.testing import ActorKit, queue_rows, until
 from roost.transport import admin
@@ -367,6 +367,24 @@ async def test_finished_items_kept_are_bounded(tmp_path: Path) -> None:
     assert {r.status for r in kept} == {"done"}
 
 
+async def test_finished_items_kept_are_bounded_whichever_items_finish(tmp_path: Path) -> None:
+    """Pruning runs at any finish: with every second item cancelled and the others done, the done
+    and cancelled rows stay within ``KEPT_FINISHED`` positions (plus the pruning's step) of the
+    newest. Before, only a done item at a position that is a multiple of 100 pruned, so this kept
+    all 1300."""
+    async with kit_for(tmp_path, FakeClock(T0)) as kit:
+        for _ in range(13):
+            ids = await kit.call("qworker", "bound", "add_many", ["x"] * 100)
+            for item_id in ids[1::2]:
+                assert await kit.call("qworker", "bound", "cancel", item_id) is True
+            while await kit.fire_due("qworker", "bound"):
+                pass
+        assert len(await kit.call("qworker", "bound", "effects")) == 650
+    kept = queue_rows(tmp_path, "qworker", "bound")
+    assert KEPT_FINISHED <= len(kept) <= KEPT_FINISHED + PRUNE_STEP
+    assert {r.status for r in kept} == {"done", "cancelled"}
+
+
 # -- restarts and the alarm --------------------------------------------------------------------------------
 async def test_the_queue_drains_without_a_new_enqueue_after_a_restart(tmp_path: Path) -> None:
     """Cloudflare's flaw, absent: items left when the process stopped (the head waiting for its retry,
@@ -415,7 +433,7 @@ async def test_inspect_shows_the_queue(tmp_path: Path) -> None:
     ]
     assert queue["finished"] == []
     assert queue["live"][0]["enqueued_at"] == admin.iso_time(T0)
-    assert report["schema_versions"]["queue"] == 1
+    assert report["schema_versions"]["queue"] == 2  # the table, then the partial index of finished rows
     exported = admin.export_actor(tmp_path, "qworker", "seen")["tables"]["roost_queue"]
     assert [(r["id"], r["payload"], r["retry_at"] is not None) for r in exported] == [
         (a, {"tag": "a"}, True),

@@ -80,5 +80,5 @@ async def test_parallel_reviews_run_at_once_and_merge_once(data_dir: Path) -> No
         status = await until(lambda: _done(kit))
         reviews = status["result"]["reviews"]
         assert list(reviews) == ["style", "facts", "tone"]
-        assert reviews["facts"] == {"angle": "facts", "words": 3, "key": "w1:1:0:facts:1"}
+        assert reviews["facts"] == {"angle": "facts", "words": 3, "key": f"w1:{status['nonce']}:1:0:facts:1"}
         assert await kit.call("shapes", "s1", "effects") == {"merge": 1}

@@ -110,5 +110,9 @@ async def test_self_sql_refuses_transaction_control_pragmas_and_runtime_tables(
         "journal_mode": "wal",
         "log_columns": ["seq", "kind", "frame", "created_at"],
         # the runtime's own, nothing more
-        "extra_schema": [("index", "roost_schedules_due"), ("index", "roost_queue_live")],
+        "extra_schema": [
+            ("index", "roost_schedules_due"),
+            ("index", "roost_queue_live"),
+            ("index", "roost_queue_finished"),
+        ],
     }

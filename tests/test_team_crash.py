@@ -63,10 +63,10 @@ async def test_sigkill_mid_work_the_run_completes_and_no_workers_effect_doubles(
         run = await until(lambda: _completed(second), timeout=60, interval=0.2)
         effects = {w: await _call(second, "team_worker", f"t1.{w}", "effects") for w in ("w1", "w2", "w3")}
         team = await _history(second, "team", "t1", "r1")
-        w3 = await _history(second, "team_worker", "t1.w3", "r1:w3")
+        w3 = await _history(second, "team_worker", "t1.w3", "r1:1:w3")
     finally:
         second.kill()
-    assert effects == {w: {f"r1:{w}": 2} for w in ("w1", "w2", "w3")}
+    assert effects == {w: {f"r1:1:{w}": 2} for w in ("w1", "w2", "w3")}
     assert [(b["worker"], b["status"], b["attempt"], b["runs"]) for b in run["branches"]] == [
         ("w1", "completed", 1, 1),
         ("w2", "completed", 1, 1),
@@ -84,7 +84,7 @@ async def test_sigkill_mid_work_the_run_completes_and_no_workers_effect_doubles(
 
 async def _reported_not_recorded(server: ServerProcess) -> bool:
     run = await _call(server, "team", "t1", "get_run", "r1")
-    worker = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:w3")
+    worker = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:1:w3")
     report = [s for s in worker["steps"] if s["name"] == "report"]
     w3: dict[str, Any] = next((b for b in run["branches"] if b["worker"] == "w3"), {})
     return w3.get("status") == "completed" and bool(report) and report[0]["status"] == "running"
@@ -105,14 +105,14 @@ async def test_sigkill_after_a_workers_report_reached_the_team_the_repeat_is_no_
     try:
         worker = await until(lambda: _worker_done(second), timeout=60, interval=0.2)
         run = await until(lambda: _completed(second), timeout=60, interval=0.2)
-        w3 = await _history(second, "team_worker", "t1.w3", "r1:w3")
+        w3 = await _history(second, "team_worker", "t1.w3", "r1:1:w3")
         team = await _history(second, "team", "t1", "r1")
         effects = await _call(second, "team_worker", "t1.w3", "effects")
     finally:
         second.kill()
     assert worker["status"] == "completed"
     assert sorted(run["result"]["answers"]) == ["w1", "w2", "w3"]
-    assert effects == {"r1:w3": 2}
+    assert effects == {"r1:1:w3": 2}
     runs = [(e["name"], e["detail"]["run"]) for e in w3 if e["event"] == "attempt_started"]
     assert runs.count(("report", 1)) == 1
     assert runs.count(("report", 2)) == 1
@@ -123,5 +123,5 @@ async def test_sigkill_after_a_workers_report_reached_the_team_the_repeat_is_no_
 
 
 async def _worker_done(server: ServerProcess) -> dict[str, Any] | None:
-    status: dict[str, Any] = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:w3")
+    status: dict[str, Any] = await _call(server, "team_worker", "t1.w3", "workflow_status", "r1:1:w3")
     return status if status["status"] == "completed" else None

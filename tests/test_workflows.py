@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 
 from roost.actors import ActorNotFound, Principal, RpcError
 from roost.scheduler.clock import FakeClock
+from roost.storage import actor_path
 from roost.testing import ActorKit
 from roost.transport import admin
 from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
@@ -237,6 +240,23 @@ async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_fini
         assert err.value.code == "workflow_not_found"
 
 
+async def test_a_restart_drops_the_events_of_the_old_generation(data_dir: Path) -> None:
+    """Paused, approved (the approval waits unconsumed), restarted: the new generation waits for an
+    approval of its own; the old one's event does not carry over."""
+    boss = Principal("boss")
+    async with ActorKit([Shop], data_dir, clock=FakeClock()) as kit:
+        await kit.call("shop", "s1", "start_workflow", "gated", {}, "w1")
+        await kit.call("shop", "s1", "pause_workflow", "w1")
+        await kit.registry.call("shop", "s1", "approve_step", ["w1", "manager", True], {}, principal=boss)
+        await kit.call("shop", "s1", "send_event", "w1", "other", {"n": 1})
+        assert (await _status(kit, "s1", "w1"))["status"] == "paused"
+        status = await kit.call("shop", "s1", "restart_workflow", "w1")
+        assert status["generation"] == 2
+        assert status["status"] == "waiting"
+        assert status["waiting"]["kind"] == "approval"
+        assert await kit.call("shop", "s1", "effects") == {}
+
+
 async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> None:
     """Another step name at a recorded position, on the replay after a sleep: the workflow fails with
     reason ``nondeterministic``, and the step that diverged never runs."""
@@ -358,3 +378,36 @@ async def test_status_leaves_results_out_and_steps_are_paged_by_count_and_bytes(
         one = await kit.call("shop", "s1", "workflow_steps", "w1", -1, 1)
         assert [s["position"] for s in one["steps"]] == [0]
         assert one["next"] == 0
+
+
+class Kept(Shop):
+    kind = "kept"
+    workflow_retention = 10
+
+
+async def test_finished_workflows_are_bounded(data_dir: Path) -> None:
+    """Past ``workflow_retention`` finished workflows (plus a tenth), a start deletes the oldest
+    finished ones with their steps and history; a waiting one, however old, is kept."""
+    clock = FakeClock()
+    async with ActorKit([Kept], data_dir, clock=clock) as kit:
+        await kit.call("kept", "k1", "start_workflow", "nap", {"seconds": 3600}, "sleeper")
+        for i in range(30):
+            clock.advance(1)
+            status = await kit.call("kept", "k1", "start_workflow", "chain", 1, f"w{i:02}")
+            assert status["status"] == "completed"
+            listed = await kit.call("kept", "k1", "list_workflows", None, None, 500)
+            assert len([w for w in listed if w["status"] == "completed"]) <= 11
+        listed = await kit.call("kept", "k1", "list_workflows", None, None, 500)
+        ids = [w["id"] for w in listed]
+        assert "sleeper" in ids
+        assert "w29" in ids
+        assert "w00" not in ids
+        assert len(ids) - 1 >= 10
+        with pytest.raises(RpcError) as err:
+            await kit.call("kept", "k1", "workflow_history", "w00")
+        assert err.value.code == "workflow_not_found"
+    with closing(sqlite3.connect(actor_path(data_dir, "kept", "k1"))) as conn:
+        for table in ("roost_wf_history", "roost_wf_steps"):
+            kept = {r[0] for r in conn.execute(f"SELECT DISTINCT workflow_id FROM {table}")}
+            assert kept <= set(ids)
+            assert "w00" not in kept

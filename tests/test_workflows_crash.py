@@ -66,9 +66,10 @@ async def test_sigkill_mid_outside_step_reruns_it_under_the_same_key(data_dir: P
     finally:
         second.kill()
     lines = _lines(ledger)
-    assert [line.split()[0] for line in lines] == ["w1:1:1:1", "w1:1:1:1"]  # one attempt, two runs
+    key = f"w1:{status['nonce']}:1:1:1"
+    assert [line.split()[0] for line in lines] == [key, key]  # one attempt, two runs
     assert lines[0].split()[2] != lines[1].split()[2]  # by two processes
-    assert status["result"] == {"receipt": {"key": "w1:1:1:1", "run": 2}}
+    assert status["result"] == {"receipt": {"key": key, "run": 2}}
     assert effects == {"reserve": 1, "ship": 1}  # no in-turn step ran twice
     events = [(e["event"], e["name"]) for e in history]
     assert events.count(("step_completed", "reserve")) == 1
@@ -133,3 +134,37 @@ async def test_sigkill_between_steps_waiting_for_an_event(data_dir: Path) -> Non
     assert [n for ev, n in events if ev == "step_completed"] == ["invoice", "settle"]
     assert [e["detail"] for e in history if e["event"] == "resumed"] == [{"replayed": 1, "recorded": 2}]
     assert ("event_received", "payment") in events
+
+
+async def _step_is(server: ServerProcess, wid: str, pos: int, want: str) -> bool:
+    status: dict[str, Any] = await _call(server, "workflow_status", wid)
+    return bool(status["steps"][pos]["status"] == want)
+
+
+async def test_sigkill_while_paused_mid_outside_step_then_resume_completes(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Paused during the outside step, then killed: in the next process the lease wake-up comes
+    while the workflow is still paused and marks the run ``lost`` (nothing advances); resume runs it
+    again under the same key and the workflow completes, each in-turn step once."""
+    ledger = tmp_path / "ledger"
+    first = ServerProcess(data_dir, app=APP).start()
+    try:
+        await _call(first, "start_workflow", "order", {"ledger": str(ledger), "hold": True}, "w1")
+        await until(lambda: len(_lines(ledger)) == 1, timeout=30, interval=0.05)
+        assert (await _call(first, "pause_workflow", "w1"))["status"] == "paused"
+    finally:
+        first.kill()
+    second = ServerProcess(data_dir, app=APP).start()
+    try:
+        await until(lambda: _step_is(second, "w1", 1, "lost"), timeout=60, interval=0.2)
+        assert (await _call(second, "workflow_status", "w1"))["status"] == "paused"
+        await _call(second, "resume_workflow", "w1")
+        status = await until(lambda: _completed(second, "w1"), timeout=60, interval=0.2)
+        effects = await _call(second, "effects")
+    finally:
+        second.kill()
+    key = f"w1:{status['nonce']}:1:1:1"
+    assert [line.split()[0] for line in _lines(ledger)] == [key, key]
+    assert status["result"] == {"receipt": {"key": key, "run": 2}}
+    assert effects == {"reserve": 1, "ship": 1}

@@ -32,8 +32,9 @@ async def test_outside_step_runs_outside_the_turn_with_its_key(data_dir: Path, t
         assert status["waiting"]["kind"] == "external"
         await until(lambda: _done(kit, "w1"))
         status = await _status(kit, "w1")
-        assert status["result"] == {"receipt": {"key": "w1:1:1:1", "run": 1}}
-        assert [line.split()[0] for line in _lines(ledger)] == ["w1:1:1:1"]
+        key = f"w1:{status['nonce']}:1:1:1"  # {workflow}:{nonce}:{generation}:{position}:{attempt}
+        assert status["result"] == {"receipt": {"key": key, "run": 1}}
+        assert [line.split()[0] for line in _lines(ledger)] == [key]
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1, "ship": 1}
         page = await kit.call("shop", "s1", "workflow_history", "w1")
         events = [(e["event"], e["name"]) for e in page["entries"]]
@@ -85,9 +86,10 @@ async def test_a_live_run_is_never_taken_over_and_a_lost_run_runs_again_under_th
         await kit.fire_due("shop", "s1")
         await until(lambda: _done(kit, "w1"))
         keys = [line.split()[0] for line in _lines(ledger)]
-        assert keys == ["w1:1:1:1", "w1:1:1:1"]
         status = await _status(kit, "w1")
-        assert status["result"]["receipt"] == {"key": "w1:1:1:1", "run": 2}
+        key = f"w1:{status['nonce']}:1:1:1"
+        assert keys == [key, key]
+        assert status["result"]["receipt"] == {"key": key, "run": 2}
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1, "ship": 1}
         page = await kit.call("shop", "s1", "workflow_history", "w1")
         assert [e["detail"]["run"] for e in page["entries"] if e["event"] == "attempt_lost"] == [1]
@@ -148,8 +150,9 @@ async def test_a_failed_outside_attempt_is_retried_under_a_new_key(data_dir: Pat
         clock.advance(status["waiting"]["until"] - clock.now())
         await kit.fire_due("shop", "s1")
         await until(lambda: _done(kit, "w1"))
-        assert [line.split()[0] for line in _lines(ledger)] == ["w1:1:1:1", "w1:1:1:2"]
-        assert (await _status(kit, "w1"))["result"]["receipt"]["key"] == "w1:1:1:2"
+        n = status["nonce"]
+        assert [line.split()[0] for line in _lines(ledger)] == [f"w1:{n}:1:1:1", f"w1:{n}:1:1:2"]
+        assert (await _status(kit, "w1"))["result"]["receipt"]["key"] == f"w1:{n}:1:1:2"
 
 
 async def test_an_outside_run_past_its_timeout_fails_on_the_runtime_clock(
@@ -170,3 +173,52 @@ async def test_an_outside_run_past_its_timeout_fails_on_the_runtime_clock(
         status = await until(failed)
         assert "timeout after 5 s" in status["error"]
         assert await kit.call("shop", "s1", "effects") == {"reserve": 1}
+
+
+async def test_a_pause_does_not_lose_an_outside_step(data_dir: Path, tmp_path: Path) -> None:
+    """The lease ends while the workflow is paused and its process is gone after that: the lease
+    wake-up still marks the attempt ``lost`` (without advancing), so resume runs it again (same key,
+    run 2) in the next process and the workflow completes."""
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger), "hold": True}, "w1")
+        await until(lambda: len(_lines(ledger)) == 1)
+        await kit.call("shop", "s1", "pause_workflow", "w1")
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()  # as if its process were gone
+        await until(lambda: not work.tasks)
+        clock.advance(Shop.workflow_lease)
+        assert await kit.fire_due("shop", "s1") == 1
+        status = await _status(kit, "w1")
+        assert status["status"] == "paused"
+        assert status["steps"][1]["status"] == "lost"
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "resume_workflow", "w1")
+        await until(lambda: _done(kit, "w1"))
+        status = await _status(kit, "w1")
+        assert status["result"]["receipt"]["run"] == 2
+        assert await kit.call("shop", "s1", "effects") == {"reserve": 1, "ship": 1}
+
+
+async def test_no_two_workflows_share_an_idempotency_key(data_dir: Path, tmp_path: Path) -> None:
+    """The same workflow id on two actors, and an id deleted and started again (its generation back
+    at 1), give other keys: a payment API that drops a repeated key would otherwise drop a genuine
+    second charge. The key has the workflow's nonce, drawn when it starts."""
+    clock = FakeClock()
+    keys: list[str] = []
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        for name, ledger in (("s1", tmp_path / "a"), ("s2", tmp_path / "b"), ("s1", tmp_path / "c")):
+            await kit.call("shop", name, "start_workflow", "order", {"ledger": str(ledger)}, "w1")
+
+            async def done(name: str = name) -> dict[str, Any] | None:
+                status: dict[str, Any] = await kit.call("shop", name, "workflow_status", "w1")
+                return status if status["status"] == "completed" else None
+
+            status = await until(done)
+            keys.append(status["result"]["receipt"]["key"])
+            assert _lines(ledger)[0].split()[0] == keys[-1]
+            await kit.call("shop", name, "delete_workflow", "w1")
+    assert len(set(keys)) == 3
+    assert all(k.startswith("w1:") and k.endswith(":1:1:1") for k in keys)

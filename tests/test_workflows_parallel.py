@@ -49,10 +49,11 @@ async def test_branches_run_concurrently_and_a_completed_branch_is_kept_when_a_s
         assert status["waiting"]["why"] == "join"
         await until(lambda: _join_is(kit, {"a": "running", "b": "completed", "c": "completed"}))
         status = await _status(kit)
+        s = f"w1:{status['nonce']}:1:0"  # {workflow}:{nonce}:{generation}:{position}, then branch, attempt
         assert _join(status) == {"a": ("running", 1, 1), "b": ("completed", 1, 1), "c": ("completed", 1, 1)}
         assert status["steps"][0]["kind"] == "parallel"
         page = await kit.call("fan", "f1", "workflow_steps", "w1")
-        assert page["steps"][0]["branches"][1]["result"] == {"branch": "b", "key": "w1:1:0:b:1", "run": 1}
+        assert page["steps"][0]["branches"][1]["result"] == {"branch": "b", "key": f"{s}:b:1", "run": 1}
         work = runner(_process(kit))
         for task in list(work.tasks.values()):
             task.cancel()  # as if its process were gone
@@ -61,12 +62,12 @@ async def test_branches_run_concurrently_and_a_completed_branch_is_kept_when_a_s
         await kit.fire_due("fan", "f1")
         done = await until(lambda: _finished(kit))
         assert done["status"] == "completed"
-        assert done["result"]["a"] == {"branch": "a", "key": "w1:1:0:a:1", "run": 2}
-        assert sorted(_keys(ledger)) == ["w1:1:0:a:1", "w1:1:0:a:1", "w1:1:0:b:1", "w1:1:0:c:1"]
+        assert done["result"]["a"] == {"branch": "a", "key": f"{s}:a:1", "run": 2}
+        assert sorted(_keys(ledger)) == [f"{s}:a:1", f"{s}:a:1", f"{s}:b:1", f"{s}:c:1"]
         assert await kit.call("fan", "f1", "effects") == {"merge": 1}
         history = (await kit.call("fan", "f1", "workflow_history", "w1", 0, 500))["entries"]
         rerun = [e["detail"] for e in history if e["event"] == "attempt_started" and e["detail"]["run"] == 2]
-        assert rerun == [{"branch": "a", "run": 2, "idempotency_key": "w1:1:0:a:1", "kept": ["b", "c"]}]
+        assert rerun == [{"branch": "a", "run": 2, "idempotency_key": f"{s}:a:1", "kept": ["b", "c"]}]
         lost = [e["detail"]["branch"] for e in history if e["event"] == "attempt_lost"]
         assert lost == ["a"]
 
@@ -87,7 +88,8 @@ async def test_a_failed_attempt_of_one_branch_is_retried_alone(data_dir: Path, t
         done = await until(lambda: _finished(kit))
         assert done["status"] == "completed"
         assert _join(done) == {"a": ("completed", 1, 1), "b": ("completed", 2, 1), "c": ("completed", 1, 1)}
-        assert sorted(_keys(ledger)) == ["w1:1:0:a:1", "w1:1:0:b:1", "w1:1:0:b:2", "w1:1:0:c:1"]
+        s = f"w1:{done['nonce']}:1:0"
+        assert sorted(_keys(ledger)) == [f"{s}:a:1", f"{s}:b:1", f"{s}:b:2", f"{s}:c:1"]
 
 
 async def test_fail_fast_the_first_branch_failed_for_good_fails_the_join(
@@ -118,3 +120,28 @@ async def test_a_join_replayed_with_other_branches_fails_the_workflow(data_dir: 
             Fan.names = ("a", "b", "c")
         assert status["status"] == "failed"
         assert status["reason"] == "nondeterministic"
+
+
+async def test_a_pause_does_not_lose_a_branch(data_dir: Path, tmp_path: Path) -> None:
+    """A branch's lease ends while the workflow is paused and its run is gone: the branch is marked
+    ``lost`` (nothing advances), and resume runs it again in the next process."""
+    ledger = tmp_path / "ledger"
+    clock = FakeClock()
+    async with ActorKit([Fan], data_dir, clock=clock) as kit:
+        await kit.call("fan", "f1", "start_workflow", "fanout", {"ledger": str(ledger), "hold": ["a"]}, "w1")
+        await until(lambda: _join_is(kit, {"a": "running", "b": "completed", "c": "completed"}))
+        await kit.call("fan", "f1", "pause_workflow", "w1")
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()  # as if its process were gone
+        await until(lambda: not work.tasks)
+        clock.advance(Fan.workflow_lease)
+        await kit.fire_due("fan", "f1")
+        status = await _status(kit)
+        assert status["status"] == "paused"
+        assert _join(status)["a"][0] == "lost"
+    async with ActorKit([Fan], data_dir, clock=clock) as kit:
+        await kit.call("fan", "f1", "resume_workflow", "w1")
+        done = await until(lambda: _finished(kit))
+        assert done["status"] == "completed"
+        assert done["result"]["a"]["run"] == 2

@@ -64,9 +64,10 @@ async def test_sigkill_after_two_of_three_branches_reruns_only_the_third(
     for line in _lines(ledger):
         key, _, pid = line.split()
         by_key.setdefault(key, []).append(pid)
-    assert {k: len(v) for k, v in by_key.items()} == {"w1:1:0:a:1": 1, "w1:1:0:b:1": 1, "w1:1:0:c:1": 2}
-    assert by_key["w1:1:0:c:1"][0] != by_key["w1:1:0:c:1"][1]  # by two processes
-    assert status["result"]["c"] == {"branch": "c", "key": "w1:1:0:c:1", "run": 2}
+    s = f"w1:{status['nonce']}:1:0"
+    assert {k: len(v) for k, v in by_key.items()} == {f"{s}:a:1": 1, f"{s}:b:1": 1, f"{s}:c:1": 2}
+    assert by_key[f"{s}:c:1"][0] != by_key[f"{s}:c:1"][1]  # by two processes
+    assert status["result"]["c"] == {"branch": "c", "key": f"{s}:c:1", "run": 2}
     assert status["result"]["a"]["run"] == 1
     assert effects == {"merge": 1}
     assert [(b["branch"], b["attempt"], b["run"]) for b in status["steps"][0]["branches"]] == [

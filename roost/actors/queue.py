@@ -30,7 +30,8 @@ Guarantees (docs/design.md, *Durable queue*; tests in ``tests/test_queue.py`` an
   a restarted server drains the queue by itself.
 - **Bounded.** A payload is at most ``Actor.queue_payload_bytes`` of JSON (:class:`PayloadTooLarge`),
   a queue holds at most ``Actor.queue_limit`` live items (:class:`QueueFull`); of finished items the
-  newest :data:`KEPT_FINISHED` done or cancelled and the newest :data:`KEPT_DEAD` dead are kept.
+  done or cancelled ones at most :data:`KEPT_FINISHED` positions behind the newest item (pruned in
+  steps of :data:`PRUNE_STEP` at any finish) and the newest :data:`KEPT_DEAD` dead are kept.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
     "KEPT_FINISHED",
     "MIGRATIONS",
     "PAYLOAD_BYTES",
+    "PRUNE_STEP",
     "QUEUE_LIMIT",
     "PayloadTooLarge",
     "QueueFull",
@@ -96,15 +98,21 @@ MIGRATIONS: Sequence[Migration] = (
     );
     CREATE INDEX roost_queue_live ON roost_queue (position) WHERE status IN ('pending', 'running');
     """,
+    # the done and cancelled rows, for their pruning (the oldest one is read at every finish)
+    "CREATE INDEX roost_queue_finished ON roost_queue (position) WHERE status IN ('done', 'cancelled')",
 )
 
 #: Default bound of one payload, in bytes of JSON (``Actor.queue_payload_bytes``).
 PAYLOAD_BYTES = 64 * 1024
 #: Default bound of live (pending or running) items per actor (``Actor.queue_limit``).
 QUEUE_LIMIT = 10_000
-#: Finished items kept for inspection: the newest done or cancelled ones, and the newest dead ones.
+#: Finished items kept for inspection: the done or cancelled ones at most this many positions behind
+#: the newest item (give or take :data:`PRUNE_STEP`), and the newest dead ones.
 KEPT_FINISHED = 1000
 KEPT_DEAD = 1000
+#: Done or cancelled rows are deleted in batches: once the oldest is this many positions past the
+#: bound, at the finish (done, cancel or dead letter) that sees it.
+PRUNE_STEP = 100
 
 
 class QueueStatus(StrEnum):
@@ -118,6 +126,7 @@ class QueueStatus(StrEnum):
 
 
 _LIVE = "status IN ('pending', 'running')"  # the partial index's condition, spelled the same
+_FINISHED = "status IN ('done', 'cancelled')"  # the other partial index's, spelled the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +290,7 @@ class QueueStore:
 
     def complete(self, item: QueueItem, now: float) -> None:
         self._finish(item, QueueStatus.DONE, now)
-        self._prune(item.position)
+        self._prune()
 
     def retry_later(self, item: QueueItem, error: str, at: float) -> None:
         self.conn.execute(
@@ -300,6 +309,7 @@ class QueueStore:
             "SELECT position FROM roost_queue WHERE status = ? ORDER BY position DESC LIMIT 1 OFFSET ?)",
             (QueueStatus.DEAD.value, QueueStatus.DEAD.value, KEPT_DEAD),
         )
+        self._prune()
 
     def cancel(self, item_id: str, now: float) -> bool:
         """Cancel a pending item (one waiting for its retry too); False if there was none."""
@@ -307,7 +317,10 @@ class QueueStore:
             "UPDATE roost_queue SET status = ?, retry_at = NULL, finished_at = ? WHERE id = ? AND status = ?",
             (QueueStatus.CANCELLED.value, now, item_id, QueueStatus.PENDING.value),
         )
-        return cur.rowcount > 0
+        if cur.rowcount == 0:
+            return False
+        self._prune()
+        return True
 
     def _finish(self, item: QueueItem, status: QueueStatus, now: float) -> None:
         self.conn.execute(
@@ -315,14 +328,21 @@ class QueueStore:
             (status.value, now, item.position),
         )
 
-    def _prune(self, position: int) -> None:
-        """Done and cancelled items more than :data:`KEPT_FINISHED` positions behind the head go (no
-        live item is behind the head, so the range holds only finished rows)."""
-        if position % 100 == 0:
-            self.conn.execute(
-                "DELETE FROM roost_queue WHERE position <= ? AND status IN (?, ?)",
-                (position - KEPT_FINISHED, QueueStatus.DONE.value, QueueStatus.CANCELLED.value),
-            )
+    def _prune(self) -> None:
+        """Done and cancelled items more than :data:`KEPT_FINISHED` positions behind the newest item
+        go, in batches: when the oldest of them (one read of its partial index) is
+        :data:`PRUNE_STEP` past that bound. Called at every finish, whichever item it is (a cancel
+        of any pending item, a dead letter), so the rows kept never pass the bound by more than the
+        step."""
+        newest = self.conn.execute("SELECT max(position) FROM roost_queue").fetchone()[0]
+        oldest = self.conn.execute(
+            f"SELECT position FROM roost_queue WHERE {_FINISHED} ORDER BY position LIMIT 1"
+        ).fetchone()
+        if newest is None or oldest is None or int(oldest[0]) > int(newest) - KEPT_FINISHED - PRUNE_STEP:
+            return
+        self.conn.execute(
+            f"DELETE FROM roost_queue WHERE {_FINISHED} AND position <= ?", (int(newest) - KEPT_FINISHED,)
+        )
 
 
 # -- the Actor API's side (roost.actors.actor calls these with its host) ---------------------------------

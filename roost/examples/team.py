@@ -12,16 +12,21 @@ The team's run, step by step:
 
 1. ``plan`` (in turn): one part of the task per worker, recorded (never re-planned on replay);
 2. ``dispatch`` (a ``parallel`` join, one branch per worker): each branch starts the worker's
-   workflow ``work`` on ``team_worker/{team}.{worker}`` under the workflow id ``{run}:{worker}``
-   (idempotent: a rerun of the branch after a crash answers the workflow it started);
+   workflow ``work`` on ``team_worker/{team}.{worker}`` under the workflow id
+   ``{run}:{generation}:{worker}`` (idempotent: a rerun of the branch after a crash answers the
+   workflow it started; a ``restart_workflow`` of the run, a new generation, starts new ones);
 3. ``done:{worker}`` (an event wait per worker): the worker's last step calls the team's
    ``worker_report``, which records the worker's status in the team's table ``team_workers`` and, when
-   the worker is done, sends this event to the run (kept if it comes before the wait);
-4. ``merge`` (in turn): the answer from the workers' results.
+   the worker has ended (``completed``, ``failed`` or ``cancelled``), sends this event to the run
+   (kept if it comes before the wait);
+4. ``merge`` (in turn): the answer from the workers' results; if a worker did not complete, the run
+   fails instead, naming it (once every worker has ended).
 
 The worker's ``work``: for each part, a durable ``sleep`` (its delay), the part's answer written to
 its table ``work`` (in turn: exactly once), a progress report to the team (outside: at least once,
-``worker_report`` is idempotent); then the final report.
+``worker_report`` is idempotent); then the final report. A step of it that fails for good reports
+``failed`` (then the worker's workflow fails); a ``cancel_workflow`` of it reports ``cancelled`` (a
+durable wake-up of the worker, after the cancel's turn).
 
 Guarantees (tests in ``tests/test_team.py`` and ``tests/test_team_crash.py``):
 
@@ -30,6 +35,12 @@ Guarantees (tests in ``tests/test_team.py`` and ``tests/test_team_crash.py``):
 - **Partial completion survives a crash** of either side: what a worker recorded is kept, a worker
   done is not dispatched again, and no worker's part is written twice.
 - **Cancelling the team's run cancels its workers** (``cancel_workflow`` / ``cancel_run``).
+- **A worker that does not complete fails the run**: a failed or cancelled worker reports it;
+  ``get_run`` shows it, and the run fails (reason ``error``) naming it instead of waiting for ever.
+- **A restarted run dispatches its workers again**: their workflow ids carry the generation, and a
+  report of an older generation changes nothing.
+- **A bad spec fails the run at once**: ``workers`` must be a list of 1 to ``MAX_WORKERS`` distinct
+  names (more are cut); otherwise the run fails before its first step, without retries.
 """
 
 from __future__ import annotations
@@ -40,15 +51,32 @@ from typing import Any
 
 import orjson
 
-from roost.actors import RetryPolicy, RpcError, callable
-from roost.workflows import Step, StepAttempt, Workflows, workflow
+from roost.actors import RetryPolicy, RpcError, callable, wakeup
+from roost.workflows import Step, StepAttempt, StepFailed, Workflows, workflow
 
-__all__ = ["Team", "TeamWorker"]
+__all__ = ["Team", "TeamWorker", "WorkersDidNotComplete"]
 
 #: Workers of one run at most, and parts of one worker's share (more are cut, not refused).
 MAX_WORKERS = 8
 MAX_PARTS = 16
 _RETRY = RetryPolicy(max_attempts=5, base=0.5, cap=4.0)
+#: What a worker reports last: it has ended.
+ENDED = ("completed", "failed", "cancelled")
+
+
+class WorkersDidNotComplete(Exception):
+    """A team run's worker failed or was cancelled: the run fails, naming it."""
+
+
+def _workers(spec: Any) -> list[str]:
+    """The spec's workers: a list of 1 to :data:`MAX_WORKERS` distinct names (more are cut)."""
+    workers = spec.get("workers", ["w1", "w2", "w3"]) if isinstance(spec, dict) else None
+    if not isinstance(workers, list) or not workers:
+        raise ValueError(f"a team run needs a list of 1 to {MAX_WORKERS} workers, got {workers!r}")
+    names = [str(w) for w in workers][:MAX_WORKERS]
+    if len(set(names)) != len(names) or not all(names):
+        raise ValueError(f"a team run's workers are distinct non-empty names, got {names!r}")
+    return names
 
 
 def answer(part: str, index: int) -> str:
@@ -65,57 +93,80 @@ class Team(Workflows):
         """CREATE TABLE team_workers (
             run_id TEXT NOT NULL, worker TEXT NOT NULL, status TEXT NOT NULL, progress INTEGER NOT NULL,
             parts INTEGER NOT NULL, result TEXT, updated_at REAL NOT NULL, PRIMARY KEY (run_id, worker))""",
+        # the run's generation a row reports on (a restarted run's workers report anew)
+        "ALTER TABLE team_workers ADD COLUMN generation INTEGER NOT NULL DEFAULT 1",
     )
 
     @workflow
     async def team(self, step: Step, spec: dict[str, Any]) -> dict[str, Any]:
-        workers = [str(w) for w in spec.get("workers", ["w1", "w2", "w3"])][:MAX_WORKERS]
-        task, run = str(spec.get("task", "")), step.workflow_id
+        workers = _workers(spec)  # a bad spec fails the run here, before any step (no retries)
+        task, run, gen = str(spec.get("task", "")), step.workflow_id, step.generation
         plan: dict[str, str] = await step.do("plan", lambda: _plan(task, workers))
         delays = {str(k): float(v) for k, v in dict(spec.get("delays", {})).items()}
 
         def dispatch(worker: str) -> Callable[[StepAttempt], Awaitable[Any]]:
             job: dict[str, Any] = {"team": self.name, "run": run, "worker": worker, "part": plan[worker]}
+            job["gen"] = gen
             parts = max(1, min(MAX_PARTS, int(spec.get("parts", 2))))
             job |= {"parts": parts, "delay": delays.get(worker, 0.0)}
 
             async def go(_: StepAttempt) -> str:
                 ref = self.actor(TeamWorker.kind, f"{self.name}.{worker}")
-                status = await ref.call("start_workflow", "work", job, f"{run}:{worker}")
+                status = await ref.call("start_workflow", "work", job, worker_workflow(run, gen, worker))
                 return str(status["status"])
 
             return go
 
         await step.parallel("dispatch", {w: dispatch(w) for w in workers}, retry=_RETRY)
-        results = {w: await step.wait_for_event(f"done:{w}") for w in workers}
+        ends = {w: await step.wait_for_event(f"done:{w}") for w in workers}
+        failed = {w: end["status"] for w, end in ends.items() if end["status"] != "completed"}
+        if failed:
+            raise WorkersDidNotComplete(f"workers did not complete: {failed}")
+        results = {w: end["result"] for w, end in ends.items()}
         merged: dict[str, Any] = await step.do("merge", lambda: {"task": task, "answers": results})
         return merged
 
     @callable
     async def worker_report(
-        self, run_id: str, worker: str, status: str, progress: int, parts: int, result: Any = None
+        self,
+        run_id: str,
+        worker: str,
+        status: str,
+        progress: int,
+        parts: int,
+        result: Any = None,
+        generation: int = 1,
     ) -> bool:
-        """A worker's report (idempotent: a repeat changes nothing). The first ``completed`` report
-        of a worker sends ``done:{worker}`` to the run. Whether it was news."""
+        """A worker's report for generation ``generation`` of the run (idempotent: a repeat, a
+        report after the worker's last one, or one of an older generation changes nothing). The
+        worker's last report (``completed``, ``failed`` or ``cancelled``) sends ``done:{worker}``
+        (``{"status", "result"}``) to the run. Whether it was news."""
         row = self.sql.one(
-            "SELECT status, progress FROM team_workers WHERE run_id = ? AND worker = ?", (run_id, worker)
+            "SELECT status, progress, generation FROM team_workers WHERE run_id = ? AND worker = ?",
+            (run_id, worker),
         )
-        if row is not None and (row[0] == "completed" or (row[0], row[1]) == (status, progress)):
+        if row is not None and (
+            int(row[2]) > generation
+            or (int(row[2]) == generation and (row[0] in ENDED or (row[0], row[1]) == (status, progress)))
+        ):
             return False
         self.sql.execute(
-            "INSERT INTO team_workers (run_id, worker, status, progress, parts, result, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, worker) DO UPDATE SET status ="
-            " excluded.status, progress = excluded.progress, result = excluded.result,"
-            " updated_at = excluded.updated_at",
-            (run_id, worker, status, progress, parts, orjson.dumps(result).decode(), self.extension.now),
-        )
+            "INSERT INTO team_workers (run_id, worker, status, progress, parts, result, updated_at,"
+            " generation) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, worker) DO UPDATE SET"
+            " status = excluded.status, progress = excluded.progress, parts = excluded.parts,"
+            " result = excluded.result, updated_at = excluded.updated_at, generation = excluded.generation",
+            (run_id, worker, status, progress, parts, orjson.dumps(result).decode(), self.extension.now,
+             generation),
+        )  # fmt: skip
         self.emit({"type": "team_progress", "run_id": run_id, "worker": worker, "status": status,
                    "progress": progress, "parts": parts})  # fmt: skip
-        if status == "completed":
+        if status in ENDED:
             try:
-                await self.send_event(run_id, f"done:{worker}", result)
-            except RpcError as exc:  # the run is over (cancelled): the report is kept, not delivered
-                if exc.code != "workflow_state":
+                run = await self.workflow_status(run_id)
+                if run["generation"] == generation:  # an older generation's worker: not this run's
+                    await self.send_event(run_id, f"done:{worker}", {"status": status, "result": result})
+            except RpcError as exc:  # the run is over (cancelled) or gone: the report is kept
+                if exc.code not in ("workflow_state", "workflow_not_found"):
                     raise
         return True
 
@@ -129,7 +180,9 @@ class Team(Workflows):
         reports = {
             str(r[0]): (str(r[1]), int(r[2]), int(r[3]))
             for r in self.sql.execute(
-                "SELECT worker, status, progress, parts FROM team_workers WHERE run_id = ?", (run_id,)
+                "SELECT worker, status, progress, parts FROM team_workers"
+                " WHERE run_id = ? AND generation = ?",
+                (run_id, status["generation"]),
             )
         }
         branches = []
@@ -143,19 +196,21 @@ class Team(Workflows):
                 reported = "cancelled"
             branches.append({"worker": worker, "status": reported, "progress": progress, "parts": parts,
                              "attempt": branch["attempt"], "runs": branch["run"]})  # fmt: skip
-        keep = ("id", "status", "result", "error", "reason", "waiting", "created_at", "updated_at")
+        keep: tuple[str, ...] = ("id", "status", "generation", "result", "error", "reason", "waiting")
+        keep = (*keep, "created_at", "updated_at")
         return {"run_id": run_id, **{k: status[k] for k in keep}, "branches": branches}
 
     @callable
     async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
-        """Cancel the run and every worker it dispatched (each worker's workflow ``{run}:{worker}``)."""
+        """Cancel the run and every worker it dispatched (each worker's workflow
+        ``{run}:{generation}:{worker}``)."""
         before = await self.workflow_status(workflow_id)
         status = await super().cancel_workflow(workflow_id)
         dispatch: dict[str, Any] = next((s for s in before["steps"] if s["name"] == "dispatch"), {})
         for worker in [b["branch"] for b in dispatch.get("branches", [])]:
             try:
                 await self.actor(TeamWorker.kind, f"{self.name}.{worker}").call(
-                    "cancel_workflow", f"{workflow_id}:{worker}"
+                    "cancel_workflow", worker_workflow(workflow_id, before["generation"], worker)
                 )
             except RpcError as exc:  # not started yet, or finished already
                 if exc.code not in ("workflow_not_found", "workflow_state"):
@@ -166,6 +221,11 @@ class Team(Workflows):
     async def cancel_run(self, run_id: str) -> dict[str, Any]:
         """``cancel_workflow(run_id)``: the run and its workers."""
         return await self.cancel_workflow(run_id)
+
+
+def worker_workflow(run: str, generation: int, worker: str) -> str:
+    """The id of ``worker``'s workflow for generation ``generation`` of run ``run``."""
+    return f"{run}:{generation}:{worker}"
 
 
 def _plan(task: str, workers: list[str]) -> dict[str, str]:
@@ -182,18 +242,55 @@ class TeamWorker(Workflows):
     migrations = (
         "CREATE TABLE work (workflow_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL,"
         " PRIMARY KEY (workflow_id, part))",
+        # each workflow's job (written by its first step), for the report of a cancel
+        "CREATE TABLE jobs (workflow_id TEXT PRIMARY KEY, job TEXT NOT NULL) WITHOUT ROWID",
     )
 
     @workflow
     async def work(self, step: Step, job: dict[str, Any]) -> list[str]:
         parts, delay, wid = int(job["parts"]), float(job["delay"]), step.workflow_id
+        await step.do("job", partial(self._keep_job, wid, job))
         answers: list[str] = []
-        for i in range(parts):
-            await step.sleep(f"think {i}", delay)
-            answers.append(await step.do(f"part {i}", partial(self._write, wid, i, answer(job["part"], i))))
-            await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=_RETRY)
+        try:
+            for i in range(parts):
+                await step.sleep(f"think {i}", delay)
+                text = answer(job["part"], i)
+                answers.append(await step.do(f"part {i}", partial(self._write, wid, i, text)))
+                await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=_RETRY)
+        except StepFailed as exc:  # reported, then the worker's workflow fails with it
+            await step.external("report", self._report(job, "failed", len(answers), str(exc)), retry=_RETRY)
+            raise
         await step.external("report", self._report(job, "completed", parts, answers), retry=_RETRY)
         return answers
+
+    @callable
+    async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
+        """Cancel the worker's workflow; its team hears ``cancelled`` from a wake-up after this turn
+        (not from inside it: the team may be the caller, in a turn of its own)."""
+        status = await super().cancel_workflow(workflow_id)
+        row = self.sql.one("SELECT job FROM jobs WHERE workflow_id = ?", (workflow_id,))
+        if row is not None:
+            job = orjson.loads(row[0])
+            progress = self.sql.one("SELECT count(*) FROM work WHERE workflow_id = ?", (workflow_id,))
+            report = {"job": job, "progress": int(progress[0]) if progress else 0}
+            await self.schedule(0, "report_cancelled", report, key=f"team-cancel:{workflow_id}")
+        return status
+
+    @wakeup
+    async def report_cancelled(self, payload: dict[str, Any]) -> None:
+        await self._send(payload["job"], "cancelled", int(payload["progress"]))
+
+    async def _send(self, job: dict[str, Any], status: str, progress: int, result: Any = None) -> bool:
+        """The report to the team's ``worker_report``; whether it was news."""
+        ref = self.actor(Team.kind, str(job["team"]))
+        args = (job["run"], job["worker"], status, progress, int(job["parts"]), result)
+        news: bool = await ref.call("worker_report", *args, int(job.get("gen", 1)))
+        return news
+
+    def _keep_job(self, wid: str, job: dict[str, Any]) -> None:
+        self.sql.execute(
+            "INSERT INTO jobs (workflow_id, job) VALUES (?, ?)", (wid, orjson.dumps(job).decode())
+        )
 
     def _write(self, wid: str, part: int, text: str) -> str:
         self.sql.execute("INSERT INTO work (workflow_id, part, text) VALUES (?, ?, ?)", (wid, part, text))
@@ -203,10 +300,7 @@ class TeamWorker(Workflows):
         self, job: dict[str, Any], status: str, progress: int, result: Any = None
     ) -> Callable[[StepAttempt], Awaitable[bool]]:
         async def go(_: StepAttempt) -> bool:
-            ref = self.actor(Team.kind, str(job["team"]))
-            args = (job["run"], job["worker"], status, progress, int(job["parts"]), result)
-            news: bool = await ref.call("worker_report", *args)
-            return news
+            return await self._send(job, status, progress, result)
 
         return go
 

@@ -22,6 +22,7 @@ from roost.actors import RetryPolicy
 from roost.workflows.base import Workflows
 from roost.workflows.decorator import workflow
 from roost.workflows.model import (
+    KEPT_FINISHED_WORKFLOWS,
     MAX_BRANCHES,
     MAX_HISTORY,
     MAX_LOST_RUNS,
@@ -42,6 +43,7 @@ from roost.workflows.step import Step
 from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = [
+    "KEPT_FINISHED_WORKFLOWS",
     "MAX_BRANCHES",
     "MAX_HISTORY",
     "MAX_LOST_RUNS",

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from roost.actors import Actor, callable, wakeup
 from roost.storage import Migration
 from roost.workflows.engine import engine_of
+from roost.workflows.model import KEPT_FINISHED_WORKFLOWS
 from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = ["Workflows"]
@@ -55,6 +56,9 @@ class Workflows(Actor):
     #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
     #: began (or after the restart, whichever is later).
     workflow_lease: ClassVar[float] = 30.0
+    #: Finished workflows kept (the newest by their end); older ones are deleted when a workflow
+    #: starts (a tenth more at most). ``delete_workflow`` deletes one before.
+    workflow_retention: ClassVar[int] = KEPT_FINISHED_WORKFLOWS
 
     @callable
     async def start_workflow(

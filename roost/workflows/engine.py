@@ -9,15 +9,23 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   existing workflow; with another name or input, ``workflow_conflict``.
 - **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
   comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
+- **A pause does not lose an outside step**: a lease's end while paused still asks the runner; a
+  lost attempt is marked ``lost`` (nothing advances) and ``resume_workflow`` runs it again.
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
   after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
   older generation do nothing either.
+- **Finished workflows are bounded**: a start deletes the finished ones but the newest
+  ``workflow_retention`` (default :data:`KEPT_FINISHED_WORKFLOWS`), give or take a tenth, with their
+  steps, events and history; running, waiting and paused ones are never deleted.
+- **A restart drops the events of the old generation**: an event or approval sent before
+  ``restart_workflow`` and not consumed is not seen by the new generation.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
   runner; no live task → ``lost`` → the next advance runs it again, ``run + 1``, same attempt.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from typing import Any
 
@@ -25,6 +33,7 @@ from roost.actors import Actor
 from roost.workflows.decorator import bodies_of
 from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
+    KEPT_FINISHED_WORKFLOWS,
     MAX_LOST_RUNS,
     MAX_NAME,
     MAX_PENDING_EVENTS,
@@ -69,6 +78,7 @@ class Engine:
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
         self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
+        self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
@@ -109,7 +119,8 @@ class Engine:
             if existing.name != name or encode(existing.input, "input") != text:
                 raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
             return self.status(wid)
-        store.insert(wid, name, text, self._who(), self.now)
+        store.prune_finished(self.retention)
+        store.insert(wid, name, text, self._who(), self.now, secrets.token_hex(8))
         wf = store.get(wid)
         assert wf is not None
         self._log(wf, "started", {"by": wf.created_by})
@@ -185,15 +196,19 @@ class Engine:
         in-turn steps, or a lease's end."""
         wid, gen = str(payload["id"]), int(payload["gen"])
         wf = self.store.get(wid)
-        if wf is None or wf.generation != gen or wf.status not in _LIVE:
+        if wf is None or wf.generation != gen or wf.status.terminal:
             return
+        # A lease's end is looked at whatever the status: while paused, a lost attempt is marked
+        # ``lost`` (the advance that follows does nothing until ``resume_workflow``), so that the
+        # resume runs it again; dropped, the step would stay ``running`` for ever.
         if payload.get("why") == "branch_lease":
             await branch_lease(self, payload)
             return
         if payload.get("why") == "lease":
             await self._lease(wf, int(payload["pos"]), int(payload["attempt"]), int(payload["run"]))
             return
-        await self.advance(wid)
+        if wf.status in _LIVE:
+            await self.advance(wid)
 
     async def _lease(self, wf: WorkflowRow, pos: int, attempt: int, run: int) -> None:
         store = self.store

@@ -5,7 +5,7 @@ its result's turn, its lease).
 One position of the body holds the join: a step row of kind ``parallel`` and one row per branch in
 ``roost_wf_branches``. Each branch is an outside attempt of its own (``fn(attempt)`` in the process's
 runner, concurrently with its siblings), with its own idempotency key
-``{workflow}:{generation}:{position}:{branch}:{attempt}``, lease, retry policy and timeout.
+``{workflow}:{nonce}:{generation}:{position}:{branch}:{attempt}``, lease, retry policy and timeout.
 
 Guarantees (tests in ``tests/test_workflows_parallel.py`` and ``tests/test_workflows_parallel_crash.py``):
 
@@ -130,7 +130,9 @@ async def start_branch(
     store.put_branch(
         wf.id, pos, branch, ord, StepStatus.RUNNING, now, attempt=attempt, run=run, wake_at=now + lease
     )
-    ticket = StepAttempt(wf.id, f"{name}/{branch}", f"{wf.id}:{wf.generation}:{pos}:{branch}", attempt, run)
+    ticket = StepAttempt(
+        wf.id, f"{name}/{branch}", f"{wf.step_prefix}:{wf.generation}:{pos}:{branch}", attempt, run
+    )
     store.log(
         wf.id, wf.generation, "attempt_started", now, position=pos, name=name, attempt=attempt,
         detail={"branch": branch, "run": run, "idempotency_key": ticket.idempotency_key, "kept": kept},

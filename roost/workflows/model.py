@@ -19,6 +19,7 @@ from roost.actors import RpcError
 
 __all__ = [
     "CODES",
+    "KEPT_FINISHED_WORKFLOWS",
     "MAX_BRANCHES",
     "MAX_ERROR",
     "MAX_HISTORY",
@@ -52,6 +53,10 @@ STEPS_PER_TURN = 64
 MAX_PENDING_EVENTS = 64
 #: History rows kept per workflow, the newest.
 MAX_HISTORY = 5000
+#: Finished (completed, failed, cancelled) workflows kept per actor by default, the newest by their
+#: end (``Workflows.workflow_retention``); older ones are deleted with their steps and history when
+#: a workflow starts, in batches of a tenth of the bound.
+KEPT_FINISHED_WORKFLOWS = 1000
 #: Workflow ids, step and event names: 1 to this many characters.
 MAX_NAME = 128
 #: A recorded error (a step's, a workflow's) keeps at most this many characters.
@@ -141,9 +146,12 @@ class NonRetryable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class StepAttempt:
-    """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``:
-    the same for every run of one attempt (a rerun after its process was lost), another for the next
-    attempt. Hand it to the system the effect goes to, so that it can drop a repeat."""
+    """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``
+    (``step_id`` is ``{workflow_id}:{nonce}:{generation}:{position}``; the nonce is drawn at random
+    when the workflow starts, so no other workflow, of this actor or another, nor this id deleted and
+    started again, has the key): the same for every run of one attempt (a rerun after its process was
+    lost), another for the next attempt. Hand it to the system the effect goes to, so that it can
+    drop a repeat."""
 
     workflow_id: str
     step: str

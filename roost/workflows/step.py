@@ -416,7 +416,7 @@ class Step:
             run=run,
             wake_at=now + lease,
         )
-        ticket = StepAttempt(wf.id, name, f"{wf.id}:{wf.generation}:{pos}", attempt, run)
+        ticket = StepAttempt(wf.id, name, f"{wf.step_prefix}:{wf.generation}:{pos}", attempt, run)
         self._log(
             "attempt_started", pos, name, attempt, {"run": run, "idempotency_key": ticket.idempotency_key}
         )

@@ -108,6 +108,9 @@ MIGRATIONS: Sequence[Migration] = (
         PRIMARY KEY (workflow_id, position, branch)
     ) WITHOUT ROWID;
     """,
+    # a random nonce per workflow, drawn at start: in every step id, so two actors' workflows of one
+    # id, or a workflow deleted and started again, never share an idempotency key
+    "ALTER TABLE roost_wf ADD COLUMN nonce TEXT NOT NULL DEFAULT ''",
 )
 #: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
 WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
@@ -140,6 +143,13 @@ class WorkflowRow:
     created_by: str | None
     created_at: float
     updated_at: float
+    nonce: str
+
+    @property
+    def step_prefix(self) -> str:
+        """What every step id of this workflow starts with: ``{id}:{nonce}`` (``{id}`` for a row
+        written before the nonce existed, so that its attempts keep their keys)."""
+        return f"{self.id}:{self.nonce}" if self.nonce else self.id
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,6 +164,7 @@ class WorkflowRow:
             "created_by": self.created_by,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "nonce": self.nonce,
         }
 
 
@@ -228,7 +239,8 @@ def _branch(row: tuple[Any, ...]) -> BranchRow:
 
 
 _WF = (
-    "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at"
+    "id, name, input, status, generation, result, error, reason, waiting, created_by, created_at, updated_at,"
+    " nonce"
 )
 _STEP = (
     "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at"
@@ -260,11 +272,11 @@ class WorkflowStore:
         row = self.conn.execute(f"SELECT {_WF} FROM roost_wf WHERE id = ?", (wid,)).fetchone()
         return None if row is None else _wf(row)
 
-    def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float) -> None:
+    def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float, nonce: str) -> None:
         self.conn.execute(
-            "INSERT INTO roost_wf (id, name, input, status, generation, created_by, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
-            (wid, name, input_json, WorkflowStatus.RUNNING, by, now, now),
+            "INSERT INTO roost_wf (id, name, input, status, generation, created_by, created_at, updated_at,"
+            " nonce) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?)",
+            (wid, name, input_json, WorkflowStatus.RUNNING, by, now, now, nonce),
         )
 
     def set_status(
@@ -293,8 +305,10 @@ class WorkflowStore:
         )
 
     def new_generation(self, wid: str, now: float) -> int:
-        self.conn.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (wid,))
-        self.conn.execute("DELETE FROM roost_wf_branches WHERE workflow_id = ?", (wid,))
+        """The next generation: its steps, branches and unconsumed events dropped (an approval or
+        event sent to the old one does not carry over), its history kept."""
+        for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events"):
+            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
         self.conn.execute(
             "UPDATE roost_wf SET generation = generation + 1, status = ?, result = NULL, error = NULL,"
             " reason = NULL, waiting = NULL, updated_at = ? WHERE id = ?",
@@ -314,6 +328,23 @@ class WorkflowStore:
             f"SELECT {_WF} FROM roost_wf WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*args, limit)
         ).fetchall()
         return [_wf(r) for r in rows]
+
+    def prune_finished(self, keep: int) -> int:
+        """Delete the finished workflows but the newest ``keep`` (by their end), with their rows,
+        once there are a tenth of ``keep`` (at least 1) more; how many went."""
+        ended = (WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+        count = int(
+            self.conn.execute("SELECT count(*) FROM roost_wf WHERE status IN (?, ?, ?)", ended).fetchone()[0]
+        )
+        if count < keep + max(1, keep // 10):
+            return 0
+        old = self.conn.execute(
+            "SELECT id FROM roost_wf WHERE status IN (?, ?, ?) ORDER BY updated_at, id LIMIT ?",
+            (*ended, count - keep),
+        ).fetchall()
+        for (wid,) in old:
+            self.delete(str(wid))
+        return len(old)
 
     def delete(self, wid: str) -> None:
         for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history"):
