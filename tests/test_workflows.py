@@ -205,6 +205,26 @@ async def test_approval_records_who_and_refuses_read_only(data_dir: Path) -> Non
         assert status["result"] == {"approved": True, "by": "boss", "note": "ok"}
 
 
+async def test_an_approval_with_approvers_is_decided_only_by_one_of_them(data_dir: Path) -> None:
+    """``step.approval(name, approvers=[...])``: a principal that may write but is not named is
+    refused ``forbidden`` and the workflow goes on waiting; a named one decides, recorded as ``by``."""
+    async with ActorKit([Shop], data_dir, clock=FakeClock()) as kit:
+        await kit.call("shop", "s1", "start_workflow", "gated", {"approvers": ["boss", "cfo"]}, "w1")
+        for who in ("intern", None):  # someone else, and an in-process call with no principal
+            principal = Principal(who) if who else None
+            with pytest.raises(RpcError) as err:
+                await kit.registry.call(
+                    "shop", "s1", "approve_step", ["w1", "manager"], {}, principal=principal
+                )
+            assert err.value.code == "forbidden"
+        seen = await kit.call("shop", "s1", "workflow_status", "w1")
+        assert (seen["status"], seen["waiting"]["approvers"]) == ("waiting", ["boss", "cfo"])
+        status, _ = await kit.registry.call(
+            "shop", "s1", "approve_step", ["w1", "manager"], {"approved": False}, principal=Principal("cfo")
+        )
+        assert status["result"] == {"approved": False, "by": "cfo", "note": None}
+
+
 async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_finished_workflow(
     data_dir: Path,
 ) -> None:

@@ -86,7 +86,9 @@ class Shop(Workflows):
 
     @workflow
     async def gated(self, step: Step, spec: dict[str, Any]) -> dict[str, Any]:
-        decision = await step.approval("manager", timeout=spec.get("timeout"))
+        decision = await step.approval(
+            "manager", timeout=spec.get("timeout"), approvers=spec.get("approvers")
+        )
         if decision.approved:
             await step.do("release", lambda: self.effect("release"))
         return {"approved": decision.approved, "by": decision.by, "note": decision.note}

@@ -334,6 +334,9 @@ class Engine:
         if wf.status.terminal or waiting.get("kind") != StepKind.APPROVAL or waiting.get("step") != name:
             raise refuse("state", f"workflow {wid!r} is not waiting for approval {name!r}")
         by = self._who() or "unknown"
+        approvers = waiting.get("approvers")
+        if approvers is not None and by not in approvers:
+            raise refuse("forbidden", f"approval {name!r} of workflow {wid!r} is not {by!r}'s to decide")
         return await self._deliver(wf, approval_event(name), {"approved": approved, "by": by, "note": note})
 
     async def _deliver(self, wf: WorkflowRow, event: str, payload: Any) -> dict[str, Any]:

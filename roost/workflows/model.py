@@ -77,6 +77,7 @@ CODES = {
     "too_many": "too_many_events",
     "bad_name": "invalid_arguments",
     "unknown": "unknown_workflow",
+    "forbidden": "forbidden",
 }
 
 

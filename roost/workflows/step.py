@@ -18,7 +18,7 @@ Guarantees (tests in ``tests/test_workflows.py`` and ``tests/test_workflows_exte
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -301,11 +301,21 @@ class Step:
         got = await self._wait(pos, name, StepKind.EVENT, name, rec, timeout)
         return got
 
-    async def approval(self, name: str, *, timeout: float | None = None) -> Approval:
+    async def approval(
+        self, name: str, *, timeout: float | None = None, approvers: Sequence[str] | None = None
+    ) -> Approval:
         """Wait for ``approve_step(workflow_id, name, approved, note)`` by a principal that may write
-        (a read-only one is refused); its :class:`Approval`. ``EventTimeout`` after ``timeout``."""
+        (a read-only one is refused) and, with ``approvers``, whose id is one of them (anyone else is
+        refused ``forbidden``); its :class:`Approval`. ``EventTimeout`` after ``timeout``."""
+        if approvers is not None and (
+            isinstance(approvers, str)
+            or not approvers
+            or not all(isinstance(a, str) and a for a in approvers)
+        ):
+            raise ValueError(f"approvers is a non-empty list of principal ids, got {approvers!r}")
         pos, rec = self._take(name, StepKind.APPROVAL)
-        got = await self._wait(pos, name, StepKind.APPROVAL, approval_event(name), rec, timeout)
+        who = {"approvers": sorted(set(approvers))} if approvers is not None else {}
+        got = await self._wait(pos, name, StepKind.APPROVAL, approval_event(name), rec, timeout, **who)
         return Approval.of(got)
 
     # -- replay -----------------------------------------------------------------------------------
@@ -459,7 +469,14 @@ class Step:
         raise self._suspend(pos, name, StepKind.SLEEP, until=at)
 
     async def _wait(
-        self, pos: int, name: str, kind: StepKind, event: str, rec: StepRow | None, timeout: float | None
+        self,
+        pos: int,
+        name: str,
+        kind: StepKind,
+        event: str,
+        rec: StepRow | None,
+        timeout: float | None,
+        **more: Any,
     ) -> Any:
         if rec is not None:
             done = self._outcome(rec)
@@ -487,7 +504,7 @@ class Step:
             self._log("waiting", pos, name, detail={"event": event, "deadline": deadline})
             if deadline is not None:
                 await schedule_wake(self._actor, deadline, self._payload("deadline", pos=pos))
-        raise self._suspend(pos, name, kind, until=deadline, event=event)
+        raise self._suspend(pos, name, kind, until=deadline, event=event, **more)
 
 
 _PENDING: Any = object()
