@@ -137,6 +137,19 @@ async def test_roost_serve_gives_jwts_without_kinds_its_default_kinds_read_only_
         ),
         (["--jwt-default-kind", "counter"], "--jwt-default-kind: --jwt-issuer"),
         (
+            [
+                "--jwks",
+                "jwks.json",
+                "--jwt-issuer",
+                "i",
+                "--jwt-audience",
+                "a",
+                "--jwt-default-kind",
+                "countr",
+            ],
+            "--jwt-default-kind countr: the app has no such kind (its kinds: ",
+        ),
+        (
             ["--jwks", "jwks.json", "--jwt-issuer", "i", "--jwt-audience", "a", "--jwt-default-tenant", ""],
             "the default tenant must be",
         ),

@@ -139,6 +139,12 @@ def _secure(app: RoostApp, args: argparse.Namespace, found: DescriptorBudget | N
     )
     signer = signer_from_env()
     jwts = jwt_hook(args, signer)  # --jwks: JWTs, and roost1 tokens too if ROOST_SECRET is set
+    unknown = [k for k in args.jwt_default_kind or () if k != "*" and k not in app.registry.kinds]
+    if jwts is not None and unknown:  # a typo would grant nothing, and every call be forbidden
+        raise UsageError(
+            f"--jwt-default-kind {', '.join(unknown)}: the app has no such kind "
+            f"(its kinds: {', '.join(sorted(app.registry.kinds))})"
+        )
     if jwts is not None and app.authenticate is not allow_all:
         raise UsageError("--jwks: the app has its own authenticate hook")
     if jwts is not None:
