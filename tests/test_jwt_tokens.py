@@ -390,11 +390,14 @@ async def test_the_issuer_the_audience_and_the_required_claims_are_checked(
         "claim aud is missing": without["aud"],
         "claim iss is missing": without["iss"],
         "claim sub must be a string of 1 to 256 characters": without["sub"],
+        "claim sub must hold no control character": {**good, "sub": "al\x00ice"},
     }
+    forged = RSA_1.sign({**good, "sub": "alice\nroost.security WARNING refused admin"})
     async with serve_in_process(app_for(data_dir, clock, idp.url)) as addr:
         for reason, body in cases.items():
             assert (await who(addr, RSA_1.sign(body))).status_code == 401, reason
             assert reason in caplog.text
+        assert (await who(addr, forged)).status_code == 401  # a newline in a principal's id
         several = RSA_1.sign({**good, "aud": ["another-api", AUDIENCE]})
         assert (await who(addr, several)).status_code == 200
 

@@ -47,7 +47,7 @@ Claims → principal (:class:`ClaimsMapping` names the claims; ``None`` turns a 
 ================  ==============  ==================================================================
 principal         default claim   rule
 ================  ==============  ==================================================================
-``id``            ``sub``         a string of 1 to 256 characters (required)
+``id``            ``sub``         a string of 1 to 256 characters, no control character (required)
 ``tenant``        ``tenant``      a string of 1 to 128 characters without NUL (absent: ``default_tenant``)
 ``kinds``         ``kinds``       a list of strings: the kinds it may reach (absent: ``default_kinds``;
                                   neither: refused)
@@ -330,6 +330,8 @@ class JwtVerifier:
         sub = payload.get(names.subject)
         if not isinstance(sub, str) or not 0 < len(sub) <= 256:
             raise JwtError(f"claim {names.subject} must be a string of 1 to 256 characters")
+        if any(ord(c) < 32 or ord(c) == 127 for c in sub):  # a NUL, or a newline forging a log line
+            raise JwtError(f"claim {names.subject} must hold no control character")
         if names.tenant and names.tenant in payload and payload[names.tenant] is None:
             raise JwtError(f"claim {names.tenant} must be a string of 1 to 128 characters without NUL")
         tenant = payload.get(names.tenant) if names.tenant else None
