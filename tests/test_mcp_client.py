@@ -142,15 +142,15 @@ async def test_mcp_tools_enter_the_catalog_typed_by_their_input_schema(data_dir:
     [
         ('[agent.mcp_servers.t]\ncommand = "x"\nurl = "http://h/mcp"\n', "either command"),
         ("[agent.mcp_servers.t]\n", "either command"),
-        ('[agent.mcp_servers.t]\ncommand = "x"\ntimeout = 3\n', "mcp_servers.t.timeout"),
-        ("[agent.capability_sessions]\nsupport_reinit = true\n", "capability_sessions.support_reinit"),
+        ('[agent.mcp_servers.t]\ncommand = "x"\ntimeout = 3\n', "[agent.mcp_servers.t] timeout:"),
+        ("[agent.capability_sessions]\nsupport_reinit = true\n", "[agent.capability_sessions] support_"),
         ('[agent.mcp_servers.t]\nurl = "ftp://h"\n', "url must be http"),
     ],
 )
 def test_mcp_settings_in_roost_toml_are_checked(tmp_path: Path, toml: str, refusal: str) -> None:
     cfg = tmp_path / "roost.toml"
     cfg.write_text(toml)
-    with pytest.raises(ConfigError, match=refusal):
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
         load_config(cfg)
 
 
