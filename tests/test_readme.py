@@ -87,7 +87,12 @@ def run_script(cwd: Path, filename: str, code: str, server: ServerProcess, timeo
     """A README block saved as ``filename`` and run as a script against ``server`` (its
     ``127.0.0.1:8000`` replaced by the server's address), with this checkout's roost."""
     assert "127.0.0.1:8000" in code
-    (cwd / filename).write_text(code.replace("127.0.0.1:8000", server.addr))
+    return run_block(cwd, filename, code.replace("127.0.0.1:8000", server.addr), timeout)
+
+
+def run_block(cwd: Path, filename: str, code: str, timeout: float = 60) -> Any:
+    """A README block saved as ``filename`` and run as a script, with this checkout's roost."""
+    (cwd / filename).write_text(code)
     return subprocess.run(
         [sys.executable, filename],
         cwd=cwd,

@@ -3,28 +3,16 @@ README says it prints."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.test_readme import README, ROOT, python_block
+from tests.test_readme import README, python_block, run_block
 
 WORKFLOWS = python_block("# workflows.py")
 
 
 def test_the_workflows_block_runs_as_a_script_and_prints_what_the_readme_says(tmp_path: Path) -> None:
     assert WORKFLOWS.startswith("# workflows.py: .venv/bin/python workflows.py\n")
-    (tmp_path / "workflows.py").write_text(WORKFLOWS)
-    out = subprocess.run(
-        [sys.executable, "workflows.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    out = run_block(tmp_path, "workflows.py", WORKFLOWS)
     assert out.returncode == 0, out.stderr[-2000:]
     printed = out.stdout.strip()
     assert printed == "['resumed', 'slept', 'completed']"
