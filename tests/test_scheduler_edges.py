@@ -332,3 +332,37 @@ async def test_finished_schedules_are_bounded(tmp_path: Path) -> None:
         assert sid not in finished
         assert len(finished) <= KEEP_FINISHED + PRUNE_EVERY
         assert await kit.call("churner", "c", "keyed") != sid  # the window passed: a new schedule
+
+
+@pytest.mark.parametrize("yields", range(8))
+async def test_time_advanced_while_the_dispatcher_goes_to_sleep_still_wakes_the_alarm(
+    tmp_path: Path, yields: int
+) -> None:
+    """The dispatcher sleeps until an instant read with the time it claimed at, not for a span that
+    starts whenever its sleep first runs: an ``advance`` that lands between its choosing how long to
+    sleep and the sleep's start still fires the alarm. (The span was counted from after the advance,
+    so the alarm waited for the next one, for ever in a test: the README's queue block hung.)"""
+    clock = FakeClock()
+    directory = Directory(tmp_path)
+    directory.register("counter", "x", "d", clock.now())
+    woken = asyncio.Event()
+
+    async def wake(kind: str, name: str) -> None:
+        directory.set_alarm(kind, name, None)
+        woken.set()
+
+    dispatcher = Dispatcher(directory, wake, clock, poll_interval=60.0)
+    task = asyncio.get_running_loop().create_task(dispatcher.run())
+    try:
+        await until(lambda: dispatcher.sleeping_until < float("inf"))
+        directory.lower_alarm("counter", "x", clock.now() + 1)
+        dispatcher.notify(clock.now() + 1)  # as a turn that wrote the alarm does
+        for _ in range(yields):  # the advance lands at each step of the dispatcher's going to sleep
+            await asyncio.sleep(0)
+        clock.advance(1)
+        async with asyncio.timeout(5):
+            await woken.wait()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        directory.close()

@@ -108,7 +108,7 @@ class Dispatcher:
         try:
             while True:
                 room = self.concurrency - len(self._inflight)
-                now = self.clock.now()
+                now, mono = self.clock.now(), self.clock.monotonic()
                 try:
                     claimed = (
                         self.directory.claim_due(now, self.owner, now + self.lease, room, self.kinds)
@@ -138,7 +138,7 @@ class Dispatcher:
                 if claimed:
                     await asyncio.sleep(0)  # let them start; then claim more if there is room
                     continue
-                await self._sleep(now)
+                await self._sleep(now, mono)
         finally:
             for task in list(self._inflight):
                 task.cancel()
@@ -158,7 +158,9 @@ class Dispatcher:
         for key in keys:
             self._claims[key] = now + self.lease
 
-    async def _sleep(self, now: float) -> None:
+    async def _sleep(self, now: float, mono: float) -> None:
+        """Until ``mono`` (read with ``now``) + the delay, an instant: time that moves while it goes
+        to sleep counts (a span started when the sleep first ran would not see it)."""
         try:
             nxt = self.directory.next_alarm(self.kinds)
         except Exception:
@@ -173,7 +175,7 @@ class Dispatcher:
         self._kick.clear()
         loop = asyncio.get_running_loop()
         # both owned here: ended in the finally
-        sleeper = loop.create_task(self.clock.sleep(delay), name="roost:dispatcher-sleep")
+        sleeper = loop.create_task(self._wake_at(mono + delay), name="roost:dispatcher-sleep")
         kicked = loop.create_task(self._kick.wait(), name="roost:dispatcher-kick")
         waiters: set[asyncio.Future[Any]] = {sleeper, kicked}
         if self._inflight and len(self._inflight) >= self.concurrency:
@@ -185,6 +187,11 @@ class Dispatcher:
             sleeper.cancel()
             kicked.cancel()
             await asyncio.gather(sleeper, kicked, return_exceptions=True)
+
+    async def _wake_at(self, deadline: float) -> None:
+        # what is left is read when the task first runs: time that moved since ``deadline`` was set
+        # (an advance of a test's clock, a slow loop) is not slept again
+        await self.clock.sleep(deadline - self.clock.monotonic())
 
     async def _deliver(self, kind: str, name: str, alarm: float) -> None:
         try:
