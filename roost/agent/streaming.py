@@ -129,8 +129,8 @@ class Streams(Part):
     def append(self, run: Row, job: Row, text: str) -> None:
         """One batch of the job's stream: cleaned, appended to its message, one ``model_delta``.
 
-        The message's row is read and moved on by one statement (``UPDATE … RETURNING``, only while
-        it is ``streaming``): a batch every few milliseconds reads no whole row."""
+        The message's row is moved on by an ``UPDATE`` (only while it is ``streaming``), then its
+        ``chars`` read by key: a batch every few milliseconds reads no whole row."""
         mid = message_id(job["run_id"], int(job["args"].get("hop", 0)))
         clean = redact_text(self.records.vault.scrub(text))
         chars = len(clean)
