@@ -226,9 +226,10 @@ class Contexts(Part):
         runner.spawn(self.agent.kind, self.agent.name, op_id, attempt, lambda: summarize(request))
 
     def holds(self, op_id: str, attempt: int) -> bool:
-        """Attempt ``attempt`` of operation ``op_id`` is recorded (committed) and still current: the
-        operation is pending at that attempt. A task of the runner asks this, in a turn, before its
-        summary call."""
+        """Attempt ``attempt`` of operation ``op_id`` is recorded and still current: the operation is
+        pending at that attempt. A task of the runner asks this in a turn of its own before its
+        summary call; that turn comes after the one that recorded the attempt, and the task goes on
+        only once it has committed."""
         op = self._op(op_id)
         return op is not None and op["status"] == OpStatus.PENDING and op["attempt"] == attempt
 
