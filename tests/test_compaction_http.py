@@ -1,6 +1,7 @@
 """Compaction with the HTTP model against the local fake chat-completions server (tests/fake_llm.py):
-the configurable summarisation prompt, what the endpoint is sent (no secret), a failed summary call
-retried into one artifact, and a non-retryable one leaving the context unchanged."""
+the configurable summarisation prompt, what the endpoint is sent (no secret), a summary call made only
+under a committed attempt, a failed summary call retried into one artifact, and a non-retryable one
+leaving the context unchanged."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from roost.actors import wakeup
 from roost.agent import AgentConfig, OpenAICompatibleModel
 from roost.agent.agent import Agent
 from roost.agent.config import ContextConfig
@@ -135,3 +137,45 @@ async def test_the_result_of_a_superseded_attempt_is_refused(data_dir: Path) -> 
         (op,) = card["ops"]
         assert op["artifact"] == {"summary": "The real summary."}
         assert len(of_type(c, "context_compacted")) == 1
+
+
+class RollsBackOnce(HttpNotes):
+    """Its first ``agent_context`` wake-up fails after the operation's work set the summary call
+    going: that turn rolls back (the attempt it recorded with it)."""
+
+    kind = "rollsback"
+    failures: ClassVar[int] = 1
+
+    @wakeup
+    async def agent_context(self, payload: dict[str, Any]) -> None:
+        await super().agent_context(payload)
+        if type(self).failures:
+            type(self).failures -= 1
+            raise RuntimeError("the turn fails after its summary call was set going")
+
+
+async def test_a_summary_call_is_made_only_under_a_committed_attempt(data_dir: Path) -> None:
+    """The wake-up turn that set the first attempt's call going rolled back (and the attempt with
+    it): that attempt asks nothing. The wake-up's retry records the attempt again and asks once,
+    under the operation's idempotency key."""
+    RollsBackOnce.failures = 1
+    async with FakeLLM() as llm:
+        RollsBackOnce.url = llm.url
+        llm.script(answer("first answer"), answer("second answer"), answer("The summary."))
+        async with ActorKit([RollsBackOnce], data_dir) as kit:
+            c = kit.connect("rollsback", "r")
+            await two_turns(kit, c, "a first question")
+            pending = await c.call("compact", "s")
+            ended = ("context_compacted", "context_failed")
+            await drive(kit, lambda: any(t in ended for t in event_types(c)), io_wait=0.01)
+            for _ in range(3):  # the redo wake-ups left fire: nothing more happens
+                advance(kit, 5.0)
+                await kit.settle()
+            card = await c.call("context", "s")
+    assert RollsBackOnce.failures == 0  # the first wake-up's turn did roll back
+    (call,) = [r for r in llm.requests if r.body["messages"][0]["content"] == PROMPT]
+    assert call.headers["idempotency-key"] == pending["op_id"]
+    (op,) = card["ops"]
+    assert (op["status"], op["attempt"]) == ("done", 1)
+    assert op["artifact"] == {"summary": "The summary."}
+    assert len(of_type(c, "context_compacted")) == 1

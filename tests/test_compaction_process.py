@@ -1,18 +1,22 @@
 """Compaction and reset in a real ``roost serve`` killed with SIGKILL while the summary is being made —
 the HTTP model's call in flight, or the deterministic model's turn open: after a restart the operation
-completes once — one artifact, the summary begun again, no message lost — and the history shows what
-was summarised and what was kept."""
+completes once — one artifact, the summary begun again (the HTTP call under the attempt the killed
+process had committed before it asked, then the next one, both with the operation's idempotency key),
+no message lost — and the history shows what was summarised and what was kept."""
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from roost.storage.paths import actor_path
 from roost.testing import WsClient, connect, until
 from roost.transport import admin
-from tests.fake_llm import DONE, FakeLLM, Reply, answer, finish, text
+from tests.fake_llm import DONE, FakeLLM, Recorded, Reply, answer, finish, text
 from tests.support import server_process
 
 pytestmark = pytest.mark.slow
@@ -48,8 +52,18 @@ def ended(peer: WsClient, n: int) -> Any:
     return lambda f: len(of_type(peer, "turn_completed")) == n
 
 
+def is_summary(request: Recorded) -> bool:
+    return bool(request.body) and request.body["messages"][0]["content"] == PROMPT
+
+
 def summary_calls(llm: FakeLLM) -> int:
-    return sum(1 for r in llm.requests if r.body and r.body["messages"][0]["content"] == PROMPT)
+    return sum(1 for r in llm.requests if is_summary(r))
+
+
+def committed_ops(path: Path) -> list[tuple[str, int]]:
+    """The context operations' ``(status, attempt)`` in an actor's file no process holds."""
+    with closing(sqlite3.connect(path)) as conn:
+        return list(conn.execute("SELECT status, attempt FROM roost_agent_context_ops"))
 
 
 @pytest.mark.parametrize("op", ["compact", "reset"])
@@ -78,6 +92,8 @@ async def test_sigkill_during_the_summary_call_completes_once_after_restart(
                 await until(lambda: summary_calls(llm) == 1, timeout=WAIT)
                 srv.kill()  # SIGKILL while the model is asked for the summary
                 cursor = max(int(f["seq"]) for f in peer.frames if "seq" in f)
+        # the attempt that asked was durable: the killed process left its record
+        assert committed_ops(actor_path(data_dir, "chat", "k")) == [("pending", 1)]
         with server_process(data_dir, "--config", str(cfg), env=env) as srv:
             async with connect(f"{srv.ws}/agents/chat/k?cursor={cursor}") as peer:
                 done_type = "context_reset" if op == "reset" else "context_compacted"
@@ -86,6 +102,8 @@ async def test_sigkill_during_the_summary_call_completes_once_after_restart(
                 page = await peer.call("messages", session_id="s", timeout=WAIT)
             srv.terminate()
     assert summary_calls(llm) == 2  # the interrupted call was redone ...
+    keys = [r.headers.get("idempotency-key") for r in llm.requests if is_summary(r)]
+    assert keys == [pending["op_id"]] * 2  # ... under the operation's idempotency key ...
     assert len(of_type(peer, done_type)) == 1  # ... and recorded once
     (row,) = card["ops"]
     assert row["op_id"] == pending["op_id"]

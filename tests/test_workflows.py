@@ -9,14 +9,14 @@ import random
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from roost.actors import ActorNotFound, Principal, RpcError
+from roost.actors import ActorNotFound, Principal, RpcError, callable, wakeup
 from roost.scheduler.clock import FakeClock
 from roost.storage import actor_path
-from roost.testing import ActorKit
+from roost.testing import ActorKit, until
 from roost.transport import admin
 from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
 from tests.workflow_kinds import Relay, Shop
@@ -431,3 +431,96 @@ async def test_finished_workflows_are_bounded(data_dir: Path) -> None:
             kept = {r[0] for r in conn.execute(f"SELECT DISTINCT workflow_id FROM {table}")}
             assert kept <= set(ids)
             assert "w00" not in kept
+
+
+class Pruned(Shop):
+    """Retention 10, batch 5; ``start_counted`` is a start that says how many workflows its turn
+    deleted, and every prune wake-up's turn appends how many it deleted to :attr:`prune_turns`."""
+
+    kind = "pruned"
+    workflow_retention = 10
+    workflow_prune_batch = 5
+    prune_turns: ClassVar[list[int]] = []
+
+    def _rows(self) -> int:
+        return int(self.sql.scalar("SELECT count(*) FROM roost_wf"))
+
+    @callable
+    async def start_counted(
+        self, name: str, input: Any, workflow_ids: list[str], then_delete: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """Start ``workflow_ids`` (then delete ``then_delete``) in one turn."""
+        before = self._rows()
+        done = [(await self.start_workflow(name, input, wid))["status"] for wid in workflow_ids]
+        deleted = before + len(workflow_ids) - self._rows()
+        for wid in then_delete:
+            assert await self.delete_workflow(wid)
+        return {"status": done, "deleted": deleted}
+
+    @wakeup
+    async def workflow_wake(self, payload: dict[str, Any]) -> None:
+        before = self._rows()
+        await super().workflow_wake(payload)
+        if payload.get("why") == "prune":
+            type(self).prune_turns.append(before - self._rows())
+
+
+async def test_a_turn_prunes_at_most_a_batch(data_dir: Path) -> None:
+    """40 finished workflows gathered (they waited for an event, then got it): the two starts that
+    find them (in one turn) delete none; the one prune wake-up chain they set going deletes at most
+    the batch a turn, the oldest first, until the newest ``workflow_retention`` are left, with their
+    rows only."""
+    Pruned.prune_turns = []
+    clock = FakeClock()
+    async with ActorKit([Pruned], data_dir, clock=clock) as kit:
+        for i in range(40):
+            await kit.call("pruned", "p1", "start_workflow", "paid", {}, f"w{i:02}")
+        for i in range(40):
+            clock.advance(1)
+            status = await kit.call("pruned", "p1", "send_event", f"w{i:02}", "payment", i)
+            assert status["status"] == "completed"
+        clock.advance(1)
+        started = await kit.call("pruned", "p1", "start_counted", "chain", 1, ["last", "latest"])
+        assert started == {"status": ["completed", "completed"], "deleted": 0}
+        await kit.fire_due("pruned", "p1")
+        await until(lambda: sum(Pruned.prune_turns) == 32)
+        assert Pruned.prune_turns == [5, 5, 5, 5, 5, 5, 2]  # one chain: no turn found nothing to do
+        listed = await kit.call("pruned", "p1", "list_workflows", None, None, 500)
+        ids = sorted(w["id"] for w in listed)
+        assert ids == ["last", "latest", *(f"w{i:02}" for i in range(32, 40))]
+        assert await kit.fire_due("pruned", "p1") == 0  # no prune wake-up is left
+    with closing(sqlite3.connect(actor_path(data_dir, "pruned", "p1"))) as conn:
+        for table in ("roost_wf_history", "roost_wf_steps", "roost_wf_events"):
+            kept = {r[0] for r in conn.execute(f"SELECT DISTINCT workflow_id FROM {table}")}
+            assert kept <= set(ids)
+
+
+async def _finish_waiting(kit: ActorKit, clock: FakeClock, ids: list[str]) -> None:
+    for wid in ids:
+        await kit.call("pruned", "p1", "start_workflow", "paid", {}, wid)
+    for wid in ids:
+        clock.advance(1)
+        await kit.call("pruned", "p1", "send_event", wid, "payment", 1)
+
+
+async def test_a_prune_wake_up_that_found_nothing_does_not_stop_the_next(data_dir: Path) -> None:
+    """A prune wake-up keyed by the oldest finished workflow that found none past the retention
+    (deleted meanwhile by ``delete_workflow``) leaves that workflow the oldest; the next backlog
+    behind it still gets a prune wake-up, and the retention holds again."""
+    Pruned.prune_turns = []
+    clock = FakeClock()
+    async with ActorKit([Pruned], data_dir, clock=clock) as kit:
+        await _finish_waiting(kit, clock, [f"w{i:02}" for i in range(20)])
+        gone = [f"w{i:02}" for i in range(1, 12)]
+        await kit.call("pruned", "p1", "start_counted", "chain", 1, ["a"], gone)  # a wake-up, then 10 left
+        await kit.fire_due("pruned", "p1")
+        await until(lambda: Pruned.prune_turns == [0])  # 10 left: nothing to do, w00 still the oldest
+        await _finish_waiting(kit, clock, [f"v{i:02}" for i in range(10)])
+        started = await kit.call("pruned", "p1", "start_counted", "chain", 1, ["b"])
+        assert started["deleted"] == 0
+        await kit.fire_due("pruned", "p1")
+        await until(lambda: sum(Pruned.prune_turns) == 11)
+        assert Pruned.prune_turns == [0, 5, 5, 1]
+        listed = await kit.call("pruned", "p1", "list_workflows", None, None, 500)
+        assert "w00" not in {w["id"] for w in listed}
+        assert len(listed) == 10

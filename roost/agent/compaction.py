@@ -17,9 +17,13 @@ Guarantees (tests in ``tests/test_compaction*.py``):
 - **The cursor moves only with its artifact**: the summary (or hand-off), the context's new cursor and
   the operation's ``done`` commit in one transaction, fenced by the operation's status and attempt;
   a summarised range is recorded once.
+- **A summary call is made only under a committed attempt**: the attempt is recorded in a turn that
+  commits before the call leaves (the call runs outside every turn), so a crash leaves no call without
+  its record, and a turn that rolls back has asked nothing.
 - **An interrupted summary is redone, never doubled**: the wake-up that completes an operation is
   delivered at least once, an HTTP summary call lost with its process is asked again as the next
-  attempt, and the result of a superseded attempt is refused.
+  attempt (recorded before it is asked; every attempt of an operation carries the same idempotency
+  key, its ``op_id``), and the result of a superseded attempt is refused.
 - **Nothing is lost**: every turn, run and message stays readable and exported with the agent;
   ``context(session_id)`` shows each operation's range and artifact.
 - **Triggers are checked at a turn boundary, never mid-stream**: after a run ended, and only while
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from roost.actors import Actor, InvalidArguments
@@ -214,11 +218,20 @@ class Contexts(Part):
         attempt = op["attempt"] + 1
         self._update(op, attempt=attempt)
         cfg = self.agent.settings()
-        runner = context_runner(self.agent.extension.process)
-        runner.spawn(self.agent.kind, self.agent.name, op_id, attempt, summarize(request))
         await self.agent.schedule(
             cfg.model_timeout + cfg.lease_ttl, "agent_context_redo", {"op_id": op_id, "attempt": attempt}
         )
+        request = request.model_copy(update={"idempotency_key": op_id})
+        runner = context_runner(self.agent.extension.process)  # it asks only once this turn committed
+        runner.spawn(self.agent.kind, self.agent.name, op_id, attempt, lambda: summarize(request))
+
+    def holds(self, op_id: str, attempt: int) -> bool:
+        """Attempt ``attempt`` of operation ``op_id`` is recorded and still current: the operation is
+        pending at that attempt. A task of the runner asks this in a turn of its own before its
+        summary call; that turn comes after the one that recorded the attempt, and the task goes on
+        only once it has committed."""
+        op = self._op(op_id)
+        return op is not None and op["status"] == OpStatus.PENDING and op["attempt"] == attempt
 
     async def redo(self, op_id: str, attempt: int) -> None:
         """The redo wake-up of attempt ``attempt``: still pending at that attempt, its task is lost
@@ -420,7 +433,13 @@ def context_runner(process: Process) -> ContextRunner:
 
 class ContextRunner:
     """Runs the summary calls of a model behind the network, one task per ``(op_id, attempt)``
-    (named ``agent.context:<op_id>:<attempt>``); each records its outcome in a turn of its agent.
+    (named ``agent.context:<op_id>:<attempt>``). A task's life, as an outside step's
+    (:mod:`roost.workflows.runner`): (1) a turn of its agent checks that the attempt is recorded —
+    the turn that spawned the task may have rolled back: then it stops, having asked nothing;
+    (2) the call, outside every turn; (3) a turn records the outcome, fenced by ``(op_id, attempt)``.
+
+    **A summary call is made only under a committed attempt**: no request leaves before the attempt
+    that makes it is durable, and none for an attempt whose turn rolled back.
 
     **Every task it starts has an owner**: it is in :attr:`tasks` until it ends, and :meth:`stop`
     cancels and awaits every one (the operation stays pending; its redo wake-up takes it up again).
@@ -430,8 +449,11 @@ class ContextRunner:
         self.process = process
         self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
 
-    def spawn(self, kind: str, name: str, op_id: str, attempt: int, call: Awaitable[Any]) -> None:
-        """Run ``call`` (the model's summary of the operation) and record its outcome in a turn."""
+    def spawn(
+        self, kind: str, name: str, op_id: str, attempt: int, call: Callable[[], Awaitable[Any]]
+    ) -> None:
+        """Once a turn of the agent saw attempt ``attempt`` recorded (:meth:`Contexts.holds`), run
+        ``call()`` (the model's summary of the operation) and record its outcome in a turn."""
         task = asyncio.get_running_loop().create_task(
             self._work(kind, name, op_id, attempt, call), name=f"{SERVICE}:{op_id}:{attempt}"
         )
@@ -442,11 +464,24 @@ class ContextRunner:
         task = self.tasks.get((op_id, attempt))
         return task is not None and not task.done()
 
-    async def _work(self, kind: str, name: str, op_id: str, attempt: int, call: Awaitable[Any]) -> None:
+    async def _work(
+        self, kind: str, name: str, op_id: str, attempt: int, call: Callable[[], Awaitable[Any]]
+    ) -> None:
+        async def claimed(actor: Actor) -> bool:
+            return bool(actor.orchestrator.contexts.holds(op_id, attempt))  # type: ignore[attr-defined]
+
+        try:  # a turn after the one that spawned this task: it committed the attempt, or rolled back
+            if not await self.process.run(kind, name, claimed):
+                return  # the attempt was never recorded (or is over): nothing is asked
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the actor is stopping: the redo wake-up takes the operation up again
+            log.warning("context %s: attempt %d not begun", op_id, attempt, exc_info=True)
+            return
         text: str | None = None
         error: ModelError | None = None
         try:
-            text = str(await call)
+            text = str(await call())
         except ModelError as exc:
             error = exc
         except Exception as exc:  # a model's bug: not worth retrying

@@ -99,6 +99,10 @@ class SummaryRequest(BaseModel):
     previous: str = ""
     messages: list[SummaryMessage] = Field(default_factory=list)
     max_chars: int = 2000
+    #: The operation's id, the same for every attempt of it (empty: none): a model behind the network
+    #: sends it as the call's ``Idempotency-Key``, so an endpoint that keeps keys answers a call redone
+    #: after a lost process from the first.
+    idempotency_key: str = ""
 
 
 #: Words of each message the deterministic summary keeps.

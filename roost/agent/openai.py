@@ -201,13 +201,15 @@ class OpenAICompatibleModel:
 
     async def summarize(self, request: SummaryRequest) -> str:
         """A summary of ``request``'s history in one call, no tools, not streamed (roost.agent.compaction);
-        its failures are :class:`ModelError` as ``step``'s are."""
+        its failures are :class:`ModelError` as ``step``'s are. ``request.idempotency_key``, when set,
+        is sent as the ``Idempotency-Key`` header."""
         body = {"model": self.model, "messages": self.summary_messages(request)}
+        headers = self._headers()
+        if request.idempotency_key:
+            headers["Idempotency-Key"] = request.idempotency_key
         try:
             async with httpx.AsyncClient(timeout=self.timeout) as client:
-                resp = await client.post(
-                    f"{self.base_url}/chat/completions", json=body, headers=self._headers()
-                )
+                resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=headers)
         except httpx.TimeoutException:
             raise ModelError(f"model timed out after {self.timeout} s", retryable=True) from None
         except httpx.TransportError as exc:

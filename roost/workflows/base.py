@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 from roost.actors import Actor, callable, wakeup
 from roost.storage import Migration
 from roost.workflows.engine import engine_of
-from roost.workflows.model import KEPT_FINISHED_WORKFLOWS
+from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH
 from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = ["Workflows"]
@@ -56,9 +56,12 @@ class Workflows(Actor):
     #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
     #: began (or after the restart, whichever is later).
     workflow_lease: ClassVar[float] = 30.0
-    #: Finished workflows kept (the newest by their end); older ones are deleted when a workflow
-    #: starts (a tenth more at most). ``delete_workflow`` deletes one before.
+    #: Finished workflows kept (the newest by their end); once a tenth more have gathered, a workflow
+    #: start deletes the older ones, or sets a prune wake-up going that deletes them a batch a turn.
+    #: ``delete_workflow`` deletes one before.
     workflow_retention: ClassVar[int] = KEPT_FINISHED_WORKFLOWS
+    #: Finished workflows one turn (a start's, a prune wake-up's) deletes at most.
+    workflow_prune_batch: ClassVar[int] = PRUNE_BATCH
 
     @callable
     async def start_workflow(

@@ -14,9 +14,14 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
   after ``restart_workflow``), attempt and run, the workflow not finished (the fence); wake-ups of an
   older generation do nothing either.
-- **Finished workflows are bounded**: a start deletes the finished ones but the newest
-  ``workflow_retention`` (default :data:`KEPT_FINISHED_WORKFLOWS`), give or take a tenth, with their
-  steps, events and history; running, waiting and paused ones are never deleted.
+- **Finished workflows are bounded**: the finished ones but the newest ``workflow_retention``
+  (default :data:`KEPT_FINISHED_WORKFLOWS`) are deleted with their steps, events and history once a
+  tenth more have gathered; running, waiting and paused ones are never deleted.
+- **A turn prunes at most a batch**: a start deletes the finished workflows past the retention
+  itself only when they are at most ``workflow_prune_batch`` (default :data:`PRUNE_BATCH`); more, and
+  it sets a prune wake-up going (one at a time) that deletes a batch a turn, waking again at once
+  until the retention holds. **A prune wake-up that found nothing does not stop the next** (its key,
+  named after the oldest finished workflow, is spent: the next start takes another).
 - **A restart drops the events of the old generation**: an event or approval sent before
   ``restart_workflow`` and not consumed is not seen by the new generation.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
@@ -25,11 +30,12 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import uuid
 from typing import Any
 
-from roost.actors import Actor
+from roost.actors import Actor, ScheduleStatus
 from roost.workflows.decorator import bodies_of
 from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
@@ -38,6 +44,7 @@ from roost.workflows.model import (
     MAX_NAME,
     MAX_PENDING_EVENTS,
     PAGE_BYTES,
+    PRUNE_BATCH,
     StepFailed,
     StepKind,
     StepStatus,
@@ -55,6 +62,8 @@ __all__ = ["Engine", "engine_of"]
 
 _ATTR = "_roost_workflow_engine"
 _LIVE = (WorkflowStatus.RUNNING, WorkflowStatus.WAITING)
+#: Keys a prune wake-up tries for one oldest finished workflow before it goes without one.
+_PRUNE_KEYS = 8
 
 
 def engine_of(actor: Actor) -> Engine:
@@ -79,6 +88,7 @@ class Engine:
         self.actor = actor
         self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
         self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
+        self.prune_batch = max(1, int(getattr(type(actor), "workflow_prune_batch", PRUNE_BATCH)))
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
@@ -119,13 +129,57 @@ class Engine:
             if existing.name != name or encode(existing.input, "input") != text:
                 raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
             return self.status(wid)
-        store.prune_finished(self.retention)
+        await self._bound_finished(store)
         store.insert(wid, name, text, self._who(), self.now, secrets.token_hex(8))
         wf = store.get(wid)
         assert wf is not None
         self._log(wf, "started", {"by": wf.created_by})
         await self.advance(wid)
         return self.status(wid)
+
+    # -- retention ------------------------------------------------------------------------------------
+    async def _bound_finished(self, store: WorkflowStore) -> None:
+        """At a start: once a tenth of the retention more finished workflows have gathered, delete
+        those past it here if they are at most a batch; more, and a prune wake-up deletes them."""
+        over = store.finished_count() - self.retention
+        if over < max(1, self.retention // 10):
+            return
+        if over <= self.prune_batch:
+            store.prune_finished(over)
+            return
+        await self._prune_later(store)
+
+    async def _prune(self) -> None:
+        """A prune wake-up: delete a batch of the finished workflows past the retention, and wake
+        again while some are left."""
+        store = self.store
+        over = store.finished_count() - self.retention
+        if over <= 0:
+            return
+        store.prune_finished(min(over, self.prune_batch))
+        if over > self.prune_batch:
+            await self._prune_later(store)
+
+    async def _prune_later(self, store: WorkflowStore) -> None:
+        """A prune wake-up at once, unless one is pending: keyed by the finished workflow it deletes
+        first, so the starts that come before it runs find it rather than add another. (A key whose
+        wake-up has run and left that workflow — it found none past the retention then — is spent:
+        the next of its numbered variants is taken.)"""
+        oldest = store.oldest_finished()
+        if oldest is None:
+            return
+        digest = hashlib.sha256(f"{oldest[0]}\x00{oldest[1]!r}".encode()).hexdigest()[:24]
+        key: str | None = None
+        for n in range(_PRUNE_KEYS):
+            key = f"wf:prune:{digest}:{n}"
+            found = await self.actor.get_schedule(key)
+            if found is None:
+                break
+            if found.status is ScheduleStatus.ACTIVE:
+                return
+        else:
+            key = None  # every variant spent: a wake-up of no key
+        await schedule_wake(self.actor, self.now, {"why": "prune"}, key=key)
 
     async def advance(self, wid: str) -> None:
         """Replay the body of ``wid`` from the top and run it until it suspends or ends."""
@@ -193,7 +247,10 @@ class Engine:
     # -- wake-ups and outside results -------------------------------------------------------------
     async def wake(self, payload: dict[str, Any]) -> None:
         """A ``workflow_wake`` wake-up: a sleep's end, a deadline, a backoff's end, the next batch of
-        in-turn steps, or a lease's end."""
+        in-turn steps, a lease's end, or a batch of the retention's prune."""
+        if payload.get("why") == "prune":
+            await self._prune()
+            return
         wid, gen = str(payload["id"]), int(payload["gen"])
         wf = self.store.get(wid)
         if wf is None or wf.generation != gen or wf.status.terminal:

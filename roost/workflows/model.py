@@ -29,6 +29,7 @@ __all__ = [
     "MAX_RESULT_BYTES",
     "MAX_STEPS",
     "PAGE_BYTES",
+    "PRUNE_BATCH",
     "STEPS_PER_TURN",
     "Approval",
     "EventTimeout",
@@ -54,9 +55,12 @@ MAX_PENDING_EVENTS = 64
 #: History rows kept per workflow, the newest.
 MAX_HISTORY = 5000
 #: Finished (completed, failed, cancelled) workflows kept per actor by default, the newest by their
-#: end (``Workflows.workflow_retention``); older ones are deleted with their steps and history when
-#: a workflow starts, in batches of a tenth of the bound.
+#: end (``Workflows.workflow_retention``); older ones are deleted with their steps and history once a
+#: tenth of the bound more have gathered: by the workflow start that finds them when they are at most
+#: :data:`PRUNE_BATCH`, else by a prune wake-up that a start sets going, a batch a turn.
 KEPT_FINISHED_WORKFLOWS = 1000
+#: Finished workflows one turn deletes at most, with their rows (``Workflows.workflow_prune_batch``).
+PRUNE_BATCH = 100
 #: Workflow ids, step and event names: 1 to this many characters.
 MAX_NAME = 128
 #: A recorded error (a step's, a workflow's) keeps at most this many characters.

@@ -245,6 +245,8 @@ _WF = (
 _STEP = (
     "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at"
 )
+#: The condition on ``roost_wf`` of a finished workflow.
+_ENDED = f"status IN ('{WorkflowStatus.COMPLETED}', '{WorkflowStatus.FAILED}', '{WorkflowStatus.CANCELLED}')"
 
 
 def _wf(row: tuple[Any, ...]) -> WorkflowRow:
@@ -329,18 +331,21 @@ class WorkflowStore:
         ).fetchall()
         return [_wf(r) for r in rows]
 
-    def prune_finished(self, keep: int) -> int:
-        """Delete the finished workflows but the newest ``keep`` (by their end), with their rows,
-        once there are a tenth of ``keep`` (at least 1) more; how many went."""
-        ended = (WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
-        count = int(
-            self.conn.execute("SELECT count(*) FROM roost_wf WHERE status IN (?, ?, ?)", ended).fetchone()[0]
-        )
-        if count < keep + max(1, keep // 10):
-            return 0
+    def finished_count(self) -> int:
+        """How many workflows are finished (completed, failed, cancelled)."""
+        return int(self.conn.execute(f"SELECT count(*) FROM roost_wf WHERE {_ENDED}").fetchone()[0])
+
+    def oldest_finished(self) -> tuple[str, float] | None:
+        """The id and end of the finished workflow that ended first (the next to be pruned)."""
+        row = self.conn.execute(
+            f"SELECT id, updated_at FROM roost_wf WHERE {_ENDED} ORDER BY updated_at, id LIMIT 1"
+        ).fetchone()
+        return None if row is None else (str(row[0]), float(row[1]))
+
+    def prune_finished(self, count: int) -> int:
+        """Delete the ``count`` finished workflows that ended first, with their rows; how many went."""
         old = self.conn.execute(
-            "SELECT id FROM roost_wf WHERE status IN (?, ?, ?) ORDER BY updated_at, id LIMIT ?",
-            (*ended, count - keep),
+            f"SELECT id FROM roost_wf WHERE {_ENDED} ORDER BY updated_at, id LIMIT ?", (max(0, count),)
         ).fetchall()
         for (wid,) in old:
             self.delete(str(wid))
