@@ -413,12 +413,18 @@ def _streams(res: Res) -> list[str]:
         "hundred": f"1 chat actor, {res['subs']} subscribers",
         "concurrent": f"{res['concurrent']} chat actors at once, 1 subscriber each",
     }
+    if all("paced" in r for r in reps):
+        shapes["paced"] = (
+            f"{res['concurrent']} chat actors at once, 1 subscriber each, "
+            f"{res['pace']:g} words/s per model ({res['paced_tokens']:,} words)"
+        )
     out = [
         HEADINGS[11],
         "",
         "A chat agent (`bench/stream_app.py`) whose model yields words as fast as it can, each word the wall "
         "clock at its yield, with the default batching (`stream_batch_count`, `stream_batch_interval`): "
-        f"answers of {res['tokens']:,} words (the concurrent shape: {res['concurrent_tokens']:,} each). "
+        f"answers of {res['tokens']:,} words (the concurrent shape: {res['concurrent_tokens']:,} each; "
+        "the paced shape's models yield at a hosted model's pace instead). "
         "Delta frames and words received per second, summed over subscribers, from the first send to the "
         "last `turn_completed`; lag: per word, from the model's yield to a subscriber's read. Ceiling: "
         f"Starlette/uvicorn echo msg/s at {res['echo_conc']} connections, same repetition.",

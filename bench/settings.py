@@ -53,6 +53,8 @@ class Settings:
     stream_subs: int  # subscribers of one chat actor
     stream_concurrent: int  # chat actors streaming at once
     stream_concurrent_tokens: int  # words of each of those answers
+    stream_paced_tokens: int  # words of each answer of the paced shape (as many actors as concurrent)
+    stream_pace: float  # words a second each model of the paced shape yields
     mcp_calls: int  # MCP tool calls per repetition, direct and through an agent
     mcp_server_s: float  # seconds of MCP tool calls per server per repetition
     langgraph_s: float  # seconds of LangGraph runs per saver per repetition
@@ -90,6 +92,8 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
         stream_subs=100,
         stream_concurrent=100,
         stream_concurrent_tokens=1000,
+        stream_paced_tokens=300,
+        stream_pace=50.0,
         mcp_calls=50,
         mcp_server_s=3.0,
         langgraph_s=3.0,
@@ -119,6 +123,8 @@ def settings_for(quick: bool, reps: int | None = None, data_dir: Path | None = N
             stream_subs=10,
             stream_concurrent=10,
             stream_concurrent_tokens=100,
+            stream_paced_tokens=20,
+            stream_pace=50.0,
             mcp_calls=5,
             mcp_server_s=0.3,
             langgraph_s=0.3,

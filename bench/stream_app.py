@@ -1,13 +1,15 @@
 """The server of section ``streams``: ``roost serve bench.stream_app:app``.
 
-Kind ``bchat`` is a chat agent whose model emits ``tokens`` text deltas as fast as it can (no pace, no
-I/O). Each delta is one word, the nanoseconds of the wall clock at the moment the model yields it, so
-the client can tell, per word, how long it took from the model to the reader. The answer's length is
-in the message: ``send("2000")`` asks for 2,000 words.
+Kind ``bchat`` is a chat agent whose model emits ``tokens`` text deltas as fast as it can (no pace,
+no I/O), or at a pace (words a second, the second word of the message). Each delta is one word, the
+nanoseconds of the wall clock at the moment the model yields it, so the client can tell, per word,
+how long it took from the model to the reader. The answer's length is in the message:
+``send("2000")`` asks for 2,000 words, ``send("300 50")`` for 300 at 50 words a second.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -19,7 +21,8 @@ __all__ = ["FastModel", "app"]
 
 
 class FastModel:
-    """Streams as many words as the request asks for, each its own yield time; never waits."""
+    """Streams as many words as the request asks for, each its own yield time; waits only to keep a
+    pace when the request gives one."""
 
     inline = False
 
@@ -27,9 +30,17 @@ class FastModel:
         return ModelStep(text="")
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        n = int(request.text.split()[0])
-        for _ in range(n):
-            yield TextDelta(text=f"{time.time_ns()} ")
+        words = request.text.split()
+        n = int(words[0])
+        pace = float(words[1]) if len(words) > 1 else 0.0  # words a second (0: as fast as it can)
+        if not pace:
+            for _ in range(n):
+                yield TextDelta(text=f"{time.time_ns()} ")
+        else:
+            start = time.monotonic()
+            for i in range(n):
+                await asyncio.sleep(max(0.0, start + i / pace - time.monotonic()))
+                yield TextDelta(text=f"{time.time_ns()} ")
         yield StreamEnd(step=ModelStep(text=""))
 
 

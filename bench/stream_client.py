@@ -45,6 +45,7 @@ async def _read(conn: WsConn, lags: list[float], counts: list[int]) -> None:
 
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     port, actors, subs, tokens = (int(spec[k]) for k in ("port", "actors", "subs", "tokens"))
+    pace = float(spec.get("pace", 0.0))  # words a second each model yields (0: as fast as it can)
     prefix = f"/agents/bchat/{spec['prefix']}"
     conns: list[WsConn] = []
     drivers: list[WsConn] = []
@@ -58,7 +59,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         counts: list[int] = []
         readers = [asyncio.ensure_future(_read(c, lags, counts)) for c in conns]
         frame = masked_frame(
-            orjson.dumps({"type": "rpc", "id": "s", "method": "send", "args": [str(tokens)]})
+            orjson.dumps({"type": "rpc", "id": "s", "method": "send", "args": [f"{tokens} {pace:g}"]})
         )
         t0 = time.perf_counter()
         for d in drivers:

@@ -6,7 +6,11 @@ client process (``bench/stream_client.py``) measures three shapes:
 
 - ``one``: one chat actor, one subscriber, ``stream_tokens`` words;
 - ``hundred``: one chat actor, ``stream_subs`` subscribers (every ``model_delta`` fans out to all);
-- ``concurrent``: ``stream_concurrent`` chat actors streaming at once, one subscriber each.
+- ``concurrent``: ``stream_concurrent`` chat actors streaming at once, one subscriber each;
+- ``paced``: as many chat actors at once, each model yielding ``stream_pace`` words a second (a hosted
+  model's pace: 30–100 tokens a second), ``stream_paced_tokens`` words each. Here the stream batch's
+  interval, not its count, decides how many words a batch holds (one or two), so the server runs
+  many more turns per word than in ``concurrent``.
 
 Figures: ``model_delta`` frames (and words) received per second summed over the subscribers, and per
 word the time from the model yielding it to a subscriber reading it (p50, p99, max). Ceiling, same
@@ -28,7 +32,7 @@ from bench.settings import Settings
 
 __all__ = ["SHAPES", "run"]
 
-SHAPES = ("one", "hundred", "concurrent")
+SHAPES = ("one", "hundred", "concurrent", "paced")
 
 
 def stream_server(s: Settings, data: str) -> Server:
@@ -45,12 +49,14 @@ def stream_server(s: Settings, data: str) -> Server:
 
 
 def _shape(s: Settings, port: int, shape: str, prefix: str) -> dict[str, Any]:
-    actors, subs, tokens = {
-        "one": (1, 1, s.stream_tokens),
-        "hundred": (1, s.stream_subs, s.stream_tokens),
-        "concurrent": (s.stream_concurrent, 1, s.stream_concurrent_tokens),
+    actors, subs, tokens, pace = {
+        "one": (1, 1, s.stream_tokens, 0.0),
+        "hundred": (1, s.stream_subs, s.stream_tokens, 0.0),
+        "concurrent": (s.stream_concurrent, 1, s.stream_concurrent_tokens, 0.0),
+        "paced": (s.stream_concurrent, 1, s.stream_paced_tokens, s.stream_pace),
     }[shape]
-    spec = {"port": port, "actors": actors, "subs": subs, "tokens": tokens, "prefix": prefix, "timeout": 240}
+    spec: dict[str, Any] = {"port": port, "actors": actors, "subs": subs, "tokens": tokens}
+    spec |= {"pace": pace, "prefix": prefix, "timeout": 240}
     return run_client(["--spec", json.dumps(spec)], timeout=300, module="bench.stream_client")
 
 
@@ -83,5 +89,7 @@ def run(s: Settings) -> dict[str, Any]:
         "concurrent": s.stream_concurrent,
         "tokens": s.stream_tokens,
         "concurrent_tokens": s.stream_concurrent_tokens,
+        "paced_tokens": s.stream_paced_tokens,
+        "pace": s.stream_pace,
         "echo_conc": s.echo_ceiling_conc,
     }
