@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -108,6 +108,8 @@ class Team(Workflows):
 
     kind = "team"
     workflow_lease = 5.0
+    #: The retries of a worker's dispatch (a worker served far away may want more).
+    dispatch_retry: ClassVar[RetryPolicy] = _RETRY
     migrations = (
         """CREATE TABLE team_workers (
             run_id TEXT NOT NULL, worker TEXT NOT NULL, status TEXT NOT NULL, progress INTEGER NOT NULL,
@@ -136,7 +138,7 @@ class Team(Workflows):
 
             return go
 
-        await step.parallel("dispatch", {w: dispatch(w) for w in workers}, retry=_RETRY)
+        await step.parallel("dispatch", {w: dispatch(w) for w in workers}, retry=self.dispatch_retry)
         ends = {w: await step.wait_for_event(f"done:{w}") for w in workers}
         failed = {w: end["status"] for w, end in ends.items() if end["status"] != "completed"}
         if failed:
@@ -351,6 +353,8 @@ class TeamWorker(Workflows):
 
     kind = "team_worker"
     workflow_lease = 5.0
+    #: The retries of a report to the team (a team served far away may want more).
+    report_retry: ClassVar[RetryPolicy] = _RETRY
     migrations = (
         "CREATE TABLE work (workflow_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL,"
         " PRIMARY KEY (workflow_id, part))",
@@ -367,8 +371,9 @@ class TeamWorker(Workflows):
             await step.sleep(f"think {i}", delay)
             text = answer(job["part"], i)
             answers.append(await step.do(f"part {i}", partial(self._write, wid, i, text)))
-            await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=_RETRY)
-        await step.external("report", self._report(job, "completed", parts, answers), retry=_RETRY)
+            await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=self.report_retry)
+        report = self._report(job, "completed", parts, answers)
+        await step.external("report", report, retry=self.report_retry)
         return answers
 
     @callable
@@ -409,7 +414,7 @@ class TeamWorker(Workflows):
         report = {"job": orjson.loads(row[0]), "progress": int(progress[0]) if progress else 0}
         report |= {"status": workflow["status"], "error": workflow["error"]}
         key = f"team-end:{wid}:{workflow['generation']}"
-        await self.schedule(0, "report_end", report, key=key, retry=_RETRY)
+        await self.schedule(0, "report_end", report, key=key, retry=self.report_retry)
 
     @wakeup
     async def report_end(self, payload: dict[str, Any]) -> None:
