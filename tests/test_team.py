@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from roost.actors import RpcError, callable
+from roost.actors import RetryPolicy, RpcError, callable
 from roost.examples.team import Team, TeamWorker
 from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit, until
@@ -215,6 +215,58 @@ async def test_a_cancel_is_one_turn_and_is_retried_until_each_worker_confirms(da
         for w in ("w1", "w2"):
             worker = await kit.call("team_worker", f"t1.{w}", "workflow_status", f"r1:1:{w}")
             assert worker["status"] == "cancelled"
+
+
+class StubbornWorker(TeamWorker):
+    """A worker whose first three cancels of w2 fail."""
+
+    refusals = 0
+
+    @callable
+    async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
+        if self.name == "t1.w2" and self.refusals < 3:
+            self.refusals += 1
+            raise RuntimeError("not now")
+        return await super().cancel_workflow(workflow_id)
+
+
+class ImpatientTeam(Team):
+    """Two attempts per cancel, then the whole ``cancel_workers`` again 5 s later."""
+
+    cancel_retry = RetryPolicy(max_attempts=2, base=0.1, cap=0.1)
+    cancel_pause = 5.0
+
+
+async def test_a_cancel_whose_retries_are_spent_is_carried_again_until_each_worker_confirms(
+    data_dir: Path,
+) -> None:
+    """w2 refuses its cancel three times: the first ``cancel_workers`` spends its two attempts and
+    fails; ``on_workflow_end`` restarts it ``cancel_pause`` later, and its second generation gets
+    w2's confirmation (w1's, already cancelled, is ``ended``)."""
+    clock = FakeClock()
+    async with ActorKit([ImpatientTeam, StubbornWorker], data_dir, clock=clock) as kit:
+        spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
+        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
+        await until(lambda: _dispatched(kit))
+        await kit.call("team", "t1", "cancel_run", "r1")
+
+        async def confirmed() -> dict[str, Any] | None:
+            clock.advance(1)
+            await kit.fire_due("team", "t1")
+            status: dict[str, Any] = await kit.call("team", "t1", "workflow_status", "r1:1:cancel")
+            return status if status["status"] == "completed" else None
+
+        status = await until(confirmed)
+        assert status["generation"] == 2
+        steps = await kit.call("team", "t1", "workflow_steps", "r1:1:cancel")
+        assert steps["steps"][0]["result"] == {"w1": "ended", "w2": "cancelled"}
+        history = await kit.call("team", "t1", "workflow_history", "r1:1:cancel", 0, 500)
+        assert [e["event"] for e in history["entries"] if e["event"] in ("failed", "restarted")] == [
+            "failed",
+            "restarted",
+        ]
+        worker = await kit.call("team_worker", "t1.w2", "workflow_status", "r1:1:w2")
+        assert worker["status"] == "cancelled"
 
 
 class SlowLinkTeam(Team):

@@ -110,6 +110,10 @@ class Team(Workflows):
     workflow_lease = 5.0
     #: The retries of a worker's dispatch (a worker served far away may want more).
     dispatch_retry: ClassVar[RetryPolicy] = _RETRY
+    #: The retries of a worker's cancel; spent (or a run lost ``MAX_LOST_RUNS`` times), the join of
+    #: ``cancel_workers`` fails and the whole of it is restarted ``cancel_pause`` seconds later.
+    cancel_retry: ClassVar[RetryPolicy] = _CONFIRM
+    cancel_pause: ClassVar[float] = 60.0
     migrations = (
         """CREATE TABLE team_workers (
             run_id TEXT NOT NULL, worker TEXT NOT NULL, status TEXT NOT NULL, progress INTEGER NOT NULL,
@@ -298,13 +302,29 @@ class Team(Workflows):
     async def cancel_workers(self, step: Step, spec: dict[str, Any]) -> dict[str, str]:
         """Cancel each worker of generation ``spec["generation"]`` of run ``spec["run"]``: one branch
         per worker, each an outside call of the worker's ``cancel_workflow`` (at least once, retried
-        under :data:`_CONFIRM`; a run lost with its process runs again). A worker confirms with its
+        under ``cancel_retry``; a run lost with its process runs again; a join that fails anyway is
+        restarted, see :meth:`on_workflow_end`). A worker confirms with its
         status: ``cancelled``, ``ended`` (it had ended already) or ``not started`` (it never will:
         ``dispatch_open`` is false)."""
         run, gen = str(spec["run"]), int(spec["generation"])
         branches = {str(w): self._confirm_cancel(run, gen, str(w)) for w in spec["workers"]}
-        confirmed: dict[str, str] = await step.parallel("cancel", branches, retry=_CONFIRM)
+        confirmed: dict[str, str] = await step.parallel("cancel", branches, retry=self.cancel_retry)
         return confirmed
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        """A ``cancel_workers`` that failed (a worker did not confirm within its retries) is
+        restarted ``cancel_pause`` seconds later, from a wake-up scheduled in this turn: a cancel
+        is carried to its workers until each one confirms."""
+        if workflow["name"] == "cancel_workers" and workflow["status"] == "failed":
+            wid, gen = str(workflow["id"]), int(workflow["generation"])
+            key = f"team-cancel-again:{wid}:{gen}"
+            await self.schedule(self.cancel_pause, "cancel_again", {"id": wid, "gen": gen}, key=key)
+
+    @wakeup
+    async def cancel_again(self, payload: dict[str, Any]) -> None:
+        status = await self.workflow_status(str(payload["id"]))
+        if status["status"] == "failed" and status["generation"] == int(payload["gen"]):
+            await self.restart_workflow(str(payload["id"]))
 
     def _confirm_cancel(self, run: str, gen: int, worker: str) -> Callable[[StepAttempt], Awaitable[str]]:
         async def go(_: StepAttempt) -> str:
