@@ -86,6 +86,7 @@ async def test_cancelling_the_team_run_cancels_its_workers(data_dir: Path) -> No
         await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
         await until(lambda: _dispatched(kit))
         await kit.call("team", "t1", "cancel_run", "r1")
+        await until(lambda: _cancel_done(kit))  # the workers are told from outside the cancel's turn
         run = await _run(kit)
         assert run["status"] == "cancelled"
         assert {b["status"] for b in run["branches"]} == {"cancelled"}
