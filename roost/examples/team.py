@@ -24,19 +24,36 @@ The team's run, step by step:
 
 The worker's ``work``: for each part, a durable ``sleep`` (its delay), the part's answer written to
 its table ``work`` (in turn: exactly once), a progress report to the team (outside: at least once,
-``worker_report`` is idempotent); then the final report. A step of it that fails for good reports
-``failed`` (then the worker's workflow fails); a ``cancel_workflow`` of it reports ``cancelled`` (a
-durable wake-up of the worker, after the cancel's turn).
+``worker_report`` is idempotent); then the final report. A ``work`` that ends any other way (a step
+failed for good, the body's own error, ``nondeterministic``, a ``cancel_workflow``) reports
+``failed`` or ``cancelled`` from a durable wake-up scheduled by ``on_workflow_end`` in the turn that
+records the end (not from inside it: the team may be the caller).
+
+A cancel of the run (``cancel_workflow`` / ``cancel_run``) is one turn of the team: the run's end and
+the workflow ``cancel_workers`` (``{run}:{generation}:cancel``) that carries it to the workers commit
+together; that workflow's join has one outside branch per worker dispatched and not ended, calling
+the worker's ``cancel_workflow``, retried (and after a crash run again by its lease) until the worker
+confirms. A ``restart_workflow`` of the run does the same for the generation it leaves. A worker
+starts a team's job only if the team's ``dispatch_open(run, generation)`` says so, asked in the
+turn that would start it: nothing starts after the run's cancel or restart is recorded.
 
 Guarantees (tests in ``tests/test_team.py`` and ``tests/test_team_crash.py``):
 
 - **One control surface**: the workers' status and progress reach the team's ``get_run`` and its
-  event log (``team_progress`` events), with the dispatch's attempts and runs per worker.
+  event log (``team_progress`` events), with the dispatch's attempts and runs per worker, and a
+  cancel's progress per worker (``cancel``).
 - **Partial completion survives a crash** of either side: what a worker recorded is kept, a worker
-  done is not dispatched again, and no worker's part is written twice.
-- **Cancelling the team's run cancels its workers** (``cancel_workflow`` / ``cancel_run``).
-- **A worker that does not complete fails the run**: a failed or cancelled worker reports it;
-  ``get_run`` shows it, and the run fails (reason ``error``) naming it instead of waiting for ever.
+  done is not dispatched again, and no worker's part is written twice (killed mid-part, killed
+  mid-dispatch, the team and the workers in one process or in two).
+- **A cancel is one turn and is retried until each worker confirms**: after a SIGKILL at any point
+  after the cancel was acknowledged, every worker not ended ends cancelled.
+- **No worker starts after the cancel is recorded**: a start sent before and delivered after is
+  refused and starts nothing; a worker already started is cancelled.
+- **A restart cancels the old generation's workers**: and their late reports (of the old generation)
+  change nothing in the new one.
+- **A worker failing in any way reports it**: a failed step, the body's own error,
+  ``nondeterministic``, a cancel; ``get_run`` shows it, and the run fails (reason ``error``) naming
+  it instead of waiting for ever.
 - **A restarted run dispatches its workers again**: their workflow ids carry the generation, and a
   report of an older generation changes nothing.
 - **A bad spec fails the run at once**: ``workers`` must be a list of 1 to ``MAX_WORKERS`` distinct
@@ -47,12 +64,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from roost.actors import RetryPolicy, RpcError, callable, wakeup
-from roost.workflows import Step, StepAttempt, StepFailed, Workflows, workflow
+from roost.workflows import Step, StepAttempt, Workflows, workflow
 
 __all__ = ["Team", "TeamWorker", "WorkersDidNotComplete"]
 
@@ -60,6 +77,8 @@ __all__ = ["Team", "TeamWorker", "WorkersDidNotComplete"]
 MAX_WORKERS = 8
 MAX_PARTS = 16
 _RETRY = RetryPolicy(max_attempts=5, base=0.5, cap=4.0)
+#: A worker's cancel is tried again until the worker confirms (an hour and more of attempts).
+_CONFIRM = RetryPolicy(max_attempts=200, base=0.5, cap=30.0)
 #: What a worker reports last: it has ended.
 ENDED = ("completed", "failed", "cancelled")
 
@@ -89,6 +108,12 @@ class Team(Workflows):
 
     kind = "team"
     workflow_lease = 5.0
+    #: The retries of a worker's dispatch (a worker served far away may want more).
+    dispatch_retry: ClassVar[RetryPolicy] = _RETRY
+    #: The retries of a worker's cancel; spent (or a run lost ``MAX_LOST_RUNS`` times), the join of
+    #: ``cancel_workers`` fails and the whole of it is restarted ``cancel_pause`` seconds later.
+    cancel_retry: ClassVar[RetryPolicy] = _CONFIRM
+    cancel_pause: ClassVar[float] = 60.0
     migrations = (
         """CREATE TABLE team_workers (
             run_id TEXT NOT NULL, worker TEXT NOT NULL, status TEXT NOT NULL, progress INTEGER NOT NULL,
@@ -117,7 +142,7 @@ class Team(Workflows):
 
             return go
 
-        await step.parallel("dispatch", {w: dispatch(w) for w in workers}, retry=_RETRY)
+        await step.parallel("dispatch", {w: dispatch(w) for w in workers}, retry=self.dispatch_retry)
         ends = {w: await step.wait_for_event(f"done:{w}") for w in workers}
         failed = {w: end["status"] for w, end in ends.items() if end["status"] != "completed"}
         if failed:
@@ -198,29 +223,138 @@ class Team(Workflows):
                              "attempt": branch["attempt"], "runs": branch["run"]})  # fmt: skip
         keep: tuple[str, ...] = ("id", "status", "generation", "result", "error", "reason", "waiting")
         keep = (*keep, "created_at", "updated_at")
-        return {"run_id": run_id, **{k: status[k] for k in keep}, "branches": branches}
+        out = {"run_id": run_id, **{k: status[k] for k in keep}, "branches": branches}
+        return out | {"cancel": await self._cancel_state(run_id, int(status["generation"]))}
+
+    async def _cancel_state(self, run: str, gen: int) -> dict[str, Any] | None:
+        """The ``cancel_workers`` of generation ``gen`` of the run, if any: its status and per worker
+        its branch's status and runs (``completed``: the worker confirmed)."""
+        wid = cancel_workflow_id(run, gen)
+        if not await _exists(self, wid):
+            return None
+        status = await self.workflow_status(wid)
+        join: dict[str, Any] = next((s for s in status["steps"] if s["name"] == "cancel"), {})
+        workers = {b["branch"]: {"status": b["status"], "runs": b["run"]} for b in join.get("branches", [])}
+        return {"id": wid, "status": status["status"], "workers": workers}
+
+    @callable(readonly=True)
+    async def dispatch_open(self, run_id: str, generation: int) -> bool:
+        """Whether generation ``generation`` of run ``run_id`` may still start workers: it is the run's
+        current generation and the run has not ended. A worker asks this in the turn that would start
+        its workflow, so a start that comes after the run's cancel or restart was recorded starts
+        nothing."""
+        try:
+            run = await self.workflow_status(run_id)
+        except RpcError as exc:
+            if exc.code == "workflow_not_found":
+                return False
+            raise
+        return run["generation"] == generation and run["status"] not in ENDED
 
     @callable
     async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
-        """Cancel the run and every worker it dispatched (each worker's workflow
-        ``{run}:{generation}:{worker}``)."""
+        """Cancel the run, and in the same turn start its workflow ``cancel_workers``, which cancels
+        each worker it dispatched (``{run}:{generation}:{worker}``) from outside the team's turns,
+        retried until the worker confirms; the intent and its propagation commit with the cancel,
+        so a crash after it cannot leave a worker running."""
         before = await self.workflow_status(workflow_id)
         status = await super().cancel_workflow(workflow_id)
-        dispatch: dict[str, Any] = next((s for s in before["steps"] if s["name"] == "dispatch"), {})
-        for worker in [b["branch"] for b in dispatch.get("branches", [])]:
-            try:
-                await self.actor(TeamWorker.kind, f"{self.name}.{worker}").call(
-                    "cancel_workflow", worker_workflow(workflow_id, before["generation"], worker)
-                )
-            except RpcError as exc:  # not started yet, or finished already
-                if exc.code not in ("workflow_not_found", "workflow_state"):
-                    raise
+        if before["name"] == "team":
+            await self._cancel_workers(workflow_id, before)
         return status
 
     @callable
     async def cancel_run(self, run_id: str) -> dict[str, Any]:
         """``cancel_workflow(run_id)``: the run and its workers."""
         return await self.cancel_workflow(run_id)
+
+    @callable
+    async def restart_workflow(self, workflow_id: str) -> dict[str, Any]:
+        """Restart the run (a new generation, which dispatches workers of its own) and cancel the
+        workers of the generation it leaves, as a cancel does; their late reports are of the old
+        generation and change nothing."""
+        before = await self.workflow_status(workflow_id)
+        status = await super().restart_workflow(workflow_id)
+        if before["name"] == "team":
+            await self._cancel_workers(workflow_id, before)
+        return status
+
+    async def _cancel_workers(self, run: str, before: dict[str, Any]) -> None:
+        """Start ``cancel_workers`` for the workers of ``before`` (the run's status before its cancel or
+        restart) that have not reported their end."""
+        gen = int(before["generation"])
+        dispatch: dict[str, Any] = next((s for s in before["steps"] if s["name"] == "dispatch"), {})
+        ended = {
+            str(r[0])
+            for r in self.sql.execute(
+                "SELECT worker, status FROM team_workers WHERE run_id = ? AND generation = ?", (run, gen)
+            )
+            if r[1] in ENDED
+        }
+        workers = [b["branch"] for b in dispatch.get("branches", []) if b["branch"] not in ended]
+        wid = cancel_workflow_id(run, gen)
+        if workers and not await _exists(self, wid):
+            await self.start_workflow(
+                "cancel_workers", {"run": run, "generation": gen, "workers": workers}, wid
+            )
+
+    @workflow
+    async def cancel_workers(self, step: Step, spec: dict[str, Any]) -> dict[str, str]:
+        """Cancel each worker of generation ``spec["generation"]`` of run ``spec["run"]``: one branch
+        per worker, each an outside call of the worker's ``cancel_workflow`` (at least once, retried
+        under ``cancel_retry``; a run lost with its process runs again; a join that fails anyway is
+        restarted, see :meth:`on_workflow_end`). A worker confirms with its
+        status: ``cancelled``, ``ended`` (it had ended already) or ``not started`` (it never will:
+        ``dispatch_open`` is false)."""
+        run, gen = str(spec["run"]), int(spec["generation"])
+        branches = {str(w): self._confirm_cancel(run, gen, str(w)) for w in spec["workers"]}
+        confirmed: dict[str, str] = await step.parallel("cancel", branches, retry=self.cancel_retry)
+        return confirmed
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        """A ``cancel_workers`` that failed (a worker did not confirm within its retries) is
+        restarted ``cancel_pause`` seconds later, from a wake-up scheduled in this turn: a cancel
+        is carried to its workers until each one confirms."""
+        if workflow["name"] == "cancel_workers" and workflow["status"] == "failed":
+            wid, gen = str(workflow["id"]), int(workflow["generation"])
+            key = f"team-cancel-again:{wid}:{gen}"
+            await self.schedule(self.cancel_pause, "cancel_again", {"id": wid, "gen": gen}, key=key)
+
+    @wakeup
+    async def cancel_again(self, payload: dict[str, Any]) -> None:
+        status = await self.workflow_status(str(payload["id"]))
+        if status["status"] == "failed" and status["generation"] == int(payload["gen"]):
+            await self.restart_workflow(str(payload["id"]))
+
+    def _confirm_cancel(self, run: str, gen: int, worker: str) -> Callable[[StepAttempt], Awaitable[str]]:
+        async def go(_: StepAttempt) -> str:
+            ref = self.actor(TeamWorker.kind, f"{self.name}.{worker}")
+            try:
+                status = await ref.call("cancel_workflow", worker_workflow(run, gen, worker))
+            except RpcError as exc:
+                if exc.code == "workflow_state":
+                    return "ended"
+                if exc.code == "workflow_not_found":
+                    return "not started"
+                raise
+            return str(status["status"])
+
+        return go
+
+
+async def _exists(actor: Workflows, workflow_id: str) -> bool:
+    try:
+        await actor.workflow_status(workflow_id)
+    except RpcError as exc:
+        if exc.code == "workflow_not_found":
+            return False
+        raise
+    return True
+
+
+def cancel_workflow_id(run: str, generation: int) -> str:
+    """The id of the team's ``cancel_workers`` workflow for generation ``generation`` of run ``run``."""
+    return f"{run}:{generation}:cancel"
 
 
 def worker_workflow(run: str, generation: int, worker: str) -> str:
@@ -239,6 +373,8 @@ class TeamWorker(Workflows):
 
     kind = "team_worker"
     workflow_lease = 5.0
+    #: The retries of a report to the team (a team served far away may want more).
+    report_retry: ClassVar[RetryPolicy] = _RETRY
     migrations = (
         "CREATE TABLE work (workflow_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL,"
         " PRIMARY KEY (workflow_id, part))",
@@ -251,33 +387,63 @@ class TeamWorker(Workflows):
         parts, delay, wid = int(job["parts"]), float(job["delay"]), step.workflow_id
         await step.do("job", partial(self._keep_job, wid, job))
         answers: list[str] = []
-        try:
-            for i in range(parts):
-                await step.sleep(f"think {i}", delay)
-                text = answer(job["part"], i)
-                answers.append(await step.do(f"part {i}", partial(self._write, wid, i, text)))
-                await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=_RETRY)
-        except StepFailed as exc:  # reported, then the worker's workflow fails with it
-            await step.external("report", self._report(job, "failed", len(answers), str(exc)), retry=_RETRY)
-            raise
-        await step.external("report", self._report(job, "completed", parts, answers), retry=_RETRY)
+        for i in range(parts):
+            await step.sleep(f"think {i}", delay)
+            text = answer(job["part"], i)
+            answers.append(await step.do(f"part {i}", partial(self._write, wid, i, text)))
+            await step.external(f"progress {i}", self._report(job, "running", i + 1), retry=self.report_retry)
+        report = self._report(job, "completed", parts, answers)
+        await step.external("report", report, retry=self.report_retry)
         return answers
 
     @callable
-    async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
-        """Cancel the worker's workflow; its team hears ``cancelled`` from a wake-up after this turn
-        (not from inside it: the team may be the caller, in a turn of its own)."""
-        status = await super().cancel_workflow(workflow_id)
-        row = self.sql.one("SELECT job FROM jobs WHERE workflow_id = ?", (workflow_id,))
-        if row is not None:
-            job = orjson.loads(row[0])
-            progress = self.sql.one("SELECT count(*) FROM work WHERE workflow_id = ?", (workflow_id,))
-            report = {"job": job, "progress": int(progress[0]) if progress else 0}
-            await self.schedule(0, "report_cancelled", report, key=f"team-cancel:{workflow_id}")
-        return status
+    async def start_workflow(
+        self, name: str, input: Any = None, workflow_id: str | None = None
+    ) -> dict[str, Any]:
+        """Start a workflow; a team's job (``work`` with a ``team`` and a ``run``) not started yet is
+        started only if its team's ``dispatch_open`` says its run's generation may still start
+        workers (asked in this turn: a start that comes after the run's cancel or restart was
+        recorded is refused, ``workflow_state``, and starts nothing)."""
+        job = input if isinstance(input, dict) else {}
+        if (
+            name == "work"
+            and workflow_id is not None
+            and "team" in job
+            and not await _exists(self, workflow_id)
+        ):
+            team = self.actor(Team.kind, str(job["team"]))
+            if not await team.call("dispatch_open", job["run"], int(job.get("gen", 1))):
+                raise RpcError(
+                    "workflow_state",
+                    f"run {job['run']!r} of team {job['team']!r} is over or restarted:"
+                    f" {workflow_id!r} not started",
+                )
+        return await super().start_workflow(name, input, workflow_id)
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        """A ``work`` workflow that ended without completing (failed for any reason: a step, the
+        body's code, ``nondeterministic``; or cancelled) reports it to its team from a wake-up
+        scheduled in this turn (durable; not from inside the turn: the team may be the caller)."""
+        if workflow["name"] != "work" or workflow["status"] == "completed":
+            return
+        wid = str(workflow["id"])
+        row = self.sql.one("SELECT job FROM jobs WHERE workflow_id = ?", (wid,))
+        if row is None:  # ended before its first step: no team to tell
+            return
+        progress = self.sql.one("SELECT count(*) FROM work WHERE workflow_id = ?", (wid,))
+        report = {"job": orjson.loads(row[0]), "progress": int(progress[0]) if progress else 0}
+        report |= {"status": workflow["status"], "error": workflow["error"]}
+        key = f"team-end:{wid}:{workflow['generation']}"
+        await self.schedule(0, "report_end", report, key=key, retry=self.report_retry)
+
+    @wakeup
+    async def report_end(self, payload: dict[str, Any]) -> None:
+        status = str(payload["status"])
+        await self._send(payload["job"], status, int(payload["progress"]), payload.get("error"))
 
     @wakeup
     async def report_cancelled(self, payload: dict[str, Any]) -> None:
+        """(Wake-ups scheduled before ``report_end`` took their place.)"""
         await self._send(payload["job"], "cancelled", int(payload["progress"]))
 
     async def _send(self, job: dict[str, Any], status: str, progress: int, result: Any = None) -> bool:

@@ -29,6 +29,9 @@ Callables (the principal rules are the actor layer's: a read-only principal may 
 - ``cancel_workflow``, ``pause_workflow``, ``resume_workflow``, ``restart_workflow``,
   ``delete_workflow`` (a finished one), each ``(workflow_id)``.
 
+A kind hears every end of its workflows (completed, failed for any reason, cancelled) in
+``on_workflow_end``, in the turn that records it.
+
 Another actor sends an event as any call: ``await self.actor("orders", "o1").call("send_event", wid,
 "paid", {...})``; the advance the event allows runs in that call's turn of the workflow's actor.
 """
@@ -119,6 +122,13 @@ class Workflows(Actor):
     @callable
     async def delete_workflow(self, workflow_id: str) -> bool:
         return engine_of(self).delete(workflow_id)
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        """Override to hear every end of a workflow of this actor (``workflow``: its row as
+        ``workflow_status`` shows it, without steps; ``status`` is ``completed``, ``failed`` for any
+        reason, or ``cancelled``). Runs in the turn that records the end: its writes and schedules
+        commit with that record, and a raise fails that turn (keep it to writes and wake-ups; a call
+        to another actor belongs in a wake-up it schedules). Default: nothing."""
 
     @wakeup
     async def workflow_wake(self, payload: dict[str, Any]) -> None:

@@ -24,6 +24,9 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   named after the oldest finished workflow, is spent: the next start takes another).
 - **A restart drops the events of the old generation**: an event or approval sent before
   ``restart_workflow`` and not consumed is not seen by the new generation.
+- **Every end is heard in its own turn**: ``Workflows.on_workflow_end(workflow)`` runs in the turn
+  that records a workflow's end (completed, failed for any reason, cancelled); its writes commit
+  with that record.
 - **A lost outside attempt runs again under the same key**: the lease wake-up asks this process's
   runner; no live task → ``lost`` → the next advance runs it again, ``run + 1``, same attempt.
 """
@@ -189,7 +192,7 @@ class Engine:
             return
         method = bodies_of(type(self.actor)).get(wf.name)
         if method is None:
-            self._finish(
+            await self._finish(
                 wf, WorkflowStatus.FAILED, error=f"no workflow {wf.name!r} in this kind", reason="unknown"
             )
             return
@@ -207,31 +210,31 @@ class Engine:
                 self._announce(wid, status)
             return
         except Diverged as exc:
-            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="nondeterministic")
+            await self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="nondeterministic")
             return
         except TooManySteps as exc:
-            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="too_many_steps")
+            await self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="too_many_steps")
             return
         except StepFailed as exc:
-            self._finish(wf, WorkflowStatus.FAILED, error=short(str(exc)), reason="step_failed")
+            await self._finish(wf, WorkflowStatus.FAILED, error=short(str(exc)), reason="step_failed")
             return
         except Exception as exc:  # the body's own code raised
-            self._finish(
+            await self._finish(
                 wf, WorkflowStatus.FAILED, error=short(f"{type(exc).__name__}: {exc}"), reason="error"
             )
             return
         if step.positions < step.recorded:
             error = f"the body returned after {step.positions} steps; {step.recorded} were recorded"
-            self._finish(wf, WorkflowStatus.FAILED, error=error, reason="nondeterministic")
+            await self._finish(wf, WorkflowStatus.FAILED, error=error, reason="nondeterministic")
             return
         try:
             result = encode(value, "the workflow's result")
         except Exception as exc:
-            self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="result")
+            await self._finish(wf, WorkflowStatus.FAILED, error=str(exc), reason="result")
             return
-        self._finish(wf, WorkflowStatus.COMPLETED, result=result)
+        await self._finish(wf, WorkflowStatus.COMPLETED, result=result)
 
-    def _finish(
+    async def _finish(
         self,
         wf: WorkflowRow,
         status: WorkflowStatus,
@@ -243,6 +246,10 @@ class Engine:
         self.store.set_status(wf.id, status, self.now, result=result, error=error, reason=reason)
         self._log(wf, str(status), {"error": error, "reason": reason} if error else None)
         self._announce(wf.id, status)
+        ended = self.store.get(wf.id)
+        hook = getattr(self.actor, "on_workflow_end", None)
+        if ended is not None and hook is not None:
+            await hook(ended.to_json())
 
     # -- wake-ups and outside results -------------------------------------------------------------
     async def wake(self, payload: dict[str, Any]) -> None:
@@ -413,7 +420,7 @@ class Engine:
         if wf.status.terminal:
             raise refuse("state", f"workflow {wid!r} is {wf.status} already")
         runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
-        self._finish(wf, WorkflowStatus.CANCELLED, error="cancelled", reason="cancelled")
+        await self._finish(wf, WorkflowStatus.CANCELLED, error="cancelled", reason="cancelled")
         return self.status(wid)
 
     async def pause(self, wid: str) -> dict[str, Any]:
