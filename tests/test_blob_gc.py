@@ -38,8 +38,9 @@ WAITING = plan(("ws_append", {"line": "kept"}), ("workspace_write", {"path": "ou
 
 
 def blob_files(data: Path) -> set[str]:
-    root = data / "blobs"
-    return {p.name for p in root.rglob("*") if p.is_file() and p.name != LOCK_FILE}
+    """The names of the files under ``data/blobs`` but its lock (directories a collection removes
+    meanwhile are passed over)."""
+    return {n for _, _, files in os.walk(data / "blobs") for n in files if n != LOCK_FILE}
 
 
 def age(data: Path, seconds: float = 2 * GRACE) -> None:
