@@ -62,8 +62,7 @@ def _data_ops(args: argparse.Namespace) -> int:
             if not args.yes:
                 raise UsageError(f"deleting {args.kind}/{args.name!r} cannot be undone; add --yes")
             record = admin.delete_actor(data, args.kind, args.name, reason=args.reason or "")
-            print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}")
-            print(_GC_HINT)
+            print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}; {_GC_HINT}")
             _print_json(record)
         elif args.command == "backup":
             return _backed_up(backup.backup_offline(data, Path(args.out)), args.out, "")
@@ -75,9 +74,7 @@ def _data_ops(args: argparse.Namespace) -> int:
     except InvalidActorAddress as exc:
         raise UsageError(str(exc)) from None
     except ActorLocked as exc:
-        raise CommandFailed(
-            f"{exc}: a running server holds it ({_LOCKED_HINTS[args.command]}; nothing was changed)"
-        ) from None
+        raise CommandFailed(f"{exc}: a running server holds it ({_LOCKED_HINTS[args.command]})") from None
     except FileNotFoundError as exc:
         raise CommandFailed(str(exc)) from None
     except FileExistsError as exc:
@@ -95,9 +92,9 @@ _LOCKED_HINTS = {
     "export": "use --server URL to read it while serving",
     "delete": "use --server URL to delete it through the server",
     "backup": "use --server URL to back up while serving",
-    "gc": "use --server URL to collect while serving",
+    "gc": "nothing was removed; use --server URL to collect while serving",
 }
-_GC_HINT = "its blobs no other actor references are removed by the next roost gc"
+_GC_HINT = "its blobs that no other actor references go at the next roost gc"
 
 
 def _backed_up(manifest: dict[str, Any], where: str, serving: str) -> int:
@@ -133,8 +130,10 @@ def _online(args: argparse.Namespace) -> int:
         if not args.yes:
             raise UsageError(f"deleting {args.kind}/{args.name!r} cannot be undone; add --yes")
         record = _ask(args, "DELETE", path, {"reason": args.reason or ""})
-        print(f"deleted {args.kind}/{args.name!r} through the server; audit record in its data directory")
-        print(_GC_HINT)
+        print(
+            f"deleted {args.kind}/{args.name!r} through the server; audit record in its data directory; "
+            f"{_GC_HINT}"
+        )
         _print_json(record)
     elif args.command == "inspect":
         _print_json(_ask(args, "GET", path))
@@ -240,4 +239,3 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "$ROOST_TOKEN with the admin claim if it authenticates; default: none, offline)",
     )
     gc.set_defaults(func=_data_ops, command="gc")
-
