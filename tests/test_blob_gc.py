@@ -5,6 +5,8 @@ collection while serving are in ``tests/test_blob_gc_process.py``; backups in
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import os
 import sqlite3
 import time
@@ -19,7 +21,7 @@ from roost.agent.sandbox import Limits, PermissionsProfile, Workspace, digest_of
 from roost.cli import main
 from roost.storage import ActorLocked, actor_path
 from roost.storage.blobs import GRACE, LOCK_FILE, Marks, mark_blobs, mark_bytes, sweep
-from roost.testing import ActorKit, KitConnection
+from roost.testing import ActorKit, KitConnection, until
 from roost.transport import admin
 from roost.transport.collect import CollectionRefused, collect_offline
 from tests.agent_support import drive, event_types, events
@@ -155,6 +157,35 @@ async def test_a_blob_stored_again_during_a_collection_is_kept(tmp_path: Path) -
     assert (swept.removed, swept.young) == (1, 1)
     assert store.get(again) == b"snapshot"
     assert not store.path(gone[7:]).exists()
+
+
+def _blocked_on(path: Path) -> bool:
+    """Whether some process waits for an ``flock`` on ``path`` (``/proc/locks``: a ``->`` line)."""
+    inode = str(os.stat(path).st_ino)
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 6 and parts[1] == "->" and parts[2] == "FLOCK" and parts[6].split(":")[-1] == inode:
+            return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(tmp_path: Path) -> None:
+    """A ``put`` holds the store's lock shared while it makes an old blob fresh; the sweep, come to
+    that blob meanwhile, waits for the lock, then finds it fresh and keeps it."""
+    root = tmp_path / "blobs"
+    store = BlobStore(root)
+    ref = store.put(b"snapshot")
+    age(tmp_path)
+    fd = store.locked(fcntl.LOCK_SH)  # a put of the same content, in progress
+    swept = asyncio.ensure_future(asyncio.to_thread(sweep, root, Marks(), time.time() - GRACE))
+    try:
+        await until(lambda: _blocked_on(root / LOCK_FILE), timeout=10, message="the sweep did not wait")
+        os.utime(store.path(ref[7:]))  # what the put does under the lock
+    finally:
+        os.close(fd)
+    assert (await swept).young == 1
+    assert store.get(ref) == b"snapshot"
 
 
 def test_a_workspace_file_not_read_again_makes_its_blob_fresh(tmp_path: Path) -> None:

@@ -21,18 +21,21 @@ directory instead, in two phases (``roost gc``, ``POST /admin/gc``: :mod:`roost.
 Guarantees (tests in ``tests/test_blob_gc.py`` and ``tests/test_blob_gc_process.py``):
 
 - **A blob is removed only when no actor's file references it**: the mark covers every table of
-  every file under ``DATA/actors`` (listed or not), and a file that cannot be read (held by a server,
-  damaged) ends the collection before anything is removed.
+  every file under ``DATA/actors`` (listed or not), and what marked blobs name; a file that cannot be
+  read (held by a server, damaged) ends the collection before anything is removed (``a collection
+  removes nothing when an actor file cannot be marked``).
 - **A reference committed during a collection never dangles**: a reference is committed after the
   ``BlobStore.put`` that stored its blob, and a ``put`` of content already
   stored makes the file fresh (its modification time now), holding the store's lock shared; the
   sweep checks the time and unlinks holding it exclusive. So either the ``put`` came first (the file
   is fresh: kept) or the removal did (the ``put`` stores it again). A reference committed within the
   grace period of its ``put`` (every runtime commit is: the ``put`` is made in the committing turn) is
-  therefore safe, whichever actor the mark read first.
+  therefore safe, whichever actor the mark read first (``a blob stored again during a collection is
+  kept``, ``a removal waits for a put in progress and keeps what it stored``).
 - **A SIGKILL at any point removes nothing still referenced and leaves no reference to a removed
   blob**: the mark writes nothing but its temporary database (gone with the process), and each removal
-  is of one unmarked, old blob, decided under the lock.
+  is of one unmarked, old blob, decided under the lock (``sigkill of a collection removes nothing
+  still referenced``).
 """
 
 from __future__ import annotations

@@ -165,6 +165,9 @@ async def mark_online(registry: Registry, marks: Marks) -> None:
     for entry in list(listed_actors(registry.directory)):
         if entry.kind not in registry.kinds:
             continue  # marked below, as a file no actor of this server holds
+        if not await asyncio.to_thread(actor_path(data, entry.kind, entry.name).exists):
+            continue  # deleted since the listing, or never written: it references nothing (and a
+            # turn would make it again)
         await _mark_in_turn(registry, entry.kind, entry.name, marks)
     for path in await asyncio.to_thread(lambda: list(actor_files(data))):
         if marks.seen(path):
