@@ -46,14 +46,16 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "EXAMPLES",
     "GRACE",
     "LOCK_FILE",
     "Marks",
+    "Missing",
     "Swept",
     "blob_lock",
     "blob_path",
@@ -78,6 +80,8 @@ _HEX2 = re.compile(r"[0-9a-f]{2}")
 #: Bytes of a file read at once; the overlap keeps a reference cut by a chunk's end.
 _CHUNK = 1 << 20
 _OVERLAP = len("sha256:") + 64 - 1
+#: Missing blobs a report names at most.
+EXAMPLES = 10
 #: Rows (or blobs) between two looks at the stop event, marks written per batch, removals per lock.
 _BATCH = 512
 
@@ -209,16 +213,30 @@ def mark_file_bytes(path: Path, marks: Marks) -> None:
     mark_bytes(_chunks(path), marks)
 
 
-def mark_blobs(root: Path, marks: Marks, stop: threading.Event | None = None) -> list[str]:
-    """Read every marked blob not read yet, marking what it names, until none is left; the digests
-    marked but not in the store (references that already pointed at nothing)."""
-    missing: list[str] = []
+@dataclass
+class Missing:
+    """Marked digests not in the store (references that pointed at nothing already): how many, and
+    the first :data:`EXAMPLES` of them (``sha256:…``)."""
+
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, digest: str) -> None:
+        self.count += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(f"sha256:{digest}")
+
+
+def mark_blobs(root: Path, marks: Marks, stop: threading.Event | None = None) -> Missing:
+    """Read every marked blob not read yet, marking what it names, until none is left; the marked
+    digests not in the store under ``root``."""
+    missing = Missing()
     while batch := marks.unread():
         for digest in batch:
             try:
                 mark_file_bytes(blob_path(root, digest), marks)
             except FileNotFoundError:
-                missing.append(digest)
+                missing.add(digest)
         marks.set_read(batch)
         if stop is not None and stop.is_set():
             raise Stopped("the mark was stopped")

@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from roost.actors import RpcError
 from roost.storage import ActorLocked, actor_path
-from roost.storage.blobs import GRACE, Marks, blob_path, mark_blobs, mark_connection, mark_file_bytes, sweep
+from roost.storage.blobs import (
+    GRACE,
+    Marks,
+    Missing,
+    blob_path,
+    mark_blobs,
+    mark_connection,
+    mark_file_bytes,
+    sweep,
+)
 from roost.transport.admin import listed_actors, locked_file
 
 if TYPE_CHECKING:
@@ -98,8 +107,8 @@ def _finish(data: Path, marks: Marks, started: float, grace: float, dry_run: boo
         "grace": grace,
         "dry_run": dry_run,
         "marked": marks.count(),
-        "missing": len(missing),
-        "missing_examples": [f"sha256:{d}" for d in missing[:10]],
+        "missing": missing.count,
+        "missing_examples": missing.examples,
         **swept.to_json(),
     }
 
@@ -226,32 +235,30 @@ def copy_blobs(data: Path, out: Path) -> dict[str, Any]:
         for path in actor_files(out):
             if path.name.endswith(_KEPT):
                 continue
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             try:
                 mark_connection(conn, marks)
             finally:
                 conn.close()
         source, target = data / "blobs", out / "blobs"
-        missing = mark_blobs(source, marks)
-        gone = set(missing)
+        mark_blobs(source, marks)
+        missing = Missing()  # counted as copied: what the mark missed, or what went since it read it
         copied = copied_bytes = 0
         for digest in marks.digests():
-            if digest in gone:
-                continue
-            dst = blob_path(target, digest)
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            src, dst = blob_path(source, digest), blob_path(target, digest)
             try:
-                shutil.copyfile(blob_path(source, digest), dst)
-            except FileNotFoundError:  # collected since it was read (its referrer changed since)
-                missing.append(digest)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+            except FileNotFoundError:
+                missing.add(digest)
                 continue
             copied += 1
             copied_bytes += dst.stat().st_size
         return {
             "blobs": copied,
             "blob_bytes": copied_bytes,
-            "blobs_missing": len(missing),
-            "blobs_missing_examples": [f"sha256:{d}" for d in missing[:10]],
+            "blobs_missing": missing.count,
+            "blobs_missing_examples": missing.examples,
         }
     finally:
         marks.close()
