@@ -19,7 +19,7 @@ import pytest
 from roost.agent.payloads import BlobStore
 from roost.agent.sandbox import digest_of, load_snapshot
 from roost.cli import main
-from roost.storage.blobs import Marks, blob_path, mark_blobs
+from roost.storage.blobs import Marks, mark_blobs
 from roost.testing import connect, until
 from roost.transport.collect import actor_files, mark_file
 from tests.support import ROOT, server_process
@@ -65,13 +65,13 @@ async def completes(data_dir: Path, env: dict[str, str], run_id: str) -> dict[st
 
 
 def referenced(data_dir: Path) -> set[str]:
-    """What the actor files reference, transitively, and is stored."""
+    """What the actor files reference, transitively (stored or not)."""
     marks = Marks()
     try:
         for path in actor_files(data_dir):
             mark_file(data_dir, path, marks)
         mark_blobs(data_dir / "blobs", marks)
-        return {d for d in marks.digests() if blob_path(data_dir / "blobs", d).exists()}
+        return set(marks.digests())
     finally:
         marks.close()
 
@@ -170,3 +170,35 @@ async def test_a_backup_while_serving_restores_a_usable_resumable_workspace(
     card = await completes(restored, env, reply["run_id"])
     reopened = next(p for p in card["events"] if p["action"] == "reopened")
     assert reopened["restored"]["paths"] == ["README.md", "notes/log.txt", "src/app.py"]  # no directory
+
+
+async def test_sigkill_of_a_server_collecting_removes_nothing_still_referenced(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """The server is SIGKILLed while its ``POST /admin/gc`` sweeps: the command reports no answer,
+    every referenced blob is still there, and after a restart the run completes on its workspace."""
+    marker = tmp_path / "marker"
+    env = {"SANDBOX_MARKER": str(marker)}
+    srv, server, reply = await hung_run(data_dir, env, marker)
+    try:
+        junk = garbage(data_dir, GARBAGE)
+        age(data_dir)
+        argv = ["gc", "--data", str(data_dir), "--server", server.http]
+        asked = asyncio.ensure_future(asyncio.to_thread(main, argv))
+        await until(
+            lambda: asked.done() or len(blob_files(data_dir) & junk) < GARBAGE,
+            timeout=WAIT,
+            interval=0.005,
+            message="the collection removed nothing",
+        )
+    finally:
+        server.kill()
+        srv.__exit__(None, None, None)
+    assert await asked in (0, 1)  # 1: no answer, the server died mid-sweep
+    left = len(blob_files(data_dir) & junk)
+    assert left < GARBAGE  # the collection ran
+    kept = referenced(data_dir)  # stored or not
+    assert kept
+    assert not kept & junk
+    assert kept <= blob_files(data_dir)
+    await completes(data_dir, env, reply["run_id"])
