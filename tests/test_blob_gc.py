@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from roost.agent.payloads import BlobStore
-from roost.agent.sandbox import Limits, PermissionsProfile, Workspace, digest_of, load_snapshot
+from roost.agent.sandbox import digest_of, load_snapshot
 from roost.cli import main
 from roost.storage import ActorLocked, actor_path
 from roost.storage.blobs import GRACE, LOCK_FILE, Marks, mark_blobs, mark_bytes, sweep
@@ -186,24 +186,6 @@ async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(tm
         os.close(fd)
     assert (await swept).young == 1
     assert store.get(ref) == b"snapshot"
-
-
-def test_a_workspace_file_not_read_again_makes_its_blob_fresh(tmp_path: Path) -> None:
-    """A commit that finds a file unchanged since its last scan commits its reference again without
-    reading it: the blob is made fresh as a ``put`` would, and read again if it is gone."""
-    store = BlobStore(tmp_path / "blobs")
-    ws = Workspace(tmp_path / "ws", PermissionsProfile(), Limits(), store)
-    ws.wipe()
-    ws.write("a.txt", "alpha")
-    entries, _ = ws.scan()
-    path = store.path(entries["a.txt"][0][7:])
-    age(tmp_path)
-    ws.scan()
-    assert path.stat().st_mtime > time.time() - GRACE
-    path.unlink()
-    again, _ = ws.scan()
-    assert again == entries
-    assert path.read_bytes() == b"alpha"
 
 
 def test_what_a_marked_blob_names_is_marked(tmp_path: Path) -> None:

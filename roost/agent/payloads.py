@@ -157,18 +157,6 @@ class BlobStore:
             os.close(fd)
         return f"sha256:{digest}"
 
-    def freshen(self, ref: str) -> bool:
-        """Make the stored blob ``ref`` fresh, as a ``put`` of its content would (what a reference
-        about to be committed again without its content at hand needs); False if it is not stored."""
-        fd = self.locked(fcntl.LOCK_SH)
-        try:
-            os.utime(self.path(self._digest(ref)))
-        except FileNotFoundError:
-            return False
-        finally:
-            os.close(fd)
-        return True
-
     def get(self, ref: str) -> bytes:
         return self.path(self._digest(ref)).read_bytes()
 

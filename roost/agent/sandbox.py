@@ -357,13 +357,7 @@ class Workspace:
                 if total > self.limits.max_total_bytes:
                     raise LimitExceeded(f"the workspace holds more than {self.limits.max_total_bytes} bytes")
                 seen = self.known.get(path)
-                # a file not read again still has its reference committed anew: its blob is made
-                # fresh, as a put would (roost.storage.blobs), or the file is read if the blob went
-                if (
-                    seen is not None
-                    and seen[:3] == (st.st_ino, st.st_size, st.st_mtime_ns)
-                    and self.blobs.freshen(seen[3])
-                ):
+                if seen is not None and seen[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
                     entries[path] = [seen[3], st.st_size]
                 else:
                     data = self._read(path.split("/"))
