@@ -148,7 +148,18 @@ def test_version_help_and_defaults() -> None:
     assert top.returncode == 0
     assert "The ``roost`` command." not in top.stdout
     assert "serve actors" in top.stdout
-    for command in ("serve", "inspect", "export", "delete", "backup", "token", "ls", "schedules", "workers"):
+    for command in (
+        "serve",
+        "inspect",
+        "export",
+        "delete",
+        "backup",
+        "gc",
+        "token",
+        "ls",
+        "schedules",
+        "workers",
+    ):
         helped = roost(command, "--help")
         assert helped.returncode == 0, helped.stderr
         assert "(default:" in helped.stdout, command
@@ -243,6 +254,7 @@ def test_every_numeric_option_refuses_negative_nan_inf_and_words_when_parsed(
         "serve --rate-limit",
         "token --ttl",
         "ls --limit",
+        "gc --grace",
     } <= set(seen)
 
 
@@ -277,7 +289,17 @@ def test_every_data_option_defaults_to_ROOST_DATA(monkeypatch: pytest.MonkeyPatc
             if "--data" in action.option_strings:
                 defaults[command] = action.default
                 assert "$ROOST_DATA" in (action.help or ""), command
-    assert set(defaults) == {"serve", "ls", "schedules", "workers", "inspect", "export", "delete", "backup"}
+    assert set(defaults) == {
+        "serve",
+        "ls",
+        "schedules",
+        "workers",
+        "inspect",
+        "export",
+        "delete",
+        "backup",
+        "gc",
+    }
     assert defaults.pop("serve") is None
     assert set(defaults.values()) == {str(tmp_path / "elsewhere")}
     monkeypatch.delenv("ROOST_DATA")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from roost.actors import Actor, callable
 from roost.actors.decorators import wakeup
 from roost.actors.schedules import RetryPolicy
+from roost.agent.payloads import BlobStore
 from roost.cli import main
 from roost.examples.kinds import KINDS, Counter, DocsAgent, Room
 from roost.scheduler import SystemClock
@@ -152,14 +155,17 @@ async def test_without_authentication_admin_is_for_this_hosts_command_line_never
     """docs/security.md: without authentication, ``/admin/*`` answers a client on the loopback interface
     that is not a browser (no ``Origin``) and came through no proxy: behind a reverse proxy on the same
     host every remote client connects from 127.0.0.1, so a request carrying any proxy header is refused
-    ``forbidden`` (inspect, export, delete and backup alike) and nothing is read, deleted or copied."""
+    ``forbidden`` (inspect, export, delete, backup and gc alike) and nothing is read, deleted, copied
+    or collected."""
     await make_counter(data_dir)
+    nobodys = old_garbage(data_dir)
     app = create_app(KINDS, data_dir=data_dir)
     requests: list[tuple[str, str, Any]] = [
         ("GET", "/admin/actors/counter/c1", None),
         ("GET", "/admin/actors/counter/c1/export", None),
         ("DELETE", "/admin/actors/counter/c1", {"reason": "proxied"}),
         ("POST", "/admin/backup", {"name": "proxied"}),
+        ("POST", "/admin/gc", {"grace": 0}),
     ]
     async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
         for header, value in [("Origin", "http://localhost:8000"), *PROXIED]:
@@ -171,6 +177,49 @@ async def test_without_authentication_admin_is_for_this_hosts_command_line_never
         assert inspected.status_code == 200, inspected.text
         assert inspected.json()["result"]["state"] == {"count": 3}
     assert not (data_dir.parent / "backups").exists()
+    assert nobodys.exists()
+
+
+def old_garbage(data_dir: Path) -> Path:
+    """A blob nobody references, stored two hours ago: the next collection removes it."""
+    store = BlobStore(data_dir / "blobs")
+    path = store.path(store.put(b"nobody's")[7:])
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    return path
+
+
+async def test_a_collection_while_serving_is_for_admins_only(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``POST /admin/backup``: an admin token without a tenant; anyone else gets exit 1 and one
+    line, and nothing is removed; a body that is not ``{"grace": n, "dry_run": b}`` is refused."""
+    await make_counter(data_dir)
+    nobodys = old_garbage(data_dir)
+    signer = TokenSigner("b" * 40)
+    app = create_app(KINDS, data_dir=data_dir, authenticate=token_authenticate(signer))
+    async with serve(app) as addr, httpx.AsyncClient(base_url=f"http://{addr}") as http:
+        assert (await http.post("/admin/gc")).status_code == 401
+        admin = {"Authorization": f"Bearer {signer.issue('op', ttl=60, admin=True)}"}
+        for token in (signer.issue("op", ttl=60), signer.issue("op", ttl=60, tenant="t1", admin=True)):
+            r = await http.post("/admin/gc", headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == 403, r.text
+        for body in ({"grace": -1}, {"grace": "soon"}, {"dry_run": "yes"}, [1], {"grace": True}):
+            r = await http.post("/admin/gc", json=body, headers=admin)
+            assert r.json()["error"]["code"] == "bad_frame", (body, r.text)
+        monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60))
+        assert await cli("gc", "--server", f"http://{addr}") == 1
+        assert (
+            capsys.readouterr().err
+            == "roost: gc failed (HTTP 403): admin only (an admin token without a tenant)\n"
+        )
+        assert nobodys.exists()
+        monkeypatch.setenv("ROOST_TOKEN", signer.issue("op", ttl=60, admin=True))
+        assert await cli("gc", "--server", f"http://{addr}", "--dry-run") == 0
+        assert nobodys.exists()
+        assert await cli("gc", "--server", f"http://{addr}") == 0
+        assert "removed 1 blob(s)" in capsys.readouterr().out
+    assert not nobodys.exists()
 
 
 async def test_a_never_created_actor_is_not_found_and_not_created(

@@ -21,11 +21,13 @@ string goes to the blob store whole. :func:`resolve` gives the original back to 
 
 Blobs live under ``DATA/blobs/<h0h1>/<h2h3>/<sha256>``; the same content is stored once. A blob is
 written (temporary file, then rename) before the reference is committed, so a reference never points
-at nothing; a crash between the two leaves an unreferenced blob, never a dangling reference.
+at nothing; a crash between the two leaves an unreferenced blob, never a dangling reference. Blobs
+no actor's file references any longer are removed by ``roost gc`` (:mod:`roost.storage.blobs`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from roost.storage.blobs import blob_lock, blob_path
 
 __all__ = [
     "MAX_DEPTH",
@@ -116,29 +120,51 @@ def redact_text(text: str) -> str:
 
 
 class BlobStore:
-    """Content-addressed files under ``root``."""
+    """Content-addressed files under ``root``.
+
+    **A stored blob is fresh**: :meth:`put` of content already stored sets the file's modification
+    time to now instead of writing it again, and it does so (or writes the file) holding the store's
+    lock shared (:data:`roost.storage.blobs.LOCK_FILE`), while the collection
+    (:mod:`roost.storage.blobs`) holds it exclusive for each removal. A blob ``put`` returns is
+    therefore never removed within the collection's grace period after that return, whatever the
+    collection had marked: the reference about to be committed is safe."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def path(self, digest: str) -> Path:
-        return self.root / digest[:2] / digest[2:4] / digest
+        return blob_path(self.root, digest)
+
+    def locked(self, how: int) -> int:
+        """The store's lock held ``how`` (:func:`roost.storage.blobs.blob_lock`): close to let go."""
+        return blob_lock(self.root, how)
 
     def put(self, data: bytes) -> str:
-        """Store ``data`` (once per content); return its reference ``sha256:<hex>``."""
+        """Store ``data`` (once per content, made fresh if stored already); return its reference
+        ``sha256:<hex>``."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.path(digest)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        fd = self.locked(fcntl.LOCK_SH)
+        try:
+            try:
+                os.utime(path)
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+        finally:
+            os.close(fd)
         return f"sha256:{digest}"
 
     def get(self, ref: str) -> bytes:
+        return self.path(self._digest(ref)).read_bytes()
+
+    @staticmethod
+    def _digest(ref: str) -> str:
         if not ref.startswith("sha256:") or not re.fullmatch(r"[0-9a-f]{64}", ref[7:]):
             raise ValueError(f"not a blob reference: {ref!r}")
-        return self.path(ref[7:]).read_bytes()
+        return ref[7:]
 
 
 class Vault:

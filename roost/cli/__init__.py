@@ -2,7 +2,7 @@
 
 ``roost serve [MODULE:APP]`` serves an app made by ``create_app`` (default: the example kinds);
 ``roost ls``, ``schedules`` and ``workers`` read the directory database; ``roost inspect``,
-``export``, ``delete`` and ``backup`` are the data tools; ``roost token`` issues a signed token.
+``export``, ``delete``, ``backup`` and ``gc`` are the data tools; ``roost token`` issues a signed token.
 Run ``roost COMMAND --help`` for each command's options and their defaults.
 
 Guarantee: a command never ends in a traceback. It prints one line (``roost: …``) on stderr and exits

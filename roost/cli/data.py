@@ -1,8 +1,10 @@
-"""``roost inspect | export | delete | backup``: the data tools (:mod:`roost.transport.admin`), with clear
-refusals. They open actor files directly, so an actor live in a running server is refused (its file is
-locked); with ``--server URL`` they ask the server instead: ``inspect`` and ``export`` read the actor
-inside one of its turns (``GET /admin/actors/…``), ``delete`` stops it there and deletes it
-(``DELETE /admin/actors/…``), ``backup`` copies while serving (``POST /admin/backup``). Every hint
+"""``roost inspect | export | delete | backup | gc``: the data tools (:mod:`roost.transport.admin`,
+:mod:`roost.transport.backup`, :mod:`roost.transport.collect`), with clear refusals. They open actor
+files directly, so an actor live in a running server is refused (its file is locked); with ``--server
+URL`` they ask the server instead: ``inspect`` and ``export`` read the actor inside one of its turns
+(``GET /admin/actors/…``), ``delete`` stops it there and deletes it (``DELETE /admin/actors/…``),
+``backup`` copies while serving (``POST /admin/backup``), ``gc`` collects the blob store while
+serving (``POST /admin/gc``). Every hint
 names only options the command has. ``$ROOST_TOKEN`` (a token with the admin claim) authenticates to
 a server that asks for one."""
 
@@ -19,7 +21,7 @@ from urllib.parse import quote
 import orjson
 
 from roost.cli.errors import CommandFailed, UsageError
-from roost.cli.options import add_data_option
+from roost.cli.options import add_data_option, non_negative_float
 from roost.storage import ActorLocked, InvalidActorAddress
 
 __all__ = ["add_parsers"]
@@ -32,7 +34,7 @@ def _print_json(value: object) -> None:
 
 
 def _data_ops(args: argparse.Namespace) -> int:
-    from roost.transport import admin, backup
+    from roost.transport import admin, backup, collect
 
     data = Path(args.data)
     if args.command == "inspect" and (args.kind is None) != (args.name is None):
@@ -60,15 +62,15 @@ def _data_ops(args: argparse.Namespace) -> int:
             if not args.yes:
                 raise UsageError(f"deleting {args.kind}/{args.name!r} cannot be undone; add --yes")
             record = admin.delete_actor(data, args.kind, args.name, reason=args.reason or "")
-            print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}")
+            print(f"deleted {args.kind}/{args.name!r}; audit record in {data / admin.AUDIT_LOG}; {_GC_HINT}")
             _print_json(record)
         elif args.command == "backup":
-            manifest = backup.backup_offline(data, Path(args.out))
-            print(
-                f"backed up {manifest['actors']} actor(s) to {args.out}; integrity failures: "
-                f"{manifest['integrity_failures']}"
-            )
-            return 0 if manifest["integrity_failures"] == 0 else 1
+            return _backed_up(backup.backup_offline(data, Path(args.out)), args.out, "")
+        elif args.command == "gc":
+            try:
+                return _collected(collect.collect_offline(data, grace=args.grace, dry_run=args.dry_run))
+            except collect.CollectionRefused as exc:
+                raise CommandFailed(str(exc)) from None
     except InvalidActorAddress as exc:
         raise UsageError(str(exc)) from None
     except ActorLocked as exc:
@@ -90,18 +92,37 @@ _LOCKED_HINTS = {
     "export": "use --server URL to read it while serving",
     "delete": "use --server URL to delete it through the server",
     "backup": "use --server URL to back up while serving",
+    "gc": "nothing was removed; use --server URL to collect while serving",
 }
+_GC_HINT = "its blobs that no other actor references go at the next roost gc"
+
+
+def _backed_up(manifest: dict[str, Any], where: str, serving: str) -> int:
+    print(
+        f"backed up {manifest['actors']} actor(s) and {manifest['blobs']} blob(s) to {where}{serving}; "
+        f"integrity failures: {manifest['integrity_failures']}; blobs missing: {manifest['blobs_missing']}"
+    )
+    return 0 if manifest["integrity_failures"] == 0 and manifest["blobs_missing"] == 0 else 1
+
+
+def _collected(report: dict[str, Any]) -> int:
+    verb = "would remove" if report["dry_run"] else "removed"
+    print(
+        f"{verb} {report['removed']} blob(s) ({report['removed_bytes']} bytes); kept {report['kept']} "
+        f"referenced and {report['young']} stored in the last {report['grace']:g} s; "
+        f"references to missing blobs: {report['missing']}"
+    )
+    _print_json(report)
+    return 0
 
 
 def _online(args: argparse.Namespace) -> int:
     """The command, asked of the server at ``--server``."""
     if args.command == "backup":
         manifest = _ask(args, "POST", "/admin/backup", {"name": args.out})
-        print(
-            f"backed up {manifest['actors']} actor(s) to {manifest['path']} while serving; "
-            f"integrity failures: {manifest['integrity_failures']}"
-        )
-        return 0 if manifest["integrity_failures"] == 0 else 1
+        return _backed_up(manifest, manifest["path"], " while serving")
+    if args.command == "gc":
+        return _collected(_ask(args, "POST", "/admin/gc", {"grace": args.grace, "dry_run": args.dry_run}))
     if args.kind is None:
         raise UsageError("inspect --server takes KIND and NAME (a whole data directory is inspected offline)")
     path = f"/admin/actors/{quote(args.kind, safe='')}/{quote(args.name, safe='')}"
@@ -109,7 +130,10 @@ def _online(args: argparse.Namespace) -> int:
         if not args.yes:
             raise UsageError(f"deleting {args.kind}/{args.name!r} cannot be undone; add --yes")
         record = _ask(args, "DELETE", path, {"reason": args.reason or ""})
-        print(f"deleted {args.kind}/{args.name!r} through the server; audit record in its data directory")
+        print(
+            f"deleted {args.kind}/{args.name!r} through the server; audit record in its data directory; "
+            f"{_GC_HINT}"
+        )
         _print_json(record)
     elif args.command == "inspect":
         _print_json(_ask(args, "GET", path))
@@ -195,3 +219,23 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "$ROOST_TOKEN with the admin claim if it authenticates; default: none, an offline copy)",
     )
     bak.set_defaults(func=_data_ops, command="backup")
+    gc = sub.add_parser(
+        "gc",
+        help="remove the blobs (DATA/blobs) no actor's file references any more: those of deleted "
+        "actors, of replaced workspace files and snapshots",
+    )
+    add_data_option(gc)
+    gc.add_argument(
+        "--grace",
+        type=non_negative_float,
+        default=3600.0,
+        help="seconds a blob stored (or stored again) is kept whatever references it (0: none is; "
+        "default: 3600, longer than any turn between storing a blob and committing its reference)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="report what would go, remove nothing")
+    gc.add_argument(
+        "--server",
+        help="URL of the server holding the data (collect while serving; "
+        "$ROOST_TOKEN with the admin claim if it authenticates; default: none, offline)",
+    )
+    gc.set_defaults(func=_data_ops, command="gc")

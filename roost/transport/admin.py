@@ -548,7 +548,9 @@ def _last_words(conn: sqlite3.Connection, path: Path) -> tuple[int | None, str |
 def delete_actor(
     data: Path, kind: str, name: str, *, reason: str = "", by: str | None = None
 ) -> dict[str, Any]:
-    """Delete an actor for good: files and directory row, under its lock; then the audit record.
+    """Delete an actor for good: files, directory row and sandbox workspaces, under its lock; then the
+    audit record. Its blobs stay: they are shared by content with other actors, and ``roost gc``
+    (:mod:`roost.transport.collect`) removes those nobody references any more.
 
     A damaged actor is deleted too: a file missing, empty or that is no database needs no lock (no
     server opens it), and what cannot be read of a file is ``None`` in the record, with the reason it

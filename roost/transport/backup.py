@@ -1,5 +1,12 @@
 """Backups of a data directory: SQLite's online backup of every actor's file and of the directory
-into a new directory, with a ``manifest.json`` (counts, ``integrity_check`` of every copy).
+into a new directory, then the blobs those copies reference (``blobs/``, :func:`copy_blobs`), with a
+``manifest.json`` (counts, ``integrity_check`` of every copy, the blobs copied and any missing).
+
+**A restored backup keeps its workspaces usable**: the sandbox directories (``DATA/sandboxes``) are
+not copied, since every disposition rebuilds one from the blob store when a step opens it in a new
+process — ``resumable`` from the committed entries, ``snapshot`` from the last snapshot,
+``recreate`` from the manifest — and a closed workspace is a snapshot already. What a step had
+written and not committed is not in the backup (it is never trusted: the step runs again).
 
 - :func:`backup_offline`: a data directory no server holds (the CLI, ``roost backup``); each file is
   copied under its own exclusive lock (:func:`roost.transport.admin.locked_file`), so a held actor
@@ -11,7 +18,6 @@ into a new directory, with a ``manifest.json`` (counts, ``integrity_check`` of e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import threading
 import time
@@ -23,6 +29,7 @@ import orjson
 from roost.actors import RpcError
 from roost.storage import ActorLocked, Directory, actor_path
 from roost.transport.admin import listed_actors, locked_file
+from roost.transport.collect import copy_blobs, in_turn_thread
 
 if TYPE_CHECKING:
     from roost.actors import Actor, Registry
@@ -60,7 +67,10 @@ def _relative(data: Path, kind: str, name: str) -> Path:
     return actor_path(data, kind, name).relative_to(data)
 
 
-def _manifest(out: Path, entries: list[dict[str, Any]], started: float) -> dict[str, Any]:
+def _manifest(data: Path, out: Path, entries: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    """The blobs copied (:func:`copy_blobs`), then ``manifest.json``: written last, so a backup
+    without one is incomplete."""
+    blobs = copy_blobs(data, out)
     bad = [e for e in entries if e["integrity_check"] != "ok"]
     manifest = {
         "started_at": started,
@@ -68,6 +78,7 @@ def _manifest(out: Path, entries: list[dict[str, Any]], started: float) -> dict[
         "actors": len([e for e in entries if e.get("kind")]),
         "files": entries,
         "integrity_failures": len(bad),
+        **blobs,
     }
     (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     return manifest
@@ -101,26 +112,16 @@ def backup_offline(data: Path, out: Path) -> dict[str, Any]:
         check = _copy_unserved(data, entry.kind, entry.name, out / _relative(data, entry.kind, entry.name))
         if check is not None:
             entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
-    return _manifest(out, entries, started)
+    return _manifest(data, out, entries, started)
 
 
 async def _copy_in_turn(conn: sqlite3.Connection, target: Path) -> str:
     """:func:`copy_database` in a thread, from inside a turn. **The turn does not end while the thread holds
     the connection**: when the turn is cancelled (its timeout, a shutdown), the copy is told to stop
     after its current step and waited for, and only then is the cancellation let through — the
-    rollback that follows, or the file's close, never touches the connection under the thread."""
-    stop = threading.Event()
-    done = asyncio.get_running_loop().run_in_executor(None, copy_database, conn, target, stop)
-    try:
-        return await asyncio.shield(done)
-    except asyncio.CancelledError:
-        stop.set()
-        while not done.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({done})
-        if not done.cancelled():
-            done.exception()  # retrieved: BackupStopped, or whatever the copy met meanwhile
-        raise
+    rollback that follows, or the file's close, never touches the connection under the thread
+    (:func:`roost.transport.collect.in_turn_thread`)."""
+    return await in_turn_thread(lambda stop: copy_database(conn, target, stop))
 
 
 async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
@@ -169,4 +170,4 @@ async def backup_online(registry: Registry, out: Path) -> dict[str, Any]:
                 exc.code, f"backup incomplete at {entry.kind}/{entry.name!r}: {exc.message}"
             ) from exc
         entries.append({"kind": entry.kind, "name": entry.name, "integrity_check": check})
-    return await asyncio.to_thread(_manifest, out, entries, started)
+    return await asyncio.to_thread(_manifest, data, out, entries, started)

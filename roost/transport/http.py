@@ -28,10 +28,12 @@ from roost.actors import (
     fast_paths_off,
 )
 from roost.protocol.failures import http_status
+from roost.storage.blobs import GRACE
 from roost.transport.access import Refused
 from roost.transport.admin import delete_live, export_live, inspect_live
 from roost.transport.auth import allow_all, run_authenticate
 from roost.transport.backup import backup_online
+from roost.transport.collect import collect_online
 from roost.transport.protocol import PROTOCOL_VERSION, ProtocolError, actor_address
 from roost.transport.security import check_client_name, hide_token, origin_allowed
 
@@ -45,6 +47,7 @@ __all__ = [
     "admin_backup",
     "admin_delete",
     "admin_export",
+    "admin_gc",
     "admin_inspect",
     "get_actor",
     "get_metrics",
@@ -299,6 +302,37 @@ async def admin_backup(request: Request) -> Response:
     except RpcError as exc:
         return _error(exc.code, f"{exc.message} (the partial copy in {out} has no manifest.json)")
     return JSONResponse({"ok": True, "result": {**manifest, "path": str(out)}})
+
+
+async def admin_gc(request: Request) -> Response:
+    """``POST /admin/gc`` with an optional body ``{"grace": seconds, "dry_run": true}``: what ``roost gc``
+    does, while serving (:func:`roost.transport.collect.collect_online`): the blobs no actor's file
+    references, stored more than ``grace`` seconds (default an hour) before it started, are removed;
+    the report is the answer. Who: :func:`_admin`, with ``authorize(principal, "admin", "gc",
+    "admin:gc")``. An actor that could not be marked: its error, and nothing was removed."""
+    app: Runtime = request.app.state.roost
+    refused = await _admin(app, request, "gc", "admin:gc")
+    if isinstance(refused, Response):
+        return refused
+    body = await _read_body(request, 4096)
+    try:
+        asked = orjson.loads(body) if body and body.strip() else {}
+        grace = asked.get("grace", GRACE)
+        dry_run = asked.get("dry_run", False)
+    except (orjson.JSONDecodeError, AttributeError):
+        grace, dry_run = None, None
+    if (
+        isinstance(grace, bool)
+        or not isinstance(grace, int | float)
+        or not 0 <= grace < 1e9
+        or not isinstance(dry_run, bool)
+    ):
+        return _error("bad_frame", 'expected no body, or {"grace": <seconds, 0 or more>, "dry_run": <bool>}')
+    try:
+        report = await collect_online(app.registry, grace=float(grace), dry_run=dry_run)
+    except RpcError as exc:
+        return _error(exc.code, exc.message)
+    return JSONResponse({"ok": True, "result": report})
 
 
 async def _admin_actor(
