@@ -524,3 +524,44 @@ async def test_a_prune_wake_up_that_found_nothing_does_not_stop_the_next(data_di
         listed = await kit.call("pruned", "p1", "list_workflows", None, None, 500)
         assert "w00" not in {w["id"] for w in listed}
         assert len(listed) == 10
+
+
+class EndShop(Shop):
+    """A shop that keeps a row per workflow end, written by ``on_workflow_end``."""
+
+    kind = "endshop"
+    migrations = (*Shop.migrations, "CREATE TABLE ends (wid TEXT, status TEXT, reason TEXT)")
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        self.sql.execute(
+            "INSERT INTO ends VALUES (?, ?, ?)", (workflow["id"], workflow["status"], workflow.get("reason"))
+        )
+
+    @callable(readonly=True)
+    async def ends(self) -> list[list[Any]]:
+        return [list(r) for r in self.sql.execute("SELECT wid, status, reason FROM ends ORDER BY rowid")]
+
+
+async def test_every_end_is_heard_in_its_own_turn(data_dir: Path) -> None:
+    """``on_workflow_end`` hears each end once, in the turn that records it (its write commits with
+    the end): a completed body, a failed step, a cancel, and a divergence on replay, which no body
+    can catch itself."""
+    clock = FakeClock()
+    async with ActorKit([EndShop], data_dir, clock=clock) as kit:
+        await kit.call("endshop", "e", "start_workflow", "chain", 2, "done")
+        await kit.call("endshop", "e", "start_workflow", "fatal", None, "broke")
+        await kit.call("endshop", "e", "start_workflow", "nap", {"seconds": 60}, "stopped")
+        assert await kit.call("endshop", "e", "ends") == [
+            ["done", "completed", None],
+            ["broke", "failed", "step_failed"],
+        ]
+        await kit.call("endshop", "e", "cancel_workflow", "stopped")
+        await kit.call("endshop", "e", "start_workflow", "shifty", None, "diverged")
+        Shop.shift = True
+        try:
+            clock.advance(10)
+            await kit.fire_due("endshop", "e")
+        finally:
+            Shop.shift = False
+        ends = await kit.call("endshop", "e", "ends")
+        assert ends[2:] == [["stopped", "cancelled", "cancelled"], ["diverged", "failed", "nondeterministic"]]
