@@ -408,3 +408,17 @@ async def test_a_worker_failing_in_any_way_reports_it(
         assert run["status"] == "failed"
         assert "'w1': 'failed'" in run["error"]
         assert [(b["worker"], b["status"]) for b in run["branches"]] == [("w1", "failed")]
+
+
+async def test_a_team_run_s_id_holds_no_colon(data_dir: Path) -> None:
+    """A run named like another run's cancel (``r1:1:cancel``) is refused before it starts, so it
+    can never take that cancel's id; a run with a plain id starts."""
+    async with ActorKit(KINDS, data_dir, clock=FakeClock()) as kit:
+        spec = {"task": "a task", "workers": ["w1"]}
+        with pytest.raises(RpcError) as err:
+            await kit.call("team", "t1", "start_workflow", "team", spec, "r1:1:cancel")
+        assert err.value.code == "invalid_arguments"
+        with pytest.raises(RpcError):
+            await kit.call("team", "t1", "workflow_status", "r1:1:cancel")  # nothing was started
+        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
+        assert (await until(lambda: _finished(kit)))["status"] == "completed"

@@ -298,6 +298,17 @@ class Team(Workflows):
                 "cancel_workers", {"run": run, "generation": gen, "workers": workers}, wid
             )
 
+    @callable
+    async def start_workflow(
+        self, name: str, input: Any = None, workflow_id: str | None = None
+    ) -> dict[str, Any]:
+        """Start a workflow. **A team run's id holds no colon**: the team's own workflows and its
+        workers' are named ``{run}:{generation}:…`` (:func:`cancel_workflow_id`), so a run named
+        ``x:1:cancel`` would take the id of run ``x``'s cancel and make that cancel fail."""
+        if name == "team" and workflow_id is not None and ":" in workflow_id:
+            raise RpcError("invalid_arguments", f"a team run's id holds no ':' (got {workflow_id!r})")
+        return await super().start_workflow(name, input, workflow_id)
+
     @workflow
     async def cancel_workers(self, step: Step, spec: dict[str, Any]) -> dict[str, str]:
         """Cancel each worker of generation ``spec["generation"]`` of run ``spec["run"]``: one branch
