@@ -197,6 +197,33 @@ def server_process(
         server.kill()
 
 
+async def roost_command(*args: str) -> tuple[int, str, str]:
+    """Run the ``roost`` command (``python -m roost.cli ARGS``) in a child process, from the
+    repository's root, within 30 s; ``(returncode, stdout, stderr)``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "roost.cli",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def pending_alarms(data_dir: Path) -> int:
+    """Actors with an alarm in the directory, read without writing anything (a server may hold it)."""
+    conn = sqlite3.connect(f"file:{data_dir / 'directory.sqlite'}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def small_window_socket(addr: str) -> socket.socket:
     """A connected TCP socket with a small receive buffer, so an unread backlog reaches the server."""
     host, port = addr.rsplit(":", 1)

@@ -9,9 +9,7 @@ and the queue's rows (``roost.testing.queue_rows``).
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import pytest
 
 from roost.storage import actor_path
 from roost.testing import queue_rows, until
-from tests.support import ROOT, ServerProcess
+from tests.support import ServerProcess, pending_alarms, roost_command
 
 pytestmark = pytest.mark.slow
 
@@ -38,34 +36,11 @@ async def rpc(client: httpx.AsyncClient, name: str, method: str, body: Any) -> A
     return payload["result"]
 
 
-def pending_alarms(data_dir: Path) -> int:
-    """Actors with an alarm in the directory, read without writing anything."""
-    conn = sqlite3.connect(f"file:{data_dir / 'directory.sqlite'}?mode=ro", uri=True, timeout=5)
-    with closing(conn):
-        return int(conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()[0])
-
-
 def effects(data_dir: Path, name: str) -> list[tuple[str, str, int]]:
     """The effect rows of the actor (tag, item id, attempt), in the order committed."""
     with closing(sqlite3.connect(actor_path(data_dir, "qjob", name), timeout=0)) as db:
         rows = db.execute("SELECT tag, item, attempt FROM effects ORDER BY id").fetchall()
     return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
-
-
-async def roost(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "roost.cli",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(30):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_queue_survives_sigkill_and_drains_in_order_once_after_restart(data_dir: Path) -> None:
@@ -130,7 +105,7 @@ async def test_queue_survives_sigkill_and_drains_in_order_once_after_restart(dat
         assert done == [(f, "done", passed), (p, "done", 1), (q, "done", 1)]
         assert rows[0].last_error in ("RuntimeError: attempt 3 of f fails", INTERRUPTED)
 
-    code, out, err = await roost("inspect", "qjob", hung[0], "--data", str(data_dir))
+    code, out, err = await roost_command("inspect", "qjob", hung[0], "--data", str(data_dir))
     assert code == 0, err
     queue = orjson.loads(out)["queue"]
     assert queue["counts"] == {"pending": 0, "running": 0, "done": 3, "dead": 0, "cancelled": 0}

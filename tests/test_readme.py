@@ -276,32 +276,14 @@ def test_the_langgraph_block_resumes_its_interrupted_graph_across_a_sigkill(
 
 
 def test_the_connections_block_runs_as_a_script_and_says_ok(tmp_path: Path) -> None:
-    (tmp_path / "chat.py").write_text(CHAT)
     assert CHAT.startswith("# chat.py: .venv/bin/python chat.py\n")
-    out = subprocess.run(
-        [sys.executable, "chat.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    out = run_block(tmp_path, "chat.py", CHAT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout == "ok\n"
 
 
 def test_the_identity_provider_block_runs_as_a_script_and_prints_what_the_readme_says(tmp_path: Path) -> None:
-    (tmp_path / "idp_tokens.py").write_text(IDP_TOKENS)
-    out = subprocess.run(
-        [sys.executable, "idp_tokens.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    out = run_block(tmp_path, "idp_tokens.py", IDP_TOKENS)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == printed_in("## Tokens from your identity provider"), out.stdout
     section = README.split("## Tokens from your identity provider", 1)[1]

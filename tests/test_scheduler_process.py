@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +19,7 @@ import httpx
 import pytest
 
 from roost.testing import fires, schedule_rows, until
-from tests.support import ROOT, ServerProcess, server_process
+from tests.support import ServerProcess, pending_alarms, roost_command, server_process
 
 pytestmark = pytest.mark.slow
 
@@ -50,39 +48,12 @@ async def counts(client: httpx.AsyncClient, kind: str, names: list[str]) -> dict
     return {n: (None if s is None else int(s["count"])) for n, s in zip(names, states, strict=True)}
 
 
-async def roost(*args: str) -> tuple[int, str, str]:
-    """Run the ``roost`` command; ``(returncode, stdout, stderr)``."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "roost.cli",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(30):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 def fired_once(data_dir: Path, kind: str, name: str, schedule_id: str) -> bool:
     """The actor's file (no process has it open) records exactly one completed fire, of ``schedule_id``,
     and that schedule is done after one run."""
     fired = [f.schedule_id for f in fires(data_dir, kind, name)]
     rows = [(r.id, r.status, r.runs) for r in schedule_rows(data_dir, kind, name)]
     return fired == [schedule_id] and rows == [(schedule_id, "done", 1)]
-
-
-def pending_alarms(data_dir: Path) -> int:
-    """Actors with an alarm in the directory, read without writing anything."""
-    conn = sqlite3.connect(f"file:{data_dir / 'directory.sqlite'}?mode=ro", uri=True, timeout=5)
-    try:
-        row = conn.execute("SELECT count(*) FROM actors WHERE next_alarm_at IS NOT NULL").fetchone()
-        return int(row[0])
-    finally:
-        conn.close()
 
 
 async def sleep_until(t: float) -> None:
@@ -112,12 +83,12 @@ async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Pat
         server.kill()
     assert len(set(ids)) == 50
 
-    code, out, err = await roost("schedules", "--data", str(data_dir))
+    code, out, err = await roost_command("schedules", "--data", str(data_dir))
     assert code == 0, err
     assert out.splitlines()[-1] == "50 of 50 actor(s) with pending wake-ups"
     listed = {m.group(3) for line in out.splitlines()[1:-1] if (m := SCHEDULES_LINE.match(line))}
     assert listed == set(names)  # as clients sent them, no quotes
-    code, out, err = await roost("ls", "--data", str(data_dir))
+    code, out, err = await roost_command("ls", "--data", str(data_dir))
     assert code == 0, err
     assert out.splitlines()[-1] == "50 of 50 actor(s)"
     assert sum(1 for line in out.splitlines() if line.startswith("counter ")) == 50
@@ -135,7 +106,7 @@ async def test_wakeups_survive_sigkill_and_fire_once_after_restart(data_dir: Pat
             assert await counts(client, "counter", names) == dict.fromkeys(names, 1)
             pending = await asyncio.gather(*(rpc(client, "counter", n, "schedules", []) for n in names))
             assert pending == [[] for _ in names]
-        code, out, _ = await roost("schedules", "--data", str(data_dir))
+        code, out, _ = await roost_command("schedules", "--data", str(data_dir))
         assert code == 0
         assert out.splitlines()[-1] == "0 of 0 actor(s) with pending wake-ups"
     for name, sid in zip(names, ids, strict=True):
@@ -230,7 +201,7 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
             )
         assert sum(planned) == actors * per_actor
         assert time.time() < due - 1.0, "setup too slow: the actors were not dormant before the due time"
-        code, out, err = await roost("schedules", "--data", str(data_dir), "--limit", "1000")
+        code, out, err = await roost_command("schedules", "--data", str(data_dir), "--limit", "1000")
         assert code == 0, err
         assert out.splitlines()[-1] == f"{actors} of {actors} actor(s) with pending wake-ups"
 
@@ -281,7 +252,7 @@ async def test_roost_schedules_output_format(data_dir: Path) -> None:
                 await rpc(client, "counter", name, "increment_later", [seconds])
             after = time.time()
             await rpc(client, "counter", "plain", "increment", [])
-        code, out, err = await roost("schedules", "--data", str(data_dir))
+        code, out, err = await roost_command("schedules", "--data", str(data_dir))
     assert code == 0, err
     assert err == ""
     lines = out.splitlines()
@@ -304,7 +275,7 @@ async def test_roost_schedules_output_format(data_dir: Path) -> None:
         seconds = delays[name.strip("'")]
         assert before + seconds - 0.01 <= t <= after + seconds + 0.01
 
-    code, out, err = await roost("schedules", "--data", str(data_dir / "missing"))
+    code, out, err = await roost_command("schedules", "--data", str(data_dir / "missing"))
     assert code == 1
     assert out == ""
     assert "no data directory" in err

@@ -32,7 +32,8 @@ the offline tools say so and touch nothing.
   directory recorded it had committed) are shown by :func:`inspect_actor` (``damaged``: the reason,
   ``acked_seq``: the directory's high-water seq) and cleared by :func:`delete_actor`, whatever is
   left of their file; the audit record says what was deleted, and why it was damaged.
-- Backups are :mod:`roost.transport.backup`'s.
+- Backups are :mod:`roost.transport.backup`'s; the export's values (JSON text as objects, times as
+  ISO 8601 UTC) are made by :mod:`roost.transport.export_format`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,14 @@ from roost.storage.damage import (
     seq_damage,
     unopened_damage,
 )
+from roost.transport.export_format import (
+    iso_time,
+    jsonable,
+    logged_frame,
+    meta_value,
+    queue_times,
+    roost_value,
+)
 
 if TYPE_CHECKING:
     from roost.actors import Actor, Registry
@@ -78,6 +86,7 @@ __all__ = [
     "inspect_directory",
     "inspect_live",
     "inspect_report",
+    "iso_time",
     "listed_actors",
     "locked_file",
 ]
@@ -189,7 +198,7 @@ def _workspaces(conn: sqlite3.Connection, tables: list[str]) -> list[dict[str, A
 
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
     """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
-    meta = {k: _meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
+    meta = {k: meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
     versions = dict(
         conn.execute("SELECT component, max(version) FROM roost_migrations GROUP BY component").fetchall()
     )
@@ -216,7 +225,7 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     }
     queue = queue_report(conn)
     if queue is not None:  # the actor's durable queue (roost.actors.queue), its times as ISO 8601 UTC
-        report["queue"] = _queue_times(queue)
+        report["queue"] = queue_times(queue)
     sessions = _capability_sessions(conn, tables)
     if sessions is not None:  # an agent with MCP sessions: the oldest 100 (docs/design.md)
         report["capability_sessions"] = sessions
@@ -224,18 +233,6 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     if workspaces is not None:  # an agent whose runs own sandbox workspaces (docs/design.md)
         report["workspaces"] = workspaces
     return report
-
-
-def _queue_times(value: Any) -> Any:
-    """A queue report with every ``*_at`` number in it as ISO 8601 UTC."""
-    if isinstance(value, dict):
-        return {
-            k: iso_time(v) if _is_time(k) and isinstance(v, int | float) else _queue_times(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_queue_times(v) for v in value]
-    return value
 
 
 def _acked_seq(data: Path, kind: str, name: str) -> int | None:
@@ -338,13 +335,15 @@ def export_report(conn: sqlite3.Connection, kind: str, name: str, state: Any, no
         if hidden is not None:
             rows = [{**r, hidden: "[not exported]"} for r in rows]
         if table == "roost_meta":
-            tables[table] = [{**r, "value": _meta_value(r["key"], r["value"])} for r in rows]
+            tables[table] = [{**r, "value": meta_value(r["key"], r["value"])} for r in rows]
         elif table.startswith("roost_"):
             json_cols = _JSON_COLUMNS.get(table, frozenset())
-            tables[table] = [{k: _roost_value(k, v, json_cols) for k, v in r.items()} for r in rows]
+            tables[table] = [{k: roost_value(k, v, json_cols) for k, v in r.items()} for r in rows]
         else:
-            tables[table] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
-    events = [_frame(orjson.loads(r[0])) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")]
+            tables[table] = [{k: jsonable(v) for k, v in r.items()} for r in rows]
+    events = [
+        logged_frame(orjson.loads(r[0])) for r in conn.execute("SELECT frame FROM roost_log ORDER BY seq")
+    ]
     return {
         "kind": kind,
         "name": name,
@@ -374,97 +373,6 @@ _JSON_COLUMNS = {
     # a workspace's files (path → digest and size: the blobs under DATA/blobs) and its profile
     SANDBOX_TABLE: frozenset({"entries", "permissions_profile"}),
 }
-#: Time columns (epoch seconds) of Roost's own tables besides ``*_at``, exported as ISO 8601 UTC.
-_TIME_COLUMNS = frozenset({"at", "next_fire", "retry_at", "last_fire", "nominal", "heavy_since"})
-#: Times (epoch seconds) in a schedule's trigger record (:mod:`roost.scheduler.triggers`).
-_TRIGGER_TIMES = frozenset({"at", "start"})
-#: Roost's own events about missed wake-ups (:mod:`roost.actors.wakeups`), and their times.
-_WAKEUP_EVENTS = frozenset({"wakeup_skipped", "wakeup_coalesced"})
-_WAKEUP_TIMES = frozenset({"first", "run_for"})
-
-
-def iso_time(epoch: float) -> str:
-    """Epoch seconds as ISO 8601 in UTC (``2026-12-01T11:25:17.123456+00:00``)."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
-
-
-def _is_time(key: str) -> bool:
-    return key in _TIME_COLUMNS or key.endswith("_at")
-
-
-def _meta_value(key: str, value: Any) -> Any:
-    """A ``roost_meta`` value (text): a time (``created_at``, epoch seconds as text) as ISO 8601 UTC."""
-    if _is_time(key) and isinstance(value, str):
-        try:
-            return iso_time(float(value))
-        except ValueError:
-            return value  # not a number after all: as stored
-    return value
-
-
-def _trigger(trigger: Any) -> Any:
-    """A schedule's trigger record with its times (a date's ``at``, an interval's ``start``) as ISO 8601
-    UTC; an interval's ``seconds`` stays a duration."""
-    if not isinstance(trigger, dict):
-        return trigger
-    return {
-        k: iso_time(v) if k in _TRIGGER_TIMES and isinstance(v, int | float) else v
-        for k, v in trigger.items()
-    }
-
-
-def _agent_times(value: Any) -> Any:
-    """An agent event record (``roost.agent.telemetry``) with every ``*_at`` number in it, its payload's
-    included, as ISO 8601 UTC."""
-    if isinstance(value, dict):
-        return {
-            k: iso_time(v) if k.endswith("_at") and isinstance(v, int | float) else _agent_times(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_agent_times(v) for v in value]
-    return value
-
-
-def _frame(frame: Any) -> Any:
-    """A logged frame, with the times of Roost's own events in it as ISO 8601 UTC: an agent event
-    record's, and a missed wake-up's (``wakeup_skipped`` / ``wakeup_coalesced``: ``first``,
-    ``run_for``). An event a user's actor emitted is its own data: as logged."""
-    if not isinstance(frame, dict) or frame.get("type") != "event":
-        return frame
-    event = frame.get("event")
-    if not isinstance(event, dict):
-        return frame
-    if "event_id" in event and "event_type" in event and "created_at" in event:
-        return {**frame, "event": _agent_times(event)}
-    if event.get("type") in _WAKEUP_EVENTS:
-        times = {
-            k: iso_time(v) for k, v in event.items() if k in _WAKEUP_TIMES and isinstance(v, int | float)
-        }
-        return {**frame, "event": {**event, **times}}
-    return frame
-
-
-def _roost_value(column: str, value: Any, json_cols: frozenset[str]) -> Any:
-    if value is None:
-        return None
-    if column in json_cols and isinstance(value, str):
-        try:
-            loaded = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value  # not JSON after all: as stored
-        if column == "trigger":
-            return _trigger(loaded)
-        if column == "frame":
-            return _frame(loaded)
-        return loaded
-    if _is_time(column) and isinstance(value, int | float):
-        return iso_time(value)
-    return _jsonable(value)
-
-
-def _jsonable(value: Any) -> Any:
-    return value.hex() if isinstance(value, bytes) else value
 
 
 async def _live(registry: Registry, kind: str, name: str, report: Callable[[Actor], dict[str, Any]]) -> Any:

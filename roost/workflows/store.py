@@ -9,9 +9,9 @@ kept per workflow (a restart drops the old one; its history stays, pruned to the
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -230,6 +230,8 @@ class BranchRow:
         return out
 
 
+T = TypeVar("T")
+
 _BRANCH = "position, branch, ord, status, attempt, run, retryable, result, error, wake_at, updated_at"
 
 
@@ -269,10 +271,18 @@ class WorkflowStore:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
+    def _rows(self, sql: str, args: Sequence[Any], build: Callable[[tuple[Any, ...]], T]) -> list[T]:
+        """Every row ``sql`` reads, each made into its object by ``build``."""
+        return [build(row) for row in self.conn.execute(sql, args).fetchall()]
+
+    def _row(self, sql: str, args: Sequence[Any], build: Callable[[tuple[Any, ...]], T]) -> T | None:
+        """The first row ``sql`` reads made into its object by ``build``; None if it reads none."""
+        row = self.conn.execute(sql, args).fetchone()
+        return None if row is None else build(row)
+
     # -- workflows ----------------------------------------------------------------------------------
     def get(self, wid: str) -> WorkflowRow | None:
-        row = self.conn.execute(f"SELECT {_WF} FROM roost_wf WHERE id = ?", (wid,)).fetchone()
-        return None if row is None else _wf(row)
+        return self._row(f"SELECT {_WF} FROM roost_wf WHERE id = ?", (wid,), _wf)
 
     def insert(self, wid: str, name: str, input_json: str, by: str | None, now: float, nonce: str) -> None:
         self.conn.execute(
@@ -326,10 +336,9 @@ class WorkflowStore:
         if status is not None:
             where.append("status = ?")
             args.append(status)
-        rows = self.conn.execute(
-            f"SELECT {_WF} FROM roost_wf WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*args, limit)
-        ).fetchall()
-        return [_wf(r) for r in rows]
+        return self._rows(
+            f"SELECT {_WF} FROM roost_wf WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", (*args, limit), _wf
+        )
 
     def finished_count(self) -> int:
         """How many workflows are finished (completed, failed, cancelled)."""
@@ -358,16 +367,16 @@ class WorkflowStore:
 
     # -- steps --------------------------------------------------------------------------------------
     def steps(self, wid: str) -> list[StepRow]:
-        rows = self.conn.execute(
-            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position", (wid,)
-        ).fetchall()
-        return [_step(r) for r in rows]
+        return self._rows(
+            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position", (wid,), _step
+        )
 
     def step(self, wid: str, position: int) -> StepRow | None:
-        row = self.conn.execute(
-            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? AND position = ?", (wid, position)
-        ).fetchone()
-        return None if row is None else _step(row)
+        return self._row(
+            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? AND position = ?",
+            (wid, position),
+            _step,
+        )
 
     def put_step(
         self,
@@ -418,17 +427,16 @@ class WorkflowStore:
         if position is not None:
             where += " AND position = ?"
             args.append(position)
-        rows = self.conn.execute(
-            f"SELECT {_BRANCH} FROM roost_wf_branches WHERE {where} ORDER BY position, ord", args
-        ).fetchall()
-        return [_branch(r) for r in rows]
+        return self._rows(
+            f"SELECT {_BRANCH} FROM roost_wf_branches WHERE {where} ORDER BY position, ord", args, _branch
+        )
 
     def branch(self, wid: str, position: int, branch: str) -> BranchRow | None:
-        row = self.conn.execute(
+        return self._row(
             f"SELECT {_BRANCH} FROM roost_wf_branches WHERE workflow_id = ? AND position = ? AND branch = ?",
             (wid, position, branch),
-        ).fetchone()
-        return None if row is None else _branch(row)
+            _branch,
+        )
 
     def put_branch(
         self,
