@@ -45,4 +45,4 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
         for ln in targets.splitlines()
         if ln.startswith("| ") and ln.endswith(("**met** |", "**not met** |"))
     ]
-    assert len(rows) == 12, targets
+    assert len(rows) == 13, targets
