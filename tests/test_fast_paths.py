@@ -36,7 +36,7 @@ import websockets
 from roost.actors import INLINE_TURNS, Actor, callable, fast_paths_off, inline
 from roost.actors.host import turn_runner
 from roost.examples.kinds import KINDS
-from roost.testing import ActorKit, RecordingSink, rpc_frame, serve
+from roost.testing import rpc_frame, serve
 from roost.transport import RoostApp, create_app, uvicorn_protocols
 from roost.transport.uvicorn_ws import missing_attributes
 from tests.conftest import NO_RATE_LIMITS
@@ -301,47 +301,3 @@ async def test_an_authorize_hook_that_raises_closes_only_its_connection_with_101
             assert closed.value.rcvd.code == 1011
             assert await call(good, "2", "get") == 0
     assert any("authorize hook raised" in r.getMessage() and r.exc_info for r in caplog.records)
-
-
-class _Ordered(RecordingSink):
-    """A sink that notes, in a shared list, when a frame reaches it."""
-
-    def __init__(self, order: list[str]) -> None:
-        super().__init__()
-        self.order = order
-
-    def send_text(self, text: str) -> None:
-        if orjson.loads(text).get("type") == "state":
-            self.order.append("frame")
-        super().send_text(text)
-
-
-@pytest.mark.parametrize("urgent", [True, False])
-async def test_an_urgent_inline_turn_is_released_before_the_loop_runs_anything_else(
-    data_dir: Path, urgent: bool
-) -> None:
-    """``Registry.run(..., urgent=True)`` from a worker's task (a streamed batch): its turn is
-    committed and its frames released before the loop runs the next callback, not with the
-    iteration's batch one iteration later (under load that is every other actor's work). A turn that
-    is not urgent still joins the batch. Either way the caller yields to the loop before it goes on.
-    Off the inline path every turn runs in its mailbox task: only the frame's arrival is checked."""
-    order: list[str] = []
-    async with ActorKit([Runner], data_dir) as kit:
-        client = kit.connect("runner", "r", sink=_Ordered(order))
-        await client.wait_for(lambda f: f["type"] == "welcome")
-        order.clear()
-
-        async def bump(actor: Actor) -> int:
-            n: int = actor.state["n"] + 1
-            actor.set_state({"n": n})
-            return n
-
-        asyncio.get_running_loop().call_soon(order.append, "next callback")
-        assert await kit.registry.run("runner", "r", bump, urgent=urgent) == 1
-        assert "next callback" in order  # the caller let the loop run, even when all was done at once
-        await client.wait_for(lambda f: f["type"] == "state")
-    if INLINE_TURNS.on:
-        first = ["frame", "next callback"] if urgent else ["next callback", "frame"]
-        assert order == first
-    else:
-        assert sorted(order) == ["frame", "next callback"]

@@ -406,7 +406,6 @@ class ProcessRegistry(RegistryApi, Protocol):
         fn: Callable[[Actor], Awaitable[Any]],
         *,
         timeout: float | None = None,
-        urgent: bool = False,
     ) -> Any:
         """Run ``fn(actor)`` as a turn of that actor; its result after the commit."""
 
@@ -465,11 +464,9 @@ class Process:
         fn: Callable[[Actor], Awaitable[Any]],
         *,
         timeout: float | None = None,
-        urgent: bool = False,
     ) -> Any:
-        """Run ``fn(actor)`` as a turn of that actor (activating it); its result after the commit.
-        ``urgent``: committed as soon as it ends (see :meth:`roost.actors.registry.Registry.run`)."""
-        return await self._registry.run(kind, name, fn, timeout=timeout, urgent=urgent)
+        """Run ``fn(actor)`` as a turn of that actor (activating it); its result after the commit."""
+        return await self._registry.run(kind, name, fn, timeout=timeout)
 
 
 class TurnContext:

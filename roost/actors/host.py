@@ -294,9 +294,7 @@ class ActorHost:
                 if not self.flush():
                     self.task.cancel()  # the actor failed: end its parked mailbox task
                     return
-            if type(item) is Task and item.urgent:
-                self.flush_soon()  # now, not at the end of the iteration (Registry.run)
-            elif not self.flush_queued and (self.gate.held or self.file.in_transaction):
+            if not self.flush_queued and (self.gate.held or self.file.in_transaction):
                 self.flush_queued = True
                 self.registry.flush_soon(self, self.loop)
         except asyncio.CancelledError:

@@ -95,14 +95,11 @@ class Call:
 
 @dataclass(slots=True)
 class Task:
-    """Run ``fn(actor)`` as a turn; its result resolves ``reply`` after the commit. An ``urgent`` task
-    run inline commits and releases at the end of its own turn, not with the loop iteration's batch
-    (a streamed batch: its reader waits for that commit)."""
+    """Run ``fn(actor)`` as a turn; its result resolves ``reply`` after the commit."""
 
     fn: Callable[[Actor], Awaitable[Any]]
     reply: asyncio.Future[Any]
     chain: tuple[Key, ...] = field(default=())
-    urgent: bool = False
 
 
 @dataclass(slots=True)

@@ -507,30 +507,21 @@ class Registry:
         fn: Callable[[Actor], Awaitable[Any]],
         *,
         timeout: float | None = None,
-        urgent: bool = False,
     ) -> Any:
         """Run ``fn(actor)`` as a turn of that actor; returns its result after the commit.
 
         From a task that is not an actor's (a job's worker, a stream's batches), the turn runs at once
         when the actor is parked (an inline turn, ``ActorHost.run_now``: no switch to its mailbox
         task), its writes joining the batch that commits at the end of this loop iteration. From an
-        actor's own task (a turn awaiting another actor) it is queued, as any input.
-
-        **An urgent inline turn is committed and released before this returns to the loop**
-        (``urgent=True``: a streamed batch, a progress record, whose readers wait for the commit): it
-        does not wait a loop iteration for the batch (under load, one iteration is every other
-        actor's work). The caller still yields to the loop once after it, so a worker whose turns
-        all finish at once cannot keep the loop to itself."""
+        actor's own task (a turn awaiting another actor) it is queued, as any input."""
         await self.prepare(kind, name)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         host = self.get(kind, name)
         caller = asyncio.current_task()
         if caller is not None and not caller.get_name().startswith(ACTOR_TASK):
-            host.run_now(Task(fn, fut, urgent=urgent))
-            if fut.done():
-                await asyncio.sleep(0)  # committed and answered already: let the others run
+            host.run_now(Task(fn, fut))
         else:
-            host.submit(Task(fn, fut, urgent=urgent))
+            host.submit(Task(fn, fut))
         return await self._wait(fut, timeout)
 
     async def wake(self, kind: str, name: str) -> int:

@@ -270,10 +270,8 @@ class JobRunner:
             del self.tasks[job_id]
         self._cancelled.discard((job_id, attempt))
 
-    async def _turn(
-        self, kind: str, name: str, fn: Callable[[Actor], Awaitable[Any]], *, urgent: bool = False
-    ) -> Any:
-        return await self.process.run(kind, name, fn, urgent=urgent)
+    async def _turn(self, kind: str, name: str, fn: Callable[[Actor], Awaitable[Any]]) -> Any:
+        return await self.process.run(kind, name, fn)
 
     async def _work(self, kind: str, name: str, job_id: str, attempt: int) -> None:
         wid = self.worker_id
@@ -298,7 +296,7 @@ class JobRunner:
             """A turn of the worker that its attempt's fence may refuse: then the tool stops. It does
             what a heartbeat does (reads the fence, renews the lease: progress always, a streamed
             batch once an interval), so the next heartbeat is due an interval after it."""
-            if not await self._turn(kind, name, record, urgent=True):  # a reader waits for it
+            if not await self._turn(kind, name, record):
                 lost.set()
                 raise ToolCancelled(f"job {job_id} attempt {attempt} was cancelled or lost its lease")
             fenced_at[0] = clock.monotonic()
