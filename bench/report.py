@@ -426,21 +426,31 @@ def _streams(res: Res) -> list[str]:
         f"answers of {res['tokens']:,} words (the concurrent shape: {res['concurrent_tokens']:,} each; "
         "the paced shape's models yield at a hosted model's pace instead). "
         "Delta frames and words received per second, summed over subscribers, from the first send to the "
-        "last `turn_completed`; lag: per word, from the model's yield to a subscriber's read. Ceiling: "
+        "last `turn_completed`; lag: per word, from the model's yield (a paced word: the time it was due) "
+        "to a subscriber's read; gap: between two `model_delta` frames a subscriber reads (a model that "
+        "yields only when asked stamps a word when the worker asks: the worker's wait for the loop before "
+        "it asks is in the gap, not in the lag). Ceiling: "
         f"Starlette/uvicorn echo msg/s at {res['echo_conc']} connections, same repetition.",
         "",
-        "| shape | deltas/s | words/s | deltas/s ÷ echo | lag p50 ms | lag p99 ms | lag max ms |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| shape | deltas/s | words/s | deltas/s ÷ echo | lag p50 ms | lag p99 ms | lag max ms "
+        "| gap p50 ms | gap p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for shape, label in shapes.items():
         frames = pluck(reps, shape, "frames_s")
         out.append(
             f"| {label} | {fmt(frames)} | {fmt(pluck(reps, shape, 'words_s'))} | {_ratio(frames, echo)} | "
             f"{fmt(pluck(reps, shape, 'lag_p50_ms'), 1)} | {fmt(pluck(reps, shape, 'lag_p99_ms'), 1)} | "
-            f"{fmt(pluck(reps, shape, 'lag_max_ms'), 1)} |"
+            f"{fmt(pluck(reps, shape, 'lag_max_ms'), 1)} | {_gap(reps, shape, 'gap_p50_ms')} | "
+            f"{_gap(reps, shape, 'gap_p99_ms')} |"
         )
     lost = sum(int(r[k]["words_expected"]) - int(r[k]["words"]) for r in reps for k in shapes)
     return [*out, "", f"Words not delivered, over every repetition and shape: {lost}.", ""]
+
+
+def _gap(reps: list[Res], shape: str, key: str) -> str:
+    """A gap figure of the shape, or a dash for results from before the client measured it."""
+    return fmt(pluck(reps, shape, key), 1) if all(key in r[shape] for r in reps) else "–"
 
 
 def _mcp_agent(res: Res) -> list[str]:

@@ -5,7 +5,10 @@ JSON object.
 that sends one message asking for ``tokens`` words; every subscriber reads until its actor's
 ``turn_completed``. Reported: ``model_delta`` frames and words received per second summed over all
 subscribers (from the first send to the last completion), and per word the time from the model
-yielding it (its text is the wall clock in ns) to a subscriber reading it: p50, p99, max.
+yielding it (its text is the wall clock in ns) to a subscriber reading it: p50, p99, max; and the
+time between two ``model_delta`` frames a subscriber reads (p50, p99): with a model that yields only
+when asked, a word is stamped when the worker asks for it, so a wait of the worker's before it asks
+(its turn in a busy loop) is not in the lag but is in this gap.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from bench.stats import pct
 from bench.wsclient import WsConn, connect_many, masked_frame
 
 
-async def _read(conn: WsConn, lags: list[float], counts: list[int]) -> None:
+async def _read(conn: WsConn, lags: list[float], gaps: list[float], counts: list[int]) -> None:
     frames = words = 0
+    last = 0
     while True:
         raw = await conn.recv()
         now = time.time_ns()
@@ -34,6 +38,9 @@ async def _read(conn: WsConn, lags: list[float], counts: list[int]) -> None:
             continue
         if event["event_type"] == "model_delta":
             frames += 1
+            if last:
+                gaps.append((now - last) / 1e6)
+            last = now
             for word in event["payload"]["text"].split():
                 lags.append((now - int(word)) / 1e6)
                 words += 1
@@ -56,8 +63,9 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             port, [f"{prefix}-{a}?subscribe=none" for a in range(actors)], welcome=True
         )
         lags: list[float] = []
+        gaps: list[float] = []
         counts: list[int] = []
-        readers = [asyncio.ensure_future(_read(c, lags, counts)) for c in conns]
+        readers = [asyncio.ensure_future(_read(c, lags, gaps, counts)) for c in conns]
         frame = masked_frame(
             orjson.dumps({"type": "rpc", "id": "s", "method": "send", "args": [f"{tokens} {pace:g}"]})
         )
@@ -69,6 +77,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         secs = time.perf_counter() - t0
         frames, words = sum(counts[0::2]), sum(counts[1::2])
         lags.sort()
+        gaps.sort()
         return {
             "actors": actors,
             "subs": subs,
@@ -82,6 +91,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             "lag_p50_ms": pct(lags, 50),
             "lag_p99_ms": pct(lags, 99),
             "lag_max_ms": lags[-1] if lags else 0.0,
+            "gap_p50_ms": pct(gaps, 50),
+            "gap_p99_ms": pct(gaps, 99),
         }
     finally:
         for c in conns + drivers:
