@@ -629,6 +629,47 @@ async def test_a_stream_yielding_what_is_not_a_chunk_fails_its_step_not_retryabl
     assert not failed.value.retryable
 
 
+class Restless:
+    """A model whose stream yields empty deltas for ever and never waits."""
+
+    inline = False
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        return ModelStep(text="")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        while True:
+            yield TextDelta(text="")
+
+
+async def test_a_model_that_never_waits_shares_the_loop() -> None:
+    """Empty deltas count no characters, and a model that never awaits would keep the loop (and its
+    own timeout) from running: the stream's reader yields to the loop every ``YIELD_EVERY`` chunks, so
+    another task runs meanwhile and the stream ends at ``model_stream_timeout``, not retryable."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def flush(text: str) -> None:
+        raise AssertionError("nothing to send")
+
+    cfg = STREAMING.model_copy(update={"model_stream_timeout": 0.2})
+    other = asyncio.ensure_future(ticker())
+    try:
+        async with asyncio.timeout(30):  # bounds a failure only: the stream's own timeout ends it
+            with pytest.raises(ModelError) as failed:
+                await stream_step(Restless(), ModelRequest(text="go"), flush, FakeClock(), cfg)
+    finally:
+        other.cancel()
+    assert "ran past 0.2 s" in str(failed.value)
+    assert not failed.value.retryable
+    assert ticks > 1
+
+
 def test_a_batch_never_ends_inside_one_of_the_runs_secrets() -> None:
     """Whatever a secret holds (a space, ``&``), no cut falls inside it, nor inside what may still
     become it at the end of the text; text that only looks like its start is not held."""

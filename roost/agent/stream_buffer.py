@@ -49,7 +49,16 @@ if TYPE_CHECKING:
     from roost.agent.config import AgentConfig
     from roost.scheduler.clock import Clock, TimerHandle
 
-__all__ = ["MAX_BATCH", "MAX_HELD", "MAX_PEM", "StreamBuffer", "safe_cut", "secret_cut", "stream_step"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_HELD",
+    "MAX_PEM",
+    "YIELD_EVERY",
+    "StreamBuffer",
+    "safe_cut",
+    "secret_cut",
+    "stream_step",
+]
 
 #: Past this many pending characters a batch goes even if its end may cut a credential (a "word" this
 #: long is not text a reader waits for).
@@ -190,6 +199,10 @@ def _batch_end(text: str, start: int, end: int, cut: int) -> int:
     return start + (safe_cut(text[start:end]) or (end - start))
 
 
+#: Chunks a stream's reader takes between two yields to the loop at least (see :func:`stream_step`).
+YIELD_EVERY = 256
+
+
 class StreamBuffer:
     """Gathers a stream's text deltas and flushes them in batches (see the module doc)."""
 
@@ -325,7 +338,10 @@ async def stream_step(
 
     **A stream is bounded**: past ``max_stream_chars`` characters of text and tool-call arguments, or
     ``model_stream_timeout`` seconds (wall clock) from its start, it fails with a ModelError that is
-    not retryable (asking again would do the same); what was committed stays shown."""
+    not retryable (asking again would do the same); what was committed stays shown. **A model that
+    never waits shares the loop**: every :data:`YIELD_EVERY` chunks the reader yields to the loop, so
+    a stream of empty deltas (which count no characters) ends at its timeout instead of holding the
+    loop for ever."""
     buffer = StreamBuffer(
         flush,
         count=cfg.stream_batch_count,
@@ -334,12 +350,15 @@ async def stream_step(
         secrets=secrets,
     )
     step: ModelStep | None = None
-    chars = 0
+    chars = chunks = 0
     limit = cfg.max_stream_chars
     push = buffer.push
     try:
         async with asyncio.timeout(cfg.model_stream_timeout):
             async for chunk in model.stream(request):
+                chunks += 1
+                if not chunks % YIELD_EVERY:
+                    await asyncio.sleep(0)  # a model that never waits: the timeout can fire, others run
                 # the common chunk first (no isinstance chain), and no coroutine per delta
                 if type(chunk) is TextDelta or isinstance(chunk, TextDelta):
                     text = chunk.text
