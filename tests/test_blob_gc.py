@@ -10,6 +10,7 @@ import fcntl
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ async def test_a_blob_is_removed_only_when_no_actors_file_references_it(data_dir
     assert blob_files(data_dir) == set()  # nobody left: nothing kept
 
 
-async def test_a_blob_stored_again_during_a_collection_is_kept(tmp_path: Path) -> None:
+async def test_a_blob_stored_again_during_a_collection_is_kept(tmp_path: Path, marks: Marks) -> None:
     """The mark read the actor before its commit (nothing marked); the commit's ``put`` of content
     already stored comes before the sweep: the blob is fresh again and kept. A blob nobody stored
     again goes."""
@@ -151,12 +152,19 @@ async def test_a_blob_stored_again_during_a_collection_is_kept(tmp_path: Path) -
     again, gone = store.put(b"snapshot"), store.put(b"old")
     age(tmp_path)
     started = time.time()
-    marks = Marks()
     assert store.put(b"snapshot") == again  # a snapshot written meanwhile, of the same content
     swept = sweep(root, marks, started - GRACE)
     assert (swept.removed, swept.young) == (1, 1)
     assert store.get(again) == b"snapshot"
     assert not store.path(gone[7:]).exists()
+
+
+@pytest.fixture
+def marks() -> Iterator[Marks]:
+    """A mark set for a test, closed after it (an unclosed SQLite connection warns on 3.13)."""
+    made = Marks()
+    yield made
+    made.close()
 
 
 def _blocked_on(path: Path) -> bool:
@@ -170,7 +178,9 @@ def _blocked_on(path: Path) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
-async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(tmp_path: Path) -> None:
+async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(
+    tmp_path: Path, marks: Marks
+) -> None:
     """A ``put`` holds the store's lock shared while it makes an old blob fresh; the sweep, come to
     that blob meanwhile, waits for the lock, then finds it fresh and keeps it."""
     root = tmp_path / "blobs"
@@ -178,7 +188,7 @@ async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(tm
     ref = store.put(b"snapshot")
     age(tmp_path)
     fd = store.locked(fcntl.LOCK_SH)  # a put of the same content, in progress
-    swept = asyncio.ensure_future(asyncio.to_thread(sweep, root, Marks(), time.time() - GRACE))
+    swept = asyncio.ensure_future(asyncio.to_thread(sweep, root, marks, time.time() - GRACE))
     try:
         await until(lambda: _blocked_on(root / LOCK_FILE), timeout=10, message="the sweep did not wait")
         os.utime(store.path(ref[7:]))  # what the put does under the lock
@@ -188,7 +198,7 @@ async def test_a_removal_waits_for_a_put_in_progress_and_keeps_what_it_stored(tm
     assert store.get(ref) == b"snapshot"
 
 
-def test_what_a_marked_blob_names_is_marked(tmp_path: Path) -> None:
+def test_what_a_marked_blob_names_is_marked(tmp_path: Path, marks: Marks) -> None:
     """A snapshot names its files' blobs, a whole payload its heavy strings: marked in turn, to any
     depth; a reference to nothing is reported, not fatal."""
     root = tmp_path / "blobs"
@@ -197,7 +207,6 @@ def test_what_a_marked_blob_names_is_marked(tmp_path: Path) -> None:
     middle = store.put(orjson.dumps({"entries": {"a": [leaf, 4]}, "lost": "sha256:" + "0" * 64}))
     top = store.put(orjson.dumps({"$blob": middle, "json": True}))
     other = store.put(b"other")
-    marks = Marks()
     marks.add([top[7:]])
     missing = mark_blobs(root, marks)
     assert (missing.count, missing.examples) == (1, ["sha256:" + "0" * 64])
@@ -205,9 +214,8 @@ def test_what_a_marked_blob_names_is_marked(tmp_path: Path) -> None:
     assert not marks.has(other[7:])
 
 
-def test_a_reference_cut_by_a_chunk_boundary_is_marked() -> None:
+def test_a_reference_cut_by_a_chunk_boundary_is_marked(marks: Marks) -> None:
     ref = b"sha256:" + b"ab" * 32
-    marks = Marks()
     mark_bytes([b"x" * 10 + ref[:20], ref[20:] + b"y"], marks)
     assert marks.has("ab" * 32)
     assert marks.count() == 1
