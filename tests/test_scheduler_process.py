@@ -194,7 +194,7 @@ async def test_two_processes_fire_a_thousand_wakeups_exactly_once(data_dir: Path
     a = ServerProcess(data_dir, "--idle-timeout", "0.5", app=APP).start()
     b = ServerProcess(data_dir, "--idle-timeout", "0.5", app=APP).start()
     try:
-        due = time.time() + 6.0  # room for creating 100 actors on a loaded machine, then dormancy
+        due = time.time() + 12.0  # room for creating 100 actors on a loaded machine, then dormancy
         async with httpx.AsyncClient(base_url=a.http, timeout=20) as client:
             planned = await asyncio.gather(
                 *(rpc(client, "batch", n, "plan", [per_actor, due]) for n in names)
