@@ -16,6 +16,7 @@ twice (counted), and the histories show what was replayed and kept."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +320,7 @@ async def test_a_cancel_acknowledged_reaches_every_worker_after_a_kill(data_dir:
         spec = {"task": "one two three four", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
         await _call(servers.team, "team", "t1", "start_workflow", "team", spec, "r1")
         for w in ("w1", "w2"):
-            await until(lambda w=w: _branch_is(servers, w, "dispatched"), timeout=30, interval=0.05)
+            await until(partial(_branch_is, servers, w, "dispatched"), timeout=30, interval=0.05)
         acked = await _call(servers.team, "team", "t1", "cancel_run", "r1")
         assert acked["status"] == "cancelled"
         await until(lambda: servers.hung("cancel"), timeout=30, interval=0.05)
@@ -329,7 +330,7 @@ async def test_a_cancel_acknowledged_reaches_every_worker_after_a_kill(data_dir:
             assert await _worker_is(servers, "w2", "waiting")
         servers.restart("team")
         for w in ("w1", "w2"):
-            await until(lambda w=w: _worker_is(servers, w, "cancelled"), timeout=60, interval=0.2)
+            await until(partial(_worker_is, servers, w, "cancelled"), timeout=60, interval=0.2)
         run = await until(lambda: _cancel_done(servers), timeout=60, interval=0.2)
         cancel = await _history(servers.team, "team", "t1", run["cancel"]["id"])
         effects = await _effects(servers, "w1", "w2")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,7 +16,7 @@ import pytest
 
 from roost.actors import ActorNotFound, Principal, RpcError, callable, wakeup
 from roost.scheduler.clock import FakeClock
-from roost.storage import actor_path
+from roost.storage import Migration, actor_path
 from roost.testing import ActorKit, until
 from roost.transport import admin
 from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
@@ -530,7 +531,10 @@ class EndShop(Shop):
     """A shop that keeps a row per workflow end, written by ``on_workflow_end``."""
 
     kind = "endshop"
-    migrations = (*Shop.migrations, "CREATE TABLE ends (wid TEXT, status TEXT, reason TEXT)")
+    migrations: ClassVar[Sequence[Migration]] = (
+        *Shop.migrations,
+        "CREATE TABLE ends (wid TEXT, status TEXT, reason TEXT)",
+    )
 
     async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
         self.sql.execute(

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from roost.actors import RetryPolicy, callable
+from roost.storage import Migration
 from roost.workflows import NonRetryable, Step, StepAttempt, StepFailed, Workflows, workflow
 
 __all__ = ["Relay", "Shop"]
@@ -22,7 +24,9 @@ __all__ = ["Relay", "Shop"]
 class Shop(Workflows):
     kind = "shop"
     initial_state = {"orders": 0}
-    migrations = ("CREATE TABLE effects (id INTEGER PRIMARY KEY, step TEXT NOT NULL, note TEXT)",)
+    migrations: ClassVar[Sequence[Migration]] = (
+        "CREATE TABLE effects (id INTEGER PRIMARY KEY, step TEXT NOT NULL, note TEXT)",
+    )
     workflow_lease = 0.5
 
     #: Failures the next attempts of ``flaky`` raise (set by a test in process).
