@@ -36,6 +36,16 @@ async def _history(kit: ActorKit, name: str, wid: str) -> list[dict[str, Any]]:
     return entries
 
 
+async def _replay_shifted(kit: ActorKit, clock: FakeClock, kind: str, name: str) -> None:
+    """End ``shifty``'s sleep with its body naming its first step otherwise: the replay diverges."""
+    Shop.shift = True
+    try:
+        clock.advance(10)
+        await kit.fire_due(kind, name)
+    finally:
+        Shop.shift = False
+
+
 async def test_in_turn_steps_run_once_and_complete(data_dir: Path) -> None:
     clock = FakeClock()
     async with ActorKit([Shop], data_dir, clock=clock) as kit:
@@ -284,12 +294,7 @@ async def test_nondeterministic_replay_fails_the_workflow(data_dir: Path) -> Non
     clock = FakeClock()
     async with ActorKit([Shop], data_dir, clock=clock) as kit:
         await kit.call("shop", "s1", "start_workflow", "shifty", None, "w1")
-        Shop.shift = True
-        try:
-            clock.advance(10)
-            await kit.fire_due("shop", "s1")
-        finally:
-            Shop.shift = False
+        await _replay_shifted(kit, clock, "shop", "s1")
         status = await _status(kit, "s1", "w1")
         assert status["status"] == "failed"
         assert status["reason"] == "nondeterministic"
@@ -561,11 +566,6 @@ async def test_every_end_is_heard_in_its_own_turn(data_dir: Path) -> None:
         ]
         await kit.call("endshop", "e", "cancel_workflow", "stopped")
         await kit.call("endshop", "e", "start_workflow", "shifty", None, "diverged")
-        Shop.shift = True
-        try:
-            clock.advance(10)
-            await kit.fire_due("endshop", "e")
-        finally:
-            Shop.shift = False
+        await _replay_shifted(kit, clock, "endshop", "e")
         ends = await kit.call("endshop", "e", "ends")
         assert ends[2:] == [["stopped", "cancelled", "cancelled"], ["diverged", "failed", "nondeterministic"]]
