@@ -211,6 +211,15 @@ async def _effects(servers: Servers, *workers: str) -> dict[str, Any]:
     return {w: await _call(servers.workers, "team_worker", f"t1.{w}", "effects") for w in workers}
 
 
+def _started(history: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
+    """Each branch attempt a join's history started: (branch, run, the branches kept)."""
+    return [
+        (e["detail"]["branch"], e["detail"]["run"], e["detail"]["kept"])
+        for e in history
+        if e["event"] == "attempt_started"
+    ]
+
+
 def _events(history: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return [(e["event"], e["name"]) for e in history]
 
@@ -298,12 +307,7 @@ async def test_the_team_killed_mid_dispatch_dispatches_the_rest_once(data_dir: P
         ("w1", "completed", 1, 1),
         ("w2", "completed", 1, 2),
     ]
-    started = [
-        (e["detail"]["branch"], e["detail"]["run"], e["detail"]["kept"])
-        for e in team
-        if e["event"] == "attempt_started"
-    ]
-    assert started == [("w1", 1, []), ("w2", 1, []), ("w2", 2, ["w1"])]
+    assert _started(team) == [("w1", 1, []), ("w2", 1, []), ("w2", 2, ["w1"])]
     assert [e["detail"]["branch"] for e in team if e["event"] == "attempt_lost"] == ["w2"]
     assert _events(team).count(("step_completed", "plan")) == 1
     assert _events(w2).count(("started", None)) == 1
@@ -342,12 +346,7 @@ async def test_a_cancel_acknowledged_reaches_every_worker_after_a_kill(data_dir:
         "w1": {"status": "completed", "runs": 1},
         "w2": {"status": "completed", "runs": 2},
     }
-    started = [
-        (e["detail"]["branch"], e["detail"]["run"], e["detail"]["kept"])
-        for e in cancel
-        if e["event"] == "attempt_started"
-    ]
-    assert started == [("w1", 1, []), ("w2", 1, []), ("w2", 2, ["w1"])]
+    assert _started(cancel) == [("w1", 1, []), ("w2", 1, []), ("w2", 2, ["w1"])]
     assert [e["detail"]["branch"] for e in cancel if e["event"] == "attempt_lost"] == ["w2"]
     assert effects == {"w1": {}, "w2": {}}
 
