@@ -270,6 +270,50 @@ async def test_a_cancel_whose_retries_are_spent_is_carried_again_until_each_work
         assert worker["status"] == "cancelled"
 
 
+class UnreachableWorker(TeamWorker):
+    """A worker whose cancel always fails: it never confirms."""
+
+    @callable
+    async def cancel_workflow(self, workflow_id: str) -> dict[str, Any]:
+        raise RuntimeError("unreachable")
+
+
+class BackingOffTeam(ImpatientTeam):
+    """Records the pause of each ``cancel_again`` it schedules; the cap is 20 s."""
+
+    cancel_pause_cap = 20.0
+    pauses: list[float] = []
+
+    async def schedule(self, when: Any, callback: str, payload: Any = None, **kw: Any) -> Any:
+        if callback == "cancel_again":
+            BackingOffTeam.pauses.append(float(when))
+        return await super().schedule(when, callback, payload, **kw)
+
+
+async def test_a_cancel_that_no_worker_confirms_is_carried_again_less_and_less_often(
+    data_dir: Path,
+) -> None:
+    """Each failed generation of ``cancel_workers`` is started again after a pause that doubles
+    (5, 10, 20 s) up to ``cancel_pause_cap`` (20 s), and the cancel is never given up on."""
+    BackingOffTeam.pauses = []
+    clock = FakeClock()
+    async with ActorKit([BackingOffTeam, UnreachableWorker], data_dir, clock=clock) as kit:
+        spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
+        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
+        await until(lambda: _dispatched(kit))
+        await kit.call("team", "t1", "cancel_run", "r1")
+
+        async def five_pauses() -> bool:
+            clock.advance(1)
+            await kit.fire_due("team", "t1")
+            return len(BackingOffTeam.pauses) >= 5
+
+        await until(five_pauses, timeout=30)
+        assert BackingOffTeam.pauses[:5] == [5.0, 10.0, 20.0, 20.0, 20.0]
+        status = await kit.call("team", "t1", "workflow_status", "r1:1:cancel")
+        assert status["generation"] == 5
+
+
 class SlowLinkTeam(Team):
     """A team whose start of w2 is on the wire when the test says: the call, once sent, is delivered
     later whatever the sender does meanwhile (cancelling the branch does not take it back)."""

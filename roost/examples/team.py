@@ -111,9 +111,11 @@ class Team(Workflows):
     #: The retries of a worker's dispatch (a worker served far away may want more).
     dispatch_retry: ClassVar[RetryPolicy] = _RETRY
     #: The retries of a worker's cancel; spent (or a run lost ``MAX_LOST_RUNS`` times), the join of
-    #: ``cancel_workers`` fails and the whole of it is restarted ``cancel_pause`` seconds later.
+    #: ``cancel_workers`` fails and the whole of it is restarted ``cancel_pause`` seconds later, a
+    #: pause that doubles with each generation that failed, up to ``cancel_pause_cap``.
     cancel_retry: ClassVar[RetryPolicy] = _CONFIRM
     cancel_pause: ClassVar[float] = 60.0
+    cancel_pause_cap: ClassVar[float] = 3600.0
     migrations = (
         """CREATE TABLE team_workers (
             run_id TEXT NOT NULL, worker TEXT NOT NULL, status TEXT NOT NULL, progress INTEGER NOT NULL,
@@ -324,12 +326,15 @@ class Team(Workflows):
 
     async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
         """A ``cancel_workers`` that failed (a worker did not confirm within its retries) is
-        restarted ``cancel_pause`` seconds later, from a wake-up scheduled in this turn: a cancel
-        is carried to its workers until each one confirms."""
+        restarted later, from a wake-up scheduled in this turn: a cancel is carried to its workers
+        until each one confirms. The pause after generation ``g`` failed is
+        ``cancel_pause * 2**(g-1)``, capped at ``cancel_pause_cap``: a worker that stays
+        unreachable is asked less and less often, but never given up on."""
         if workflow["name"] == "cancel_workers" and workflow["status"] == "failed":
             wid, gen = str(workflow["id"]), int(workflow["generation"])
             key = f"team-cancel-again:{wid}:{gen}"
-            await self.schedule(self.cancel_pause, "cancel_again", {"id": wid, "gen": gen}, key=key)
+            pause = min(self.cancel_pause * 2.0 ** min(gen - 1, 62), self.cancel_pause_cap)
+            await self.schedule(pause, "cancel_again", {"id": wid, "gen": gen}, key=key)
 
     @wakeup
     async def cancel_again(self, payload: dict[str, Any]) -> None:
