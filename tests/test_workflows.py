@@ -501,6 +501,35 @@ async def test_a_turn_prunes_at_most_a_batch(data_dir: Path) -> None:
             assert kept <= set(ids)
 
 
+class RowPruned(Pruned):
+    """:class:`Pruned` with a bound of rows no finished workflow fits in."""
+
+    kind = "row_pruned"
+    workflow_prune_rows = 1
+
+
+async def test_a_turn_prunes_at_most_a_batch_of_rows(data_dir: Path) -> None:
+    """Each finished workflow has more rows than ``workflow_prune_rows``: a prune turn deletes one
+    (never none), not the batch of five, and the chain goes on until the retention holds."""
+    RowPruned.prune_turns = []
+    clock = FakeClock()
+    async with ActorKit([RowPruned], data_dir, clock=clock) as kit:
+        for i in range(12):
+            await kit.call("row_pruned", "p1", "start_workflow", "paid", {}, f"w{i:02}")
+        for i in range(12):
+            clock.advance(1)
+            await kit.call("row_pruned", "p1", "send_event", f"w{i:02}", "payment", i)
+        clock.advance(1)
+        started = await kit.call("row_pruned", "p1", "start_counted", "chain", 1, ["last"])
+        assert started == {"status": ["completed"], "deleted": 1}  # 3 past the retention: one fits
+        await kit.fire_due("row_pruned", "p1")
+        await until(lambda: sum(RowPruned.prune_turns) == 2)
+        assert RowPruned.prune_turns == [1, 1]
+        listed = await kit.call("row_pruned", "p1", "list_workflows", None, None, 500)
+        assert sorted(w["id"] for w in listed) == ["last", *(f"w{i:02}" for i in range(3, 12))]
+        assert await kit.fire_due("row_pruned", "p1") == 0
+
+
 async def _finish_waiting(kit: ActorKit, clock: FakeClock, ids: list[str]) -> None:
     for wid in ids:
         await kit.call("pruned", "p1", "start_workflow", "paid", {}, wid)

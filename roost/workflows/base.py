@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 from roost.actors import Actor, callable, wakeup
 from roost.storage import Migration
 from roost.workflows.engine import engine_of
-from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH
+from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH, PRUNE_ROWS
 from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = ["Workflows"]
@@ -65,6 +65,9 @@ class Workflows(Actor):
     workflow_retention: ClassVar[int] = KEPT_FINISHED_WORKFLOWS
     #: Finished workflows one turn (a start's, a prune wake-up's) deletes at most.
     workflow_prune_batch: ClassVar[int] = PRUNE_BATCH
+    #: Rows (steps, branches, events, history) one such turn deletes at most: it stops before the
+    #: workflow that would pass them, but always deletes one.
+    workflow_prune_rows: ClassVar[int] = PRUNE_ROWS
 
     @callable
     async def start_workflow(

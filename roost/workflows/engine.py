@@ -18,10 +18,12 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   (default :data:`KEPT_FINISHED_WORKFLOWS`) are deleted with their steps, events and history once a
   tenth more have gathered; running, waiting and paused ones are never deleted.
 - **A turn prunes at most a batch**: a start deletes the finished workflows past the retention
-  itself only when they are at most ``workflow_prune_batch`` (default :data:`PRUNE_BATCH`); more, and
-  it sets a prune wake-up going (one at a time) that deletes a batch a turn, waking again at once
-  until the retention holds. **A prune wake-up that found nothing does not stop the next** (its key,
-  named after the oldest finished workflow, is spent: the next start takes another).
+  itself only when they are at most ``workflow_prune_batch`` (default :data:`PRUNE_BATCH`) with at
+  most ``workflow_prune_rows`` rows (default :data:`PRUNE_ROWS`); more, and it sets a prune wake-up
+  going (one at a time) that deletes a batch a turn (as many workflows as fit in the rows, one at
+  least), waking again at once until the retention holds. **A prune wake-up that found nothing
+  does not stop the next** (its key, named after the oldest finished workflow, is spent: the next
+  start takes another).
 - **A restart drops the events of the old generation**: an event or approval sent before
   ``restart_workflow`` and not consumed is not seen by the new generation.
 - **Every end is heard in its own turn**: ``Workflows.on_workflow_end(workflow)`` runs in the turn
@@ -48,6 +50,7 @@ from roost.workflows.model import (
     MAX_PENDING_EVENTS,
     PAGE_BYTES,
     PRUNE_BATCH,
+    PRUNE_ROWS,
     StepFailed,
     StepKind,
     StepStatus,
@@ -92,6 +95,7 @@ class Engine:
         self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
         self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
         self.prune_batch = max(1, int(getattr(type(actor), "workflow_prune_batch", PRUNE_BATCH)))
+        self.prune_rows = max(1, int(getattr(type(actor), "workflow_prune_rows", PRUNE_ROWS)))
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
@@ -147,8 +151,7 @@ class Engine:
         over = store.finished_count() - self.retention
         if over < max(1, self.retention // 10):
             return
-        if over <= self.prune_batch:
-            store.prune_finished(over)
+        if over <= self.prune_batch and store.prune_finished(over, self.prune_rows) == over:
             return
         await self._prune_later(store)
 
@@ -159,8 +162,7 @@ class Engine:
         over = store.finished_count() - self.retention
         if over <= 0:
             return
-        store.prune_finished(min(over, self.prune_batch))
-        if over > self.prune_batch:
+        if store.prune_finished(min(over, self.prune_batch), self.prune_rows) < over:
             await self._prune_later(store)
 
     async def _prune_later(self, store: WorkflowStore) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_STEPS",
     "PAGE_BYTES",
     "PRUNE_BATCH",
+    "PRUNE_ROWS",
     "STEPS_PER_TURN",
     "Approval",
     "EventTimeout",
@@ -61,6 +62,10 @@ MAX_HISTORY = 5000
 KEPT_FINISHED_WORKFLOWS = 1000
 #: Finished workflows one turn deletes at most, with their rows (``Workflows.workflow_prune_batch``).
 PRUNE_BATCH = 100
+#: Rows (steps, branches, events, history) of finished workflows one turn deletes at most
+#: (``Workflows.workflow_prune_rows``): a turn stops before the workflow that would pass it, but
+#: always deletes one, whose rows are bounded by :data:`MAX_STEPS` and :data:`MAX_HISTORY`.
+PRUNE_ROWS = 20_000
 #: Workflow ids, step and event names: 1 to this many characters.
 MAX_NAME = 128
 #: A recorded error (a step's, a workflow's) keeps at most this many characters.

@@ -249,6 +249,8 @@ _STEP = (
 )
 #: The condition on ``roost_wf`` of a finished workflow.
 _ENDED = f"status IN ('{WorkflowStatus.COMPLETED}', '{WorkflowStatus.FAILED}', '{WorkflowStatus.CANCELLED}')"
+#: The tables of a workflow's rows (besides its own row in ``roost_wf``).
+_WF_TABLES = ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history")
 
 
 def _wf(row: tuple[Any, ...]) -> WorkflowRow:
@@ -351,17 +353,28 @@ class WorkflowStore:
         ).fetchone()
         return None if row is None else (str(row[0]), float(row[1]))
 
-    def prune_finished(self, count: int) -> int:
-        """Delete the ``count`` finished workflows that ended first, with their rows; how many went."""
+    def prune_finished(self, count: int, max_rows: int) -> int:
+        """Delete at most ``count`` of the finished workflows that ended first, with their rows,
+        stopping before the one whose rows would take the deleted rows past ``max_rows`` (the first
+        is always deleted); how many went."""
         old = self.conn.execute(
             f"SELECT id FROM roost_wf WHERE {_ENDED} ORDER BY updated_at, id LIMIT ?", (max(0, count),)
         ).fetchall()
-        for (wid,) in old:
+        rows = 0
+        for n, (wid,) in enumerate(old):
+            rows += self.row_count(str(wid))
+            if n and rows > max_rows:
+                return n
             self.delete(str(wid))
         return len(old)
 
+    def row_count(self, wid: str) -> int:
+        """The rows of ``wid`` in the tables a delete empties of it, its own row left out."""
+        count = "SELECT count(*) FROM {} WHERE workflow_id = ?"
+        return sum(int(self.conn.execute(count.format(t), (wid,)).fetchone()[0]) for t in _WF_TABLES)
+
     def delete(self, wid: str) -> None:
-        for table in ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history"):
+        for table in _WF_TABLES:
             self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ?", (wid,))
         self.conn.execute("DELETE FROM roost_wf WHERE id = ?", (wid,))
 
