@@ -82,10 +82,7 @@ async def _branch_is(kit: ActorKit, worker: str, status: str) -> bool:
 
 async def test_cancelling_the_team_run_cancels_its_workers(data_dir: Path) -> None:
     async with ActorKit(KINDS, data_dir, clock=FakeClock()) as kit:
-        spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
-        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
-        await until(lambda: _dispatched(kit))
-        await kit.call("team", "t1", "cancel_run", "r1")
+        await _dispatch_then_cancel(kit)
         await until(lambda: _cancel_done(kit))  # the workers are told from outside the cancel's turn
         run = await _run(kit)
         assert run["status"] == "cancelled"
@@ -231,6 +228,15 @@ class StubbornWorker(TeamWorker):
         return await super().cancel_workflow(workflow_id)
 
 
+async def _dispatch_then_cancel(kit: ActorKit) -> None:
+    """Start run ``r1`` of team ``t1`` (w1 and w2, each slow), wait until both are dispatched, and
+    cancel it."""
+    spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
+    await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
+    await until(lambda: _dispatched(kit))
+    await kit.call("team", "t1", "cancel_run", "r1")
+
+
 class ImpatientTeam(Team):
     """Two attempts per cancel, then the whole ``cancel_workers`` again 5 s later."""
 
@@ -246,10 +252,7 @@ async def test_a_cancel_whose_retries_are_spent_is_carried_again_until_each_work
     w2's confirmation (w1's, already cancelled, is ``ended``)."""
     clock = FakeClock()
     async with ActorKit([ImpatientTeam, StubbornWorker], data_dir, clock=clock) as kit:
-        spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
-        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
-        await until(lambda: _dispatched(kit))
-        await kit.call("team", "t1", "cancel_run", "r1")
+        await _dispatch_then_cancel(kit)
 
         async def confirmed() -> dict[str, Any] | None:
             clock.advance(1)
@@ -298,10 +301,7 @@ async def test_a_cancel_that_no_worker_confirms_is_carried_again_less_and_less_o
     BackingOffTeam.pauses = []
     clock = FakeClock()
     async with ActorKit([BackingOffTeam, UnreachableWorker], data_dir, clock=clock) as kit:
-        spec = {"task": "a b c", "workers": ["w1", "w2"], "delays": {"w1": 60, "w2": 60}}
-        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
-        await until(lambda: _dispatched(kit))
-        await kit.call("team", "t1", "cancel_run", "r1")
+        await _dispatch_then_cancel(kit)
 
         async def five_pauses() -> bool:
             clock.advance(1)

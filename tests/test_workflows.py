@@ -471,6 +471,17 @@ class Pruned(Shop):
             type(self).prune_turns.append(before - self._rows())
 
 
+async def _finish_waiting(kit: ActorKit, clock: FakeClock, ids: list[str], kind: str = "pruned") -> list[str]:
+    """Start ``paid`` workflows ``ids`` of ``kind`` ``p1``, then pay each a second apart; their statuses."""
+    for wid in ids:
+        await kit.call(kind, "p1", "start_workflow", "paid", {}, wid)
+    done = []
+    for wid in ids:
+        clock.advance(1)
+        done.append((await kit.call(kind, "p1", "send_event", wid, "payment", 1))["status"])
+    return done
+
+
 async def test_a_turn_prunes_at_most_a_batch(data_dir: Path) -> None:
     """40 finished workflows gathered (they waited for an event, then got it): the two starts that
     find them (in one turn) delete none; the one prune wake-up chain they set going deletes at most
@@ -479,12 +490,8 @@ async def test_a_turn_prunes_at_most_a_batch(data_dir: Path) -> None:
     Pruned.prune_turns = []
     clock = FakeClock()
     async with ActorKit([Pruned], data_dir, clock=clock) as kit:
-        for i in range(40):
-            await kit.call("pruned", "p1", "start_workflow", "paid", {}, f"w{i:02}")
-        for i in range(40):
-            clock.advance(1)
-            status = await kit.call("pruned", "p1", "send_event", f"w{i:02}", "payment", i)
-            assert status["status"] == "completed"
+        done = await _finish_waiting(kit, clock, [f"w{i:02}" for i in range(40)])
+        assert done == ["completed"] * 40
         clock.advance(1)
         started = await kit.call("pruned", "p1", "start_counted", "chain", 1, ["last", "latest"])
         assert started == {"status": ["completed", "completed"], "deleted": 0}
@@ -514,11 +521,7 @@ async def test_a_turn_prunes_at_most_a_batch_of_rows(data_dir: Path) -> None:
     RowPruned.prune_turns = []
     clock = FakeClock()
     async with ActorKit([RowPruned], data_dir, clock=clock) as kit:
-        for i in range(12):
-            await kit.call("row_pruned", "p1", "start_workflow", "paid", {}, f"w{i:02}")
-        for i in range(12):
-            clock.advance(1)
-            await kit.call("row_pruned", "p1", "send_event", f"w{i:02}", "payment", i)
+        await _finish_waiting(kit, clock, [f"w{i:02}" for i in range(12)], "row_pruned")
         clock.advance(1)
         started = await kit.call("row_pruned", "p1", "start_counted", "chain", 1, ["last"])
         assert started == {"status": ["completed"], "deleted": 1}  # 3 past the retention: one fits
@@ -528,14 +531,6 @@ async def test_a_turn_prunes_at_most_a_batch_of_rows(data_dir: Path) -> None:
         listed = await kit.call("row_pruned", "p1", "list_workflows", None, None, 500)
         assert sorted(w["id"] for w in listed) == ["last", *(f"w{i:02}" for i in range(3, 12))]
         assert await kit.fire_due("row_pruned", "p1") == 0
-
-
-async def _finish_waiting(kit: ActorKit, clock: FakeClock, ids: list[str]) -> None:
-    for wid in ids:
-        await kit.call("pruned", "p1", "start_workflow", "paid", {}, wid)
-    for wid in ids:
-        clock.advance(1)
-        await kit.call("pruned", "p1", "send_event", wid, "payment", 1)
 
 
 async def test_a_prune_wake_up_that_found_nothing_does_not_stop_the_next(data_dir: Path) -> None:
