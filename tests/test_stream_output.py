@@ -8,6 +8,7 @@ import asyncio
 import base64
 import random
 import re
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,7 +49,9 @@ from roost.agent.stream_buffer import (
     secret_cut,
     stream_step,
 )
+from roost.agent.streaming import STREAM_MIGRATIONS
 from roost.scheduler import FakeClock
+from roost.storage.migrations import apply_migrations
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events, file_text, reassemble
 from tests.fake_llm import DONE, Event, FakeLLM, Reply, finish
@@ -354,7 +357,49 @@ async def test_a_streamed_batchs_turn_reads_no_whole_row(data_dir: Path) -> None
     batches = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO roost_agent_stream_chunks")]
     assert len(batches) == 3
     # from the first batch's write to the last's: no job, run or message row read whole (SELECT *)
-    assert [s for s in statements[batches[0] : batches[-1]] if s.startswith("SELECT *")] == []
+    later = statements[batches[0] : batches[-1]]
+    assert [s for s in later if s.startswith("SELECT *")] == []
+    # and what never changes is read by the attempt's first batch only: not the run, not the job's
+    # arguments (a JSON column), each later batch reads the fence alone
+    assert [s for s in later if "FROM roost_agent_runs" in s] == []
+    assert [s for s in later if "args" in s] == []
+    fences = [s for s in later if "FROM roost_agent_jobs" in s]
+    assert len(fences) == 2
+    assert all("lease_owner" in s for s in fences)
+
+
+def test_a_file_whose_batches_were_kept_in_a_without_rowid_table_keeps_them_after_its_upgrade(
+    tmp_path: Path,
+) -> None:
+    conn = sqlite3.connect(tmp_path / "old.sqlite", isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        apply_migrations(conn, "stream", STREAM_MIGRATIONS[:2])
+        conn.execute(
+            "INSERT INTO roost_agent_streams (message_id, run_id, turn_id, hop, chars, status, created_at,"
+            " updated_at) VALUES ('r.0', 'r', 't', 0, 11, 'completed', 0, 0)"
+        )
+        conn.executemany(
+            "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES ('r.0', ?, ?)",
+            [(6, "world"), (0, "hello ")],
+        )
+        conn.execute("COMMIT")
+        conn.execute("BEGIN")
+        assert apply_migrations(conn, "stream", STREAM_MIGRATIONS) == [3]
+        conn.execute("COMMIT")
+        (ddl,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'roost_agent_stream_chunks'"
+        ).fetchone()
+        assert "WITHOUT ROWID" not in ddl.upper()
+        joined = conn.execute(
+            "SELECT group_concat(text, '') FROM (SELECT text FROM roost_agent_stream_chunks"
+            " WHERE message_id = 'r.0' ORDER BY start)"
+        ).fetchone()[0]
+        assert joined == "hello world"
+        with pytest.raises(sqlite3.IntegrityError):  # still one batch per offset
+            conn.execute("INSERT INTO roost_agent_stream_chunks VALUES ('r.0', 0, 'again')")
+    finally:
+        conn.close()
 
 
 async def test_a_reader_that_drops_mid_stream_gets_exactly_the_missed_deltas(data_dir: Path) -> None:

@@ -244,8 +244,8 @@ class StreamsApi(Protocol):
     def open(self, run: Row, job: Row) -> str:
         """A model job begins streaming; returns the text its model continues from."""
 
-    def append(self, run: Row, job: Row, text: str) -> None:
-        """One committed batch of the job's stream: a ``model_delta``."""
+    def append(self, run: Row, hop: int, text: str) -> None:
+        """One committed batch of the stream of ``run``'s model step ``hop``: a ``model_delta``."""
 
     def committed(self, job: Row) -> int:
         """Characters of the job's message already committed."""

@@ -27,7 +27,7 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roost.actors import RetryPolicy
 from roost.agent.background import JobSpec, Outcome, OutcomeStatus, WorkerJobs, job_runner
@@ -40,6 +40,9 @@ from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus
 from roost.agent.store import Row, new_id
 from roost.agent.stream_buffer import stream_step
 
+if TYPE_CHECKING:
+    from roost.agent.interfaces import OrchestratorApi
+
 __all__ = ["JobLifecycle"]
 
 shown = Records.shown
@@ -47,12 +50,22 @@ shown = Records.shown
 LEASE_LOST = "lease expired (worker lost)"
 #: The columns of a job's fence (:meth:`JobLifecycle._current`).
 _FENCE = ("status", "attempt", "lease_owner")
-#: What a streamed batch's turn reads of its job besides the fence (a batch every few milliseconds
-#: need not read and decode the whole row).
-_STREAM_JOB = ("job_id", "run_id", "args", "lease_expires_at")
+#: What a streamed batch's turn reads of its job besides the fence: the lease's end. A batch every few
+#: milliseconds reads no whole row, and nothing it need not read again (:meth:`JobLifecycle.stream`).
+_STREAM_JOB = ("lease_expires_at",)
+#: Attempts whose streamed batches this agent keeps the run and message of (:attr:`JobLifecycle.streaming`).
+_STREAMING_KEPT = 256
 
 
 class JobLifecycle(Part, WorkerJobs):
+    def __init__(self, orchestrator: OrchestratorApi) -> None:
+        super().__init__(orchestrator)
+        #: Per streaming attempt ``(job_id, attempt)``: the run's event columns and the step's hop, read
+        #: by its first batch. Neither ever changes (a run's ids are written once, a job's arguments
+        #: too), so later batches read only the fence. Forgotten when the attempt finishes or is
+        #: fenced; at most :data:`_STREAMING_KEPT` (the oldest goes first).
+        self.streaming: dict[tuple[str, int], tuple[Row, int]] = {}
+
     def retry_policy(self, job: Row) -> RetryPolicy:
         """The retry policy of ``job``: its own attempts, the agent's backoff settings."""
         cfg = self.agent.settings()
@@ -226,17 +239,31 @@ class JobLifecycle(Part, WorkerJobs):
         was (a batch every few milliseconds need not write the job's row each time, and the worker
         skips its heartbeats while batches come); False when the attempt is no longer current (the
         batch is not recorded)."""
+        key = (job_id, attempt)
         job = self._current(job_id, attempt, worker_id, _STREAM_JOB)
         if job is None:
+            self.streaming.pop(key, None)
             return False
         cfg = self.agent.settings()
         if job["lease_expires_at"] - self.now <= cfg.lease_ttl - cfg.heartbeat_interval:
             self._renew(job_id)
-        self.orchestrator.streams.append(self.run(job["run_id"], self.telemetry.RUN_COLUMNS), job, text)
+        kept = self.streaming.get(key)
+        if kept is None:  # the attempt's first batch
+            ids = self.store.fields("jobs", job_id, ("run_id", "args"))
+            assert ids is not None
+            run = self.run(ids["run_id"], self.telemetry.RUN_COLUMNS)
+            kept = (run, int(ids["args"].get("hop", 0)))
+            if len(self.streaming) >= _STREAMING_KEPT:
+                del self.streaming[next(iter(self.streaming))]
+            self.streaming[key] = kept
+        else:
+            self.records.concern(kept[0]["run_id"])  # as reading the run would: its secrets are scrubbed
+        self.orchestrator.streams.append(kept[0], kept[1], text)
         return True
 
     async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:
         """Record the attempt's outcome (fenced) and advance its run."""
+        self.streaming.pop((job_id, attempt), None)
         job = self._current(job_id, attempt, worker_id)
         if job is None:
             return  # fenced: cancelled, or another attempt holds the lease
