@@ -338,6 +338,7 @@ async def test_streamed_text_reaches_the_log_in_batches_with_contiguous_offsets(
         (message,) = card["messages"]
         assert message["status"] == "completed"
         assert message["text"] == text
+        assert message["chars"] == len(text)
 
 
 async def test_a_streamed_batchs_turn_reads_no_whole_row(data_dir: Path) -> None:
@@ -363,6 +364,8 @@ async def test_a_streamed_batchs_turn_reads_no_whole_row(data_dir: Path) -> None
     # arguments (a JSON column), each later batch reads the fence alone
     assert [s for s in later if "FROM roost_agent_runs" in s] == []
     assert [s for s in later if "args" in s] == []
+    # nor rewrites a row: its batch is the one row it writes besides the log's
+    assert [s for s in later if s.startswith("UPDATE roost_agent_streams")] == []
     fences = [s for s in later if "FROM roost_agent_jobs" in s]
     assert len(fences) == 2
     assert all("lease_owner" in s for s in fences)
@@ -462,6 +465,7 @@ async def test_cancel_mid_stream_stops_the_stream_and_keeps_what_was_committed(d
         (message,) = card["messages"]
         assert message["status"] == "cancelled"
         assert message["text"] == shown
+        assert message["chars"] == len(shown)  # counted from its batches as it left streaming
 
 
 async def test_a_stream_broken_after_text_interrupts_the_run_and_continue_run_goes_on_after_it(
@@ -488,6 +492,7 @@ async def test_a_stream_broken_after_text_interrupts_the_run_and_continue_run_go
         assert card["retryable"]
         assert card["messages"][0]["status"] == "interrupted"
         assert card["messages"][0]["text"] == "one two three "
+        assert card["messages"][0]["chars"] == len("one two three ")
         await c.call("continue_run", reply["run_id"])
         await drive(kit, lambda: "turn_completed" in [e["event_type"] for e in events(c)], step=0.01)
         assert Scripted.requests[-1].partial == "one two three "

@@ -83,9 +83,27 @@ def message_id(run_id: str, hop: int) -> str:
     return f"{run_id}.{hop}"
 
 
+#: Where the message ``?`` ends: after its last batch (its ``chars`` while it streams).
+_END = (
+    "SELECT start + length(text) FROM roost_agent_stream_chunks WHERE message_id = ? "
+    "ORDER BY start DESC LIMIT 1"
+)
+
+
 class Streams(Part):
+    """The rows of streamed messages. **A message's** ``chars`` **is what its batches hold**: while it
+    streams, a batch writes its own row only (the message's row is not rewritten at every batch),
+    and what reads the row counts its batches; the column is brought up to date when the message
+    leaves ``streaming`` (completed, interrupted, failed, cancelled)."""
+
     def get(self, mid: str) -> Row | None:
-        return self.store.get("streams", mid)
+        row = self.store.get("streams", mid)
+        if row is not None and row["status"] == StreamStatus.STREAMING:
+            row["chars"] = self._end(mid)
+        return row
+
+    def _end(self, mid: str) -> int:
+        return int(self.store.scalar(_END, (mid,)) or 0)
 
     def text(self, mid: str) -> str:
         """The message's committed text (its batches, in order)."""
@@ -145,22 +163,18 @@ class Streams(Part):
         """One batch of the stream of ``run``'s model step ``hop``: cleaned, appended to its message,
         one ``model_delta``.
 
-        The message's row is moved on by an ``UPDATE`` (only while it is ``streaming``), then its
-        ``chars`` read by key: a batch every few milliseconds reads no whole row."""
+        One statement reads the message's status and where its last batch ends (the batch's
+        offset), then the batch is one row: a batch every few milliseconds reads no whole row and
+        rewrites none (each row written is a page the commit writes)."""
         mid = message_id(run["run_id"], hop)
         clean = redact_text(self.records.vault.scrub(text))
-        chars = len(clean)
         store = self.store
-        # an UPDATE, then a SELECT by the primary key: UPDATE … RETURNING costs 5 times as much here
-        if not store.execute(
-            "UPDATE roost_agent_streams SET chars = chars + ?, updated_at = ? "
-            "WHERE message_id = ? AND status = ?",
-            (chars, self.now, mid, StreamStatus.STREAMING),
-        ):
-            return  # not begun, or no longer streaming
-        offset = (
-            int(store.scalar("SELECT chars FROM roost_agent_streams WHERE message_id = ?", (mid,))) - chars
+        found = store.one(
+            f"SELECT status, ({_END}) FROM roost_agent_streams WHERE message_id = ?", (mid, mid)
         )
+        if found is None or found[0] != StreamStatus.STREAMING:
+            return  # not begun, or no longer streaming
+        offset = int(found[1] or 0)
         store.execute(
             "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES (?, ?, ?)",
             (mid, offset, clean),
@@ -184,7 +198,13 @@ class Streams(Part):
         row = self.of_job(job)
         if row is None:
             return None
-        self.store.update("streams", row["message_id"], status=StreamStatus.COMPLETED, updated_at=self.now)
+        self.store.update(
+            "streams",
+            row["message_id"],
+            status=StreamStatus.COMPLETED,
+            chars=row["chars"],
+            updated_at=self.now,
+        )
         return self.text(row["message_id"])
 
     def interrupt(self, run: Row, job: Row, error: str) -> int:
@@ -198,6 +218,7 @@ class Streams(Part):
             "streams",
             row["message_id"],
             status=StreamStatus.INTERRUPTED if row["chars"] else StreamStatus.FAILED,
+            chars=row["chars"],
             error=self.err(error, 500),
             updated_at=self.now,
         )
@@ -219,7 +240,9 @@ class Streams(Part):
     def cancel_run(self, run: Row) -> None:
         """The run was cancelled: its streaming messages are ``cancelled`` (their text stays)."""
         self.store.execute(
-            "UPDATE roost_agent_streams SET status = ?, updated_at = ? WHERE run_id = ? AND status = ?",
+            "UPDATE roost_agent_streams SET status = ?, updated_at = ?, "
+            f"chars = coalesce(({_END.replace('?', 'roost_agent_streams.message_id')}), 0) "
+            "WHERE run_id = ? AND status = ?",
             (StreamStatus.CANCELLED, self.now, run["run_id"], StreamStatus.STREAMING),
         )
 
@@ -228,4 +251,6 @@ class Streams(Part):
         rows = self.store.select("streams", "run_id = ?", (run_id,), order="hop")
         for row in rows:
             row["text"] = self.text(row["message_id"])
+            if row["status"] == StreamStatus.STREAMING:
+                row["chars"] = len(row["text"])
         return rows
