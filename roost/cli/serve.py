@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["GC_THRESHOLDS", "MAX_HANDSHAKE_LINE", "add_parser", "load_app"]
 
 #: The cyclic collector's thresholds under ``roost serve`` (``gc.set_threshold``; see :func:`_serve`).
-GC_THRESHOLDS = (1_000, 10, 1_000)
+GC_THRESHOLDS = (2_000, 10, 1_000)
 
 
 def load_app(spec: str | None) -> object:
@@ -277,7 +277,8 @@ def _serve(args: argparse.Namespace) -> int:
     # statements, tasks, futures): a young collection examines each once, however rarely it runs, so
     # a short one often pauses the loop less than a long one seldom. 50,000 objects a collection paused
     # it 17-50 ms each time 100 actors were activated at once, in the middle of their streams;
-    # 1,000 pauses it at most 3-4 ms (a middle-aged collection, every tenth, at most 17 ms). The
+    # 2,000 pauses it at most about 4 ms (a middle-aged collection, every tenth, at most 17 ms;
+    # 1,000 paused about as long and cost idle connections 2-3 KB more each, as measured). The
     # full collection stays rare: after a thousand middle-aged ones, and only once the long-lived
     # objects grew by a quarter (CPython's own rule).
     gc.freeze()
