@@ -399,8 +399,10 @@ def test_a_file_whose_batches_were_kept_in_a_without_rowid_table_keeps_them_afte
             " WHERE message_id = 'r.0' ORDER BY start)"
         ).fetchone()[0]
         assert joined == "hello world"
+        stops = conn.execute("SELECT start, stop FROM roost_agent_stream_chunks ORDER BY start").fetchall()
+        assert stops == [(0, 6), (6, 11)]  # each batch ends where the next begins, the last at chars
         with pytest.raises(sqlite3.IntegrityError):  # still one batch per offset
-            conn.execute("INSERT INTO roost_agent_stream_chunks VALUES ('r.0', 0, 'again')")
+            conn.execute("INSERT INTO roost_agent_stream_chunks VALUES ('r.0', 0, 5, 'again')")
     finally:
         conn.close()
 
@@ -454,6 +456,9 @@ async def test_cancel_mid_stream_stops_the_stream_and_keeps_what_was_committed(d
         c = kit.connect("streamer", "s")
         reply = await c.call("turn", "a request with many words to answer slowly one after the other")
         await drive(kit, lambda: len(deltas(c)) >= 1, step=0.01)
+        (streaming,) = (await c.call("get_run", reply["run_id"]))["messages"]
+        assert streaming["status"] == "streaming"
+        assert streaming["chars"] == len(streaming["text"]) > 0  # counted from its batches
         await c.call("cancel", reply["turn_id"])
         shown = text_of(c)
         await drive(kit, lambda: True, step=0.01)
@@ -466,6 +471,26 @@ async def test_cancel_mid_stream_stops_the_stream_and_keeps_what_was_committed(d
         assert message["status"] == "cancelled"
         assert message["text"] == shown
         assert message["chars"] == len(shown)  # counted from its batches as it left streaming
+
+
+async def test_offsets_count_every_character_of_a_batch_a_nul_too(data_dir: Path) -> None:
+    Scripted.script = ["\x00ab ", "c\x00d ", "ef"]  # SQLite's length() stops at a NUL
+    Scripted.fail_after = None
+
+    class OneByOne(ScriptedStreamer):
+        kind = "nulls"
+        config = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+    async with ActorKit([OneByOne], data_dir) as kit:
+        c = kit.connect("nulls", "s")
+        reply = await c.call("turn", "go")
+        await drive(kit, lambda: ended(c), step=0.01)
+        assert [d["offset"] for d in deltas(c)] == [0, 4, 8]
+        card = await c.call("get_run", reply["run_id"])
+        assert card["status"] == "completed"
+        (message,) = card["messages"]
+        assert message["text"] == reassemble(deltas(c)) == "".join(Scripted.script)
+        assert message["chars"] == 10
 
 
 async def test_a_stream_broken_after_text_interrupts_the_run_and_continue_run_goes_on_after_it(

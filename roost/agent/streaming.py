@@ -1,7 +1,7 @@
-"""Streamed model output, the turn's side: each batch of deltas a row update and a ``model_delta``.
+"""Streamed model output, the turn's side: each batch of deltas a row of its own and a ``model_delta``.
 
 The worker of a streaming model step (:mod:`roost.agent.stream_buffer`) hands its text to
-:meth:`Streams.append` in batches, each in a turn; the row of the message (``roost_agent_streams``)
+:meth:`Streams.append` in batches, each in a turn; the batch's row (``roost_agent_stream_chunks``)
 and the event commit together, and the output gate sends the event only after that commit. See
 docs/design.md, *Streamed model output*, for the data flow and the row's states.
 
@@ -62,16 +62,24 @@ STREAM_MIGRATIONS: Sequence[Migration] = (
     """,
     # v3: the batches in a rowid table, keyed by an index (a WITHOUT ROWID table keeps its rows, each
     # a batch of kilobytes, in the key's tree, which rebalanced its pages at almost every insert: a
-    # batch's commit cost 1.5 to 2 times as much)
+    # batch's commit cost 1.5 to 2 times as much), each with where it ends (``stop``, counted as
+    # Python counts: SQLite's length() stops at a NUL): the message's end is its last batch's stop.
+    # An existing batch ends where the next begins, the last where its message's chars said.
     """
     CREATE TABLE roost_agent_stream_chunks_v3 (
         message_id TEXT NOT NULL,
         start      INTEGER NOT NULL,
+        stop       INTEGER NOT NULL,
         text       TEXT NOT NULL,
         PRIMARY KEY (message_id, start)
     );
-    INSERT INTO roost_agent_stream_chunks_v3 (message_id, start, text)
-        SELECT message_id, start, text FROM roost_agent_stream_chunks ORDER BY message_id, start;
+    INSERT INTO roost_agent_stream_chunks_v3 (message_id, start, stop, text)
+        SELECT c.message_id, c.start,
+               coalesce(lead(c.start) OVER (PARTITION BY c.message_id ORDER BY c.start),
+                        (SELECT s.chars FROM roost_agent_streams s WHERE s.message_id = c.message_id),
+                        c.start + length(c.text)),
+               c.text
+        FROM roost_agent_stream_chunks c ORDER BY c.message_id, c.start;
     DROP TABLE roost_agent_stream_chunks;
     ALTER TABLE roost_agent_stream_chunks_v3 RENAME TO roost_agent_stream_chunks;
     """,
@@ -83,11 +91,8 @@ def message_id(run_id: str, hop: int) -> str:
     return f"{run_id}.{hop}"
 
 
-#: Where the message ``?`` ends: after its last batch (its ``chars`` while it streams).
-_END = (
-    "SELECT start + length(text) FROM roost_agent_stream_chunks WHERE message_id = ? "
-    "ORDER BY start DESC LIMIT 1"
-)
+#: Where the message whose id is ``{mid}`` ends: its last batch's stop (its ``chars`` while it streams).
+_END = "SELECT stop FROM roost_agent_stream_chunks WHERE message_id = {mid} ORDER BY start DESC LIMIT 1"
 
 
 class Streams(Part):
@@ -103,7 +108,7 @@ class Streams(Part):
         return row
 
     def _end(self, mid: str) -> int:
-        return int(self.store.scalar(_END, (mid,)) or 0)
+        return int(self.store.scalar(_END.format(mid="?"), (mid,)) or 0)
 
     def text(self, mid: str) -> str:
         """The message's committed text (its batches, in order)."""
@@ -170,14 +175,15 @@ class Streams(Part):
         clean = redact_text(self.records.vault.scrub(text))
         store = self.store
         found = store.one(
-            f"SELECT status, ({_END}) FROM roost_agent_streams WHERE message_id = ?", (mid, mid)
+            f"SELECT status, ({_END.format(mid='?')}) FROM roost_agent_streams WHERE message_id = ?",
+            (mid, mid),
         )
         if found is None or found[0] != StreamStatus.STREAMING:
             return  # not begun, or no longer streaming
         offset = int(found[1] or 0)
         store.execute(
-            "INSERT INTO roost_agent_stream_chunks (message_id, start, text) VALUES (?, ?, ?)",
-            (mid, offset, clean),
+            "INSERT INTO roost_agent_stream_chunks (message_id, start, stop, text) VALUES (?, ?, ?, ?)",
+            (mid, offset, offset + len(clean), clean),
         )
         self.event(
             "model_delta",
@@ -241,7 +247,7 @@ class Streams(Part):
         """The run was cancelled: its streaming messages are ``cancelled`` (their text stays)."""
         self.store.execute(
             "UPDATE roost_agent_streams SET status = ?, updated_at = ?, "
-            f"chars = coalesce(({_END.replace('?', 'roost_agent_streams.message_id')}), 0) "
+            f"chars = coalesce(({_END.format(mid='roost_agent_streams.message_id')}), 0) "
             "WHERE run_id = ? AND status = ?",
             (StreamStatus.CANCELLED, self.now, run["run_id"], StreamStatus.STREAMING),
         )
