@@ -111,6 +111,13 @@ class ScriptedStreamer(Agent):
         return Scripted()
 
 
+class OneByOne(ScriptedStreamer):
+    """The scripted stream, each delta its own batch."""
+
+    kind = "onebyone"
+    config = STREAMING.model_copy(update={"stream_batch_count": 1})
+
+
 class Restarting(ScriptedStreamer):
     kind = "restarting"
     config = STREAMING.model_copy(update={"stream_resume": "restart", "stream_batch_count": 1})
@@ -432,12 +439,6 @@ async def test_a_reader_that_drops_mid_stream_gets_exactly_the_missed_deltas(dat
 async def test_a_secret_split_across_two_deltas_is_redacted(data_dir: Path) -> None:
     Scripted.script = ["your key is sk-abcdefgh", "ijklmnopqrstuvwx and ", "that is all"]
     Scripted.fail_after = None
-    cfg = STREAMING.model_copy(update={"stream_batch_count": 1})
-
-    class OneByOne(ScriptedStreamer):
-        kind = "onebyone"
-        config = cfg
-
     async with ActorKit([OneByOne], data_dir) as kit:
         c = kit.connect("onebyone", "s")
         await c.call("turn", "tell me")
@@ -476,13 +477,8 @@ async def test_cancel_mid_stream_stops_the_stream_and_keeps_what_was_committed(d
 async def test_offsets_count_every_character_of_a_batch_a_nul_too(data_dir: Path) -> None:
     Scripted.script = ["\x00ab ", "c\x00d ", "ef"]  # SQLite's length() stops at a NUL
     Scripted.fail_after = None
-
-    class OneByOne(ScriptedStreamer):
-        kind = "nulls"
-        config = STREAMING.model_copy(update={"stream_batch_count": 1})
-
     async with ActorKit([OneByOne], data_dir) as kit:
-        c = kit.connect("nulls", "s")
+        c = kit.connect("onebyone", "s")
         reply = await c.call("turn", "go")
         await drive(kit, lambda: ended(c), step=0.01)
         assert [d["offset"] for d in deltas(c)] == [0, 4, 8]
@@ -499,14 +495,8 @@ async def test_a_stream_broken_after_text_interrupts_the_run_and_continue_run_go
     Scripted.script = ["one ", "two ", "three ", "four ", "five ", "six"]
     Scripted.fail_after = 3
     Scripted.requests = []
-    cfg = STREAMING.model_copy(update={"stream_batch_count": 1})
-
-    class Breaking(ScriptedStreamer):
-        kind = "breaking"
-        config = cfg
-
-    async with ActorKit([Breaking], data_dir) as kit:
-        c = kit.connect("breaking", "s")
+    async with ActorKit([OneByOne], data_dir) as kit:
+        c = kit.connect("onebyone", "s")
         reply = await c.call("turn", "count")
         await drive(kit, lambda: ended(c), step=0.01)
         interrupted = [e for e in events(c) if e["event_type"] == "model_stream_interrupted"]

@@ -103,12 +103,13 @@ class Streams(Part):
 
     def get(self, mid: str) -> Row | None:
         row = self.store.get("streams", mid)
-        if row is not None and row["status"] == StreamStatus.STREAMING:
-            row["chars"] = self._end(mid)
-        return row
+        return None if row is None else self._counted(row)
 
-    def _end(self, mid: str) -> int:
-        return int(self.store.scalar(_END.format(mid="?"), (mid,)) or 0)
+    def _counted(self, row: Row) -> Row:
+        """``row`` with its ``chars`` counted from its batches if it is still streaming."""
+        if row["status"] == StreamStatus.STREAMING:
+            row["chars"] = int(self.store.scalar(_END.format(mid="?"), (row["message_id"],)) or 0)
+        return row
 
     def text(self, mid: str) -> str:
         """The message's committed text (its batches, in order)."""
@@ -256,7 +257,5 @@ class Streams(Part):
         """The run's messages in step order, each with its ``text`` (``get_run`` shows them)."""
         rows = self.store.select("streams", "run_id = ?", (run_id,), order="hop")
         for row in rows:
-            row["text"] = self.text(row["message_id"])
-            if row["status"] == StreamStatus.STREAMING:
-                row["chars"] = len(row["text"])
+            self._counted(row)["text"] = self.text(row["message_id"])
         return rows
