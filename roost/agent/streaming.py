@@ -93,6 +93,10 @@ def message_id(run_id: str, hop: int) -> str:
 
 #: Where the message whose id is ``{mid}`` ends: its last batch's stop (its ``chars`` while it streams).
 _END = "SELECT stop FROM roost_agent_stream_chunks WHERE message_id = {mid} ORDER BY start DESC LIMIT 1"
+#: :data:`_END` for the message id given as a parameter, and a batch's read: the message's status and
+#: end (built once: a batch's turn runs it).
+_END_OF = _END.format(mid="?")
+_STATUS_AND_END = f"SELECT status, ({_END_OF}) FROM roost_agent_streams WHERE message_id = ?"
 
 
 class Streams(Part):
@@ -108,7 +112,7 @@ class Streams(Part):
     def _counted(self, row: Row) -> Row:
         """``row`` with its ``chars`` counted from its batches if it is still streaming."""
         if row["status"] == StreamStatus.STREAMING:
-            row["chars"] = int(self.store.scalar(_END.format(mid="?"), (row["message_id"],)) or 0)
+            row["chars"] = int(self.store.scalar(_END_OF, (row["message_id"],)) or 0)
         return row
 
     def text(self, mid: str) -> str:
@@ -175,10 +179,7 @@ class Streams(Part):
         mid = message_id(run["run_id"], hop)
         clean = redact_text(self.records.vault.scrub(text))
         store = self.store
-        found = store.one(
-            f"SELECT status, ({_END.format(mid='?')}) FROM roost_agent_streams WHERE message_id = ?",
-            (mid, mid),
-        )
+        found = store.one(_STATUS_AND_END, (mid, mid))
         if found is None or found[0] != StreamStatus.STREAMING:
             return  # not begun, or no longer streaming
         offset = int(found[1] or 0)
