@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,12 +15,13 @@ import websockets
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from roost.actors import Actor, callable
+from roost.actors import Actor, Connection, callable
 from roost.examples.kinds import KINDS, Counter
 from roost.scheduler import FakeClock
 from roost.storage import actor_path
 from roost.testing import connect, open_files, until
 from roost.transport import RoostApp, create_app
+from roost.transport.sink import SocketSink
 from tests.support import serve_in_process
 
 
@@ -246,6 +248,30 @@ async def test_a_connection_that_opts_out_gets_only_its_own_replies(server: str)
         ], "only the replies, and the pong after them"
         seen = await watcher.recv_n(2)
         assert [(f["type"], f["seq"]) for f in seen] == [("state", 1), ("state", 2)]
+
+
+async def test_an_ended_connection_is_freed_when_it_ends(app: RoostApp, server: str) -> None:
+    """``SocketSink.finish``: once a connection has ended, its sink and its ``Connection`` are freed by
+    reference counting, with the cycle collector off: none of them waits in a reference cycle for a
+    collection (which, with many actors live, pauses every stream of the loop)."""
+
+    def ours() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) in (SocketSink, Connection))
+
+    url = f"ws://{server}/agents/counter/freed"
+    async with connect(url) as ws:  # the actor's activation and what stays with it
+        await ws.recv()
+    await until(lambda: not app.sinks)
+    gc.collect()
+    gc.disable()
+    try:
+        before = ours()
+        for _ in range(5):
+            async with connect(url) as ws:
+                await ws.recv()
+        await until(lambda: ours() == before, message="an ended connection's objects were not freed")
+    finally:
+        gc.enable()
 
 
 async def test_http_endpoints(server: str) -> None:

@@ -253,6 +253,13 @@ class SocketSink:
         """Stop the writer (used when the socket is already gone)."""
         self._gone()
         self._poke()
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        task = self.task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        # **An ended connection is freed when it ends**, not by a collection later: the writer's
+        # cancellation holds its frame, which holds this sink, and the connection's rules hold the
+        # sink as it holds them; with those references dropped, nothing of the connection is left
+        # in a reference cycle (a closed sink sends nothing: it needs neither)
+        self.task = self._wake = None
+        self.protocol = self.direct = None
