@@ -250,16 +250,17 @@ class SocketSink:
             self._drained = None
 
     async def finish(self) -> None:
-        """Stop the writer (used when the socket is already gone)."""
+        """Stop the writer (used when the socket is already gone).
+
+        **An ended connection is freed when it ends**, not by a collection later: once the writer has
+        ended, the sink drops its task (whose cancellation holds the writer's frame, which holds the
+        sink), its wake-up, the connection's rules (which hold the sink as it holds them) and the
+        direct path; a closed sink sends nothing, so it needs none of them."""
         self._gone()
         self._poke()
         task = self.task
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        # **An ended connection is freed when it ends**, not by a collection later: the writer's
-        # cancellation holds its frame, which holds this sink, and the connection's rules hold the
-        # sink as it holds them; with those references dropped, nothing of the connection is left
-        # in a reference cycle (a closed sink sends nothing: it needs neither)
         self.task = self._wake = None
         self.protocol = self.direct = None
