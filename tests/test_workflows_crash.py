@@ -81,6 +81,39 @@ async def test_sigkill_mid_outside_step_reruns_it_under_the_same_key(data_dir: P
     assert events[-1] == ("completed", None)
 
 
+async def test_sigkill_mid_outside_step_its_rerun_starts_from_its_last_checkpoint(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """``StepAttempt.progress``: the checkpoint committed before the kill is what the rerun (run 2 of
+    the same attempt, in the next process) is given, so items done before the kill are not done again;
+    the report shown before the kill is the one committed."""
+    ledger = tmp_path / "ledger"
+    spec = {"ledger": str(ledger), "items": 5, "hold_at": 3}
+    first = ServerProcess(data_dir, app=APP).start()
+    try:
+        await _call(first, "start_workflow", "batch", spec, "w1")
+
+        async def reported() -> dict[str, Any] | None:
+            status: dict[str, Any] = await _call(first, "workflow_status", "w1")
+            progress = status["steps"][0]["progress"] if status["steps"] else None
+            return progress if progress is not None and progress["done"] == 3 else None
+
+        progress = await until(reported, timeout=30, interval=0.05)
+        assert (progress["total"], progress["message"]) == (5, "item 3")
+    finally:
+        first.kill()  # its first run holds after item 3, checkpoint 3 committed
+    second = ServerProcess(data_dir, app=APP).start()
+    try:
+        status = await until(lambda: _completed(second, "w1"), timeout=60, interval=0.2)
+    finally:
+        second.kill()
+    assert status["result"] == {"started_from": 3, "run": 2}
+    assert status["steps"][0]["progress"]["message"] == "item 5"
+    done = [(line.split()[0], line.split()[1]) for line in _lines(ledger)]
+    first_run = [(f"item={i}", "run=1") for i in (1, 2, 3)]
+    assert done == [*first_run, ("item=4", "run=2"), ("item=5", "run=2")]
+
+
 async def test_sigkill_mid_in_turn_step_its_writes_commit_with_its_record_or_not_at_all(
     data_dir: Path, tmp_path: Path
 ) -> None:

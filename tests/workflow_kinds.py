@@ -192,6 +192,23 @@ class Shop(Workflows):
             return exc.error
         return "kept"
 
+    @workflow
+    async def batch(self, step: Step, spec: dict[str, Any]) -> dict[str, Any]:
+        """One outside step that processes ``spec['items']`` items, a line each in ``spec['ledger']``,
+        saving a checkpoint after each; its first run stops for ever after ``spec['hold_at']``."""
+        return dict(await step.external("items", lambda a: _items(Path(spec["ledger"]), a, spec)))
+
+
+async def _items(ledger: Path, attempt: StepAttempt, spec: dict[str, Any]) -> dict[str, Any]:
+    items, start = int(spec["items"]), int(attempt.checkpoint or 0)
+    for i in range(start, items):
+        with ledger.open("a") as f:
+            f.write(f"item={i + 1} run={attempt.run} pid={os.getpid()}\n")
+        await attempt.progress(i + 1, items, f"item {i + 1}", checkpoint=i + 1)
+        if attempt.run == 1 and i + 1 == spec.get("hold_at"):
+            await asyncio.Event().wait()
+    return {"started_from": start, "run": attempt.run}
+
 
 def _charge(ledger: Path, attempt: StepAttempt, hold: bool | None, fail: int) -> Any:
     """The outside effect: a line with the attempt's key appended to ``ledger``; then, with ``hold``,

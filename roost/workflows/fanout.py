@@ -37,7 +37,7 @@ from roost.workflows.model import (
     StepStatus,
     short,
 )
-from roost.workflows.runner import Outcome, RunKey, runner
+from roost.workflows.runner import Outcome, RunKey, reporter, runner
 from roost.workflows.store import BranchRow, WorkflowRow, WorkflowStore, encode
 from roost.workflows.wakes import schedule_wake
 
@@ -49,6 +49,7 @@ __all__ = [
     "fail_join",
     "finish_branch",
     "holds_branch",
+    "progress_branch",
     "start_branch",
 ]
 
@@ -127,12 +128,22 @@ async def start_branch(
     branches ``kept``), its lease wake-up, its task."""
     attempt, run = at
     actor, lease, store = engine.actor, engine.lease, engine.store
+    before = store.branch(wf.id, pos, branch)
     store.put_branch(
         wf.id, pos, branch, ord, StepStatus.RUNNING, now, attempt=attempt, run=run, wake_at=now + lease
     )
+    store.set_branch_progress(wf.id, pos, branch, None, None)  # the report shown is the running run's
+    of = engine.of
+    fence = (wf.id, wf.generation, pos, branch, attempt, run)
+
+    def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
+        return progress_branch(of(a), *fence, report, kept)
+
     ticket = StepAttempt(
-        wf.id, f"{name}/{branch}", f"{wf.step_prefix}:{wf.generation}:{pos}:{branch}", attempt, run
-    )
+        wf.id, f"{name}/{branch}", f"{wf.step_prefix}:{wf.generation}:{pos}:{branch}", attempt, run,
+        before.checkpoint if before is not None else None,
+        reporter(actor.extension.process, actor.kind, actor.name, record),
+    )  # fmt: skip
     store.log(
         wf.id, wf.generation, "attempt_started", now, position=pos, name=name, attempt=attempt,
         detail={"branch": branch, "run": run, "idempotency_key": ticket.idempotency_key, "kept": kept},
@@ -143,8 +154,6 @@ async def start_branch(
         actor, now + lease, payload, key=_lease_key(wf.id, wf.generation, pos, branch, attempt, run)
     )
     key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, branch)
-    of = engine.of
-    fence = (wf.id, wf.generation, pos, branch, attempt, run)
 
     async def claimed(a: Actor) -> bool:
         return holds_branch(of(a), *fence)
@@ -173,6 +182,25 @@ def holds_branch(
         return False
     row = store.branch(wid, pos, branch)
     return row is not None and row.status is StepStatus.RUNNING and (row.attempt, row.run) == (attempt, run)
+
+
+def progress_branch(
+    engine: BranchEngine,
+    wid: str,
+    gen: int,
+    pos: int,
+    branch: str,
+    attempt: int,
+    run: int,
+    report: Callable[[float], str],
+    kept: str | None,
+) -> bool:
+    """Record a branch run's progress report and checkpoint (fenced as its outcome is); False if the
+    run is not current."""
+    if not holds_branch(engine, wid, gen, pos, branch, attempt, run):
+        return False
+    engine.store.set_branch_progress(wid, pos, branch, report(engine.now), kept)
+    return True
 
 
 async def finish_branch(

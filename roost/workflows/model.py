@@ -5,13 +5,19 @@ Errors a body sees (raised by a step call, recorded, and raised again on every r
     StepFailed (RuntimeError)        a step's attempts are spent, or it failed for good
     └── EventTimeout (TimeoutError)  an event wait or an approval passed its deadline
 
+An outside step's function may see ``AttemptSuperseded`` from :meth:`StepAttempt.progress`: its
+attempt is no longer the step's current one (the workflow was cancelled, restarted or ended, or the
+run was declared lost and another took over), so nothing it reports is recorded and it should stop.
+
 Errors a caller sees over the wire are :class:`roost.actors.RpcError` with a ``code``
 (:data:`CODES`). ``NonRetryable`` is raised *by a step function* to fail its step at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +25,7 @@ from roost.actors import RpcError
 
 __all__ = [
     "CODES",
+    "KEEP",
     "KEPT_FINISHED_WORKFLOWS",
     "MAX_BRANCHES",
     "MAX_ERROR",
@@ -33,14 +40,17 @@ __all__ = [
     "PRUNE_ROWS",
     "STEPS_PER_TURN",
     "Approval",
+    "AttemptSuperseded",
     "EventTimeout",
     "NonRetryable",
+    "Reporter",
     "StepAttempt",
     "StepFailed",
     "StepKind",
     "StepStatus",
     "Suspend",
     "WorkflowStatus",
+    "progress_record",
     "refuse",
     "short",
 ]
@@ -154,6 +164,36 @@ class NonRetryable(Exception):
     """Raise from a step function to fail the step at once, without retries."""
 
 
+class AttemptSuperseded(Exception):
+    """:meth:`StepAttempt.progress` of an attempt that is no longer its step's current one: nothing was
+    recorded, and nothing the attempt returns will be."""
+
+
+#: ``checkpoint`` left out of :meth:`StepAttempt.progress`: the step's checkpoint stays as it is.
+KEEP: Any = object()
+
+
+def progress_record(done: float, total: float | None, message: str, at: float) -> dict[str, Any]:
+    """A progress report as recorded: ``done`` and ``total`` finite numbers, not negative (``total``
+    may be None: unknown), ``message`` cut to :data:`MAX_ERROR` characters. ValueError or TypeError
+    for anything else, before anything is recorded."""
+    for what, value in (("done", done), ("total", total)):
+        if value is None and what == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"progress {what} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"progress {what} must be a finite number, not negative, got {value!r}")
+    if not isinstance(message, str):
+        raise TypeError(f"progress message must be text, got {type(message).__name__}")
+    return {"done": done, "total": total, "message": short(message), "at": at}
+
+
+#: What records a report of a running attempt: ``(done, total, message, checkpoint)`` to True if
+#: recorded, False if the attempt is no longer current (see :meth:`StepAttempt.progress`).
+Reporter = Callable[[float, float | None, str, Any], Awaitable[bool]]
+
+
 @dataclass(frozen=True, slots=True)
 class StepAttempt:
     """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``
@@ -161,17 +201,43 @@ class StepAttempt:
     when the workflow starts, so no other workflow, of this actor or another, nor this id deleted and
     started again, has the key): the same for every run of one attempt (a rerun after its process was
     lost), another for the next attempt. Hand it to the system the effect goes to, so that it can
-    drop a repeat."""
+    drop a repeat.
+
+    ``checkpoint`` is what an earlier attempt or run of this step (or branch) last saved with
+    :meth:`progress` (None: nothing): a long step that saves where it got to starts again from
+    there after a failure or a crash, instead of from the beginning."""
 
     workflow_id: str
     step: str
     step_id: str
     attempt: int
     run: int
+    checkpoint: Any = None
+    _report: Reporter | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.step_id}:{self.attempt}"
+
+    async def progress(
+        self, done: float, total: float | None = None, message: str = "", *, checkpoint: Any = KEEP
+    ) -> None:
+        """Report how far the attempt got, in a turn of its actor, committed before this returns.
+
+        **A report is fenced as the outcome is**: it is recorded only while this attempt and run are
+        the step's current ones; otherwise it raises :class:`AttemptSuperseded` and records nothing.
+        **The step shows its running attempt's last report**: ``workflow_status`` gives each step
+        (and branch) ``progress`` (``done``, ``total``, ``message``, ``at``), cleared when the next
+        attempt or run starts. **A checkpoint outlives the attempt**: ``checkpoint`` (JSON, at most
+        :data:`MAX_RESULT_BYTES`), when given, replaces the step's, and every later attempt and run of
+        the step gets it as :attr:`checkpoint`. A report is not a history line (a report a second
+        for an hour would be 3,600 of them)."""
+        if self._report is None:
+            raise RuntimeError("this attempt was not given by a workflow's step")
+        if not await self._report(done, total, message, checkpoint):
+            raise AttemptSuperseded(
+                f"attempt {self.attempt} (run {self.run}) of {self.step!r} is no longer current"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ Guarantees (tests in ``tests/test_workflows_external.py``):
 - **A live run is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
   declares an attempt lost.
 - **Stopped with the registry**: every task is cancelled before the actors drain.
+- **A progress report is checked before its turn**: :func:`reporter` refuses bad numbers, text or a
+  checkpoint that is not JSON or too large in the attempt's task, so a bad report fails the
+  attempt's own call and never a turn of its actor.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from typing import Any
 
 from roost.actors import Actor
 from roost.actors.extension import Process
-from roost.workflows.model import NonRetryable, short
+from roost.workflows.model import KEEP, NonRetryable, Reporter, progress_record, short
+from roost.workflows.store import encode
 
-__all__ = ["Outcome", "RunKey", "Runner", "runner"]
+__all__ = ["Outcome", "Record", "RunKey", "Runner", "reporter", "runner"]
 
 log = logging.getLogger("roost.workflows")
 
@@ -118,6 +122,32 @@ class Runner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+#: A fenced record of a progress report, in a turn of the step's actor: ``(actor, report,
+#: checkpoint)`` to True if recorded; ``report(now)`` is the report as recorded (JSON text),
+#: ``checkpoint`` the checkpoint's JSON text (None: kept as it is).
+Record = Callable[[Actor, Callable[[float], str], "str | None"], bool]
+
+
+def reporter(process: Process, kind: str, name: str, record: Record) -> Reporter:
+    """What ``StepAttempt.progress`` calls: the report checked here, then recorded in a turn of
+    ``kind/name`` by ``record`` (which checks the attempt's fence)."""
+
+    async def report(done: float, total: float | None, message: str, checkpoint: Any) -> bool:
+        progress_record(done, total, message, 0.0)  # refused here, before any turn
+        kept = None if checkpoint is KEEP else encode(checkpoint, "a step's checkpoint")
+
+        def made(now: float) -> str:
+            return encode(progress_record(done, total, message, now), "a progress report")
+
+        async def turn(actor: Actor) -> bool:
+            return record(actor, made, kept)
+
+        recorded: bool = await process.run(kind, name, turn)
+        return recorded
+
+    return report
 
 
 def runner(process: Process) -> Runner:

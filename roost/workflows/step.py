@@ -39,7 +39,7 @@ from roost.workflows.model import (
     Suspend,
     short,
 )
-from roost.workflows.runner import Outcome, RunKey, runner
+from roost.workflows.runner import Outcome, RunKey, reporter, runner
 from roost.workflows.store import StepRow, WorkflowRow, WorkflowStore, encode
 from roost.workflows.wakes import schedule_wake
 
@@ -64,6 +64,17 @@ class EngineFace(BranchEngine, Protocol):
         """The engine of ``actor`` (the live instance a later turn runs on)."""
 
     def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool: ...
+
+    def progress_external(
+        self,
+        wid: str,
+        gen: int,
+        pos: int,
+        attempt: int,
+        run: int,
+        report: Callable[[float], str],
+        kept: str | None,
+    ) -> bool: ...
 
     async def finish_external(
         self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome
@@ -205,7 +216,8 @@ class Step:
                 attempt = rec.attempt + 1
             elif rec.status is StepStatus.LOST:
                 attempt, run = rec.attempt, rec.run + 1
-        await self._start_external(pos, name, attempt, run, fn, timeout)
+        checkpoint = rec.checkpoint if rec is not None else None
+        await self._start_external(pos, name, attempt, run, fn, timeout, checkpoint)
         raise self._suspend(pos, name, StepKind.EXTERNAL, why="running", attempt=attempt)
 
     async def parallel(
@@ -412,6 +424,7 @@ class Step:
         run: int,
         fn: Callable[[StepAttempt], Awaitable[Any]],
         timeout: float | None,
+        checkpoint: Any,
     ) -> None:
         wf, actor, now = self._wf, self._actor, self._now
         lease = self._engine.lease
@@ -426,7 +439,19 @@ class Step:
             run=run,
             wake_at=now + lease,
         )
-        ticket = StepAttempt(wf.id, name, f"{wf.step_prefix}:{wf.generation}:{pos}", attempt, run)
+        self._store.set_progress(wf.id, pos, None, None)  # the report shown is the running attempt's
+        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
+        of = self._engine.of
+        at = (wf.id, wf.generation, pos, attempt, run)
+        process = actor.extension.process
+
+        def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
+            return of(a).progress_external(*at, report, kept)
+
+        ticket = StepAttempt(
+            wf.id, name, f"{wf.step_prefix}:{wf.generation}:{pos}", attempt, run, checkpoint,
+            reporter(process, actor.kind, actor.name, record),
+        )  # fmt: skip
         self._log(
             "attempt_started", pos, name, attempt, {"run": run, "idempotency_key": ticket.idempotency_key}
         )
@@ -436,9 +461,6 @@ class Step:
             self._payload("lease", pos=pos, attempt=attempt, run=run),
             key=lease_key(wf.id, wf.generation, pos, attempt, run),
         )
-        key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
-        of = self._engine.of
-        at = (wf.id, wf.generation, pos, attempt, run)
 
         async def claimed(a: Actor) -> bool:
             return of(a).holds(*at)
@@ -449,7 +471,7 @@ class Step:
 
             return record
 
-        runner(actor.extension.process).spawn(key, lambda: fn(ticket), timeout, claimed, finish)
+        runner(process).spawn(key, lambda: fn(ticket), timeout, claimed, finish)
 
     async def _sleep(self, pos: int, name: str, rec: StepRow | None, at: float) -> None:
         if rec is not None and self._outcome(rec) is not _PENDING:

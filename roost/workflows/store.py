@@ -111,6 +111,14 @@ MIGRATIONS: Sequence[Migration] = (
     # a random nonce per workflow, drawn at start: in every step id, so two actors' workflows of one
     # id, or a workflow deleted and started again, never share an idempotency key
     "ALTER TABLE roost_wf ADD COLUMN nonce TEXT NOT NULL DEFAULT ''",
+    # an outside attempt's last progress report (of the attempt running now) and the step's
+    # checkpoint (kept for its later attempts and runs): ``StepAttempt.progress``
+    """
+    ALTER TABLE roost_wf_steps ADD COLUMN progress TEXT;
+    ALTER TABLE roost_wf_steps ADD COLUMN checkpoint TEXT;
+    ALTER TABLE roost_wf_branches ADD COLUMN progress TEXT;
+    ALTER TABLE roost_wf_branches ADD COLUMN checkpoint TEXT;
+    """,
 )
 #: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
 WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
@@ -182,6 +190,8 @@ class StepRow:
     wake_at: float | None
     started_at: float
     updated_at: float
+    progress: Any = None
+    checkpoint: Any = None
 
     def to_json(self, *, result: bool = True) -> dict[str, Any]:
         """The step as JSON; without its ``result`` when ``result`` is false (status pages)."""
@@ -194,6 +204,7 @@ class StepRow:
             "run": self.run,
             "error": self.error,
             "wake_at": self.wake_at,
+            "progress": self.progress,
         }
         if result:
             out["result"] = self.result
@@ -215,6 +226,8 @@ class BranchRow:
     error: str | None
     wake_at: float | None
     updated_at: float
+    progress: Any = None
+    checkpoint: Any = None
 
     def to_json(self, *, result: bool = True) -> dict[str, Any]:
         out = {
@@ -224,6 +237,7 @@ class BranchRow:
             "run": self.run,
             "error": self.error,
             "wake_at": self.wake_at,
+            "progress": self.progress,
         }
         if result:
             out["result"] = self.result
@@ -232,12 +246,18 @@ class BranchRow:
 
 T = TypeVar("T")
 
-_BRANCH = "position, branch, ord, status, attempt, run, retryable, result, error, wake_at, updated_at"
+_BRANCH = (
+    "position, branch, ord, status, attempt, run, retryable, result, error, wake_at, updated_at,"
+    " progress, checkpoint"
+)
 
 
 def _branch(row: tuple[Any, ...]) -> BranchRow:
     v = list(row)
-    return BranchRow(v[0], v[1], v[2], StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), *v[8:])
+    return BranchRow(
+        v[0], v[1], v[2], StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), v[8], v[9], v[10],
+        _load(v[11]), _load(v[12]),
+    )  # fmt: skip
 
 
 _WF = (
@@ -245,7 +265,8 @@ _WF = (
     " nonce"
 )
 _STEP = (
-    "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at"
+    "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at,"
+    " progress, checkpoint"
 )
 #: The condition on ``roost_wf`` of a finished workflow.
 _ENDED = f"status IN ('{WorkflowStatus.COMPLETED}', '{WorkflowStatus.FAILED}', '{WorkflowStatus.CANCELLED}')"
@@ -262,7 +283,10 @@ def _wf(row: tuple[Any, ...]) -> WorkflowRow:
 
 def _step(row: tuple[Any, ...]) -> StepRow:
     v = list(row)
-    return StepRow(v[0], v[1], StepKind(v[2]), StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), *v[8:])
+    return StepRow(
+        v[0], v[1], StepKind(v[2]), StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), v[8], v[9],
+        v[10], v[11], _load(v[12]), _load(v[13]),
+    )  # fmt: skip
 
 
 class WorkflowStore:
@@ -429,6 +453,24 @@ class WorkflowStore:
                 now,
                 now,
             ),
+        )
+
+    def set_progress(self, wid: str, position: int, progress: str | None, checkpoint: str | None) -> None:
+        """The step's progress report (JSON text; None clears it) and, unless None, its checkpoint."""
+        self.conn.execute(
+            "UPDATE roost_wf_steps SET progress = ?, checkpoint = coalesce(?, checkpoint)"
+            " WHERE workflow_id = ? AND position = ?",
+            (progress, checkpoint, wid, position),
+        )
+
+    def set_branch_progress(
+        self, wid: str, position: int, branch: str, progress: str | None, checkpoint: str | None
+    ) -> None:
+        """:meth:`set_progress` of a branch of the join at ``position``."""
+        self.conn.execute(
+            "UPDATE roost_wf_branches SET progress = ?, checkpoint = coalesce(?, checkpoint)"
+            " WHERE workflow_id = ? AND position = ? AND branch = ?",
+            (progress, checkpoint, wid, position, branch),
         )
 
     # -- branches of parallel joins -------------------------------------------------------------------

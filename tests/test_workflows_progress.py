@@ -1,0 +1,238 @@
+"""Progress of outside steps (``StepAttempt.progress``), in process: reports shown while an attempt runs,
+fenced like its outcome, checked before any turn, and a checkpoint handed to the step's later attempts.
+
+Real SQLite files, a ``FakeClock`` for the retry's delay; every wait is on a condition (``until``) or an
+``asyncio.Event`` the test sets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from roost.actors import RetryPolicy, RpcError
+from roost.scheduler.clock import FakeClock
+from roost.testing import ActorKit, until
+from roost.workflows import (
+    MAX_RESULT_BYTES,
+    AttemptSuperseded,
+    Step,
+    StepAttempt,
+    Workflows,
+    workflow,
+)
+from roost.workflows.runner import runner
+
+
+class Mover(Workflows):
+    """``move`` moves ``items`` items in an outside step, reporting each with a checkpoint; the test
+    holds the step after ``hold_at`` items (until ``go`` is set) and makes its first attempt fail after
+    ``fail_at`` items."""
+
+    kind = "mover"
+    workflow_lease = 30.0
+
+    go: ClassVar[asyncio.Event]
+    attempts: ClassVar[list[StepAttempt]] = []
+
+    @workflow
+    async def move(self, step: Step, spec: dict[str, Any]) -> Any:
+        retry = RetryPolicy(max_attempts=3, base=1.0, cap=1.0)
+        return await step.external("move", lambda a: _move(a, spec), retry=retry)
+
+    @workflow
+    async def fan(self, step: Step, spec: dict[str, Any]) -> Any:
+        return await step.parallel("fan", {"left": lambda a: _move(a, spec), "right": lambda a: _move(a, {})})
+
+
+async def _move(attempt: StepAttempt, spec: dict[str, Any]) -> dict[str, Any]:
+    Mover.attempts.append(attempt)
+    items = int(spec.get("items", 1))
+    start = int(attempt.checkpoint or 0)
+    if spec.get("pause_rerun") and (attempt.attempt, attempt.run) != (1, 1):
+        await Mover.go.wait()
+    for i in range(start, items):
+        await attempt.progress(i + 1, items, f"item {i + 1}", checkpoint=i + 1)
+        if spec.get("fail_at") == i + 1 and attempt.attempt == 1:
+            raise ConnectionError("the far side went away")
+        if spec.get("hold_at") == i + 1:
+            await Mover.go.wait()
+    return {"started_from": start, "attempt": attempt.attempt}
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    Mover.go = asyncio.Event()
+    Mover.attempts = []
+
+
+async def _status(kit: ActorKit, wid: str) -> dict[str, Any]:
+    result: dict[str, Any] = await kit.call("mover", "m1", "workflow_status", wid)
+    return result
+
+
+async def _reported(kit: ActorKit, wid: str, done: int) -> dict[str, Any] | None:
+    status = await _status(kit, wid)
+    progress = status["steps"][0]["progress"] if status["steps"] else None
+    return status if progress is not None and progress["done"] == done else None
+
+
+async def test_a_running_attempts_progress_is_shown_in_workflow_status(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 3, "hold_at": 2}, "w1")
+        status = await until(lambda: _reported(kit, "w1", 2))
+        step = status["steps"][0]
+        assert step["status"] == "running"
+        assert step["progress"] == {"done": 2, "total": 3, "message": "item 2", "at": clock.now()}
+        Mover.go.set()
+        status = await until(lambda: _reported(kit, "w1", 3))
+        await until(lambda: _ended(kit, "w1"))
+        status = await _status(kit, "w1")
+        assert status["result"] == {"started_from": 0, "attempt": 1}
+        assert status["steps"][0]["progress"]["message"] == "item 3", "the last report stays shown"
+        page = await kit.call("mover", "m1", "workflow_history", "w1")
+        assert "progress" not in {e["event"] for e in page["entries"]}, "a report is not a history line"
+
+
+async def _ended(kit: ActorKit, wid: str) -> bool:
+    return (await _status(kit, wid))["status"] in ("completed", "failed")
+
+
+async def test_a_checkpoint_outlives_the_attempt_and_reaches_the_next(data_dir: Path) -> None:
+    """The first attempt saves checkpoints 1 and 2 and fails; the second starts from 2, its step's
+    report cleared when it started."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        spec = {"items": 4, "fail_at": 2, "pause_rerun": True}
+        await kit.call("mover", "m1", "start_workflow", "move", spec, "w1")
+
+        async def backing_off() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            return status if (status["waiting"] or {}).get("why") == "retry" else None
+
+        status = await until(backing_off)
+        assert status["steps"][0]["progress"]["done"] == 2
+        clock.advance(status["waiting"]["until"] - clock.now())
+        await kit.fire_due("mover", "m1")
+        await until(lambda: len(Mover.attempts) == 2)
+        assert Mover.attempts[1].checkpoint == 2
+        step = (await _status(kit, "w1"))["steps"][0]
+        assert (step["attempt"], step["status"], step["progress"]) == (2, "running", None)
+        Mover.go.set()
+        status = await until(lambda: _reported(kit, "w1", 4))
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == {"started_from": 2, "attempt": 2}
+
+
+async def test_a_report_is_fenced_as_the_outcome_is(data_dir: Path) -> None:
+    """A report of an attempt that is no longer current (its workflow cancelled, then started again
+    under the same id) raises ``AttemptSuperseded`` and changes nothing."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _reported(kit, "w1", 1))
+        stale = Mover.attempts[0]
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        with pytest.raises(AttemptSuperseded):
+            await stale.progress(2, 2, "too late", checkpoint=99)
+        status = await _status(kit, "w1")
+        assert status["status"] == "cancelled"
+        assert status["steps"][0]["progress"]["message"] == "item 1"
+        await kit.call("mover", "m1", "restart_workflow", "w1")
+        await until(lambda: len(Mover.attempts) == 2)
+        assert Mover.attempts[1].checkpoint is None, "a restart begins anew: no checkpoint of before"
+        with pytest.raises(AttemptSuperseded):
+            await stale.progress(2, 2, "from the old generation")
+        again = await until(lambda: _reported(kit, "w1", 1))
+        assert again["generation"] == 2
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+
+
+async def test_a_lost_runs_checkpoint_reaches_its_rerun_and_its_late_reports_are_refused(
+    data_dir: Path,
+) -> None:
+    """Run 1 saves checkpoints 1 and 2 and is lost with its task (here: cancelled); the lease wake-up
+    declares it lost and run 2 of the same attempt starts from 2. Run 1's late report is refused."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 3, "hold_at": 2}, "w1")
+        await until(lambda: _reported(kit, "w1", 2))
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()
+        await until(lambda: not work.tasks)
+        clock.advance(Mover.workflow_lease)
+        await kit.fire_due("mover", "m1")
+        await until(lambda: _ended(kit, "w1"))
+        lost, rerun = Mover.attempts
+        assert (rerun.attempt, rerun.run, rerun.checkpoint) == (1, 2, 2)
+        assert rerun.idempotency_key == lost.idempotency_key
+        assert (await _status(kit, "w1"))["result"] == {"started_from": 2, "attempt": 1}
+        with pytest.raises(AttemptSuperseded):
+            await lost.progress(3, 3, "late")
+        assert (await _status(kit, "w1"))["steps"][0]["progress"]["message"] == "item 3"
+
+
+def _process(kit: ActorKit) -> Any:
+    host = next(iter(kit.registry.hosts.values()))
+    return host.actor.extension.process
+
+
+async def test_a_bad_report_is_refused_before_any_turn(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _reported(kit, "w1", 1))
+        live = Mover.attempts[0]
+        for done, total in ((math.nan, 2), (1, math.inf), (-1, 2), (True, 2)):
+            with pytest.raises((ValueError, TypeError)):
+                await live.progress(done, total)
+        with pytest.raises(TypeError):
+            await live.progress(1, 2, message=b"bytes")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await live.progress(1, 2, checkpoint={1, 2})
+        with pytest.raises(RpcError) as too_large:
+            await live.progress(1, 2, checkpoint="x" * MAX_RESULT_BYTES)
+        assert too_large.value.code == "too_large"
+        status = await _status(kit, "w1")
+        assert status["steps"][0]["progress"]["message"] == "item 1", "nothing of a bad report recorded"
+        await live.progress(1, None, "x" * 5000)  # total unknown; a long message is cut
+        status = await _status(kit, "w1")
+        assert status["steps"][0]["progress"]["total"] is None
+        assert len(status["steps"][0]["progress"]["message"]) == 1000
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == {"started_from": 0, "attempt": 1}
+
+
+async def test_a_branch_shows_its_own_progress(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "fan", {"items": 3, "hold_at": 2}, "w1")
+
+        async def shown() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            rows = status["steps"][0].get("branches", []) if status["steps"] else []
+            branches = {b["branch"]: b for b in rows}
+            left = (branches.get("left") or {}).get("progress")
+            return branches if left is not None and left["done"] == 2 else None
+
+        branches = await until(shown)
+        assert branches["left"]["progress"]["message"] == "item 2"
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        status = await _status(kit, "w1")
+        assert status["result"] == {
+            "left": {"started_from": 0, "attempt": 1},
+            "right": {"started_from": 0, "attempt": 1},
+        }
+        assert {b["branch"]: b["progress"]["done"] for b in status["steps"][0]["branches"]} == {
+            "left": 3,
+            "right": 1,
+        }
