@@ -1,5 +1,6 @@
-"""Progress of outside steps (``StepAttempt.progress``), in process: reports shown while an attempt runs,
-fenced like its outcome, checked before any turn, and a checkpoint handed to the step's later attempts.
+"""Outside steps that report while they run, in process: progress (``StepAttempt.progress``) shown while
+an attempt runs, fenced like its outcome, checked before any turn, a checkpoint handed to the step's
+later attempts; and an attempt's own fenced turns (``StepAttempt.turn``).
 
 Real SQLite files, a ``FakeClock`` for the retry's delay; every wait is on a condition (``until``) or an
 ``asyncio.Event`` the test sets.
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from roost.actors import RetryPolicy, RpcError
+from roost.actors import Actor, RetryPolicy, RpcError, callable
 from roost.scheduler.clock import FakeClock
+from roost.storage import Migration
 from roost.testing import ActorKit, until
 from roost.workflows import (
     MAX_RESULT_BYTES,
@@ -35,6 +38,7 @@ class Mover(Workflows):
 
     kind = "mover"
     workflow_lease = 30.0
+    migrations: ClassVar[Sequence[Migration]] = ("CREATE TABLE moved (item INTEGER NOT NULL)",)
 
     go: ClassVar[asyncio.Event]
     attempts: ClassVar[list[StepAttempt]] = []
@@ -43,6 +47,14 @@ class Mover(Workflows):
     async def move(self, step: Step, spec: dict[str, Any]) -> Any:
         retry = RetryPolicy(max_attempts=3, base=1.0, cap=1.0)
         return await step.external("move", lambda a: _move(a, spec), retry=retry)
+
+    @callable(readonly=True)
+    async def moved(self) -> list[int]:
+        return [int(r[0]) for r in self.sql.execute("SELECT item FROM moved ORDER BY item")]
+
+    @workflow
+    async def copy(self, step: Step, spec: dict[str, Any]) -> Any:
+        return await step.external("copy", lambda a: _copy(a, spec), retry=RetryPolicy(max_attempts=1))
 
     @workflow
     async def fan(self, step: Step, spec: dict[str, Any]) -> Any:
@@ -62,6 +74,28 @@ async def _move(attempt: StepAttempt, spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("hold_at") == i + 1:
             await Mover.go.wait()
     return {"started_from": start, "attempt": attempt.attempt}
+
+
+async def _copy(attempt: StepAttempt, spec: dict[str, Any]) -> list[list[Any]]:
+    """Each item a row of ``moved`` and an event, in a turn of the attempt; item ``fail_at`` writes its
+    row and then raises inside the turn (the attempt catches it and goes on)."""
+    Mover.attempts.append(attempt)
+    failed: list[list[Any]] = []
+    for i in range(1, int(spec["items"]) + 1):
+
+        async def write(actor: Actor, i: int = i) -> int:
+            actor.sql.execute("INSERT INTO moved (item) VALUES (?)", (i,))
+            if i == spec.get("fail_at"):
+                raise RpcError("bad_item", f"item {i} is bad")
+            return actor.emit({"copied": i})
+
+        try:
+            await attempt.turn(write)
+        except RpcError as exc:
+            failed.append([i, exc.code])
+        if i == spec.get("hold_at"):
+            await Mover.go.wait()
+    return failed
 
 
 @pytest.fixture(autouse=True)
@@ -236,3 +270,45 @@ async def test_a_branch_shows_its_own_progress(data_dir: Path) -> None:
             "left": 3,
             "right": 1,
         }
+
+
+async def test_an_attempts_turn_commits_its_writes_and_events_before_it_returns(data_dir: Path) -> None:
+    """``StepAttempt.turn``: the rows and events of the items done so far are committed and sent while
+    the attempt still runs; a raise inside a turn rolls that turn's row back and reaches the attempt."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        watcher = kit.connect("mover", "m1")
+        await kit.call(
+            "mover", "m1", "start_workflow", "copy", {"items": 4, "fail_at": 2, "hold_at": 3}, "w1"
+        )
+        await watcher.wait_for(lambda f: f.get("type") == "event" and f["event"] == {"copied": 3})
+        assert await kit.call("mover", "m1", "moved") == [1, 3], "item 2's row went with its turn's raise"
+        assert (await _status(kit, "w1"))["steps"][0]["status"] == "running"
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == [[2, "bad_item"]]
+        events = [f["event"]["copied"] for f in watcher.frames if "copied" in (f.get("event") or {})]
+        assert events == [1, 3, 4]
+
+
+async def test_a_superseded_attempts_turn_is_refused_without_running(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "copy", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _moved(kit, [1]))
+        stale = Mover.attempts[0]
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        ran: list[int] = []
+
+        async def late(actor: Actor) -> None:
+            ran.append(1)
+            actor.sql.execute("INSERT INTO moved (item) VALUES (99)")
+
+        with pytest.raises(AttemptSuperseded):
+            await stale.turn(late)
+        assert ran == []
+        assert await kit.call("mover", "m1", "moved") == [1]
+
+
+async def _moved(kit: ActorKit, items: list[int]) -> bool:
+    return bool(await kit.call("mover", "m1", "moved") == items)

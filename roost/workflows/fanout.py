@@ -37,7 +37,7 @@ from roost.workflows.model import (
     StepStatus,
     short,
 )
-from roost.workflows.runner import Outcome, RunKey, reporter, runner
+from roost.workflows.runner import Outcome, RunKey, fenced, reporter, runner
 from roost.workflows.store import BranchRow, WorkflowRow, WorkflowStore, encode
 from roost.workflows.wakes import schedule_wake
 
@@ -139,10 +139,16 @@ async def start_branch(
     def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
         return progress_branch(of(a), *fence, report, kept)
 
+    def current(a: Actor) -> bool:
+        return holds_branch(of(a), *fence)
+
+    process = actor.extension.process
+    what = f"run {run} of attempt {attempt} of branch {branch!r} of {name!r}"
     ticket = StepAttempt(
         wf.id, f"{name}/{branch}", f"{wf.step_prefix}:{wf.generation}:{pos}:{branch}", attempt, run,
         before.checkpoint if before is not None else None,
-        reporter(actor.extension.process, actor.kind, actor.name, record),
+        reporter(process, actor.kind, actor.name, record),
+        fenced(process, actor.kind, actor.name, current, what),
     )  # fmt: skip
     store.log(
         wf.id, wf.generation, "attempt_started", now, position=pos, name=name, attempt=attempt,

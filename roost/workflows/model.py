@@ -19,9 +19,9 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from roost.actors import RpcError
+from roost.actors import Actor, RpcError
 
 __all__ = [
     "CODES",
@@ -194,6 +194,13 @@ def progress_record(done: float, total: float | None, message: str, at: float) -
 Reporter = Callable[[float, float | None, str, Any], Awaitable[bool]]
 
 
+T = TypeVar("T")
+
+#: Runs ``fn(actor)`` in a turn of the attempt's actor if the attempt is still current, and returns
+#: what it returned; raises :class:`AttemptSuperseded` (``fn`` not called) otherwise.
+Fenced = Callable[[Callable[[Actor], Awaitable[Any]]], Awaitable[Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class StepAttempt:
     """What an outside step's function is given. ``idempotency_key`` is ``f"{step_id}:{attempt}"``
@@ -214,6 +221,7 @@ class StepAttempt:
     run: int
     checkpoint: Any = None
     _report: Reporter | None = field(default=None, repr=False, compare=False)
+    _fenced: Fenced | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -238,6 +246,25 @@ class StepAttempt:
             raise AttemptSuperseded(
                 f"attempt {self.attempt} (run {self.run}) of {self.step!r} is no longer current"
             )
+
+    async def turn(self, fn: Callable[[Actor], Awaitable[T]]) -> T:
+        """Run ``await fn(actor)`` in a turn of the step's actor and return its result.
+
+        **A turn of an attempt is fenced as its outcome is**: ``fn`` runs only while this attempt and
+        run (of this generation; of this branch, for a branch of a join) are the step's current ones,
+        checked in the same turn; otherwise :class:`AttemptSuperseded` is raised and ``fn`` is not
+        called. Its writes, ``set_state`` and ``emit`` commit with the turn before this returns (an
+        ``emit`` reaches subscribers after that commit, and is in the log a reconnecting client
+        resumes from), so what an attempt writes while it runs (a batch of its streamed output, a
+        partial result) never comes from an attempt that was cancelled, restarted or taken over. A
+        raise of ``fn`` rolls that turn's writes back and reaches this call as any failed turn reaches
+        its caller: an :class:`~roost.actors.RpcError` as it was raised, anything else logged and
+        raised as ``handler_error`` with its reference. ``fn`` runs as the actor's turns do (no
+        waiting on the network inside it)."""
+        if self._fenced is None:
+            raise RuntimeError("this attempt was not given by a workflow's step")
+        result: T = await self._fenced(fn)
+        return result
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,18 @@ from typing import Any
 
 from roost.actors import Actor
 from roost.actors.extension import Process
-from roost.workflows.model import KEEP, NonRetryable, Reporter, progress_record, short
+from roost.workflows.model import (
+    KEEP,
+    AttemptSuperseded,
+    Fenced,
+    NonRetryable,
+    Reporter,
+    progress_record,
+    short,
+)
 from roost.workflows.store import encode
 
-__all__ = ["Outcome", "Record", "RunKey", "Runner", "reporter", "runner"]
+__all__ = ["Outcome", "Record", "RunKey", "Runner", "fenced", "reporter", "runner"]
 
 log = logging.getLogger("roost.workflows")
 
@@ -148,6 +156,27 @@ def reporter(process: Process, kind: str, name: str, record: Record) -> Reporter
         return recorded
 
     return report
+
+
+_SUPERSEDED: Any = object()
+
+
+def fenced(process: Process, kind: str, name: str, holds: Callable[[Actor], bool], what: str) -> Fenced:
+    """What ``StepAttempt.turn`` calls: ``fn(actor)`` in a turn of ``kind/name`` when ``holds(actor)``
+    (the attempt's fence, read in that turn), else AttemptSuperseded naming ``what``."""
+
+    async def run(fn: Callable[[Actor], Awaitable[Any]]) -> Any:
+        async def turn(actor: Actor) -> Any:
+            if not holds(actor):
+                return _SUPERSEDED
+            return await fn(actor)
+
+        result = await process.run(kind, name, turn)
+        if result is _SUPERSEDED:
+            raise AttemptSuperseded(f"{what} is no longer current")
+        return result
+
+    return run
 
 
 def runner(process: Process) -> Runner:

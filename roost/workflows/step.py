@@ -39,7 +39,7 @@ from roost.workflows.model import (
     Suspend,
     short,
 )
-from roost.workflows.runner import Outcome, RunKey, reporter, runner
+from roost.workflows.runner import Outcome, RunKey, fenced, reporter, runner
 from roost.workflows.store import StepRow, WorkflowRow, WorkflowStore, encode
 from roost.workflows.wakes import schedule_wake
 
@@ -448,9 +448,14 @@ class Step:
         def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
             return of(a).progress_external(*at, report, kept)
 
+        def current(a: Actor) -> bool:
+            return of(a).holds(*at)
+
+        what = f"attempt {attempt} (run {run}) of {name!r}"
         ticket = StepAttempt(
             wf.id, name, f"{wf.step_prefix}:{wf.generation}:{pos}", attempt, run, checkpoint,
             reporter(process, actor.kind, actor.name, record),
+            fenced(process, actor.kind, actor.name, current, what),
         )  # fmt: skip
         self._log(
             "attempt_started", pos, name, attempt, {"run": run, "idempotency_key": ticket.idempotency_key}
@@ -463,7 +468,7 @@ class Step:
         )
 
         async def claimed(a: Actor) -> bool:
-            return of(a).holds(*at)
+            return current(a)
 
         def finish(outcome: Outcome) -> Callable[[Actor], Awaitable[None]]:
             async def record(a: Actor) -> None:
