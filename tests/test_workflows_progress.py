@@ -1,6 +1,7 @@
-"""Outside steps that report while they run, in process: progress (``StepAttempt.progress``) shown while
-an attempt runs, fenced like its outcome, checked before any turn, a checkpoint handed to the step's
-later attempts; and an attempt's own fenced turns (``StepAttempt.turn``).
+"""Outside steps that report while they run, and share the actor's concurrency slots, in process:
+progress (``StepAttempt.progress``) shown while an attempt runs, fenced like its outcome, checked before
+any turn, a checkpoint handed to the step's later attempts; an attempt's own fenced turns
+(``StepAttempt.turn``); slots (``step.external(..., slot=)``) that never run more than their limit.
 
 Real SQLite files, a ``FakeClock`` for the retry's delay; every wait is on a condition (``until``) or an
 ``asyncio.Event`` the test sets.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,8 +42,13 @@ class Mover(Workflows):
     workflow_lease = 30.0
     migrations: ClassVar[Sequence[Migration]] = ("CREATE TABLE moved (item INTEGER NOT NULL)",)
 
+    workflow_slots = {"heavy": 1, "pair": 2}
+
     go: ClassVar[asyncio.Event]
     attempts: ClassVar[list[StepAttempt]] = []
+    #: per workflow id: set to let its ``heavy`` step end; what those steps did, in order
+    gates: ClassVar[dict[str, asyncio.Event]] = {}
+    ran: ClassVar[list[tuple[str, str]]] = []
 
     @workflow
     async def move(self, step: Step, spec: dict[str, Any]) -> Any:
@@ -55,6 +62,13 @@ class Mover(Workflows):
     @workflow
     async def copy(self, step: Step, spec: dict[str, Any]) -> Any:
         return await step.external("copy", lambda a: _copy(a, spec), retry=RetryPolicy(max_attempts=1))
+
+    @workflow
+    async def heavy(self, step: Step, spec: dict[str, Any]) -> Any:
+        retry = RetryPolicy(max_attempts=2, base=1.0, cap=1.0)
+        return await step.external(
+            "work", lambda a: _work(a, spec), slot=spec.get("slot", "heavy"), retry=retry
+        )
 
     @workflow
     async def fan(self, step: Step, spec: dict[str, Any]) -> Any:
@@ -98,10 +112,24 @@ async def _copy(attempt: StepAttempt, spec: dict[str, Any]) -> list[list[Any]]:
     return failed
 
 
+async def _work(attempt: StepAttempt, spec: dict[str, Any]) -> str:
+    wid = attempt.workflow_id
+    Mover.ran.append(("start", wid))
+    gate = Mover.gates.setdefault(wid, asyncio.Event())
+    await gate.wait()
+    gate.clear()
+    Mover.ran.append(("end", wid))
+    if spec.get("fail_first") and attempt.attempt == 1:
+        raise ConnectionError("try again")
+    return wid
+
+
 @pytest.fixture(autouse=True)
 def _fresh() -> None:
     Mover.go = asyncio.Event()
     Mover.attempts = []
+    Mover.gates = {}
+    Mover.ran = []
 
 
 async def _status(kit: ActorKit, wid: str) -> dict[str, Any]:
@@ -312,3 +340,103 @@ async def test_a_superseded_attempts_turn_is_refused_without_running(data_dir: P
 
 async def _moved(kit: ActorKit, items: list[int]) -> bool:
     return bool(await kit.call("mover", "m1", "moved") == items)
+
+
+def _open(wid: str) -> None:
+    Mover.gates.setdefault(wid, asyncio.Event()).set()
+
+
+async def _waiting_for_slot(kit: ActorKit, wid: str) -> bool:
+    waiting = (await _status(kit, wid))["waiting"] or {}
+    return waiting.get("why") == "slot"
+
+
+async def test_a_slot_never_runs_more_than_its_limit_and_admits_the_oldest_first(data_dir: Path) -> None:
+    """``heavy`` (limit 1): w1 runs; w2 and w3 wait, in that order; each end starts the next in the
+    same turn that records it."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        for wid in ("w1", "w2", "w3"):
+            await kit.call("mover", "m1", "start_workflow", "heavy", {}, wid)
+            clock.advance(1)
+        await until(lambda: Mover.ran == [("start", "w1")])
+        for wid in ("w2", "w3"):
+            assert await _waiting_for_slot(kit, wid)
+            step = (await _status(kit, wid))["steps"][0]
+            assert (step["status"], step["slot"]) == ("waiting", "heavy")
+        _open("w1")
+        await until(lambda: _ended(kit, "w1"))
+        assert Mover.ran[:3] == [("start", "w1"), ("end", "w1"), ("start", "w2")]
+        assert await _waiting_for_slot(kit, "w3")
+        _open("w2")
+        await until(lambda: _ended(kit, "w2"))
+        _open("w3")
+        await until(lambda: _ended(kit, "w3"))
+        assert Mover.ran == [(what, w) for w in ("w1", "w2", "w3") for what in ("start", "end")]
+        page = await kit.call("mover", "m1", "workflow_history", "w2")
+        assert "slot_waiting" in [e["event"] for e in page["entries"]]
+
+
+async def test_a_slot_of_two_runs_two(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        for wid in ("w1", "w2", "w3"):
+            await kit.call("mover", "m1", "start_workflow", "heavy", {"slot": "pair"}, wid)
+        await until(lambda: sorted(Mover.ran) == [("start", "w1"), ("start", "w2")])
+        assert await _waiting_for_slot(kit, "w3")
+        _open("w2")
+        await until(lambda: ("start", "w3") in Mover.ran)
+        assert (await _status(kit, "w1"))["steps"][0]["status"] == "running"
+        _open("w1")
+        _open("w3")
+        for wid in ("w1", "w2", "w3"):
+            await until(partial(_ended, kit, wid))
+
+
+async def test_cancel_restart_and_retry_free_a_place(data_dir: Path) -> None:
+    """A cancelled workflow's running step frees its place; a restarted one queues behind those that
+    waited before it; an attempt that failed queues again for its retry."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "heavy", {}, "w1")
+        clock.advance(1)
+        await kit.call("mover", "m1", "start_workflow", "heavy", {"fail_first": True}, "w2")
+        clock.advance(1)
+        await kit.call("mover", "m1", "start_workflow", "heavy", {}, "w3")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+        assert await _waiting_for_slot(kit, "w3")
+        await kit.call("mover", "m1", "restart_workflow", "w2")  # its new generation queues behind w3
+        await until(lambda: Mover.ran[-1] == ("start", "w3"))
+        assert await _waiting_for_slot(kit, "w2")
+        _open("w3")
+        await until(lambda: _ended(kit, "w3"))
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+        _open("w2")  # its first attempt fails: the place is free while it backs off
+
+        async def backing_off() -> dict[str, Any] | None:
+            status = await _status(kit, "w2")
+            return status if (status["waiting"] or {}).get("why") == "retry" else None
+
+        status = await until(backing_off)
+        await kit.call("mover", "m1", "start_workflow", "heavy", {}, "w4")
+        await until(lambda: Mover.ran[-1] == ("start", "w4"))
+        clock.advance(status["waiting"]["until"] - clock.now())
+        await kit.fire_due("mover", "m1")
+        assert await _waiting_for_slot(kit, "w2"), "the retry queues behind w4, which holds the place"
+        _open("w4")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+        _open("w2")
+        await until(lambda: _ended(kit, "w2"))
+        assert (await _status(kit, "w2"))["result"] == "w2"
+        assert (await _status(kit, "w1"))["status"] == "cancelled"
+
+
+async def test_a_step_in_an_undeclared_slot_fails_its_workflow(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        status = await kit.call("mover", "m1", "start_workflow", "heavy", {"slot": "nope"}, "w1")
+        assert (status["status"], status["reason"]) == ("failed", "error")
+        assert "no workflow slot 'nope'" in status["error"]
+        assert Mover.ran == []

@@ -38,7 +38,7 @@ Another actor sends an event as any call: ``await self.actor("orders", "o1").cal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from roost.actors import Actor, callable, wakeup
@@ -59,6 +59,9 @@ class Workflows(Actor):
     #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
     #: began (or after the restart, whichever is later).
     workflow_lease: ClassVar[float] = 30.0
+    #: Concurrency slots of outside steps (``step.external(..., slot=name)``): a slot's name to how
+    #: many steps of the actor's workflows may run in it at once; the others wait, oldest first.
+    workflow_slots: ClassVar[Mapping[str, int]] = {}
     #: Finished workflows kept (the newest by their end); once a tenth more have gathered, a workflow
     #: start deletes the older ones, or sets a prune wake-up going that deletes them a batch a turn.
     #: ``delete_workflow`` deletes one before.

@@ -97,6 +97,7 @@ class Engine:
         self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
         self.prune_batch = max(1, int(getattr(type(actor), "workflow_prune_batch", PRUNE_BATCH)))
         self.prune_rows = max(1, int(getattr(type(actor), "workflow_prune_rows", PRUNE_ROWS)))
+        self._admitting = False
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
@@ -273,6 +274,7 @@ class Engine:
             return
         if payload.get("why") == "lease":
             await self._lease(wf, int(payload["pos"]), int(payload["attempt"]), int(payload["run"]))
+            await self._admit()  # a run lost for good frees its place
             return
         if wf.status in _LIVE:
             await self.advance(wid)
@@ -323,6 +325,62 @@ class Engine:
                 wf.id, pos, rec.name, rec.kind, StepStatus.LOST, self.now, attempt=attempt, run=run
             )
         await self.advance(wf.id)
+
+    # -- concurrency slots ----------------------------------------------------------------------------
+    def slot_limit(self, slot: str) -> int:
+        """How many steps of ``slot`` may run at once (``Workflows.workflow_slots``); ValueError if
+        the kind declares no such slot."""
+        slots = getattr(type(self.actor), "workflow_slots", {})
+        limit = slots.get(slot) if isinstance(slot, str) else None
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"{type(self.actor).__name__} has no workflow slot {slot!r} (workflow_slots)")
+        return limit
+
+    def slot_free(self, slot: str, wid: str, pos: int) -> bool:
+        """Whether the step at ``pos`` of ``wid`` may start in ``slot`` now: among the first of the
+        slot's queue (oldest first) that the places left can take; a step not queued comes last."""
+        store = self.store
+        places = self.slot_limit(slot) - store.slot_running(slot)
+        if places <= 0:
+            return False
+        queue = [(w, p) for _, w, p in store.slot_queue(slot)]
+        ahead = queue.index((wid, pos)) if (wid, pos) in queue else len(queue)
+        return ahead < places
+
+    async def _admit(self) -> None:
+        """Start what waits for a place in a slot, oldest first, as far as places are free: called by
+        everything that may free one (a step of a slot ended or went to retry, was lost for good, its
+        workflow cancelled or restarted), in the same turn, so no place stays free while a step waits
+        for it. Each waiting workflow is advanced at most once per call (a body that no longer asks
+        for the slot, or a paused one, does not hold the queue)."""
+        if self._admitting:
+            return
+        self._admitting = True
+        try:
+            tried: set[tuple[str, int]] = set()
+            while True:
+                store = self.store
+                ready: list[tuple[str, int]] = []
+                free: dict[str, int] = {}
+                for slot, wid, pos in store.slot_queue():
+                    if slot not in free:
+                        try:
+                            free[slot] = self.slot_limit(slot) - store.slot_running(slot)
+                        except ValueError:
+                            free[slot] = 0  # a slot no longer declared: its steps fail when advanced
+                            ready.append((wid, pos))
+                            continue
+                    if free[slot] > 0 and (wid, pos) not in tried:
+                        free[slot] -= 1
+                        ready.append((wid, pos))
+                ready = [r for r in ready if r not in tried]
+                if not ready:
+                    return
+                for wid, pos in ready:
+                    tried.add((wid, pos))
+                    await self.advance(wid)
+        finally:
+            self._admitting = False
 
     def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool:
         """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current."""
@@ -404,6 +462,7 @@ class Engine:
                 error=outcome.error,
             )
         await self.advance(wid)
+        await self._admit()  # a place of its slot may be free
 
     # -- events and approvals ---------------------------------------------------------------------
     async def send_event(self, wid: str, name: str, payload: Any) -> dict[str, Any]:
@@ -441,6 +500,7 @@ class Engine:
             raise refuse("state", f"workflow {wid!r} is {wf.status} already")
         runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
         await self._finish(wf, WorkflowStatus.CANCELLED, error="cancelled", reason="cancelled")
+        await self._admit()  # its running step's place is free
         return self.status(wid)
 
     async def pause(self, wid: str) -> dict[str, Any]:
@@ -468,6 +528,7 @@ class Engine:
         gen = self.store.new_generation(wid, self.now)
         self.store.log(wid, gen, "restarted", self.now, detail={"by": self._who(), "from": wf.generation})
         await self.advance(wid)
+        await self._admit()  # the old generation's places are free
         return self.status(wid)
 
     def delete(self, wid: str) -> bool:

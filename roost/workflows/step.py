@@ -65,6 +65,10 @@ class EngineFace(BranchEngine, Protocol):
 
     def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool: ...
 
+    def slot_limit(self, slot: str) -> int: ...
+
+    def slot_free(self, slot: str, wid: str, pos: int) -> bool: ...
+
     def progress_external(
         self,
         wid: str,
@@ -193,13 +197,25 @@ class Step:
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        slot: str | None = None,
     ) -> Any:
         """Run ``await fn(attempt)`` outside turns (HTTP, files, anything SQLite cannot roll back), at
         least once: a run lost with its process runs again with the same ``attempt.idempotency_key``.
         The workflow waits meanwhile; the result is recorded in a turn of its own, and returned here
-        on the replay that follows. ``timeout`` bounds each run (on the runtime's clock)."""
+        on the replay that follows. ``timeout`` bounds each run (on the runtime's clock).
+
+        ``slot`` names a concurrency slot of the actor (``Workflows.workflow_slots``: its name to how
+        many steps may run in it at once, across all the actor's workflows). **A slot never runs more
+        than its limit**: an attempt starts only when fewer steps of its slot are running and no step
+        waits for it from before (oldest first); otherwise the step waits (``waiting`` ``why:
+        "slot"``) and is started, in the same turn, by whatever frees a place: a step of the slot
+        ending or going to retry, its workflow cancelled or restarted. A rerun of a lost run keeps
+        its place; the next attempt after a failure queues again."""
         pos, rec = self._take(name, StepKind.EXTERNAL)
+        if slot is not None:
+            self._engine.slot_limit(slot)  # an undeclared slot is the body's error
         attempt, run = 1, 1
+        queued = False
         if rec is not None:
             done = self._outcome(rec)
             if done is not _PENDING:
@@ -216,8 +232,20 @@ class Step:
                 attempt = rec.attempt + 1
             elif rec.status is StepStatus.LOST:
                 attempt, run = rec.attempt, rec.run + 1
+            elif rec.status is StepStatus.WAITING:  # for a place in its slot
+                attempt, run, queued = rec.attempt, rec.run, True
+        lost = rec is not None and rec.status is StepStatus.LOST
+        if slot is not None and not lost and not self._engine.slot_free(slot, self._wf.id, pos):
+            if not queued:  # its place in the queue: after those that queued before
+                self._store.put_step(
+                    self._wf.id, pos, name, StepKind.EXTERNAL, StepStatus.WAITING, self._now,
+                    attempt=attempt, run=run, slot=slot,
+                )  # fmt: skip
+                self._store.queue_for_slot(self._wf.id, pos, slot)
+                self._log("slot_waiting", pos, name, attempt, {"slot": slot})
+            raise self._suspend(pos, name, StepKind.EXTERNAL, why="slot", slot=slot, attempt=attempt)
         checkpoint = rec.checkpoint if rec is not None else None
-        await self._start_external(pos, name, attempt, run, fn, timeout, checkpoint)
+        await self._start_external(pos, name, attempt, run, fn, timeout, checkpoint, slot)
         raise self._suspend(pos, name, StepKind.EXTERNAL, why="running", attempt=attempt)
 
     async def parallel(
@@ -425,6 +453,7 @@ class Step:
         fn: Callable[[StepAttempt], Awaitable[Any]],
         timeout: float | None,
         checkpoint: Any,
+        slot: str | None,
     ) -> None:
         wf, actor, now = self._wf, self._actor, self._now
         lease = self._engine.lease
@@ -438,6 +467,7 @@ class Step:
             attempt=attempt,
             run=run,
             wake_at=now + lease,
+            slot=slot,
         )
         self._store.set_progress(wf.id, pos, None, None)  # the report shown is the running attempt's
         key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")

@@ -119,6 +119,13 @@ MIGRATIONS: Sequence[Migration] = (
     ALTER TABLE roost_wf_branches ADD COLUMN progress TEXT;
     ALTER TABLE roost_wf_branches ADD COLUMN checkpoint TEXT;
     """,
+    # the concurrency slot an outside step runs in (``step.external(..., slot=)``), shared by the
+    # actor's workflows: its running steps are counted and its waiting ones admitted oldest first
+    """
+    ALTER TABLE roost_wf_steps ADD COLUMN slot TEXT;
+    ALTER TABLE roost_wf_steps ADD COLUMN slot_seq INTEGER;
+    CREATE INDEX roost_wf_steps_by_slot ON roost_wf_steps (slot, slot_seq) WHERE slot IS NOT NULL;
+    """,
 )
 #: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
 WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
@@ -192,6 +199,7 @@ class StepRow:
     updated_at: float
     progress: Any = None
     checkpoint: Any = None
+    slot: str | None = None
 
     def to_json(self, *, result: bool = True) -> dict[str, Any]:
         """The step as JSON; without its ``result`` when ``result`` is false (status pages)."""
@@ -206,6 +214,8 @@ class StepRow:
             "wake_at": self.wake_at,
             "progress": self.progress,
         }
+        if self.slot is not None:
+            out["slot"] = self.slot
         if result:
             out["result"] = self.result
         return out
@@ -266,7 +276,7 @@ _WF = (
 )
 _STEP = (
     "position, name, kind, status, attempt, run, retryable, result, error, wake_at, started_at, updated_at,"
-    " progress, checkpoint"
+    " progress, checkpoint, slot"
 )
 #: The condition on ``roost_wf`` of a finished workflow.
 _ENDED = f"status IN ('{WorkflowStatus.COMPLETED}', '{WorkflowStatus.FAILED}', '{WorkflowStatus.CANCELLED}')"
@@ -285,7 +295,7 @@ def _step(row: tuple[Any, ...]) -> StepRow:
     v = list(row)
     return StepRow(
         v[0], v[1], StepKind(v[2]), StepStatus(v[3]), v[4], v[5], bool(v[6]), _load(v[7]), v[8], v[9],
-        v[10], v[11], _load(v[12]), _load(v[13]),
+        v[10], v[11], _load(v[12]), _load(v[13]), v[14],
     )  # fmt: skip
 
 
@@ -430,14 +440,16 @@ class WorkflowStore:
         result: str | None = None,
         error: str | None = None,
         wake_at: float | None = None,
+        slot: str | None = None,
     ) -> None:
         self.conn.execute(
             "INSERT INTO roost_wf_steps (workflow_id, position, name, kind, status, attempt, run, retryable,"
-            " result, error, wake_at, started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " result, error, wake_at, started_at, updated_at, slot)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (workflow_id, position) DO UPDATE SET status = excluded.status,"
             " attempt = excluded.attempt, run = excluded.run, retryable = excluded.retryable,"
             " result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,"
-            " updated_at = excluded.updated_at",
+            " updated_at = excluded.updated_at, slot = coalesce(excluded.slot, slot)",
             (
                 wid,
                 position,
@@ -452,8 +464,46 @@ class WorkflowStore:
                 wake_at,
                 now,
                 now,
+                slot,
             ),
         )
+
+    # -- concurrency slots ----------------------------------------------------------------------------
+    def slot_running(self, slot: str) -> int:
+        """Steps of ``slot`` running now (of workflows not finished: a cancelled one's run is over)."""
+        count: int = self.conn.execute(
+            "SELECT count(*) FROM roost_wf_steps s JOIN roost_wf w ON w.id = s.workflow_id"
+            f" WHERE s.slot = ? AND s.status = ? AND NOT w.{_ENDED}",
+            (slot, StepStatus.RUNNING),
+        ).fetchone()[0]
+        return count
+
+    def queue_for_slot(self, wid: str, position: int, slot: str) -> None:
+        """The step's place in ``slot``'s queue: after every step that queued for it before."""
+        self.conn.execute(
+            "UPDATE roost_wf_steps SET slot_seq ="
+            " (SELECT coalesce(max(slot_seq), 0) + 1 FROM roost_wf_steps WHERE slot = ?)"
+            " WHERE workflow_id = ? AND position = ?",
+            (slot, wid, position),
+        )
+
+    def slot_queue(self, slot: str | None = None) -> list[tuple[str, str, int]]:
+        """``(slot, workflow id, position)`` of the steps waiting for a slot (``slot``'s, or every
+        slot's), in the order they queued, of workflows that can go on (running or waiting: not
+        paused)."""
+        where, more = ("", ()) if slot is None else (" AND s.slot = ?", (slot,))
+        rows = self.conn.execute(
+            "SELECT s.slot, s.workflow_id, s.position FROM roost_wf_steps s JOIN roost_wf w"
+            " ON w.id = s.workflow_id WHERE s.slot IS NOT NULL AND s.status = ? AND w.status IN (?, ?)"
+            f"{where} ORDER BY s.slot, s.slot_seq",
+            (
+                StepStatus.WAITING,
+                WorkflowStatus.RUNNING,
+                WorkflowStatus.WAITING,
+                *more,
+            ),
+        ).fetchall()
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     def set_progress(self, wid: str, position: int, progress: str | None, checkpoint: str | None) -> None:
         """The step's progress report (JSON text; None clears it) and, unless None, its checkpoint."""
