@@ -25,8 +25,10 @@ from roost.testing import ActorKit, until
 from roost.workflows import (
     MAX_RESULT_BYTES,
     AttemptSuperseded,
+    NonRetryable,
     Step,
     StepAttempt,
+    StepFailed,
     Workflows,
     workflow,
 )
@@ -71,6 +73,22 @@ class Mover(Workflows):
         )
 
     @workflow
+    async def fan_retry(self, step: Step, spec: dict[str, Any]) -> Any:
+        retry = RetryPolicy(max_attempts=2, base=1.0, cap=1.0)
+        return await step.parallel("fan", {"left": lambda a: _move(a, spec)}, retry=retry)
+
+    @workflow
+    async def fan_fails(self, step: Step, spec: dict[str, Any]) -> Any:
+        async def refused(a: StepAttempt) -> None:
+            await Mover.go.wait()
+            raise NonRetryable("refused")
+
+        try:
+            return await step.parallel("fan", {"left": lambda a: _move(a, spec), "right": refused})
+        except StepFailed as exc:
+            return exc.error
+
+    @workflow
     async def fan(self, step: Step, spec: dict[str, Any]) -> Any:
         return await step.parallel("fan", {"left": lambda a: _move(a, spec), "right": lambda a: _move(a, {})})
 
@@ -87,6 +105,8 @@ async def _move(attempt: StepAttempt, spec: dict[str, Any]) -> dict[str, Any]:
             raise ConnectionError("the far side went away")
         if spec.get("hold_at") == i + 1:
             await Mover.go.wait()
+            if spec.get("fail_after_hold") and attempt.attempt == 1:
+                raise ConnectionError("lost the far side while held")
     return {"started_from": start, "attempt": attempt.attempt}
 
 
@@ -252,7 +272,7 @@ async def test_a_bad_report_is_refused_before_any_turn(data_dir: Path) -> None:
         await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
         await until(lambda: _reported(kit, "w1", 1))
         live = Mover.attempts[0]
-        for done, total in ((math.nan, 2), (1, math.inf), (-1, 2), (True, 2)):
+        for done, total in ((math.nan, 2), (1, math.inf), (-1, 2), (True, 2), (2**64, None), (10**400, 1)):
             with pytest.raises((ValueError, TypeError)):
                 await live.progress(done, total)
         with pytest.raises(TypeError):
@@ -440,3 +460,103 @@ async def test_a_step_in_an_undeclared_slot_fails_its_workflow(data_dir: Path) -
         assert (status["status"], status["reason"]) == ("failed", "error")
         assert "no workflow slot 'nope'" in status["error"]
         assert Mover.ran == []
+
+
+async def test_a_report_without_a_checkpoint_keeps_the_steps(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        spec = {"items": 2, "hold_at": 1, "fail_after_hold": True}
+        await kit.call("mover", "m1", "start_workflow", "move", spec, "w1")
+        await until(lambda: _reported(kit, "w1", 1))  # checkpoint 1 saved with it
+        await Mover.attempts[0].progress(1, 2, "still on item 1")  # no checkpoint: the step's stays
+        Mover.go.set()  # the first attempt fails
+
+        async def backing_off() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            return status if (status["waiting"] or {}).get("why") == "retry" else None
+
+        status = await until(backing_off)
+        clock.advance(status["waiting"]["until"] - clock.now())
+        await kit.fire_due("mover", "m1")
+        await until(lambda: _ended(kit, "w1"))
+        assert Mover.attempts[1].checkpoint == 1
+        assert (await _status(kit, "w1"))["result"] == {"started_from": 1, "attempt": 2}
+
+
+async def test_a_ticket_of_a_deleted_workflow_is_not_current_in_one_started_again_under_its_id(
+    data_dir: Path,
+) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _reported(kit, "w1", 1))
+        old = Mover.attempts[0]
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        await kit.call("mover", "m1", "delete_workflow", "w1")
+        Mover.go = asyncio.Event()
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: len(Mover.attempts) == 2)
+        await until(lambda: _reported(kit, "w1", 1))
+        assert (old.workflow_id, old.step, old.attempt, old.run) == ("w1", "move", 1, 1)
+        with pytest.raises(AttemptSuperseded):
+            await old.progress(2, 2, "from the deleted workflow", checkpoint="stale")
+
+        async def stale_write(actor: Actor) -> None:
+            actor.sql.execute("INSERT INTO moved (item) VALUES (99)")
+
+        with pytest.raises(AttemptSuperseded):
+            await old.turn(stale_write)
+        assert (await _status(kit, "w1"))["steps"][0]["progress"]["message"] == "item 1"
+        assert await kit.call("mover", "m1", "moved") == []
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == {"started_from": 0, "attempt": 1}
+
+
+async def test_a_branch_retry_gets_its_checkpoint_with_its_report_cleared(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        spec = {"items": 4, "fail_at": 2, "pause_rerun": True}
+        await kit.call("mover", "m1", "start_workflow", "fan_retry", spec, "w1")
+
+        async def left() -> dict[str, Any]:
+            status = await _status(kit, "w1")
+            rows: list[dict[str, Any]] = status["steps"][0]["branches"]
+            return next(b for b in rows if b["branch"] == "left")
+
+        async def backing_off() -> dict[str, Any] | None:
+            branch = await left()
+            return branch if branch["status"] == "retry_wait" else None
+
+        branch = await until(backing_off)
+        assert branch["progress"]["done"] == 2
+        clock.advance(branch["wake_at"] - clock.now())
+        await kit.fire_due("mover", "m1")
+        await until(lambda: len(Mover.attempts) == 2)
+        assert Mover.attempts[1].checkpoint == 2
+        branch = await left()
+        assert (branch["attempt"], branch["status"], branch["progress"]) == (2, "running", None)
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == {"left": {"started_from": 2, "attempt": 2}}
+
+
+async def test_a_branch_report_after_its_join_failed_is_refused(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "fan_fails", {"items": 1, "hold_at": 1}, "w1")
+
+        async def reported_left() -> bool:
+            status = await _status(kit, "w1")
+            rows = status["steps"][0].get("branches", []) if status["steps"] else []
+            return any(b["branch"] == "left" and b["progress"] is not None for b in rows)
+
+        await until(reported_left)
+        left = Mover.attempts[0]
+        Mover.go.set()  # "right" is refused: the join fails and "left" is no longer current
+        await until(lambda: _ended(kit, "w1"))
+        assert "refused" in (await _status(kit, "w1"))["result"]
+        with pytest.raises(AttemptSuperseded):
+            await left.progress(2, 2, "after the join failed")
+        rows = (await _status(kit, "w1"))["steps"][0]["branches"]
+        assert {b["branch"]: b["progress"] for b in rows}["left"]["message"] == "item 1"

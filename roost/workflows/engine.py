@@ -382,11 +382,15 @@ class Engine:
         finally:
             self._admitting = False
 
-    def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool:
-        """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current."""
+    def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int, nonce: str | None = None) -> bool:
+        """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current (of
+        the workflow drawn with ``nonce``, when given: the attempt's own calls give it, so a ticket of
+        a workflow deleted and started again under its id is not current in the new one)."""
         store = self.store
         wf = store.get(wid)
         if wf is None or wf.generation != gen or wf.status.terminal:
+            return False
+        if nonce is not None and wf.nonce != nonce:
             return False
         rec = store.step(wid, pos)
         return (
@@ -402,19 +406,20 @@ class Engine:
         run: int,
         report: Callable[[float], str],
         kept: str | None,
+        nonce: str | None = None,
     ) -> bool:
         """Record an outside attempt's progress report and checkpoint (fenced); False if the attempt is
         not current."""
-        if not self.holds(wid, gen, pos, attempt, run):
+        if not self.holds(wid, gen, pos, attempt, run, nonce):
             return False
         self.store.set_progress(wid, pos, report(self.now), kept)
         return True
 
     async def finish_external(
-        self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome
+        self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None
     ) -> None:
         """Record an outside attempt's outcome (fenced), then advance."""
-        if not self.holds(wid, gen, pos, attempt, run):
+        if not self.holds(wid, gen, pos, attempt, run, nonce):
             return
         await self.actor.cancel_schedule(lease_key(wid, gen, pos, attempt, run))
         store = self.store

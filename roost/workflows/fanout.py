@@ -136,11 +136,13 @@ async def start_branch(
     of = engine.of
     fence = (wf.id, wf.generation, pos, branch, attempt, run)
 
+    nonce = wf.nonce  # the run's fence: of this workflow, not of one started again under its id
+
     def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
-        return progress_branch(of(a), *fence, report, kept)
+        return progress_branch(of(a), *fence, report, kept, nonce)
 
     def current(a: Actor) -> bool:
-        return holds_branch(of(a), *fence)
+        return holds_branch(of(a), *fence, nonce)
 
     process = actor.extension.process
     what = f"run {run} of attempt {attempt} of branch {branch!r} of {name!r}"
@@ -162,11 +164,11 @@ async def start_branch(
     key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, branch)
 
     async def claimed(a: Actor) -> bool:
-        return holds_branch(of(a), *fence)
+        return current(a)
 
     def finish(outcome: Outcome) -> Callable[[Actor], Awaitable[None]]:
         async def record(a: Actor) -> None:
-            await finish_branch(of(a), *fence, outcome)
+            await finish_branch(of(a), *fence, outcome, nonce)
 
         return record
 
@@ -175,13 +177,23 @@ async def start_branch(
 
 # -- the engine's side ------------------------------------------------------------------------------
 def holds_branch(
-    engine: BranchEngine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int
+    engine: BranchEngine,
+    wid: str,
+    gen: int,
+    pos: int,
+    branch: str,
+    attempt: int,
+    run: int,
+    nonce: str | None = None,
 ) -> bool:
     """Whether run ``(attempt, run)`` of ``branch`` of the join at ``pos`` is current: the same
-    generation, the workflow not finished, the join running, the branch running that run."""
+    generation (of the workflow drawn with ``nonce``, when given), the workflow not finished, the
+    join running, the branch running that run."""
     store = engine.store
     wf = store.get(wid)
     if wf is None or wf.generation != gen or wf.status.terminal:
+        return False
+    if nonce is not None and wf.nonce != nonce:
         return False
     rec = store.step(wid, pos)
     if rec is None or rec.kind is not StepKind.PARALLEL or rec.status is not StepStatus.RUNNING:
@@ -200,21 +212,30 @@ def progress_branch(
     run: int,
     report: Callable[[float], str],
     kept: str | None,
+    nonce: str | None = None,
 ) -> bool:
     """Record a branch run's progress report and checkpoint (fenced as its outcome is); False if the
     run is not current."""
-    if not holds_branch(engine, wid, gen, pos, branch, attempt, run):
+    if not holds_branch(engine, wid, gen, pos, branch, attempt, run, nonce):
         return False
     engine.store.set_branch_progress(wid, pos, branch, report(engine.now), kept)
     return True
 
 
 async def finish_branch(
-    engine: BranchEngine, wid: str, gen: int, pos: int, branch: str, attempt: int, run: int, outcome: Outcome
+    engine: BranchEngine,
+    wid: str,
+    gen: int,
+    pos: int,
+    branch: str,
+    attempt: int,
+    run: int,
+    outcome: Outcome,
+    nonce: str | None = None,
 ) -> None:
     """Record a branch run's outcome (fenced): its result is kept in its row (a pending write of the
     join) before the advance that may complete the join."""
-    if not holds_branch(engine, wid, gen, pos, branch, attempt, run):
+    if not holds_branch(engine, wid, gen, pos, branch, attempt, run, nonce):
         return
     await engine.actor.cancel_schedule(_lease_key(wid, gen, pos, branch, attempt, run))
     store, now = engine.store, engine.now

@@ -175,15 +175,19 @@ KEEP: Any = object()
 
 def progress_record(done: float, total: float | None, message: str, at: float) -> dict[str, Any]:
     """A progress report as recorded: ``done`` and ``total`` finite numbers, not negative (``total``
-    may be None: unknown), ``message`` cut to :data:`MAX_ERROR` characters. ValueError or TypeError
-    for anything else, before anything is recorded."""
+    may be None: unknown; an integer at most 2⁶³ − 1), ``message`` cut to :data:`MAX_ERROR`
+    characters. ValueError or TypeError for anything else, before anything is recorded."""
     for what, value in (("done", done), ("total", total)):
         if value is None and what == "total":
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"progress {what} must be a number, got {type(value).__name__}")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"progress {what} must be a finite number, not negative, got {value!r}")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer past what a float holds
+            finite = False
+        if not finite or value < 0 or (isinstance(value, int) and value.bit_length() > 63):
+            raise ValueError(f"progress {what} must be a finite number, not negative, got {str(value)[:40]}")
     if not isinstance(message, str):
         raise TypeError(f"progress message must be text, got {type(message).__name__}")
     return {"done": done, "total": total, "message": short(message), "at": at}
@@ -236,10 +240,15 @@ class StepAttempt:
         the step's current ones; otherwise it raises :class:`AttemptSuperseded` and records nothing.
         **The step shows its running attempt's last report**: ``workflow_status`` gives each step
         (and branch) ``progress`` (``done``, ``total``, ``message``, ``at``), cleared when the next
-        attempt or run starts. **A checkpoint outlives the attempt**: ``checkpoint`` (JSON, at most
-        :data:`MAX_RESULT_BYTES`), when given, replaces the step's, and every later attempt and run of
-        the step gets it as :attr:`checkpoint`. A report is not a history line (a report a second
-        for an hour would be 3,600 of them)."""
+        attempt or run starts (while a failed attempt backs off, its last report stays shown).
+        **A checkpoint outlives the attempt**: ``checkpoint`` (JSON, at most
+        :data:`MAX_RESULT_BYTES`), when given, replaces the step's (``None`` clears it; left out,
+        the step's stays as it is), and every later attempt and run of the step gets it as
+        :attr:`checkpoint`; it is dropped when the step is over for good (completed or failed). The
+        fence is the workflow's too: a ticket of a workflow deleted and started again under its id
+        is not current in the new one. A report is not a history line (a report a second for an
+        hour would be 3,600 of them), and each is a turn and a commit: report at a reader's pace,
+        not per item of a tight loop."""
         if self._report is None:
             raise RuntimeError("this attempt was not given by a workflow's step")
         if not await self._report(done, total, message, checkpoint):

@@ -143,11 +143,14 @@ def reporter(process: Process, kind: str, name: str, record: Record) -> Reporter
     ``kind/name`` by ``record`` (which checks the attempt's fence)."""
 
     async def report(done: float, total: float | None, message: str, checkpoint: Any) -> bool:
-        progress_record(done, total, message, 0.0)  # refused here, before any turn
+        # refused here, before any turn: the numbers, the text, and what JSON cannot encode (an
+        # integer past 64 bits, a checkpoint too large or not JSON)
+        record_ = progress_record(done, total, message, 0.0)
+        encode(record_, "a progress report")
         kept = None if checkpoint is KEEP else encode(checkpoint, "a step's checkpoint")
 
         def made(now: float) -> str:
-            return encode(progress_record(done, total, message, now), "a progress report")
+            return encode({**record_, "at": now}, "a progress report")
 
         async def turn(actor: Actor) -> bool:
             return record(actor, made, kept)

@@ -63,7 +63,9 @@ class EngineFace(BranchEngine, Protocol):
     def of(self, actor: Actor) -> EngineFace:
         """The engine of ``actor`` (the live instance a later turn runs on)."""
 
-    def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int) -> bool: ...
+    def holds(
+        self, wid: str, gen: int, pos: int, attempt: int, run: int, nonce: str | None = None
+    ) -> bool: ...
 
     def slot_limit(self, slot: str) -> int: ...
 
@@ -78,10 +80,11 @@ class EngineFace(BranchEngine, Protocol):
         run: int,
         report: Callable[[float], str],
         kept: str | None,
+        nonce: str | None = None,
     ) -> bool: ...
 
     async def finish_external(
-        self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome
+        self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None
     ) -> None: ...
 
 
@@ -473,13 +476,14 @@ class Step:
         key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, "")
         of = self._engine.of
         at = (wf.id, wf.generation, pos, attempt, run)
+        nonce = wf.nonce  # the attempt's fence: of this workflow, not of one started again under its id
         process = actor.extension.process
 
         def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
-            return of(a).progress_external(*at, report, kept)
+            return of(a).progress_external(*at, report, kept, nonce)
 
         def current(a: Actor) -> bool:
-            return of(a).holds(*at)
+            return of(a).holds(*at, nonce)
 
         what = f"attempt {attempt} (run {run}) of {name!r}"
         ticket = StepAttempt(
@@ -502,7 +506,7 @@ class Step:
 
         def finish(outcome: Outcome) -> Callable[[Actor], Awaitable[None]]:
             async def record(a: Actor) -> None:
-                await of(a).finish_external(*at, outcome)
+                await of(a).finish_external(*at, outcome, nonce)
 
             return record
 

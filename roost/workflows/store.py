@@ -280,6 +280,8 @@ _STEP = (
 )
 #: The condition on ``roost_wf`` of a finished workflow.
 _ENDED = f"status IN ('{WorkflowStatus.COMPLETED}', '{WorkflowStatus.FAILED}', '{WorkflowStatus.CANCELLED}')"
+#: The statuses of a step or branch that is over for good: no later attempt needs its checkpoint.
+_OVER = f"('{StepStatus.COMPLETED}', '{StepStatus.FAILED}')"
 #: The tables of a workflow's rows (besides its own row in ``roost_wf``).
 _WF_TABLES = ("roost_wf_steps", "roost_wf_branches", "roost_wf_events", "roost_wf_history")
 
@@ -449,7 +451,8 @@ class WorkflowStore:
             " ON CONFLICT (workflow_id, position) DO UPDATE SET status = excluded.status,"
             " attempt = excluded.attempt, run = excluded.run, retryable = excluded.retryable,"
             " result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,"
-            " updated_at = excluded.updated_at, slot = coalesce(excluded.slot, slot)",
+            " updated_at = excluded.updated_at, slot = coalesce(excluded.slot, slot),"
+            f" checkpoint = CASE WHEN excluded.status IN {_OVER} THEN NULL ELSE checkpoint END",
             (
                 wid,
                 position,
@@ -565,7 +568,8 @@ class WorkflowStore:
             " ON CONFLICT (workflow_id, position, branch) DO UPDATE SET status = excluded.status,"
             " attempt = excluded.attempt, run = excluded.run, retryable = excluded.retryable,"
             " result = excluded.result, error = excluded.error, wake_at = excluded.wake_at,"
-            " updated_at = excluded.updated_at",
+            " updated_at = excluded.updated_at,"
+            f" checkpoint = CASE WHEN excluded.status IN {_OVER} THEN NULL ELSE checkpoint END",
             (wid, position, branch, ord, status, attempt, run, int(retryable), result, error, wake_at, now),
         )
 
