@@ -23,6 +23,7 @@ from roost.scheduler.clock import FakeClock
 from roost.storage import Migration
 from roost.testing import ActorKit, until
 from roost.workflows import (
+    MAX_LOST_RUNS,
     MAX_RESULT_BYTES,
     AttemptSuperseded,
     NonRetryable,
@@ -44,13 +45,21 @@ class Mover(Workflows):
     workflow_lease = 30.0
     migrations: ClassVar[Sequence[Migration]] = ("CREATE TABLE moved (item INTEGER NOT NULL)",)
 
-    workflow_slots = {"heavy": 1, "pair": 2}
+    workflow_slots = {"heavy": 1, "pair": 2, "solo": 1}
 
     go: ClassVar[asyncio.Event]
     attempts: ClassVar[list[StepAttempt]] = []
     #: per workflow id: set to let its ``heavy`` step end; what those steps did, in order
     gates: ClassVar[dict[str, asyncio.Event]] = {}
     ran: ClassVar[list[tuple[str, str]]] = []
+    #: workflows whose body raises on its next replay; whose end hook raises; the slot a body asks
+    broken: ClassVar[set[str]] = set()
+    hook_raises: ClassVar[set[str]] = set()
+    slot_of: ClassVar[dict[str, str]] = {}
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        if workflow["id"] in Mover.hook_raises:
+            raise RuntimeError("the end hook failed")
 
     @workflow
     async def move(self, step: Step, spec: dict[str, Any]) -> Any:
@@ -68,9 +77,17 @@ class Mover(Workflows):
     @workflow
     async def heavy(self, step: Step, spec: dict[str, Any]) -> Any:
         retry = RetryPolicy(max_attempts=2, base=1.0, cap=1.0)
-        return await step.external(
-            "work", lambda a: _work(a, spec), slot=spec.get("slot", "heavy"), retry=retry
-        )
+        wid = step.workflow_id
+        if wid in Mover.broken:
+            raise RuntimeError("the body broke on replay")
+        slot = Mover.slot_of.get(wid, spec.get("slot", "heavy"))
+        try:
+            return await step.external("work", lambda a: _work(a, spec), slot=slot, retry=retry)
+        except StepFailed as exc:
+            await step.do("after", lambda: None)  # the body goes on past a step lost for good
+            if spec.get("then_wait"):
+                await step.wait_for_event("again")
+            return exc.error
 
     @workflow
     async def fan_retry(self, step: Step, spec: dict[str, Any]) -> Any:
@@ -150,6 +167,9 @@ def _fresh() -> None:
     Mover.attempts = []
     Mover.gates = {}
     Mover.ran = []
+    Mover.broken = set()
+    Mover.hook_raises = set()
+    Mover.slot_of = {}
 
 
 async def _status(kit: ActorKit, wid: str) -> dict[str, Any]:
@@ -560,3 +580,118 @@ async def test_a_branch_report_after_its_join_failed_is_refused(data_dir: Path) 
             await left.progress(2, 2, "after the join failed")
         rows = (await _status(kit, "w1"))["steps"][0]["branches"]
         assert {b["branch"]: b["progress"] for b in rows}["left"]["message"] == "item 1"
+
+
+async def _lose_runs(kit: ActorKit, clock: FakeClock) -> None:
+    """What a lost process does to the runs it held: gone; then the lease wake-ups come due."""
+    work = runner(_process(kit))
+    for task in list(work.tasks.values()):
+        task.cancel()
+    await until(lambda: not work.tasks)
+    clock.advance(Mover.workflow_lease)
+    await kit.fire_due("mover", "m1")
+
+
+async def _start(kit: ActorKit, clock: FakeClock, *wids: str, **spec: Any) -> None:
+    for wid in wids:
+        await kit.call("mover", "m1", "start_workflow", "heavy", spec, wid)
+        clock.advance(1)
+
+
+async def test_a_run_lost_while_paused_keeps_its_place_until_its_rerun(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", "w2")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        await kit.call("mover", "m1", "pause_workflow", "w1")
+        await _lose_runs(kit, clock)
+        assert (await _status(kit, "w1"))["steps"][0]["status"] == "lost"
+        assert await _waiting_for_slot(kit, "w2"), "the lost run's place is still its"
+        await kit.call("mover", "m1", "resume_workflow", "w1")
+        await until(lambda: Mover.ran == [("start", "w1"), ("start", "w1")])
+        assert await _waiting_for_slot(kit, "w2")
+        _open("w1")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+
+
+async def test_a_run_lost_for_good_frees_its_place_when_its_body_goes_on(data_dir: Path) -> None:
+    """After ``MAX_LOST_RUNS`` lost runs the step fails; the body catches it and goes on to wait for an
+    event (its workflow does not end), and the lease turn that failed the step admits the next."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", then_wait=True)
+        await _start(kit, clock, "w2")
+        for n in range(1, MAX_LOST_RUNS + 1):
+            await until(partial(_started, "w1", n))
+            await _lose_runs(kit, clock)
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+        status = await _status(kit, "w1")
+        assert (status["status"], status["steps"][0]["status"]) == ("waiting", "failed")
+
+
+def _started(wid: str, n: int) -> bool:
+    return Mover.ran.count(("start", wid)) == n
+
+
+async def test_a_workflow_that_fails_mid_step_frees_its_place_and_stops_its_run(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", "w2")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        Mover.broken.add("w1")
+        await kit.call("mover", "m1", "send_event", "w1", "poke")  # its replay raises: it fails
+        status = await _status(kit, "w1")
+        assert (status["status"], status["reason"]) == ("failed", "error")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))
+        await until(lambda: not any(key[2] == "w1" for key in runner(_process(kit)).tasks))
+        assert ("end", "w1") not in Mover.ran
+
+
+async def test_an_admission_that_fails_never_takes_the_freeing_turn_with_it(data_dir: Path) -> None:
+    """w2's body breaks when it is admitted and its end hook raises: w1's outcome is still recorded
+    (once: its run is not redone), and w2 stays waiting."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", "w2")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        Mover.broken.add("w2")
+        Mover.hook_raises.add("w2")
+        _open("w1")
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"] == "w1"
+        assert await _waiting_for_slot(kit, "w2")
+        assert Mover.ran == [("start", "w1"), ("end", "w1")]
+
+
+async def test_a_paused_waiter_is_passed_over_but_keeps_its_place(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", "w2", "w3", "w4")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        await kit.call("mover", "m1", "pause_workflow", "w2")
+        _open("w1")
+        await until(lambda: Mover.ran[-1] == ("start", "w3"))  # w2 passed over while paused
+        await kit.call("mover", "m1", "resume_workflow", "w2")
+        assert await _waiting_for_slot(kit, "w2")
+        _open("w3")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))  # ahead of w4, which queued after it
+        assert await _waiting_for_slot(kit, "w4")
+        _open("w2")
+        await until(lambda: Mover.ran[-1] == ("start", "w4"))
+
+
+async def test_a_step_that_asks_another_slot_queues_in_that_one(data_dir: Path) -> None:
+    """w2 waits in ``heavy``; its body now asks ``solo`` (as a deploy that moves the step would),
+    where w3 runs: w2 queues there, and w3's end admits it."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", "w2")
+        await _start(kit, clock, "w3", slot="solo")
+        await until(lambda: sorted(Mover.ran) == [("start", "w1"), ("start", "w3")])
+        assert await _waiting_for_slot(kit, "w2")
+        Mover.slot_of["w2"] = "solo"
+        await kit.call("mover", "m1", "send_event", "w2", "poke")
+        step = (await _status(kit, "w2"))["steps"][0]
+        assert (step["status"], step["slot"]) == ("waiting", "solo")
+        _open("w3")
+        await until(lambda: Mover.ran[-1] == ("start", "w2"))

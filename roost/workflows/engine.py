@@ -36,6 +36,7 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import uuid
 from collections.abc import Callable
@@ -64,6 +65,8 @@ from roost.workflows.runner import Outcome, runner
 from roost.workflows.step import Diverged, Step, TooManySteps, approval_event, lease_key
 from roost.workflows.store import WorkflowRow, WorkflowStore, encode
 from roost.workflows.wakes import schedule_wake
+
+log = logging.getLogger("roost.workflows")
 
 __all__ = ["Engine", "engine_of"]
 
@@ -250,10 +253,13 @@ class Engine:
         self.store.set_status(wf.id, status, self.now, result=result, error=error, reason=reason)
         self._log(wf, str(status), {"error": error, "reason": reason} if error else None)
         self._announce(wf.id, status)
+        if status is not WorkflowStatus.COMPLETED:  # failed or cancelled mid-step: its runs are over
+            runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wf.id)
         ended = self.store.get(wf.id)
         hook = getattr(self.actor, "on_workflow_end", None)
         if ended is not None and hook is not None:
             await hook(ended.to_json())
+        await self._admit()  # a place its running step held is free
 
     # -- wake-ups and outside results -------------------------------------------------------------
     async def wake(self, payload: dict[str, Any]) -> None:
@@ -378,9 +384,24 @@ class Engine:
                     return
                 for wid, pos in ready:
                     tried.add((wid, pos))
-                    await self.advance(wid)
+                    await self._admit_one(wid)
         finally:
             self._admitting = False
+
+    async def _admit_one(self, wid: str) -> None:
+        """Advance a workflow admitted to a slot, under a savepoint: a failure of its advance (its
+        ``on_workflow_end`` raising, say) is rolled back and logged, and never takes the turn that
+        freed the place (another workflow's recorded outcome) with it; that workflow stays waiting."""
+        savepoint = self.actor.extension.savepoint("roost_wf_admit")
+        try:
+            await self.advance(wid)
+        except Exception:
+            savepoint.rollback()
+            log.exception(
+                "workflow %r of %s/%r: its admission to a slot failed", wid, self.actor.kind, self.actor.name
+            )
+            return
+        savepoint.release()
 
     def holds(self, wid: str, gen: int, pos: int, attempt: int, run: int, nonce: str | None = None) -> bool:
         """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current (of
@@ -503,9 +524,7 @@ class Engine:
         wf = self._get(wid)
         if wf.status.terminal:
             raise refuse("state", f"workflow {wid!r} is {wf.status} already")
-        runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
         await self._finish(wf, WorkflowStatus.CANCELLED, error="cancelled", reason="cancelled")
-        await self._admit()  # its running step's place is free
         return self.status(wid)
 
     async def pause(self, wid: str) -> dict[str, Any]:

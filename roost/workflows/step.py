@@ -215,8 +215,6 @@ class Step:
         ending or going to retry, its workflow cancelled or restarted. A rerun of a lost run keeps
         its place; the next attempt after a failure queues again."""
         pos, rec = self._take(name, StepKind.EXTERNAL)
-        if slot is not None:
-            self._engine.slot_limit(slot)  # an undeclared slot is the body's error
         attempt, run = 1, 1
         queued = False
         if rec is not None:
@@ -235,8 +233,10 @@ class Step:
                 attempt = rec.attempt + 1
             elif rec.status is StepStatus.LOST:
                 attempt, run = rec.attempt, rec.run + 1
-            elif rec.status is StepStatus.WAITING:  # for a place in its slot
-                attempt, run, queued = rec.attempt, rec.run, True
+            elif rec.status is StepStatus.WAITING:  # for a place in its slot (in another, if renamed)
+                attempt, run, queued = rec.attempt, rec.run, rec.slot == slot
+        if slot is not None:
+            self._engine.slot_limit(slot)  # an undeclared slot is the body's error
         lost = rec is not None and rec.status is StepStatus.LOST
         if slot is not None and not lost and not self._engine.slot_free(slot, self._wf.id, pos):
             if not queued:  # its place in the queue: after those that queued before

@@ -473,11 +473,13 @@ class WorkflowStore:
 
     # -- concurrency slots ----------------------------------------------------------------------------
     def slot_running(self, slot: str) -> int:
-        """Steps of ``slot`` running now (of workflows not finished: a cancelled one's run is over)."""
+        """Places of ``slot`` taken now: its steps running, and those lost with their process whose
+        rerun has not started yet (it keeps its place: a lost step of a paused workflow stays
+        ``lost`` until the resume), of workflows not finished (a finished one's run is over)."""
         count: int = self.conn.execute(
             "SELECT count(*) FROM roost_wf_steps s JOIN roost_wf w ON w.id = s.workflow_id"
-            f" WHERE s.slot = ? AND s.status = ? AND NOT w.{_ENDED}",
-            (slot, StepStatus.RUNNING),
+            f" WHERE s.slot = ? AND s.status IN (?, ?) AND NOT w.{_ENDED}",
+            (slot, StepStatus.RUNNING, StepStatus.LOST),
         ).fetchone()[0]
         return count
 
