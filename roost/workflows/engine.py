@@ -359,8 +359,8 @@ class Engine:
         workflow cancelled or restarted), in the same turn, so no place stays free while a step waits
         for it. Each waiting workflow is advanced at most once per call (a body that no longer asks
         for the slot, or a paused one, does not hold the queue)."""
-        if self._admitting:
-            return
+        if self._admitting or not getattr(type(self.actor), "workflow_slots", None):
+            return  # a kind without slots has nothing to admit (and reads nothing for it)
         self._admitting = True
         try:
             tried: set[tuple[str, int]] = set()

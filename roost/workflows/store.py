@@ -124,7 +124,7 @@ MIGRATIONS: Sequence[Migration] = (
     """
     ALTER TABLE roost_wf_steps ADD COLUMN slot TEXT;
     ALTER TABLE roost_wf_steps ADD COLUMN slot_seq INTEGER;
-    CREATE INDEX roost_wf_steps_by_slot ON roost_wf_steps (slot, slot_seq) WHERE slot IS NOT NULL;
+    CREATE INDEX roost_wf_steps_by_slot ON roost_wf_steps (status, slot, slot_seq) WHERE slot IS NOT NULL;
     """,
 )
 #: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
@@ -484,12 +484,13 @@ class WorkflowStore:
         return count
 
     def queue_for_slot(self, wid: str, position: int, slot: str) -> None:
-        """The step's place in ``slot``'s queue: after every step that queued for it before."""
+        """The step's place in ``slot``'s queue: after every step waiting in it (the order matters only
+        among those waiting)."""
         self.conn.execute(
             "UPDATE roost_wf_steps SET slot_seq ="
-            " (SELECT coalesce(max(slot_seq), 0) + 1 FROM roost_wf_steps WHERE slot = ?)"
+            " (SELECT coalesce(max(slot_seq), 0) + 1 FROM roost_wf_steps WHERE status = ? AND slot = ?)"
             " WHERE workflow_id = ? AND position = ?",
-            (slot, wid, position),
+            (StepStatus.WAITING, slot, wid, position),
         )
 
     def slot_queue(self, slot: str | None = None) -> list[tuple[str, str, int]]:
