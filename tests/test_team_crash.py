@@ -16,6 +16,7 @@ twice (counted), and the histories show what was replayed and kept."""
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -163,9 +164,14 @@ class Servers:
         return ServerProcess(self.root / which, app=app, env=self.env).start()
 
     def _peers(self) -> None:
+        """Write the peers file whole, by a rename: a restarted server reads it at once (a lost
+        branch's rerun calls the other server as soon as its lease is due), and a write in place
+        could be read half done, failing that attempt."""
         if self.split:
             peers = {"team": self.team.http, "team_worker": self.workers.http}
-            (self.root / "peers.json").write_text(json.dumps(peers))
+            tmp = self.root / "peers.json.tmp"
+            tmp.write_text(json.dumps(peers))
+            os.replace(tmp, self.root / "peers.json")
 
     def hung(self, point: str) -> bool:
         return (self.marks / f"hang-{point}").exists()
