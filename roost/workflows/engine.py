@@ -39,7 +39,6 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from roost.actors import Actor, ScheduleStatus
@@ -417,24 +416,6 @@ class Engine:
         return (
             rec is not None and rec.status is StepStatus.RUNNING and (rec.attempt, rec.run) == (attempt, run)
         )
-
-    def progress_external(
-        self,
-        wid: str,
-        gen: int,
-        pos: int,
-        attempt: int,
-        run: int,
-        report: Callable[[float], str],
-        kept: str | None,
-        nonce: str | None = None,
-    ) -> bool:
-        """Record an outside attempt's progress report and checkpoint (fenced); False if the attempt is
-        not current."""
-        if not self.holds(wid, gen, pos, attempt, run, nonce):
-            return False
-        self.store.set_progress(wid, pos, report(self.now), kept)
-        return True
 
     async def finish_external(
         self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None

@@ -49,7 +49,6 @@ __all__ = [
     "fail_join",
     "finish_branch",
     "holds_branch",
-    "progress_branch",
     "start_branch",
 ]
 
@@ -138,19 +137,18 @@ async def start_branch(
 
     nonce = wf.nonce  # the run's fence: of this workflow, not of one started again under its id
 
-    def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
-        return progress_branch(of(a), *fence, report, kept, nonce)
-
     def current(a: Actor) -> bool:
         return holds_branch(of(a), *fence, nonce)
 
-    process = actor.extension.process
+    def write(a: Actor, report: Callable[[float], str], kept: str | None) -> None:
+        engine = of(a)
+        engine.store.set_branch_progress(wf.id, pos, branch, report(engine.now), kept)
+
     what = f"run {run} of attempt {attempt} of branch {branch!r} of {name!r}"
+    turns = fenced(actor.extension.process, actor.kind, actor.name, current, what)
     ticket = StepAttempt(
         wf.id, f"{name}/{branch}", f"{wf.step_prefix}:{wf.generation}:{pos}:{branch}", attempt, run,
-        before.checkpoint if before is not None else None,
-        reporter(process, actor.kind, actor.name, record),
-        fenced(process, actor.kind, actor.name, current, what),
+        before.checkpoint if before is not None else None, reporter(turns, write), turns,
     )  # fmt: skip
     store.log(
         wf.id, wf.generation, "attempt_started", now, position=pos, name=name, attempt=attempt,
@@ -200,26 +198,6 @@ def holds_branch(
         return False
     row = store.branch(wid, pos, branch)
     return row is not None and row.status is StepStatus.RUNNING and (row.attempt, row.run) == (attempt, run)
-
-
-def progress_branch(
-    engine: BranchEngine,
-    wid: str,
-    gen: int,
-    pos: int,
-    branch: str,
-    attempt: int,
-    run: int,
-    report: Callable[[float], str],
-    kept: str | None,
-    nonce: str | None = None,
-) -> bool:
-    """Record a branch run's progress report and checkpoint (fenced as its outcome is); False if the
-    run is not current."""
-    if not holds_branch(engine, wid, gen, pos, branch, attempt, run, nonce):
-        return False
-    engine.store.set_branch_progress(wid, pos, branch, report(engine.now), kept)
-    return True
 
 
 async def finish_branch(

@@ -39,7 +39,7 @@ from roost.workflows.model import (
 )
 from roost.workflows.store import encode
 
-__all__ = ["Outcome", "Record", "RunKey", "Runner", "fenced", "reporter", "runner"]
+__all__ = ["Outcome", "RunKey", "Runner", "Write", "fenced", "reporter", "runner"]
 
 log = logging.getLogger("roost.workflows")
 
@@ -132,15 +132,16 @@ class Runner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-#: A fenced record of a progress report, in a turn of the step's actor: ``(actor, report,
-#: checkpoint)`` to True if recorded; ``report(now)`` is the report as recorded (JSON text),
-#: ``checkpoint`` the checkpoint's JSON text (None: kept as it is).
-Record = Callable[[Actor, Callable[[float], str], "str | None"], bool]
+#: Writes a progress report in a turn of the step's actor: ``(actor, report, checkpoint)``;
+#: ``report(now)`` is the report as recorded (JSON text), ``checkpoint`` the checkpoint's JSON text
+#: (None: kept as it is).
+Write = Callable[[Actor, Callable[[float], str], "str | None"], None]
 
 
-def reporter(process: Process, kind: str, name: str, record: Record) -> Reporter:
-    """What ``StepAttempt.progress`` calls: the report checked here, then recorded in a turn of
-    ``kind/name`` by ``record`` (which checks the attempt's fence)."""
+def reporter(turn_of: Fenced, write: Write) -> Reporter:
+    """What ``StepAttempt.progress`` calls: the report checked here, then written by ``write`` in one
+    of the attempt's fenced turns (``turn_of``, what ``StepAttempt.turn`` uses): False if the
+    attempt is no longer current."""
 
     async def report(done: float, total: float | None, message: str, checkpoint: Any) -> bool:
         # refused here, before any turn: the numbers, the text, and what JSON cannot encode (an
@@ -152,11 +153,14 @@ def reporter(process: Process, kind: str, name: str, record: Record) -> Reporter
         def made(now: float) -> str:
             return encode({**record_, "at": now}, "a progress report")
 
-        async def turn(actor: Actor) -> bool:
-            return record(actor, made, kept)
+        async def turn(actor: Actor) -> None:
+            write(actor, made, kept)
 
-        recorded: bool = await process.run(kind, name, turn)
-        return recorded
+        try:
+            await turn_of(turn)
+        except AttemptSuperseded:
+            return False
+        return True
 
     return report
 

@@ -71,18 +71,6 @@ class EngineFace(BranchEngine, Protocol):
 
     def slot_free(self, slot: str, wid: str, pos: int) -> bool: ...
 
-    def progress_external(
-        self,
-        wid: str,
-        gen: int,
-        pos: int,
-        attempt: int,
-        run: int,
-        report: Callable[[float], str],
-        kept: str | None,
-        nonce: str | None = None,
-    ) -> bool: ...
-
     async def finish_external(
         self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None
     ) -> None: ...
@@ -479,17 +467,17 @@ class Step:
         nonce = wf.nonce  # the attempt's fence: of this workflow, not of one started again under its id
         process = actor.extension.process
 
-        def record(a: Actor, report: Callable[[float], str], kept: str | None) -> bool:
-            return of(a).progress_external(*at, report, kept, nonce)
-
         def current(a: Actor) -> bool:
             return of(a).holds(*at, nonce)
 
-        what = f"attempt {attempt} (run {run}) of {name!r}"
+        def write(a: Actor, report: Callable[[float], str], kept: str | None) -> None:
+            engine = of(a)
+            engine.store.set_progress(wf.id, pos, report(engine.now), kept)
+
+        turns = fenced(process, actor.kind, actor.name, current, f"attempt {attempt} (run {run}) of {name!r}")
         ticket = StepAttempt(
             wf.id, name, f"{wf.step_prefix}:{wf.generation}:{pos}", attempt, run, checkpoint,
-            reporter(process, actor.kind, actor.name, record),
-            fenced(process, actor.kind, actor.name, current, what),
+            reporter(turns, write), turns,
         )  # fmt: skip
         self._log(
             "attempt_started", pos, name, attempt, {"run": run, "idempotency_key": ticket.idempotency_key}
