@@ -177,6 +177,12 @@ async def _status(kit: ActorKit, wid: str) -> dict[str, Any]:
     return result
 
 
+async def _backing_off(kit: ActorKit, wid: str) -> dict[str, Any] | None:
+    """The workflow's status while a failed attempt waits for its retry (None otherwise)."""
+    status = await _status(kit, wid)
+    return status if (status["waiting"] or {}).get("why") == "retry" else None
+
+
 async def _reported(kit: ActorKit, wid: str, done: int) -> dict[str, Any] | None:
     status = await _status(kit, wid)
     progress = status["steps"][0]["progress"] if status["steps"] else None
@@ -213,11 +219,7 @@ async def test_a_checkpoint_outlives_the_attempt_and_reaches_the_next(data_dir: 
         spec = {"items": 4, "fail_at": 2, "pause_rerun": True}
         await kit.call("mover", "m1", "start_workflow", "move", spec, "w1")
 
-        async def backing_off() -> dict[str, Any] | None:
-            status = await _status(kit, "w1")
-            return status if (status["waiting"] or {}).get("why") == "retry" else None
-
-        status = await until(backing_off)
+        status = await until(partial(_backing_off, kit, "w1"))
         assert status["steps"][0]["progress"]["done"] == 2
         clock.advance(status["waiting"]["until"] - clock.now())
         await kit.fire_due("mover", "m1")
@@ -455,11 +457,7 @@ async def test_cancel_restart_and_retry_free_a_place(data_dir: Path) -> None:
         await until(lambda: Mover.ran[-1] == ("start", "w2"))
         _open("w2")  # its first attempt fails: the place is free while it backs off
 
-        async def backing_off() -> dict[str, Any] | None:
-            status = await _status(kit, "w2")
-            return status if (status["waiting"] or {}).get("why") == "retry" else None
-
-        status = await until(backing_off)
+        status = await until(partial(_backing_off, kit, "w2"))
         await kit.call("mover", "m1", "start_workflow", "heavy", {}, "w4")
         await until(lambda: Mover.ran[-1] == ("start", "w4"))
         clock.advance(status["waiting"]["until"] - clock.now())
@@ -491,11 +489,7 @@ async def test_a_report_without_a_checkpoint_keeps_the_steps(data_dir: Path) -> 
         await Mover.attempts[0].progress(1, 2, "still on item 1")  # no checkpoint: the step's stays
         Mover.go.set()  # the first attempt fails
 
-        async def backing_off() -> dict[str, Any] | None:
-            status = await _status(kit, "w1")
-            return status if (status["waiting"] or {}).get("why") == "retry" else None
-
-        status = await until(backing_off)
+        status = await until(partial(_backing_off, kit, "w1"))
         clock.advance(status["waiting"]["until"] - clock.now())
         await kit.fire_due("mover", "m1")
         await until(lambda: _ended(kit, "w1"))
