@@ -42,8 +42,8 @@ from roost.workflows.model import (
     StepStatus,
     WorkflowStatus,
 )
+from roost.workflows.schema import WORKFLOW_COMPONENT
 from roost.workflows.step import Step
-from roost.workflows.store import WORKFLOW_COMPONENT
 
 __all__ = [
     "KEPT_FINISHED_WORKFLOWS",

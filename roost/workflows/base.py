@@ -45,7 +45,7 @@ from roost.actors import Actor, callable, wakeup
 from roost.storage import Migration
 from roost.workflows.engine import engine_of
 from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH, PRUNE_ROWS
-from roost.workflows.store import WORKFLOW_COMPONENT
+from roost.workflows.schema import WORKFLOW_COMPONENT
 
 __all__ = ["Workflows"]
 

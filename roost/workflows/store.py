@@ -1,4 +1,5 @@
-"""The workflow tables in the actor's own file, and the SQL that reads and writes them.
+"""The SQL that reads and writes the workflow tables in the actor's own file (their schema:
+:mod:`roost.workflows.schema`).
 
 Every method runs on the turn's connection (``actor.extension.connection()``), inside the turn's
 transaction: what an advance writes commits with the turn, or not at all. One generation of steps is
@@ -15,7 +16,6 @@ from typing import Any, TypeVar
 
 import orjson
 
-from roost.storage import Migration
 from roost.workflows.model import (
     MAX_HISTORY,
     MAX_RESULT_BYTES,
@@ -26,109 +26,12 @@ from roost.workflows.model import (
 )
 
 __all__ = [
-    "MIGRATIONS",
-    "WORKFLOW_COMPONENT",
     "BranchRow",
     "StepRow",
     "WorkflowRow",
     "WorkflowStore",
     "encode",
 ]
-
-MIGRATIONS: Sequence[Migration] = (
-    """
-    CREATE TABLE roost_wf (
-        id          TEXT PRIMARY KEY,
-        name        TEXT NOT NULL,
-        input       TEXT NOT NULL,
-        status      TEXT NOT NULL,
-        generation  INTEGER NOT NULL,
-        result      TEXT,
-        error       TEXT,
-        reason      TEXT,
-        waiting     TEXT,
-        created_by  TEXT,
-        created_at  REAL NOT NULL,
-        updated_at  REAL NOT NULL
-    ) WITHOUT ROWID;
-    CREATE INDEX roost_wf_by_status ON roost_wf (status, created_at);
-    CREATE TABLE roost_wf_steps (
-        workflow_id TEXT NOT NULL,
-        position    INTEGER NOT NULL,
-        name        TEXT NOT NULL,
-        kind        TEXT NOT NULL,
-        status      TEXT NOT NULL,
-        attempt     INTEGER NOT NULL,
-        run         INTEGER NOT NULL,
-        retryable   INTEGER NOT NULL DEFAULT 1,
-        result      TEXT,
-        error       TEXT,
-        wake_at     REAL,
-        started_at  REAL NOT NULL,
-        updated_at  REAL NOT NULL,
-        PRIMARY KEY (workflow_id, position)
-    ) WITHOUT ROWID;
-    CREATE TABLE roost_wf_events (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        workflow_id TEXT NOT NULL,
-        name        TEXT NOT NULL,
-        payload     TEXT NOT NULL,
-        sent_by     TEXT,
-        sent_at     REAL NOT NULL
-    );
-    CREATE INDEX roost_wf_events_by_name ON roost_wf_events (workflow_id, name, id);
-    CREATE TABLE roost_wf_history (
-        workflow_id TEXT NOT NULL,
-        seq         INTEGER NOT NULL,
-        at          REAL NOT NULL,
-        generation  INTEGER NOT NULL,
-        event       TEXT NOT NULL,
-        position    INTEGER,
-        name        TEXT,
-        attempt     INTEGER,
-        detail      TEXT,
-        PRIMARY KEY (workflow_id, seq)
-    ) WITHOUT ROWID;
-    """,
-    # the branches of a ``step.parallel`` join: one row per branch of the join at ``position``
-    """
-    CREATE TABLE roost_wf_branches (
-        workflow_id TEXT NOT NULL,
-        position    INTEGER NOT NULL,
-        branch      TEXT NOT NULL,
-        ord         INTEGER NOT NULL,
-        status      TEXT NOT NULL,
-        attempt     INTEGER NOT NULL,
-        run         INTEGER NOT NULL,
-        retryable   INTEGER NOT NULL DEFAULT 1,
-        result      TEXT,
-        error       TEXT,
-        wake_at     REAL,
-        updated_at  REAL NOT NULL,
-        PRIMARY KEY (workflow_id, position, branch)
-    ) WITHOUT ROWID;
-    """,
-    # a random nonce per workflow, drawn at start: in every step id, so two actors' workflows of one
-    # id, or a workflow deleted and started again, never share an idempotency key
-    "ALTER TABLE roost_wf ADD COLUMN nonce TEXT NOT NULL DEFAULT ''",
-    # an outside attempt's last progress report (of the attempt running now) and the step's
-    # checkpoint (kept for its later attempts and runs): ``StepAttempt.progress``
-    """
-    ALTER TABLE roost_wf_steps ADD COLUMN progress TEXT;
-    ALTER TABLE roost_wf_steps ADD COLUMN checkpoint TEXT;
-    ALTER TABLE roost_wf_branches ADD COLUMN progress TEXT;
-    ALTER TABLE roost_wf_branches ADD COLUMN checkpoint TEXT;
-    """,
-    # the concurrency slot an outside step runs in (``step.external(..., slot=)``), shared by the
-    # actor's workflows: its running steps are counted and its waiting ones admitted oldest first
-    """
-    ALTER TABLE roost_wf_steps ADD COLUMN slot TEXT;
-    ALTER TABLE roost_wf_steps ADD COLUMN slot_seq INTEGER;
-    CREATE INDEX roost_wf_steps_by_slot ON roost_wf_steps (status, slot, slot_seq) WHERE slot IS NOT NULL;
-    """,
-)
-#: ``Actor.components`` entry of a kind with workflows (``Workflows`` declares it).
-WORKFLOW_COMPONENT: tuple[str, Sequence[Migration]] = ("workflows", MIGRATIONS)
 
 
 def encode(value: Any, what: str) -> str:
