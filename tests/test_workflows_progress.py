@@ -153,7 +153,15 @@ async def _work(attempt: StepAttempt, spec: dict[str, Any]) -> str:
     wid = attempt.workflow_id
     Mover.ran.append(("start", wid))
     gate = Mover.gates.setdefault(wid, asyncio.Event())
-    await gate.wait()
+    try:
+        await gate.wait()
+    except asyncio.CancelledError:
+        if not spec.get("stubborn"):
+            raise
+        Mover.ran.append(("ignores its cancel", wid))
+        await gate.wait()  # a function that finishes what it does before it stops
+        Mover.ran.append(("stopped", wid))
+        raise
     gate.clear()
     Mover.ran.append(("end", wid))
     if spec.get("fail_first") and attempt.attempt == 1:
@@ -281,6 +289,40 @@ async def test_a_lost_runs_checkpoint_reaches_its_rerun_and_its_late_reports_are
         with pytest.raises(AttemptSuperseded):
             await lost.progress(3, 3, "late")
         assert (await _status(kit, "w1"))["steps"][0]["progress"]["message"] == "item 3"
+
+
+async def test_a_lease_wake_up_of_a_workflow_deleted_and_started_again_is_not_the_new_ones(
+    data_dir: Path,
+) -> None:
+    """A workflow cancelled while its outside step runs, deleted, and started again under its id 20 s
+    later: the old run's lease wake-up, still pending, is dropped (it names the old workflow's
+    nonce), and the new run, lost with its task, is declared lost when its own lease ends, not when
+    the old one's did."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _reported(kit, "w1", 1))
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        assert await kit.call("mover", "m1", "delete_workflow", "w1")
+        clock.advance(20)
+        await kit.call("mover", "m1", "start_workflow", "move", {"items": 2, "hold_at": 1}, "w1")
+        await until(lambda: _reported(kit, "w1", 1))
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()
+        await until(lambda: not work.tasks)
+        clock.advance(Mover.workflow_lease - 20)  # the old run's lease is up, the new run's is not
+        await kit.fire_due("mover", "m1")
+        step = (await _status(kit, "w1"))["steps"][0]
+        assert (step["status"], step["run"]) == ("running", 1), "looked at by the old run's wake-up"
+        clock.advance(20)  # now the new run's own lease is up
+        await kit.fire_due("mover", "m1")
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        rerun = Mover.attempts[-1]
+        assert (rerun.attempt, rerun.run, rerun.checkpoint) == (1, 2, 1)
+        history = await kit.call("mover", "m1", "workflow_history", "w1")
+        assert [e["event"] for e in history["entries"]].count("attempt_lost") == 1
 
 
 def _process(kit: ActorKit) -> Any:
@@ -469,6 +511,28 @@ async def test_cancel_restart_and_retry_free_a_place(data_dir: Path) -> None:
         await until(lambda: _ended(kit, "w2"))
         assert (await _status(kit, "w2"))["result"] == "w2"
         assert (await _status(kit, "w1"))["status"] == "cancelled"
+
+
+async def test_a_cancelled_run_that_ignores_its_cancel_keeps_its_place_until_it_ends(data_dir: Path) -> None:
+    """w1's function goes on after its workflow was cancelled (it finishes what it does first): its
+    place stays taken while it runs, so w2 does not run beside it in a slot of one; once it ends,
+    w2 is admitted."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+        await _start(kit, clock, "w1", stubborn=True)
+        await _start(kit, clock, "w2")
+        await until(lambda: Mover.ran == [("start", "w1")])
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        await until(lambda: ("ignores its cancel", "w1") in Mover.ran)
+        assert (await _status(kit, "w1"))["status"] == "cancelled"
+        assert await _waiting_for_slot(kit, "w2"), "w1's function still runs: its place is taken"
+        _open("w1")
+        await until(lambda: Mover.ran[-1:] == [("start", "w2")])
+        stopped = [("start", "w1"), ("ignores its cancel", "w1"), ("stopped", "w1")]
+        assert Mover.ran == [*stopped, ("start", "w2")]
+        _open("w2")
+        await until(lambda: _ended(kit, "w2"))
+        assert (await _status(kit, "w2"))["result"] == "w2"
 
 
 async def test_a_step_in_an_undeclared_slot_fails_its_workflow(data_dir: Path) -> None:

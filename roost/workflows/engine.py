@@ -271,6 +271,8 @@ class Engine:
         wf = self.store.get(wid)
         if wf is None or wf.generation != gen or wf.status.terminal:
             return
+        if payload.get("nonce", wf.nonce) != wf.nonce:
+            return  # a wake-up of a workflow deleted and started again under its id: not this one's
         # A lease's end is looked at whatever the status: while paused, a lost attempt is marked
         # ``lost`` (the advance that follows does nothing until ``resume_workflow``), so that the
         # resume runs it again; dropped, the step would stay ``running`` for ever.
@@ -298,6 +300,7 @@ class Engine:
             "pos": pos,
             "attempt": attempt,
             "run": run,
+            "nonce": wf.nonce,
         }
         if runner(actor.extension.process).alive(key):
             await schedule_wake(actor, self.now + self.lease, payload)
@@ -345,12 +348,23 @@ class Engine:
         """Whether the step at ``pos`` of ``wid`` may start in ``slot`` now: among the first of the
         slot's queue (oldest first) that the places left can take; a step not queued comes last."""
         store = self.store
-        places = self.slot_limit(slot) - store.slot_running(slot)
+        places = self.slot_limit(slot) - self._slot_used(slot)
         if places <= 0:
             return False
         queue = [(w, p) for _, w, p in store.slot_queue(slot)]
         ahead = queue.index((wid, pos)) if (wid, pos) in queue else len(queue)
         return ahead < places
+
+    def _slot_used(self, slot: str) -> int:
+        """Places of ``slot`` taken: its steps running (or lost, until their rerun) in the actor's
+        file, and the runs of it that were cancelled but whose functions still run in this process."""
+        actor = self.actor
+        lingering = runner(actor.extension.process).lingering(actor.kind, actor.name, slot)
+        return self.store.slot_running(slot) + lingering
+
+    async def admit(self) -> None:
+        """Admit what waits for a place in a slot (the turn a cancelled run's end starts)."""
+        await self._admit()
 
     async def _admit(self) -> None:
         """Start what waits for a place in a slot, oldest first, as far as places are free: called by
@@ -370,7 +384,7 @@ class Engine:
                 for slot, wid, pos in store.slot_queue():
                     if slot not in free:
                         try:
-                            free[slot] = self.slot_limit(slot) - store.slot_running(slot)
+                            free[slot] = self.slot_limit(slot) - self._slot_used(slot)
                         except ValueError:
                             free[slot] = 0  # a slot no longer declared: its steps fail when advanced
                             ready.append((wid, pos))
@@ -423,8 +437,10 @@ class Engine:
         """Record an outside attempt's outcome (fenced), then advance."""
         if not self.holds(wid, gen, pos, attempt, run, nonce):
             return
-        await self.actor.cancel_schedule(lease_key(wid, gen, pos, attempt, run))
         store = self.store
+        wf = store.get(wid)
+        assert wf is not None
+        await self.actor.cancel_schedule(lease_key(wf.step_prefix, gen, pos, attempt, run))
         rec = store.step(wid, pos)
         assert rec is not None
         now = self.now

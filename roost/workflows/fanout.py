@@ -77,8 +77,10 @@ class BranchEngine(Protocol):
     async def advance(self, wid: str) -> None: ...
 
 
-def _lease_key(wid: str, gen: int, pos: int, branch: str, attempt: int, run: int) -> str:
-    return f"roost-wf-branch-lease:{wid}:{gen}:{pos}:{attempt}:{run}:{branch}"
+def _lease_key(prefix: str, gen: int, pos: int, branch: str, attempt: int, run: int) -> str:
+    """The key of a branch run's first lease wake-up (``prefix``: the workflow's step prefix, nonce
+    included, as :func:`~roost.workflows.step.lease_key`)."""
+    return f"roost-wf-branch-lease:{prefix}:{gen}:{pos}:{attempt}:{run}:{branch}"
 
 
 def check_branches(branches: Mapping[str, BranchFn]) -> None:
@@ -155,9 +157,9 @@ async def start_branch(
         detail={"branch": branch, "run": run, "idempotency_key": ticket.idempotency_key, "kept": kept},
     )  # fmt: skip
     payload = {"why": "branch_lease", "id": wf.id, "gen": wf.generation, "pos": pos, "branch": branch}
-    payload |= {"attempt": attempt, "run": run}
+    payload |= {"attempt": attempt, "run": run, "nonce": wf.nonce}
     await schedule_wake(
-        actor, now + lease, payload, key=_lease_key(wf.id, wf.generation, pos, branch, attempt, run)
+        actor, now + lease, payload, key=_lease_key(wf.step_prefix, wf.generation, pos, branch, attempt, run)
     )
     key: RunKey = (actor.kind, actor.name, wf.id, wf.generation, pos, attempt, run, branch)
 
@@ -215,8 +217,10 @@ async def finish_branch(
     join) before the advance that may complete the join."""
     if not holds_branch(engine, wid, gen, pos, branch, attempt, run, nonce):
         return
-    await engine.actor.cancel_schedule(_lease_key(wid, gen, pos, branch, attempt, run))
     store, now = engine.store, engine.now
+    wf = store.get(wid)
+    assert wf is not None
+    await engine.actor.cancel_schedule(_lease_key(wf.step_prefix, gen, pos, branch, attempt, run))
     row = store.branch(wid, pos, branch)
     assert row is not None
     if outcome.ok:

@@ -71,6 +71,8 @@ class EngineFace(BranchEngine, Protocol):
 
     def slot_free(self, slot: str, wid: str, pos: int) -> bool: ...
 
+    async def admit(self) -> None: ...
+
     async def finish_external(
         self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None
     ) -> None: ...
@@ -85,10 +87,12 @@ class TooManySteps(BaseException):
     """The body went past :data:`~roost.workflows.model.MAX_STEPS` positions."""
 
 
-def lease_key(wid: str, gen: int, pos: int, attempt: int, run: int) -> str:
-    """The key of the first lease wake-up of an outside run: its result's turn cancels it, so that a
-    finished step does not wake a dormant actor a lease later for nothing."""
-    return f"roost-wf-lease:{wid}:{gen}:{pos}:{attempt}:{run}"
+def lease_key(prefix: str, gen: int, pos: int, attempt: int, run: int) -> str:
+    """The key of the first lease wake-up of an outside run (``prefix``: its workflow's
+    :attr:`~roost.workflows.store.WorkflowRow.step_prefix`, nonce included, so that a workflow
+    deleted and started again under its id never shares one with a run of the old one): its result's
+    turn cancels it, so that a finished step does not wake a dormant actor a lease later for nothing."""
+    return f"roost-wf-lease:{prefix}:{gen}:{pos}:{attempt}:{run}"
 
 
 class Step:
@@ -386,7 +390,8 @@ class Step:
         return Suspend()
 
     def _payload(self, why: str, **more: Any) -> dict[str, Any]:
-        return {"why": why, "id": self._wf.id, "gen": self._wf.generation, **more}
+        wf = self._wf
+        return {"why": why, "id": wf.id, "gen": wf.generation, "nonce": wf.nonce, **more}
 
     def _log(self, event: str, pos: int, name: str, attempt: int | None = None, detail: Any = None) -> None:
         self._store.log(
@@ -486,7 +491,7 @@ class Step:
             actor,
             now + lease,
             self._payload("lease", pos=pos, attempt=attempt, run=run),
-            key=lease_key(wf.id, wf.generation, pos, attempt, run),
+            key=lease_key(wf.step_prefix, wf.generation, pos, attempt, run),
         )
 
         async def claimed(a: Actor) -> bool:
@@ -498,7 +503,11 @@ class Step:
 
             return record
 
-        runner(process).spawn(key, lambda: fn(ticket), timeout, claimed, finish)
+        async def admit(a: Actor) -> None:
+            await of(a).admit()
+
+        held = (slot, admit) if slot is not None else None
+        runner(process).spawn(key, lambda: fn(ticket), timeout, claimed, finish, held)
 
     async def _sleep(self, pos: int, name: str, rec: StepRow | None, at: float) -> None:
         if rec is not None and self._outcome(rec) is not _PENDING:
