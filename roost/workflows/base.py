@@ -30,7 +30,9 @@ Callables (the principal rules are the actor layer's: a read-only principal may 
   ``delete_workflow`` (a finished one), each ``(workflow_id)``.
 
 A kind hears every end of its workflows (completed, failed for any reason, cancelled) in
-``on_workflow_end``, in the turn that records it.
+``on_workflow_end``, in the turn that records it, and every line of their history (an attempt
+started, failed with its retry time, lost; a step completed; a wait) in ``on_workflow_history``, in
+the turn that writes it.
 
 Another actor sends an event as any call: ``await self.actor("orders", "o1").call("send_event", wid,
 "paid", {...})``; the advance the event allows runs in that call's turn of the workflow's actor.
@@ -135,6 +137,16 @@ class Workflows(Actor):
         reason, or ``cancelled``). Runs in the turn that records the end: its writes and schedules
         commit with that record, and a raise fails that turn (keep it to writes and wake-ups; a call
         to another actor belongs in a wake-up it schedules). Default: nothing."""
+
+    def on_workflow_history(self, workflow_id: str, entry: dict[str, Any]) -> None:
+        """Override to hear every line of a workflow's history as it is written, in the turn that
+        writes it: ``entry`` as ``workflow_history`` shows it (``seq``, ``at``, ``generation``,
+        ``event``, ``position``, ``name``, ``attempt``, ``detail``): a start, an attempt started,
+        failed (``detail.retry_at``: when it is tried again) or lost with its process, a step
+        completed or failed, a wait, an event received. Its writes and ``emit``s commit with that
+        line (a subscriber hears of a retry when it is recorded, not later); a raise fails the turn,
+        which then records nothing of what it did. It runs inside the engine's work: keep it to
+        writes and emits (no workflow call, no other actor). Default: nothing."""
 
     @wakeup
     async def workflow_wake(self, payload: dict[str, Any]) -> None:

@@ -106,7 +106,9 @@ class Engine:
 
     @property
     def store(self) -> WorkflowStore:
-        return WorkflowStore(self.actor.extension.connection())
+        return WorkflowStore(
+            self.actor.extension.connection(), getattr(self.actor, "on_workflow_history", None)
+        )
 
     @property
     def now(self) -> float:

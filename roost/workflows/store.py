@@ -204,13 +204,21 @@ def _step(row: tuple[Any, ...]) -> StepRow:
     )  # fmt: skip
 
 
+#: Hears each history line as it is written: ``(workflow id, entry)``, the entry as
+#: :meth:`WorkflowStore.history` gives it (``Workflows.on_workflow_history``).
+HistoryHook = Callable[[str, dict[str, Any]], None]
+_HISTORY_KEYS = ("seq", "at", "generation", "event", "position", "name", "attempt")
+
+
 class WorkflowStore:
-    """One actor's workflows, through the turn's connection."""
+    """One actor's workflows, through the turn's connection. ``on_log``: called with every history
+    line this store writes, right after it is written (in the same transaction)."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "on_log")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, on_log: HistoryHook | None = None) -> None:
         self.conn = conn
+        self.on_log = on_log
 
     def _rows(self, sql: str, args: Sequence[Any], build: Callable[[tuple[Any, ...]], T]) -> list[T]:
         """Every row ``sql`` reads, each made into its object by ``build``."""
@@ -538,6 +546,9 @@ class WorkflowStore:
             self.conn.execute(
                 "DELETE FROM roost_wf_history WHERE workflow_id = ? AND seq <= ?", (wid, seq - MAX_HISTORY)
             )
+        if self.on_log is not None:
+            line = (seq, now, generation, event, position, name, attempt)
+            self.on_log(wid, {**dict(zip(_HISTORY_KEYS, line, strict=True)), "detail": detail})
 
     def history(self, wid: str, after: int, limit: int) -> list[dict[str, Any]]:
         rows = self.conn.execute(
@@ -545,5 +556,4 @@ class WorkflowStore:
             " WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (wid, after, limit),
         ).fetchall()
-        keys = ("seq", "at", "generation", "event", "position", "name", "attempt")
-        return [{**dict(zip(keys, r[:7], strict=True)), "detail": _load(r[7])} for r in rows]
+        return [{**dict(zip(_HISTORY_KEYS, r[:7], strict=True)), "detail": _load(r[7])} for r in rows]
