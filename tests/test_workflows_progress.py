@@ -153,15 +153,7 @@ async def _work(attempt: StepAttempt, spec: dict[str, Any]) -> str:
     wid = attempt.workflow_id
     Mover.ran.append(("start", wid))
     gate = Mover.gates.setdefault(wid, asyncio.Event())
-    try:
-        await gate.wait()
-    except asyncio.CancelledError:
-        if not spec.get("stubborn"):
-            raise
-        Mover.ran.append(("ignores its cancel", wid))
-        await gate.wait()  # a function that finishes what it does before it stops
-        Mover.ran.append(("stopped", wid))
-        raise
+    await gate.wait()
     gate.clear()
     Mover.ran.append(("end", wid))
     if spec.get("fail_first") and attempt.attempt == 1:
@@ -511,28 +503,6 @@ async def test_cancel_restart_and_retry_free_a_place(data_dir: Path) -> None:
         await until(lambda: _ended(kit, "w2"))
         assert (await _status(kit, "w2"))["result"] == "w2"
         assert (await _status(kit, "w1"))["status"] == "cancelled"
-
-
-async def test_a_cancelled_run_that_ignores_its_cancel_keeps_its_place_until_it_ends(data_dir: Path) -> None:
-    """w1's function goes on after its workflow was cancelled (it finishes what it does first): its
-    place stays taken while it runs, so w2 does not run beside it in a slot of one; once it ends,
-    w2 is admitted."""
-    clock = FakeClock()
-    async with ActorKit([Mover], data_dir, clock=clock) as kit:
-        await _start(kit, clock, "w1", stubborn=True)
-        await _start(kit, clock, "w2")
-        await until(lambda: Mover.ran == [("start", "w1")])
-        await kit.call("mover", "m1", "cancel_workflow", "w1")
-        await until(lambda: ("ignores its cancel", "w1") in Mover.ran)
-        assert (await _status(kit, "w1"))["status"] == "cancelled"
-        assert await _waiting_for_slot(kit, "w2"), "w1's function still runs: its place is taken"
-        _open("w1")
-        await until(lambda: Mover.ran[-1:] == [("start", "w2")])
-        stopped = [("start", "w1"), ("ignores its cancel", "w1"), ("stopped", "w1")]
-        assert Mover.ran == [*stopped, ("start", "w2")]
-        _open("w2")
-        await until(lambda: _ended(kit, "w2"))
-        assert (await _status(kit, "w2"))["result"] == "w2"
 
 
 async def test_a_step_in_an_undeclared_slot_fails_its_workflow(data_dir: Path) -> None:

@@ -350,23 +350,12 @@ class Engine:
         """Whether the step at ``pos`` of ``wid`` may start in ``slot`` now: among the first of the
         slot's queue (oldest first) that the places left can take; a step not queued comes last."""
         store = self.store
-        places = self.slot_limit(slot) - self._slot_used(slot)
+        places = self.slot_limit(slot) - store.slot_running(slot)
         if places <= 0:
             return False
         queue = [(w, p) for _, w, p in store.slot_queue(slot)]
         ahead = queue.index((wid, pos)) if (wid, pos) in queue else len(queue)
         return ahead < places
-
-    def _slot_used(self, slot: str) -> int:
-        """Places of ``slot`` taken: its steps running (or lost, until their rerun) in the actor's
-        file, and the runs of it that were cancelled but whose functions still run in this process."""
-        actor = self.actor
-        lingering = runner(actor.extension.process).lingering(actor.kind, actor.name, slot)
-        return self.store.slot_running(slot) + lingering
-
-    async def admit(self) -> None:
-        """Admit what waits for a place in a slot (the turn a cancelled run's end starts)."""
-        await self._admit()
 
     async def _admit(self) -> None:
         """Start what waits for a place in a slot, oldest first, as far as places are free: called by
@@ -386,7 +375,7 @@ class Engine:
                 for slot, wid, pos in store.slot_queue():
                     if slot not in free:
                         try:
-                            free[slot] = self.slot_limit(slot) - self._slot_used(slot)
+                            free[slot] = self.slot_limit(slot) - store.slot_running(slot)
                         except ValueError:
                             free[slot] = 0  # a slot no longer declared: its steps fail when advanced
                             ready.append((wid, pos))

@@ -13,10 +13,6 @@ Guarantees (tests in ``tests/test_workflows_external.py``):
 - **A live run is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
   declares an attempt lost.
 - **Stopped with the registry**: every task is cancelled before the actors drain.
-- **A cancelled run holds its slot's place until its task ends**: a function that ignores (or takes
-  its time over) its cancellation still runs, so :meth:`Runner.lingering` counts it among its
-  slot's running steps, and when it ends a turn of its actor (``freed``) admits what waits for the
-  place (tests in ``tests/test_workflows_progress.py``).
 - **A progress report is checked before its turn**: :func:`reporter` refuses bad numbers, text or a
   checkpoint that is not JSON or too large in the attempt's task, so a bad report fails the
   attempt's own call and never a turn of its actor.
@@ -67,25 +63,10 @@ class Runner:
     def __init__(self, process: Process) -> None:
         self.process = process
         self.tasks: dict[RunKey, asyncio.Task[None]] = {}
-        #: The slot of each live run that has one, and the turn that admits waiters once it ends.
-        self._slots: dict[RunKey, tuple[str, Callable[[Actor], Awaitable[None]]]] = {}
-        #: Runs cancelled (their workflow cancelled, restarted, failed) whose tasks have not ended.
-        self._stopping: set[RunKey] = set()
-        #: The admitting turns started when a cancelled run of a slot ended (awaited by :meth:`stop`).
-        self._admits: set[asyncio.Task[Any]] = set()
 
     def alive(self, key: RunKey) -> bool:
         task = self.tasks.get(key)
         return task is not None and not task.done()
-
-    def lingering(self, kind: str, name: str, slot: str) -> int:
-        """Runs of ``kind/name`` in ``slot`` that were cancelled and still run: their steps are no
-        longer ``running`` in the actor's file, but their functions have not returned."""
-        return sum(
-            1
-            for key in self._stopping
-            if key[:2] == (kind, name) and self._slots.get(key, ("",))[0] == slot and self.alive(key)
-        )
 
     def spawn(
         self,
@@ -94,34 +75,12 @@ class Runner:
         timeout: float | None,
         claimed: Callable[[Actor], Awaitable[bool]],
         finish: Callable[[Outcome], Callable[[Actor], Awaitable[None]]],
-        slot: tuple[str, Callable[[Actor], Awaitable[None]]] | None = None,
     ) -> None:
         """Start the task of ``key``: ``claimed`` (a turn) says whether to run; ``finish(outcome)`` (a
-        turn) records the outcome. ``slot``: the run's slot and the turn that admits what waits for
-        its place, run if the run is cancelled and its task ends after that."""
+        turn) records the outcome."""
         task = asyncio.get_running_loop().create_task(self._run(key, fn, timeout, claimed, finish))
         self.tasks[key] = task
-        if slot is not None:
-            self._slots[key] = slot
-        task.add_done_callback(lambda t: self._ended(key, t))
-
-    def _ended(self, key: RunKey, task: asyncio.Task[None]) -> None:
-        if self.tasks.get(key) is not task:
-            return
-        del self.tasks[key]
-        slot = self._slots.pop(key, None)
-        if key in self._stopping:
-            self._stopping.discard(key)
-            if slot is not None:  # its place is free only now: a turn admits what waits for it
-                admit = asyncio.get_running_loop().create_task(self._admit(key[0], key[1], slot[1]))
-                self._admits.add(admit)
-                admit.add_done_callback(self._admits.discard)
-
-    async def _admit(self, kind: str, name: str, turn: Callable[[Actor], Awaitable[None]]) -> None:
-        try:
-            await self.process.run(kind, name, turn)
-        except Exception:  # the actor is stopping: its next start, or the next freed place, admits
-            log.warning("a freed slot place of %s/%r not handed on", kind, name, exc_info=True)
+        task.add_done_callback(lambda t: self.tasks.pop(key, None) if self.tasks.get(key) is t else None)
 
     def cancel(self, kind: str, name: str, wid: str, position: int | None = None) -> None:
         """Stop every task of workflow ``wid`` of ``kind/name`` in this process (cancel, restart), or
@@ -129,8 +88,6 @@ class Runner:
         for key, task in list(self.tasks.items()):
             if key[:3] == (kind, name, wid) and (position is None or key[4] == position):
                 task.cancel()
-                if not task.done():
-                    self._stopping.add(key)
 
     async def _run(
         self,
@@ -173,10 +130,6 @@ class Runner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        admits = list(self._admits)
-        for task in admits:
-            task.cancel()
-        await asyncio.gather(*admits, return_exceptions=True)
 
 
 #: Writes a progress report in a turn of the step's actor: ``(actor, report, checkpoint)``;

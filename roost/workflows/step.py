@@ -71,8 +71,6 @@ class EngineFace(BranchEngine, Protocol):
 
     def slot_free(self, slot: str, wid: str, pos: int) -> bool: ...
 
-    async def admit(self) -> None: ...
-
     async def finish_external(
         self, wid: str, gen: int, pos: int, attempt: int, run: int, outcome: Outcome, nonce: str | None = None
     ) -> None: ...
@@ -503,11 +501,7 @@ class Step:
 
             return record
 
-        async def admit(a: Actor) -> None:
-            await of(a).admit()
-
-        held = (slot, admit) if slot is not None else None
-        runner(process).spawn(key, lambda: fn(ticket), timeout, claimed, finish, held)
+        runner(process).spawn(key, lambda: fn(ticket), timeout, claimed, finish)
 
     async def _sleep(self, pos: int, name: str, rec: StepRow | None, at: float) -> None:
         if rec is not None and self._outcome(rec) is not _PENDING:
