@@ -317,6 +317,43 @@ async def test_a_lease_wake_up_of_a_workflow_deleted_and_started_again_is_not_th
         assert [e["event"] for e in history["entries"]].count("attempt_lost") == 1
 
 
+async def test_a_branch_lease_wake_up_of_a_workflow_deleted_and_started_again_is_not_the_new_ones(
+    data_dir: Path,
+) -> None:
+    """As for a plain outside step, for a branch of a join: the old branch run's lease wake-up is
+    dropped, and the new branch run, lost with its task, is declared lost at its own lease's end."""
+    clock = FakeClock()
+    async with ActorKit([Mover], data_dir, clock=clock) as kit:
+
+        async def left_reported() -> dict[str, Any] | None:
+            status = await _status(kit, "w1")
+            rows = status["steps"][0].get("branches", []) if status["steps"] else []
+            left = [b for b in rows if b["branch"] == "left"]
+            return left[0] if left and left[0]["progress"] is not None else None
+
+        await kit.call("mover", "m1", "start_workflow", "fan", {"items": 2, "hold_at": 1}, "w1")
+        await until(left_reported)
+        await kit.call("mover", "m1", "cancel_workflow", "w1")
+        assert await kit.call("mover", "m1", "delete_workflow", "w1")
+        clock.advance(20)
+        await kit.call("mover", "m1", "start_workflow", "fan", {"items": 2, "hold_at": 1}, "w1")
+        await until(left_reported)
+        work = runner(_process(kit))
+        for task in list(work.tasks.values()):
+            task.cancel()
+        await until(lambda: not work.tasks)
+        clock.advance(Mover.workflow_lease - 20)  # the old run's lease is up, the new run's is not
+        await kit.fire_due("mover", "m1")
+        left = await left_reported()
+        assert left is not None
+        assert (left["status"], left["run"]) == ("running", 1), "looked at by the old run's wake-up"
+        clock.advance(20)
+        await kit.fire_due("mover", "m1")
+        Mover.go.set()
+        await until(lambda: _ended(kit, "w1"))
+        assert (await _status(kit, "w1"))["result"]["left"] == {"started_from": 1, "attempt": 1}
+
+
 def _process(kit: ActorKit) -> Any:
     host = next(iter(kit.registry.hosts.values()))
     return host.actor.extension.process
