@@ -16,7 +16,6 @@ from roost.storage import actor_path
 from roost.testing import ActorKit
 from tests.agent_support import (
     Docs,
-    Flaky,
     Payloads,
     advance,
     drive,
@@ -148,9 +147,9 @@ async def test_denied_approval_fails_the_run_blocked(data_dir: Path) -> None:
     assert not report_path(data_dir, "acme", reply["run_id"]).exists()
 
 
-async def test_cancel_stops_the_job_within_one_heartbeat(data_dir: Path) -> None:
-    """``cancel`` during the long job: the worker stops (no progress after), the turn is cancelled and
-    the events say so."""
+async def test_cancel_stops_the_job_at_once(data_dir: Path) -> None:
+    """``cancel`` during the long job: its attempt's task is stopped in the cancel's turn (no progress
+    after), the turn is cancelled and the events say so."""
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
         reply = await c.call("turn", REQUEST)
@@ -158,7 +157,7 @@ async def test_cancel_stops_the_job_within_one_heartbeat(data_dir: Path) -> None
         out = await c.call("cancel", reply["turn_id"])
         assert out["status"] == "cancelled"
         runner = job_runner(kit.registry.process)
-        await drive(kit, lambda: not runner.tasks, step=0.0)
+        await drive(kit, lambda: runner.running == 0, step=0.0)
         before = len(c.frames)
         advance(kit, 10)
         await drive(kit, lambda: True)
@@ -182,7 +181,8 @@ async def test_a_run_cancelled_under_the_old_spelling_reads_cancelled_and_contin
     with conn:  # the file as the runtime wrote it before migration 4
         conn.execute("UPDATE roost_agent_runs SET status = 'canceled' WHERE status = 'cancelled'")
         conn.execute("UPDATE roost_agent_jobs SET status = 'canceled' WHERE status = 'cancelled'")
-        conn.execute("DELETE FROM roost_migrations WHERE component = 'agent' AND version = 4")
+        conn.execute("DELETE FROM roost_migrations WHERE component = 'agent' AND version >= 4")
+        conn.execute("ALTER TABLE roost_agent_jobs DROP COLUMN outcome")  # migration 5's, made again
     conn.close()
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
@@ -191,26 +191,6 @@ async def test_a_run_cancelled_under_the_old_spelling_reads_cancelled_and_contin
         assert run["jobs"][0]["status"] == "cancelled"
         again = await c.call("continue_run", reply["run_id"])
         assert again["status"] == "in_progress"
-
-
-async def test_cancel_reaches_a_worker_it_cannot_cancel_directly_at_its_next_heartbeat(
-    data_dir: Path,
-) -> None:
-    """As for a worker in another process: the cancel only marks the job; the worker learns it at its
-    next heartbeat, within one heartbeat interval, and stops."""
-    async with ActorKit([Flaky], data_dir) as kit:
-        c = kit.connect("flaky", "q")
-        reply = await c.call("turn", "quiet please")
-        await drive(kit, lambda: "tool_started" in event_types(c))
-        runner = kit.registry.services["agent.jobs"]
-        task = next(iter(runner.tasks.values()))[1]  # type: ignore[attr-defined]
-        runner.cancel = lambda job_id: False  # type: ignore[attr-defined]
-        advance(kit, 0.3)  # the tool sleeps (an hour) and reports nothing; only heartbeats run
-        await drive(kit, lambda: True)
-        await c.call("cancel", reply["turn_id"])
-        assert not task.done()
-        await drive(kit, task.done, step=0.05, max_steps=int(0.5 / 0.05) + 1)  # ≤ one heartbeat (0.5 s)
-        assert "tool_progress" not in event_types(c)
 
 
 async def test_two_heavy_runs_on_one_project_are_queued_in_order(data_dir: Path) -> None:

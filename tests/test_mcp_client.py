@@ -36,6 +36,7 @@ from roost.agent.mcp_tools import catalog_name, tools_of
 from roost.storage import actor_path
 from roost.testing import ActorKit, KitConnection, WsClient, connect
 from roost.transport.admin import inspect_actor
+from roost.workflows.runner import runner
 from tests.agent_support import advance, drive, event_types, events, log_frames
 from tests.support import server_process
 
@@ -543,17 +544,17 @@ async def test_an_answered_elicitation_is_not_asked_twice(data_dir: Path) -> Non
         await c.call("provide_input", run_id, {"colour": "teal"})
         assert not waiter.done()  # kept in the row, not delivered
 
-        async def lose_worker(actor: Actor) -> None:  # what the lease's end does when a worker died
+        async def lose_worker(actor: Actor) -> None:  # what a process that died leaves behind
             assert isinstance(actor, Agent)
-            orch = actor.orchestrator
-            (row,) = orch.capabilities.rows(run_id)
+            (row,) = actor.orchestrator.capabilities.rows(run_id)
             mcp_pool(actor.extension.process).close(row["capability_session_id"])
             waiter.cancel()
-            (job,) = orch.jobs.store.select("jobs", "run_id = ?", (run_id,))
-            orch.capabilities.lease_lost(job)
-            await orch.jobs.claim(job)
+            for task in list(runner(actor.extension.process).tasks.values()):
+                task.cancel()
 
         await kit.registry.run(kind.kind, "a", lose_worker)
+        await drive(kit, lambda: runner(kit.registry.process).leases_held == 0, step=0.0)
+        advance(kit, kind.settings().lease_ttl)  # the lease's end: the attempt runs again (its next run)
         await drive(kit, lambda: finished(c), io_wait=IO)
         run = await c.call("get_run", run_id)
         assert run["status"] == "completed", run

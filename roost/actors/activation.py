@@ -97,6 +97,8 @@ class Activating(RegistryCore, Protocol):
 
     def _make_room(self) -> None: ...
 
+    def evictable(self, host: ActorHost) -> bool: ...
+
 
 async def prepare(reg: Activating, kind: str, name: str) -> None:
     """Before a first input that may create the actor: create its file (opened, its schema
@@ -117,9 +119,7 @@ async def prepare(reg: Activating, kind: str, name: str) -> None:
     if pending is not None:
         await asyncio.shield(pending)
         return
-    if len(reg.hosts) >= reg.config.max_active and not any(
-        h.idle and not h.stopping for h in reg.hosts.values()
-    ):
+    if len(reg.hosts) >= reg.config.max_active and not any(reg.evictable(h) for h in reg.hosts.values()):
         return  # get() refuses it Overloaded: nothing is created for it
     try:
         reg.validate(kind, name)

@@ -379,8 +379,10 @@ class Actor:
 # -- the extension API (documented in roost.actors.extension) ------------------------------------------
 class Service(Protocol):
     """Something that lives as long as a registry and stops before its actors drain. One that holds
-    leases (the agent runtime's job runner) says how many as an ``int`` attribute ``leases_held``:
-    the metrics' ``roost_leases_held`` adds them to the dispatcher's."""
+    leases (the workflow core's runner of outside steps) says how many as an ``int`` attribute
+    ``leases_held``: the metrics' ``roost_leases_held`` adds them to the dispatcher's. One that runs
+    work of an actor outside its turns may define ``holds_actor(kind, name) -> bool``: while it says
+    True, the registry keeps that actor live (no idle sweep or eviction deactivates it)."""
 
     async def stop(self) -> None: ...
 

@@ -268,7 +268,7 @@ class Registry:
         n = 0
         self._release_fresh(lambda since: since <= deadline)  # prepared, never taken
         for host in list(self.hosts.values()):
-            if host.last_active <= deadline and self._deactivate(host):
+            if host.last_active <= deadline and not self._held(host) and self._deactivate(host):
                 n += 1
             elif self.directory is not None:
                 self._touch(host)
@@ -281,6 +281,20 @@ class Registry:
             if which(since):
                 del self._fresh[key]
                 self.release_file(key, file)
+
+    def evictable(self, host: ActorHost) -> bool:
+        """Whether making room may deactivate ``host``: idle, not stopping, and no work of it runs
+        outside its turns (:meth:`_held`)."""
+        return host.idle and not host.stopping and not self._held(host)
+
+    def _held(self, host: ActorHost) -> bool:
+        """Whether a process service runs work of ``host``'s actor outside its turns (an outside step
+        of the workflow core): then it stays live (:class:`~roost.actors.actor.Service`)."""
+        for service in self.services.values():
+            holds = getattr(service, "holds_actor", None)
+            if holds is not None and holds(host.kind, host.name):
+                return True
+        return False
 
     def _deactivate(self, host: ActorHost) -> bool:
         if not host.deactivate():
@@ -426,7 +440,7 @@ class Registry:
     def _make_room(self) -> None:
         """Deactivate the least recently active idle actors: a tenth of the bound at once, so that the
         sort is paid once per many activations, not on every one."""
-        idle = [h for h in self.hosts.values() if h.idle and not h.stopping]
+        idle = [h for h in self.hosts.values() if self.evictable(h)]
         if not idle:
             raise Overloaded(message=f"{len(self.hosts)} actors live, all busy")
         idle.sort(key=_last_active)

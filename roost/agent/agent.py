@@ -33,14 +33,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from roost.actors import Actor, callable, wakeup
+from roost.actors import callable, wakeup
 from roost.agent import mcp_agent
-from roost.agent.background import job_runner
+from roost.agent.background import job_runner, run_attempt
 from roost.agent.capabilities import CAPABILITY_MIGRATIONS
 from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.interfaces import Verdict
+from roost.agent.jobs import JOB_WORKFLOW
 from roost.agent.mcp_config import McpServer
 from roost.agent.models import DeterministicPlanner, Model
 from roost.agent.openai import OpenAICompatibleModel
@@ -54,11 +55,12 @@ from roost.agent.store import AGENT_MIGRATIONS, Row
 from roost.agent.streaming import STREAM_MIGRATIONS
 from roost.agent.telemetry import Telemetry
 from roost.storage import Migration
+from roost.workflows import WORKFLOW_COMPONENT, Step, WorkflowHost, workflow
 
 __all__ = ["Agent"]
 
 
-class Agent(Actor):
+class Agent(WorkflowHost):
     """Base class of agent kinds. See the module doc."""
 
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (
@@ -67,6 +69,7 @@ class Agent(Actor):
         ("capability", CAPABILITY_MIGRATIONS),
         ("context", CONTEXT_MIGRATIONS),
         ("sandbox", SANDBOX_MIGRATIONS),
+        WORKFLOW_COMPONENT,  # each background job is a workflow (roost.agent.jobs)
     )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
     #: The tools of this kind (see :func:`roost.agent.tool`).
@@ -248,14 +251,43 @@ class Agent(Actor):
         first, each with its range and artifact)."""
         return self.orchestrator.contexts.card(session_id, before, limit)
 
+    # -- background jobs on the workflow core (roost.agent.jobs) ---------------------------------------
+    workflow_announce = False  # the jobs' workflows are the runtime's machinery: events say what happens
+
+    def workflow_lease_seconds(self) -> float:
+        """A job attempt's lease: the agent's ``lease_ttl``."""
+        return float(self.settings().lease_ttl)
+
+    @workflow(name=JOB_WORKFLOW)
+    async def _job(self, step: Step, spec: dict[str, Any]) -> Any:
+        """A background job: one outside step, its attempts under the job's retry policy."""
+        job_id = str(spec["job_id"])
+        job = self.orchestrator.records.store().get("jobs", job_id)
+        policy = self.orchestrator.jobs.retry_policy(job) if job is not None else None
+        return await step.external("attempt", lambda attempt: run_attempt(attempt, job_id), retry=policy)
+
+    def workflow_clean(self, workflow_id: str, text: str) -> str:
+        """A job's error as the payload policy has it written: credentials and its run's secrets
+        redacted."""
+        return self.orchestrator.jobs.clean_error(workflow_id, text)
+
+    def on_workflow_history(self, workflow_id: str, entry: dict[str, Any]) -> None:
+        self.orchestrator.jobs.heard(workflow_id, entry)
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        if workflow["name"] == JOB_WORKFLOW:
+            await self.orchestrator.jobs.ended(workflow)
+
     # -- wake-ups of the runtime --------------------------------------------------------------------
     @wakeup
     async def agent_lease(self, payload: dict[str, Any]) -> None:
-        await self.orchestrator.jobs.lease_check(str(payload["job_id"]), int(payload["attempt"]))
+        """A lease wake-up of a job begun by an earlier release: it moves onto the workflow core."""
+        await self.orchestrator.jobs.adopt(str(payload["job_id"]))
 
     @wakeup
     async def agent_retry(self, payload: dict[str, Any]) -> None:
-        await self.orchestrator.jobs.retry(str(payload["job_id"]), int(payload["attempt"]))
+        """A retry wake-up of a job begun by an earlier release: as :meth:`agent_lease`."""
+        await self.orchestrator.jobs.adopt(str(payload["job_id"]))
 
     @wakeup
     async def agent_advance(self, payload: dict[str, Any]) -> None:

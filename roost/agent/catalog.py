@@ -15,9 +15,10 @@ pydantic model::
 
 - ``approval_mode``: ``safe_readonly`` runs without asking; ``confirm_once`` and ``mutating`` need a
   grant that covers the call (see :mod:`roost.agent.policy`).
-- ``background``: runs as a :class:`~roost.agent.background` job, outside the agent's mailbox, with a
-  lease, heartbeats, progress and retries (an exception whose ``retryable`` attribute is False fails
-  the step at once, without a retry). Otherwise the tool runs inside a turn and must be quick.
+- ``background``: runs as a job (:mod:`roost.agent.jobs`, a step of the workflow core), outside the
+  agent's mailbox, with a lease, progress, retries and an idempotency key (an exception whose
+  ``retryable`` attribute is False fails the step at once, without a retry). Otherwise the tool
+  runs inside a turn and must be quick.
 - ``heavy``: one heavy operation per project at a time.
 - ``keywords`` and ``requires`` drive the deterministic planner.
 
@@ -110,6 +111,9 @@ class ToolContext:
     attempt: int = 1
     #: What the previous attempt of this background job saved with ``progress(..., checkpoint=…)``.
     checkpoint: Any = None
+    #: A background job's idempotency key (its step's id and attempt, the same for every run of an
+    #: attempt after a lost process): hand it to the system the effect goes to. None inline.
+    idempotency_key: str | None = None
     #: The run's sandbox workspace (:class:`roost.agent.sandbox.Workspace`) when the agent declares
     #: one (``sandbox = SandboxSpec(...)``), else None: what the step writes there commits with it.
     workspace: Workspace | None = None

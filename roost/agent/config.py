@@ -4,8 +4,8 @@
 
     [agent]
     max_tool_hops = 8          # model steps that request tools, per run
-    heartbeat_interval = 1.0   # seconds between a background job's heartbeats
-    lease_ttl = 5.0            # a job whose worker stops heartbeating is retried after this
+    heartbeat_interval = 1.0   # seconds between the worker process's presence beats (roost workers)
+    lease_ttl = 5.0            # a job attempt whose process is gone is run again after this
     job_max_attempts = 3
     job_backoff = 1.0          # seconds before the first retry of a failed job (doubles, capped)
     approval_ttl_s = 86400     # default lifetime of a grant

@@ -215,10 +215,10 @@ class JobsApi(Protocol):
     """The job lifecycle (:class:`roost.agent.jobs.JobLifecycle`)."""
 
     async def start(self, run: Row, item: Row | None, tool_name: str, args: dict[str, Any]) -> Row:
-        """A new job for a step (``item``) or a model step (``item`` None), claimed by this process."""
+        """A new job for a step (``item``) or a model step (``item`` None): its row and its workflow."""
 
-    def cancel_run(self, run: Row) -> None:
-        """The run is being cancelled: each of its active jobs is ``cancelled``."""
+    async def cancel_run(self, run: Row) -> None:
+        """The run is being cancelled: each of its active jobs is ``cancelled``, its workflow too."""
 
 
 class ExecutionApi(Protocol):

@@ -1,58 +1,66 @@
-"""The job lifecycle, whole: a background step's records from its start to its end.
+"""The job lifecycle, whole: a background step's records from its start to its end, on the workflow core.
 
-A job's row lives in the agent's file and changes only in the agent's turns; the worker that runs it
-(:mod:`roost.agent.background`) asks for each change through :meth:`JobLifecycle.begin`,
-:meth:`~JobLifecycle.heartbeat`, :meth:`~JobLifecycle.progress` and :meth:`~JobLifecycle.finish`,
-each fenced by ``(job_id, attempt)`` and the worker's id::
+A job is a one-step workflow of its agent (:data:`JOB_WORKFLOW`, id = the job's id): its one outside
+step runs the tool (or model step) in the workflow core's runner, with the core's lease, retries
+(``RetryPolicy``, full jitter), fences and idempotency key (docs/design.md, *Background job*). The
+job's row is the agent's record of it, written only in the agent's turns: by the attempt's own turns
+(:meth:`JobLifecycle.begin`, :meth:`~JobLifecycle.progress`, :meth:`~JobLifecycle.stream`,
+:meth:`~JobLifecycle.keep_result`, fenced by the core), by the lines of the workflow's history as the
+core writes them (:meth:`~JobLifecycle.heard`) and by the workflow's end (:meth:`~JobLifecycle.ended`)::
 
-    queued ──claim──▶ running ──finish(ok)──▶ completed
-                       │  ▲  ╲──finish(failed, retryable, attempts left)──▶ retry_wait ──wake-up──┐
-                       │  └──────────────────────── claim (attempt + 1) ◀──────────────────────────┘
-                       │  lease expired, attempts left: claim (attempt + 1) at once
-                       ├──finish(failed) / attempts spent──▶ failed
-                       └──cancel(turn_id)──▶ cancelled
+    start ──▶ running(attempt n) ──outcome ok / input / final failure──▶ completed | failed (and the step)
+                │  ▲  ╲──raised, attempts left──▶ retry_wait ──the core's backoff──▶ running (n + 1)
+                │  └── lost with its process: the next run of the attempt, same key ──┘
+                ├──raised, attempts spent──▶ failed
+                └──cancel(turn_id)──▶ cancelled (the workflow cancelled, its task stopped at once)
 
 Guarantees (tests in ``tests/test_agent_jobs.py``):
 
-- **At most one lease per job**: a claim takes the next attempt; every write of an older attempt's
-  worker is refused (``progress`` and ``heartbeat`` answer False, ``finish`` records nothing).
+- **At most one current attempt per job**: every write of an attempt is fenced by the core's
+  ``(attempt, run)``; an older one's ``progress`` and ``stream`` raise :class:`ToolCancelled` and
+  its outcome is not recorded.
 - **One retry policy, shared with wake-ups**: a failed attempt is retried after
   :meth:`roost.actors.RetryPolicy.delay` (full jitter: uniform in ``[0, min(cap, base·2^(n-1))]``,
   ``base`` = ``job_backoff``, ``cap`` = ``job_backoff_cap``), drawn from the process's ``rng``, the
   one wake-ups draw from (``actor.extension.process.rng``).
-- **A lost worker is noticed at its lease's end**: a wake-up at the lease's end claims the next
-  attempt at once (or fails the job when its attempts are spent).
+- **A lost worker is noticed at its lease's end**: the core's lease wake-up finds no live task and
+  runs the attempt again (its next run, the same idempotency key); the job's row counts each try in
+  ``attempt``, so a tool's ``ctx.attempt`` and the events' ``attempt`` are one number per try.
+- **Once text was shown, nothing redoes it silently**: a streamed model step that had committed text
+  is not run again after a failure or a lost process; its message is ``interrupted`` and its run
+  fails, ``continue_run`` taking it up by ``stream_resume``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roost.actors import RetryPolicy
-from roost.agent.background import JobSpec, Outcome, OutcomeStatus, WorkerJobs, job_runner
+from roost.agent.background import JobSpec, WorkerJobs, job_runner
 from roost.agent.catalog import ToolContext
 from roost.agent.context import Part
 from roost.agent.models import ModelStep, is_streaming
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
-from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus
+from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus
 from roost.agent.store import Row, new_id
 from roost.agent.stream_buffer import stream_step
+from roost.workflows.engine import Engine, engine_of
 
 if TYPE_CHECKING:
+    from roost.actors import Actor
     from roost.agent.interfaces import OrchestratorApi
 
-__all__ = ["JobLifecycle"]
+__all__ = ["JOB_WORKFLOW", "LEASE_LOST", "JobLifecycle"]
 
 shown = Records.shown
 
 LEASE_LOST = "lease expired (worker lost)"
-#: The columns of a job's fence (:meth:`JobLifecycle._current`).
-_FENCE = ("status", "attempt", "lease_owner")
-#: What a streamed batch's turn reads of its job besides the fence: the lease's end. A batch every few
-#: milliseconds reads no whole row, and nothing it need not read again (:meth:`JobLifecycle.stream`).
-_STREAM_JOB = ("lease_expires_at",)
+#: The workflow each job is (``Agent``'s ``roost.job`` body): one outside step, ``attempt``.
+JOB_WORKFLOW = "roost.job"
+#: The history lines of a job's workflow that change its row or make an event (:meth:`JobLifecycle.heard`).
+_HEARD = frozenset({"attempt_failed", "attempt_lost", "attempt_started"})
 #: Attempts whose streamed batches this agent keeps the run and message of (:attr:`JobLifecycle.streaming`).
 _STREAMING_KEPT = 256
 
@@ -60,20 +68,25 @@ _STREAMING_KEPT = 256
 class JobLifecycle(Part, WorkerJobs):
     def __init__(self, orchestrator: OrchestratorApi) -> None:
         super().__init__(orchestrator)
-        #: Per streaming attempt ``(job_id, attempt)``: the run's event columns and the step's hop, read
+        #: Per streaming try ``(job_id, attempt)``: the run's event columns and the step's hop, read
         #: by its first batch. Neither ever changes (a run's ids are written once, a job's arguments
-        #: too), so later batches read only the fence. Forgotten when the attempt finishes or is
-        #: fenced; at most :data:`_STREAMING_KEPT` (the oldest goes first).
+        #: too), so later batches read nothing of the job. At most :data:`_STREAMING_KEPT` (the oldest
+        #: goes first).
         self.streaming: dict[tuple[str, int], tuple[Row, int]] = {}
+
+    def _engine(self) -> Engine:
+        """The workflow core of this agent (its jobs' workflows)."""
+        return engine_of(cast("Actor", self.agent))
 
     def retry_policy(self, job: Row) -> RetryPolicy:
         """The retry policy of ``job``: its own attempts, the agent's backoff settings."""
         cfg = self.agent.settings()
         return RetryPolicy(job["max_attempts"], cfg.job_backoff, cfg.job_backoff_cap)
 
-    # -- start and claim ------------------------------------------------------------------------------
+    # -- start ------------------------------------------------------------------------------------------
     async def start(self, run: Row, item: Row | None, tool_name: str, args: dict[str, Any]) -> Row:
-        """A new job for a step (``item``) or a model step (``item`` None), claimed by this process."""
+        """A new job for a step (``item``) or a model step (``item`` None): its row and its workflow,
+        whose first attempt starts in this turn's process once the turn commits."""
         now = self.now
         job: Row = {
             "job_id": new_id("job"),
@@ -83,7 +96,7 @@ class JobLifecycle(Part, WorkerJobs):
             "job_kind": "tool" if item else "model",
             "tool_name": tool_name,
             "args": args,
-            "status": JobStatus.QUEUED,
+            "status": JobStatus.RUNNING,
             "attempt": 0,
             "max_attempts": self.agent.settings().job_max_attempts,
             "progress": {},
@@ -91,61 +104,56 @@ class JobLifecycle(Part, WorkerJobs):
             "updated_at": now,
         }
         self.store.insert("jobs", job)
-        return await self.claim(job)
+        await self._engine().start(JOB_WORKFLOW, {"job_id": job["job_id"]}, job["job_id"])
+        return job
 
-    async def claim(self, job: Row) -> Row:
-        """Take the next attempt of ``job`` for this process: lease, wake-up at its end, worker."""
+    # -- the attempt's turns ----------------------------------------------------------------------------
+    def begin(self, job_id: str, attempt: int, run: int, key: str) -> JobSpec:
+        """What try ``(attempt, run)`` of the job runs (in its own turn, fenced by the core): the
+        job's row counts the try and shows it running; its context carries the try's number, the
+        step's idempotency key and the checkpoint of the job's last report. A streamed model step
+        that had shown text is not run again (``refused``: its message is interrupted)."""
+        job = self.store.get("jobs", job_id)
+        assert job is not None
         agent = self.agent
         cfg = agent.settings()
-        runner = job_runner(agent.extension.process)
-        attempt = job["attempt"] + 1
+        tries = job["attempt"] + 1
         now = self.now
-        lease = now + cfg.lease_ttl
         self.store.update(
             "jobs",
-            job["job_id"],
+            job_id,
             status=JobStatus.RUNNING,
-            attempt=attempt,
-            lease_owner=runner.worker_id,
-            lease_expires_at=lease,
+            attempt=tries,
+            lease_owner=job_runner(agent.extension.process).worker_id,
+            lease_expires_at=now + cfg.lease_ttl,
             heartbeat_at=now,
             error=None,
             updated_at=now,
         )
-        await agent.schedule(cfg.lease_ttl, "agent_lease", {"job_id": job["job_id"], "attempt": attempt})
-        runner.spawn(agent.kind, agent.name, job["job_id"], attempt)  # it starts by checking this claim
-        return {**job, "status": JobStatus.RUNNING, "attempt": attempt, "lease_expires_at": lease}
-
-    def _current(self, job_id: str, attempt: int, worker_id: str, cols: Sequence[str] = ()) -> Row | None:
-        """The job if ``(attempt, worker_id)`` holds its lease, else None (the fence). ``cols``: only
-        those columns besides the fence's (the whole row if none are named)."""
-        store = self.store
-        job = store.fields("jobs", job_id, (*_FENCE, *cols)) if cols else store.get("jobs", job_id)
-        if job is None or job["status"] != JobStatus.RUNNING or job["attempt"] != attempt:
-            return None
-        if job["lease_owner"] != worker_id:
-            return None
-        return job
-
-    # -- the worker's turns -----------------------------------------------------------------------------
-    def begin(self, job_id: str, attempt: int, worker_id: str) -> JobSpec | None:
-        """What the worker of ``(job_id, attempt)`` should run, or None if that attempt is not current."""
-        job = self._current(job_id, attempt, worker_id)
-        if job is None:
-            return None
-        run = self.store.get("runs", job["run_id"])
-        assert run is not None
-        ctx = self.orchestrator.execution.context(run, job["item_id"], job["tool_name"], attempt)
+        job = {**job, "attempt": tries}
+        run_row = self.run(job["run_id"])
+        sleep = agent.extension.process.clock.sleep
+        model = job["job_kind"] == "model"
+        nothing = ToolContext("", "", "", None, "", agent.extension.process.data_dir)
+        if tries > job["max_attempts"]:  # lost with its process on every try: its attempts are spent
+            error = f"{LEASE_LOST} (attempt {tries - 1} of {job['max_attempts']})"
+            return JobSpec(nothing, _never, sleep, model, self.note_failure(job_id, error, retryable=True))
+        if model and tries > 1 and self.orchestrator.streams.committed(job):
+            error = job["error"] or LEASE_LOST
+            refused = self.note_failure(job_id, error, retryable=True, interrupted=True)
+            return JobSpec(nothing, _never, sleep, True, refused)
+        ctx = self.orchestrator.execution.context(run_row, job["item_id"], job["tool_name"], tries)
         ctx.checkpoint = self.records.original(job["progress"].get("checkpoint"))
-        execute = self._executor(job, run)
-        tracer = self.agent.extension.process.tracer
+        ctx.idempotency_key = key
+        execute = self._executor(job, run_row)
+        tracer = agent.extension.process.tracer
         if tracer is not None:  # the attempt in a span of its run's trace (roost.agent.tracing)
             from roost.agent.tracing import run_spans
 
             spans = run_spans(tracer)
             assert spans is not None
-            execute = spans.job(run, job, attempt, execute)
-        return JobSpec(job_id, attempt, ctx, execute, self.agent.settings().heartbeat_interval)
+            execute = spans.job(run_row, job, tries, execute)
+        return JobSpec(ctx, execute, sleep, model, last=tries >= job["max_attempts"])
 
     def _executor(self, job: Row, run: Row) -> Callable[[ToolContext], Awaitable[Any]]:
         if job["job_kind"] == "model":
@@ -179,76 +187,43 @@ class JobLifecycle(Part, WorkerJobs):
 
         return tool_step
 
-    def _renew(self, job_id: str, **values: Any) -> None:
-        now = self.now
-        self.store.update(
-            "jobs",
-            job_id,
-            lease_expires_at=now + self.agent.settings().lease_ttl,
-            heartbeat_at=now,
-            updated_at=now,
-            **values,
-        )
-
-    def heartbeat(self, job_id: str, attempt: int, worker_id: str) -> bool:
-        """Renew the lease; False when the attempt is no longer current (cancelled, or taken over)."""
-        if self._current(job_id, attempt, worker_id) is None:
-            return False
-        self._renew(job_id)
-        return True
-
-    async def progress(
-        self,
-        job_id: str,
-        attempt: int,
-        worker_id: str,
-        done: float,
-        total: float,
-        message: str,
-        checkpoint: Any = None,
-    ) -> bool:
-        """Record progress (and a kept checkpoint), renew the lease, emit ``tool_progress``; False
-        when the attempt is not current."""
+    async def progress(self, job_id: str, done: float, total: float, message: str, checkpoint: Any) -> None:
+        """Record progress (and a kept checkpoint) and emit ``tool_progress``."""
         kept = self.records.keep(checkpoint) if checkpoint is not None else None
-        job = self._current(job_id, attempt, worker_id)
-        if job is None:
-            return False
+        job = self.store.get("jobs", job_id)
+        assert job is not None
         percent = round(100 * done / total, 1) if total > 0 else None
         progress = {**job["progress"], "done": done, "total": total, "percent": percent, "message": message}
         if kept is not None:
             progress["checkpoint"] = kept
-        self._renew(job_id, progress=progress)
-        run = self.run(job["run_id"])
+        now = self.now
+        self.store.update(
+            "jobs",
+            job_id,
+            progress=progress,
+            heartbeat_at=now,
+            lease_expires_at=now + self.agent.settings().lease_ttl,
+            updated_at=now,
+        )
         self.event(
             "tool_progress",
-            run,
+            self.run(job["run_id"]),
             item_id=job["item_id"],
             status=EventStatus.RUNNING,
             payload={
                 "tool": job["tool_name"],
                 "job_id": job_id,
-                "attempt": attempt,
+                "attempt": job["attempt"],
                 **{k: v for k, v in progress.items() if k != "checkpoint"},
             },
         )
-        return True
 
-    async def stream(self, job_id: str, attempt: int, worker_id: str, text: str) -> bool:
-        """A batch of a streamed model step: committed to its message with one ``model_delta``, the
-        lease renewed as a heartbeat would renew it, once a ``heartbeat_interval`` has passed since it
-        was (a batch every few milliseconds need not write the job's row each time, and the worker
-        skips its heartbeats while batches come); False when the attempt is no longer current (the
-        batch is not recorded)."""
+    async def stream(self, job_id: str, attempt: int, text: str) -> None:
+        """A batch of a streamed model step, committed to its message with one ``model_delta`` (the
+        core fenced this turn: only the current try's batches are recorded)."""
         key = (job_id, attempt)
-        job = self._current(job_id, attempt, worker_id, _STREAM_JOB)
-        if job is None:
-            self.streaming.pop(key, None)
-            return False
-        cfg = self.agent.settings()
-        if job["lease_expires_at"] - self.now <= cfg.lease_ttl - cfg.heartbeat_interval:
-            self._renew(job_id)
         kept = self.streaming.get(key)
-        if kept is None:  # the attempt's first batch
+        if kept is None:  # the try's first batch
             ids = self.store.fields("jobs", job_id, ("run_id", "args"))
             assert ids is not None
             run = self.run(ids["run_id"], self.telemetry.RUN_COLUMNS)
@@ -259,119 +234,211 @@ class JobLifecycle(Part, WorkerJobs):
         else:
             self.records.concern(kept[0]["run_id"])  # as reading the run would: its secrets are scrubbed
         self.orchestrator.streams.append(kept[0], kept[1], text)
-        return True
 
-    async def finish(self, job_id: str, attempt: int, worker_id: str, outcome: Outcome) -> None:
-        """Record the attempt's outcome (fenced) and advance its run."""
-        self.streaming.pop((job_id, attempt), None)
-        job = self._current(job_id, attempt, worker_id)
-        if job is None:
-            return  # fenced: cancelled, or another attempt holds the lease
-        run = self.run(job["run_id"])
-        now = self.now
-        store = self.store
-        steps = self.orchestrator.steps
-        if outcome.status == OutcomeStatus.OK:
-            try:
-                clean = self.records.clean(outcome.result)
-                step = ModelStep.model_validate(outcome.result) if job["job_kind"] == "model" else None
-            except (PayloadError, TypeError, ValueError) as exc:
-                # not storable: a failure of the step, not of the worker (retrying would not help)
-                outcome = Outcome(OutcomeStatus.FAILED, error=f"result not storable: {exc}", retryable=False)
-                await self._failed(run, job, outcome)
-                await steps.advance(run["run_id"])
-                return
-            store.update(
-                "jobs", job_id, status=JobStatus.COMPLETED, result=clean, lease_owner=None, updated_at=now
-            )
-            if step is not None:
-                streamed = self.orchestrator.streams.finish(job)
-                if streamed is not None and not step.tool_calls and not step.ask:
-                    step = step.model_copy(update={"text": streamed})  # what was shown, cleaned
-                steps.record_model_step(run, step)
-            else:
-                item = store.get("items", job["item_id"])
-                assert item is not None
-                steps.item_completed(run, item, self.agent.catalog().get(job["tool_name"]), outcome.result)
-        elif outcome.status == OutcomeStatus.INPUT:
-            store.update(
-                "jobs", job_id, status=JobStatus.FAILED, error="needs input", lease_owner=None, updated_at=now
-            )
-            item = store.get("items", job["item_id"]) if job["item_id"] else None
-            steps.ask(run, outcome.error or "input needed", item)
-        else:
-            await self._failed(run, job, outcome)
-        await steps.advance(run["run_id"])
+    def keep_result(self, job_id: str, result: Any) -> dict[str, Any]:
+        """Keep the attempt's ``result`` with the job: shown form in ``result`` (the payload policy
+        applied, heavy values in the blob store; the item will hold it), and for a model step its
+        decision in ``outcome`` (tool calls' arguments kept: intact, secrets in the vault). The
+        outcome the workflow core records is a flag: nothing of the result reaches its tables, and
+        no size of result is refused there. A result that cannot be stored is a failure of the step
+        (retrying would not help)."""
+        job = self.store.get("jobs", job_id)
+        assert job is not None
+        records = self.records
+        try:
+            clean = records.clean(result)
+            kept = None
+            if job["job_kind"] == "model":
+                step = ModelStep.model_validate(result)
+                kept = records.keep({**step.model_dump(mode="json"), "text": None, "ask": None})
+                kept["text"] = records.clean_text(step.text) if step.text else step.text
+                kept["ask"] = records.clean_text(step.ask) if step.ask else step.ask
+        except (PayloadError, TypeError, ValueError) as exc:
+            return self.note_failure(job_id, f"result not storable: {exc}", retryable=False)
+        self.store.update("jobs", job_id, result=clean, outcome=kept, updated_at=self.now)
+        return {"ok": True}
 
-    # -- failure, retry, lease --------------------------------------------------------------------------
-    async def _failed(self, run: Row, job: Row, outcome: Outcome) -> None:
-        """A failed attempt: retried after the policy's delay if retryable and attempts are left;
-        otherwise the job fails, and with it the step (and the run)."""
-        attempt = job["attempt"]
-        error = self.err(outcome.error or outcome.status, 500)
-        store = self.store
-        steps = self.orchestrator.steps
-        policy = self.retry_policy(job)
-        if job["job_kind"] == "model" and self.orchestrator.streams.committed(job):
-            # text was shown: not redone behind the reader's back (continue_run takes it up)
-            chars = self.orchestrator.streams.interrupt(run, job, error or "failed")
-            store.update(
-                "jobs",
-                job["job_id"],
-                status=JobStatus.FAILED,
-                error=error,
-                retryable=int(outcome.retryable),
-                lease_owner=None,
-                updated_at=self.now,
-            )
-            resume = "; continue_run resumes it" if outcome.retryable else ""
-            self.orchestrator.runs.fail(
-                run,
-                f"model stream interrupted after {chars} characters ({error}){resume}",
-                retryable=outcome.retryable,
-            )
+    def note_failure(
+        self,
+        job_id: str,
+        error: str,
+        *,
+        retryable: bool,
+        interrupted: bool = False,
+        needs_input: bool = False,
+        attempts: int | None = None,
+    ) -> dict[str, Any]:
+        """Keep why the attempt ends the job (its error, or the question of a tool that needs input)
+        with the job, cleaned as every free text is; the outcome the core records is its flags."""
+        if needs_input:
+            self.store.update("jobs", job_id, outcome={"input": self.err(error, 1000)}, updated_at=self.now)
+            return {"input": True}
+        self.store.update("jobs", job_id, error=self.err(error, 500), updated_at=self.now)
+        flags: dict[str, Any] = {"failed": True, "retryable": retryable, "interrupted": interrupted}
+        if attempts is not None:  # its last try failed: the job's attempts are spent
+            flags["attempts"] = attempts
+        return flags
+
+    def committed(self, job_id: str) -> bool:
+        """Whether the job's streamed model step has shown text already."""
+        job = self.store.get("jobs", job_id)
+        return job is not None and self.orchestrator.streams.committed(job) > 0
+
+    def clean_error(self, job_id: str, text: str) -> str:
+        """An error of the job's attempt as the core is to record it: the payload policy applied, the
+        job's run's secrets scrubbed."""
+        job = self.store.fields("jobs", job_id, ("run_id",))
+        if job is not None:
+            self.records.concern(job["run_id"])
+        return self.err(text, 1000) or text
+
+    # -- what the core records ----------------------------------------------------------------------------
+    def heard(self, job_id: str, entry: dict[str, Any]) -> None:
+        """A line of the job's workflow history, in the turn that writes it: a failed attempt that
+        will be retried (``retry_wait``, an event with ``retry_in_s``), a run lost with its process
+        (its capability sessions ``resumable``, a ``tool_failed`` event), a later try started
+        (``tool_started``)."""
+        event, detail = entry["event"], entry["detail"] or {}
+        if event not in _HEARD:
             return
-        if outcome.retryable and attempt < policy.max_attempts:
-            delay = policy.delay(attempt, self.agent.extension.process.rng)
-            store.update(
+        job = self.store.get("jobs", job_id)
+        if job is None or job["status"] not in ACTIVE_JOB:
+            return
+        run = self.run(job["run_id"])
+        if event == "attempt_failed":
+            error = self.err(detail.get("error") or "failed", 500)
+            delay = float(detail.get("delay", 0.0))
+            self.store.update(
                 "jobs",
-                job["job_id"],
+                job_id,
                 status=JobStatus.RETRY_WAIT,
                 error=error,
                 lease_owner=None,
                 updated_at=self.now,
             )
-            await self.agent.schedule(delay, "agent_retry", {"job_id": job["job_id"], "attempt": attempt})
             if job["job_kind"] == "model":
-                steps.model_failed(run, error or "", True, will_retry=True, attempt=attempt, retry_in_s=delay)
+                self.orchestrator.steps.model_failed(
+                    run, error or "", True, will_retry=True, attempt=job["attempt"], retry_in_s=delay
+                )
             else:
                 self._tool_retrying(run, job, error, delay)
+        elif event == "attempt_lost":
+            self.orchestrator.capabilities.lease_lost(job)
+            self.store.update("jobs", job_id, error=LEASE_LOST, lease_owner=None, updated_at=self.now)
+            if job["job_kind"] == "tool" and job["attempt"] < job["max_attempts"]:
+                self._tool_retrying(run, job, LEASE_LOST, 0)
+        elif (
+            event == "attempt_started"
+            and 1 <= job["attempt"] < job["max_attempts"]
+            and job["job_kind"] == "tool"
+        ):
+            self.event(
+                "tool_started",
+                run,
+                item_id=job["item_id"],
+                status=EventStatus.RUNNING,
+                payload={
+                    "tool": job["tool_name"],
+                    "args": shown(job["args"]),
+                    "job_id": job_id,
+                    "attempt": job["attempt"] + 1,
+                },
+            )
+
+    async def ended(self, workflow: dict[str, Any]) -> None:
+        """The job's workflow ended (in the turn that records it): the job's outcome recorded, its
+        run advanced. A cancelled one was recorded by the cancel already."""
+        job_id = str(workflow["id"])
+        job = self.store.get("jobs", job_id)
+        if job is None or job["status"] not in ACTIVE_JOB:
             return
+        self.streaming.pop((job_id, job["attempt"]), None)
+        run = self.run(job["run_id"])
+        steps = self.orchestrator.steps
+        outcome = workflow["result"] if workflow["status"] == "completed" else None
+        if isinstance(outcome, dict) and outcome.get("ok"):
+            self._completed(run, job)
+        elif isinstance(outcome, dict) and outcome.get("input"):
+            question = (job["outcome"] or {}).get("input") or "input needed"
+            self.store.update(
+                "jobs",
+                job_id,
+                status=JobStatus.FAILED,
+                error="needs input",
+                lease_owner=None,
+                updated_at=self.now,
+            )
+            item = self.store.get("items", job["item_id"]) if job["item_id"] else None
+            steps.ask(run, str(question), item)
+        elif isinstance(outcome, dict) and outcome.get("failed"):
+            tries = outcome.get("attempts")
+            self._failed(run, job, job["error"] or "failed", bool(outcome.get("retryable")), attempts=tries)
+        else:  # attempts spent (the step failed), or the body failed
+            error, attempts, retryable = self._step_failure(job_id, workflow)
+            self._failed(run, job, error, retryable, attempts=attempts)
+        await steps.advance(run["run_id"])
+
+    def _step_failure(self, job_id: str, workflow: dict[str, Any]) -> tuple[str, int | None, bool]:
+        """Why the job's step failed for good, its last attempt (None: the body failed) and whether
+        asking again may help (``continue_run``): not after its process was lost too often."""
+        status = self._engine().status(job_id)
+        for step in status.get("steps", []):
+            if step.get("error"):
+                error = str(step["error"])
+                return error, int(step.get("attempt") or 0), not error.startswith("lost with its process")
+        return str(workflow.get("error") or "failed"), None, False
+
+    def _completed(self, run: Row, job: Row) -> None:
+        store = self.store
+        job_id = job["job_id"]
+        store.update("jobs", job_id, status=JobStatus.COMPLETED, lease_owner=None, updated_at=self.now)
+        steps = self.orchestrator.steps
+        if job["job_kind"] == "model":
+            step = ModelStep.model_validate(self.records.original(job["outcome"]))
+            streamed = self.orchestrator.streams.finish(job)
+            if streamed is not None and not step.tool_calls and not step.ask:
+                step = step.model_copy(update={"text": streamed})  # what was shown, cleaned
+            steps.record_model_step(run, step)
+            return
+        item = store.get("items", job["item_id"])
+        assert item is not None
+        steps.item_completed(run, item, self.agent.catalog().get(job["tool_name"]), job["result"])
+
+    def _failed(self, run: Row, job: Row, error: str, retryable: bool, *, attempts: int | None) -> None:
+        """The job failed for good (its step is not retried any more): the job, then its step and run;
+        a streamed model step that had shown text leaves its message interrupted."""
+        error = self.err(error or "failed", 500) or "failed"
+        store = self.store
+        steps = self.orchestrator.steps
         store.update(
             "jobs",
             job["job_id"],
             status=JobStatus.FAILED,
             error=error,
-            retryable=int(outcome.retryable),
+            retryable=int(retryable),
             lease_owner=None,
             updated_at=self.now,
         )
         if job["job_kind"] == "model":
-            self.orchestrator.streams.interrupt(run, job, error or "failed")  # if it began streaming
-            steps.model_failed(run, error or "", outcome.retryable, will_retry=False, attempt=attempt)
+            if self.orchestrator.streams.committed(job):
+                chars = self.orchestrator.streams.interrupt(run, job, error)
+                resume = "; continue_run resumes it" if retryable else ""
+                self.orchestrator.runs.fail(
+                    run,
+                    f"model stream interrupted after {chars} characters ({error}){resume}",
+                    retryable=retryable,
+                )
+                return
+            self.orchestrator.streams.interrupt(run, job, error)  # if it began streaming
+            steps.model_failed(run, error, retryable, will_retry=False, attempt=job["attempt"])
             return
         item = store.get("items", job["item_id"])
         assert item is not None
         tool = self.agent.catalog().get(job["tool_name"])
         if tool.heavy:
             self.orchestrator.project.release_heavy(run["run_id"])
-        steps.item_failed(
-            run,
-            item,
-            tool,
-            f"{error} (attempt {attempt} of {job['max_attempts']})",
-            retryable=outcome.retryable,
-        )
+        told = f" (attempt {attempts} of {job['max_attempts']})" if attempts is not None else ""
+        steps.item_failed(run, item, tool, f"{error}{told}", retryable=retryable)
 
     def _tool_retrying(self, run: Row, job: Row, error: str | None, delay: float) -> None:
         self.event(
@@ -389,64 +456,13 @@ class JobLifecycle(Part, WorkerJobs):
             },
         )
 
-    async def lease_check(self, job_id: str, attempt: int) -> None:
-        """The wake-up at a lease's end: renewed → wait for the new end; expired → retry or fail."""
-        job = self.store.get("jobs", job_id)
-        if job is None or job["status"] != JobStatus.RUNNING or job["attempt"] != attempt:
-            return
-        now = self.now
-        if job["lease_expires_at"] > now:
-            await self.agent.schedule(
-                job["lease_expires_at"] - now, "agent_lease", {"job_id": job_id, "attempt": attempt}
-            )
-            return
-        run = self.run(job["run_id"])
-        self.orchestrator.capabilities.lease_lost(job)
-        if attempt < job["max_attempts"] and not (
-            job["job_kind"] == "model" and self.orchestrator.streams.committed(job)
-        ):
-            if job["job_kind"] == "tool":
-                self._tool_retrying(run, job, LEASE_LOST, 0)
-            claimed = await self.claim(job)
-            self._restarted(run, claimed)
-            return
-        await self._failed(run, job, Outcome(OutcomeStatus.FAILED, error=LEASE_LOST, retryable=True))
-        await self.orchestrator.steps.advance(run["run_id"])
-
-    async def retry(self, job_id: str, attempt: int) -> None:
-        """The wake-up after a failed attempt's backoff: claim the next attempt."""
-        job = self.store.get("jobs", job_id)
-        if job is None or job["status"] != JobStatus.RETRY_WAIT or job["attempt"] != attempt:
-            return
-        run = self.run(job["run_id"])
-        if run["status"] != RunStatus.IN_PROGRESS:
-            self.store.update("jobs", job_id, status=JobStatus.CANCELLED, updated_at=self.now)
-            return
-        claimed = await self.claim(job)
-        self._restarted(run, claimed)
-
-    def _restarted(self, run: Row, job: Row) -> None:
-        if job["job_kind"] == "tool":
-            self.event(
-                "tool_started",
-                run,
-                item_id=job["item_id"],
-                status=EventStatus.RUNNING,
-                payload={
-                    "tool": job["tool_name"],
-                    "args": shown(job["args"]),
-                    "job_id": job["job_id"],
-                    "attempt": job["attempt"],
-                },
-            )
-
-    # -- cancel ---------------------------------------------------------------------------------------
-    def cancel_run(self, run: Row) -> None:
-        """The run is being cancelled: each of its active jobs is ``cancelled`` and its worker here
-        stopped at once (a worker elsewhere stops at its next heartbeat or progress report)."""
+    # -- cancel, and the jobs of an earlier release ---------------------------------------------------
+    async def cancel_run(self, run: Row) -> None:
+        """The run is being cancelled: each of its active jobs is ``cancelled`` and its workflow too
+        (its attempt's task, in this process, is stopped at once)."""
         store = self.store
         now = self.now
-        runner = job_runner(self.agent.extension.process)
+        engine = self._engine()
         for job in store.select("jobs", "run_id = ? AND status IN (?, ?, ?)", (run["run_id"], *ACTIVE_JOB)):
             store.update(
                 "jobs",
@@ -456,7 +472,8 @@ class JobLifecycle(Part, WorkerJobs):
                 lease_owner=None,
                 updated_at=now,
             )
-            runner.cancel(job["job_id"])
+            if engine.store.get(job["job_id"]) is not None:
+                await engine.cancel(job["job_id"])
             if job["job_kind"] == "tool":
                 self.event(
                     "tool_cancelled",
@@ -470,3 +487,23 @@ class JobLifecycle(Part, WorkerJobs):
                         "progress": job["progress"],
                     },
                 )
+
+    async def adopt(self, job_id: str) -> None:
+        """A lease or retry wake-up of a job begun before jobs ran on the workflow core (a file of an
+        earlier release): if the job is still active and has no workflow, it gets one now, and its
+        next try runs on the core."""
+        job = self.store.get("jobs", job_id)
+        engine = self._engine()
+        if job is None or job["status"] not in ACTIVE_JOB or engine.store.get(job_id) is not None:
+            return
+        self.orchestrator.capabilities.lease_lost(job)
+        if job["attempt"] >= job["max_attempts"]:  # as that release would have: its attempts are spent
+            run = self.run(job["run_id"])
+            self._failed(run, job, LEASE_LOST, True, attempts=job["attempt"])
+            await self.orchestrator.steps.advance(run["run_id"])
+            return
+        await engine.start(JOB_WORKFLOW, {"job_id": job_id}, job_id)
+
+
+async def _never(ctx: ToolContext) -> Any:
+    raise AssertionError("a refused try runs nothing")

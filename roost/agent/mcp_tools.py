@@ -241,7 +241,7 @@ async def _call(
             if settings.emit_progress_events:
                 try:
                     await ctx.progress(progress, total or 0, message or "")  # fractions kept
-                except Exception:  # lost or cancelled: the heartbeat stops the call
+                except Exception:  # no longer current: a cancel stops the attempt's task itself
                     return
 
     progress = Progress()

@@ -7,7 +7,7 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.steps` — the step state machine: items, model steps, waits;
 - :attr:`~Orchestrator.approvals` — approvals and grants;
 - :attr:`~Orchestrator.project` — the project's files and heavy slot;
-- :attr:`~Orchestrator.jobs` — the job lifecycle (claim, heartbeat, progress, finish, retry, lease);
+- :attr:`~Orchestrator.jobs` — the job lifecycle on the workflow core (start, an attempt's turns, its end);
 - :attr:`~Orchestrator.execution` — tool contexts and inline steps;
 - :attr:`~Orchestrator.verification` — the run's end through its stop condition;
 - :attr:`~Orchestrator.reads` — the read-only callables;

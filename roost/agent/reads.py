@@ -13,6 +13,7 @@ from roost.agent import memory
 from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound
 from roost.agent.records import Records
+from roost.agent.status import JobStatus
 
 __all__ = ["Reads"]
 
@@ -80,10 +81,23 @@ class Reads(Part):
             ],
         }
 
+    def _leases(self, job_ids: list[str]) -> dict[str, float]:
+        """Where the leases of running jobs end now: their workflow steps' (the core moves it at each
+        lease check that finds the attempt alive; the job's row has it from its last try's start or
+        report)."""
+        if not job_ids:
+            return {}
+        marks = ", ".join("?" * len(job_ids))
+        sql = "SELECT workflow_id, wake_at FROM roost_wf_steps WHERE position = 0"
+        sql += f" AND workflow_id IN ({marks})"
+        rows = self.store.rows(sql, job_ids)
+        return {str(r[0]): float(r[1]) for r in rows if r[1] is not None}
+
     def run_card(self, run_id: Any) -> dict[str, Any]:
         run = self.run(run_id)
         self.guard(run["principal"], write=False)
         jobs = self.store.select("jobs", "run_id = ?", (run_id,), order="created_at")
+        leases = self._leases([j["job_id"] for j in jobs if j["status"] == JobStatus.RUNNING])
         return {
             **{k: run[k] for k in RUN_KEYS},
             "error": memory.short(run["error"], 500),
@@ -97,7 +111,7 @@ class Reads(Part):
                     "attempt": j["attempt"],
                     "max_attempts": j["max_attempts"],
                     "progress": j["progress"],
-                    "lease_expires_at": j["lease_expires_at"],
+                    "lease_expires_at": leases.get(j["job_id"], j["lease_expires_at"]),
                     "error": memory.short(j["error"]),
                     # tokens a model step used, as its endpoint reported them (None: not reported)
                     "usage": j["result"].get("usage") if isinstance(j["result"], dict) else None,

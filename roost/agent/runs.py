@@ -7,8 +7,8 @@ Guarantees (tests in ``tests/test_agent_runtime.py``):
 
 - **A completed step is never run again**: ``continue_run`` resets only the items that are not
   completed, and resumes after the last completed one.
-- **Cancel stops everything the run owns**: its jobs (a worker in this process at once, one elsewhere
-  at its next heartbeat), its running and awaiting items (``skipped``), its pending approvals, and the
+- **Cancel stops everything the run owns**: its jobs (their workflows cancelled, their attempts'
+  tasks stopped at once), its running and awaiting items (``skipped``), its pending approvals, and the
   project's heavy slot; the run is ``cancelled`` and ``continue_run`` can resume it.
 - **Only the session's principal** (tenant and id) may read or change its runs.
 """
@@ -161,7 +161,7 @@ class Runs(Part):
         if run["status"] in FINISHED:
             raise InvalidTransition(message=f"turn {turn_id} already ended ({run['status']})")
         now = self.now
-        orc.jobs.cancel_run(run)
+        await orc.jobs.cancel_run(run)
         orc.streams.cancel_run(run)
         store.execute(
             "UPDATE roost_agent_items SET status = ?, error = 'cancelled', updated_at = ? "

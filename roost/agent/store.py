@@ -179,6 +179,10 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     UPDATE roost_agent_runs SET status = 'cancelled' WHERE status = 'canceled';
     UPDATE roost_agent_jobs SET status = 'cancelled' WHERE status = 'canceled';
     """,
+    # v5: a job's outcome as its run needs it (jobs on the workflow core, roost.agent.jobs): a model
+    # step's decision with its tool calls' arguments kept (the vault holds their secrets), the
+    # question of a tool that needs input; the workflow core's records hold flags only
+    "ALTER TABLE roost_agent_jobs ADD COLUMN outcome TEXT",
 )
 
 #: Columns stored as JSON text, per table suffix.
@@ -196,6 +200,7 @@ JSON_COLUMNS = frozenset(
         "files",
         "progress",
         "request",
+        "outcome",
     }
 )
 
@@ -321,6 +326,10 @@ class Store:
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Every row of ``sql`` as tuples (a read of a few columns)."""
+        return [tuple(r) for r in self._conn.execute(sql, params).fetchall()]
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         """The first row of ``sql`` as a tuple (None: no row), e.g. an ``UPDATE … RETURNING``."""

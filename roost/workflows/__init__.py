@@ -19,7 +19,7 @@ This package stands on ``roost.actors``' public names and ``roost.actors.extensi
 """
 
 from roost.actors import RetryPolicy
-from roost.workflows.base import Workflows
+from roost.workflows.base import WorkflowHost, Workflows
 from roost.workflows.decorator import workflow
 from roost.workflows.model import (
     KEPT_FINISHED_WORKFLOWS,
@@ -33,6 +33,7 @@ from roost.workflows.model import (
     PRUNE_ROWS,
     STEPS_PER_TURN,
     Approval,
+    AttemptError,
     AttemptSuperseded,
     EventTimeout,
     NonRetryable,
@@ -58,6 +59,7 @@ __all__ = [
     "STEPS_PER_TURN",
     "WORKFLOW_COMPONENT",
     "Approval",
+    "AttemptError",
     "AttemptSuperseded",
     "EventTimeout",
     "NonRetryable",
@@ -67,6 +69,7 @@ __all__ = [
     "StepFailed",
     "StepKind",
     "StepStatus",
+    "WorkflowHost",
     "WorkflowStatus",
     "Workflows",
     "workflow",

@@ -49,18 +49,24 @@ from roost.workflows.engine import engine_of
 from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH, PRUNE_ROWS
 from roost.workflows.schema import WORKFLOW_COMPONENT
 
-__all__ = ["Workflows"]
+__all__ = ["WorkflowHost", "Workflows"]
 
 
-class Workflows(Actor):
-    """An actor with durable workflows (``@workflow`` methods). Combine with another base that has
-    ``components`` by listing both: ``components = (*Other.components, WORKFLOW_COMPONENT)``."""
+class WorkflowHost(Actor):
+    """An actor whose ``@workflow`` methods run on the workflow core, without the wire surface: its
+    own code starts and drives them (``engine_of(self)``), as the agent runtime runs its jobs.
+    :class:`Workflows` adds the callables. Combine with another base that has ``components`` by
+    listing both: ``components = (*Other.components, WORKFLOW_COMPONENT)``."""
 
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (WORKFLOW_COMPONENT,)
     #: How long an outside step's run may go without this process being asked whether it still runs
     #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
     #: began (or after the restart, whichever is later).
     workflow_lease: ClassVar[float] = 30.0
+    #: Whether each change of a workflow's status is sent to the actor's subscribers (``{"type":
+    #: "workflow", "id", "status"}``, in its log); a kind whose workflows are its own machinery (the
+    #: agent's jobs) keeps them out of its timeline.
+    workflow_announce: ClassVar[bool] = True
     #: Concurrency slots of outside steps (``step.external(..., slot=name)``): a slot's name to how
     #: many steps of the actor's workflows may run in it at once; the others wait, oldest first.
     workflow_slots: ClassVar[Mapping[str, int]] = {}
@@ -73,6 +79,43 @@ class Workflows(Actor):
     #: Rows (steps, branches, events, history) one such turn deletes at most: it stops before the
     #: workflow that would pass them, but always deletes one.
     workflow_prune_rows: ClassVar[int] = PRUNE_ROWS
+
+    def workflow_clean(self, workflow_id: str, text: str) -> str:
+        """Every error the core records of this actor's workflow ``workflow_id`` (a step's, an
+        attempt's, a branch's) passes this first: override to apply a payload policy (the agent
+        redacts credentials and its runs' secrets). Default: the text as it is."""
+        return text
+
+    def workflow_lease_seconds(self) -> float:
+        """The lease of this actor's outside steps (default :attr:`workflow_lease`; a kind whose
+        settings choose it per instance overrides this)."""
+        return float(type(self).workflow_lease)
+
+    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
+        """Override to hear every end of a workflow of this actor (``workflow``: its row as
+        ``workflow_status`` shows it, without steps; ``status`` is ``completed``, ``failed`` for any
+        reason, or ``cancelled``). Runs in the turn that records the end: its writes and schedules
+        commit with that record, and a raise fails that turn (keep it to writes and wake-ups; a call
+        to another actor belongs in a wake-up it schedules). Default: nothing."""
+
+    def on_workflow_history(self, workflow_id: str, entry: dict[str, Any]) -> None:
+        """Override to hear every line of a workflow's history as it is written, in the turn that
+        writes it: ``entry`` as ``workflow_history`` shows it (``seq``, ``at``, ``generation``,
+        ``event``, ``position``, ``name``, ``attempt``, ``detail``): a start, an attempt started,
+        failed (``detail.retry_at``: when it is tried again) or lost with its process, a step
+        completed or failed, a wait, an event received. Its writes and ``emit``s commit with that
+        line (a subscriber hears of a retry when it is recorded, not later); a raise fails the turn,
+        which then records nothing of what it did. It runs inside the engine's work: keep it to
+        writes and emits (no workflow call, no other actor). Default: nothing."""
+
+    @wakeup
+    async def workflow_wake(self, payload: dict[str, Any]) -> None:
+        await engine_of(self).wake(payload)
+
+
+class Workflows(WorkflowHost):
+    """An actor with durable workflows (``@workflow`` methods) and the callables that start, read and
+    drive them (see the module doc)."""
 
     @callable
     async def start_workflow(
@@ -130,24 +173,3 @@ class Workflows(Actor):
     @callable
     async def delete_workflow(self, workflow_id: str) -> bool:
         return engine_of(self).delete(workflow_id)
-
-    async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
-        """Override to hear every end of a workflow of this actor (``workflow``: its row as
-        ``workflow_status`` shows it, without steps; ``status`` is ``completed``, ``failed`` for any
-        reason, or ``cancelled``). Runs in the turn that records the end: its writes and schedules
-        commit with that record, and a raise fails that turn (keep it to writes and wake-ups; a call
-        to another actor belongs in a wake-up it schedules). Default: nothing."""
-
-    def on_workflow_history(self, workflow_id: str, entry: dict[str, Any]) -> None:
-        """Override to hear every line of a workflow's history as it is written, in the turn that
-        writes it: ``entry`` as ``workflow_history`` shows it (``seq``, ``at``, ``generation``,
-        ``event``, ``position``, ``name``, ``attempt``, ``detail``): a start, an attempt started,
-        failed (``detail.retry_at``: when it is tried again) or lost with its process, a step
-        completed or failed, a wait, an event received. Its writes and ``emit``s commit with that
-        line (a subscriber hears of a retry when it is recorded, not later); a raise fails the turn,
-        which then records nothing of what it did. It runs inside the engine's work: keep it to
-        writes and emits (no workflow call, no other actor). Default: nothing."""
-
-    @wakeup
-    async def workflow_wake(self, payload: dict[str, Any]) -> None:
-        await engine_of(self).wake(payload)

@@ -39,6 +39,7 @@ import hashlib
 import logging
 import secrets
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from roost.actors import Actor, ScheduleStatus
@@ -57,6 +58,8 @@ from roost.workflows.model import (
     StepStatus,
     Suspend,
     WorkflowStatus,
+    clean_error,
+    error_text,
     refuse,
     short,
 )
@@ -95,7 +98,6 @@ class Engine:
 
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
-        self.lease = float(getattr(type(actor), "workflow_lease", 30.0))
         self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
         self.prune_batch = max(1, int(getattr(type(actor), "workflow_prune_batch", PRUNE_BATCH)))
         self.prune_rows = max(1, int(getattr(type(actor), "workflow_prune_rows", PRUNE_ROWS)))
@@ -103,6 +105,14 @@ class Engine:
 
     def of(self, actor: Actor) -> Engine:
         return engine_of(actor)
+
+    @property
+    def lease(self) -> float:
+        """The lease of the actor's outside steps (``WorkflowHost.workflow_lease_seconds``)."""
+        lease_of = getattr(self.actor, "workflow_lease_seconds", None)
+        if lease_of is not None:
+            return float(lease_of())
+        return float(getattr(type(self.actor), "workflow_lease", 30.0))
 
     @property
     def store(self) -> WorkflowStore:
@@ -128,7 +138,8 @@ class Engine:
         self.store.log(wf.id, wf.generation, event, self.now, detail=detail)
 
     def _announce(self, wid: str, status: WorkflowStatus) -> None:
-        self.actor.emit({"type": "workflow", "id": wid, "status": str(status)})
+        if getattr(type(self.actor), "workflow_announce", True):
+            self.actor.emit({"type": "workflow", "id": wid, "status": str(status)})
 
     # -- start and advance ------------------------------------------------------------------------
     async def start(self, name: str, input: Any, workflow_id: str | None) -> dict[str, Any]:
@@ -227,9 +238,7 @@ class Engine:
             await self._finish(wf, WorkflowStatus.FAILED, error=short(str(exc)), reason="step_failed")
             return
         except Exception as exc:  # the body's own code raised
-            await self._finish(
-                wf, WorkflowStatus.FAILED, error=short(f"{type(exc).__name__}: {exc}"), reason="error"
-            )
+            await self._finish(wf, WorkflowStatus.FAILED, error=error_text(exc), reason="error")
             return
         if step.positions < step.recorded:
             error = f"the body returned after {step.positions} steps; {step.recorded} were recorded"
@@ -251,6 +260,7 @@ class Engine:
         error: str | None = None,
         reason: str | None = None,
     ) -> None:
+        error = clean_error(self.actor, wf.id, error)  # cleaned, then cut
         self.store.set_status(wf.id, status, self.now, result=result, error=error, reason=reason)
         self._log(wf, str(status), {"error": error, "reason": reason} if error else None)
         self._announce(wf.id, status)
@@ -305,6 +315,7 @@ class Engine:
             "nonce": wf.nonce,
         }
         if runner(actor.extension.process).alive(key):
+            store.set_wake(wf.id, pos, self.now + self.lease)  # what status shows: the lease's end
             await schedule_wake(actor, self.now + self.lease, payload)
             return
         store.log(
@@ -411,15 +422,16 @@ class Engine:
         """Whether outside attempt ``(attempt, run)`` at ``pos`` of generation ``gen`` is current (of
         the workflow drawn with ``nonce``, when given: the attempt's own calls give it, so a ticket of
         a workflow deleted and started again under its id is not current in the new one)."""
-        store = self.store
-        wf = store.get(wid)
-        if wf is None or wf.generation != gen or wf.status.terminal:
+        fence = self.store.fence(wid, pos)
+        if fence is None:
             return False
-        if nonce is not None and wf.nonce != nonce:
-            return False
-        rec = store.step(wid, pos)
+        generation, status, drawn, step_status, step_attempt, step_run = fence
         return (
-            rec is not None and rec.status is StepStatus.RUNNING and (rec.attempt, rec.run) == (attempt, run)
+            generation == gen
+            and not WorkflowStatus(status).terminal
+            and (nonce is None or drawn == nonce)
+            and step_status == StepStatus.RUNNING
+            and (step_attempt, step_run) == (attempt, run)
         )
 
     async def finish_external(
@@ -428,6 +440,8 @@ class Engine:
         """Record an outside attempt's outcome (fenced), then advance."""
         if not self.holds(wid, gen, pos, attempt, run, nonce):
             return
+        if outcome.error:
+            outcome = replace(outcome, error=clean_error(self.actor, wid, outcome.error))
         store = self.store
         wf = store.get(wid)
         assert wf is not None
@@ -439,7 +453,7 @@ class Engine:
             try:
                 text = encode(outcome.result, f"the result of step {rec.name!r}")
             except Exception as exc:
-                outcome = Outcome(False, error=str(exc), retryable=False)
+                outcome = Outcome(False, error=clean_error(self.actor, wid, str(exc)), retryable=False)
             else:
                 store.put_step(
                     wid,

@@ -24,6 +24,7 @@ Guarantees (tests in ``tests/test_workflows_parallel.py`` and ``tests/test_workf
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn, Protocol
 
 from roost.actors import Actor
@@ -35,6 +36,7 @@ from roost.workflows.model import (
     StepFailed,
     StepKind,
     StepStatus,
+    clean_error,
     short,
 )
 from roost.workflows.runner import Outcome, RunKey, fenced, reporter, runner
@@ -217,6 +219,8 @@ async def finish_branch(
     join) before the advance that may complete the join."""
     if not holds_branch(engine, wid, gen, pos, branch, attempt, run, nonce):
         return
+    if outcome.error:
+        outcome = replace(outcome, error=clean_error(engine.actor, wid, outcome.error))
     store, now = engine.store, engine.now
     wf = store.get(wid)
     assert wf is not None
@@ -227,7 +231,7 @@ async def finish_branch(
         try:
             text = encode(outcome.result, f"the result of branch {branch!r}")
         except Exception as exc:
-            outcome = Outcome(False, error=short(str(exc)), retryable=False)
+            outcome = Outcome(False, error=clean_error(engine.actor, wid, short(str(exc))), retryable=False)
         else:
             store.put_branch(
                 wid, pos, branch, row.ord, StepStatus.COMPLETED, now, attempt=attempt, run=run, result=text

@@ -40,6 +40,7 @@ __all__ = [
     "PRUNE_ROWS",
     "STEPS_PER_TURN",
     "Approval",
+    "AttemptError",
     "AttemptSuperseded",
     "EventTimeout",
     "NonRetryable",
@@ -50,6 +51,8 @@ __all__ = [
     "StepStatus",
     "Suspend",
     "WorkflowStatus",
+    "clean_error",
+    "error_text",
     "progress_record",
     "refuse",
     "short",
@@ -162,6 +165,23 @@ class EventTimeout(StepFailed, TimeoutError):
 
 class NonRetryable(Exception):
     """Raise from a step function to fail the step at once, without retries."""
+
+
+class AttemptError(Exception):
+    """Raise from a step function to fail the attempt with this text as its recorded error, as it is
+    (without the exception's type): for a caller that has worded the error already. Retried like any
+    failure."""
+
+
+def error_text(exc: BaseException) -> str:
+    """What the core records of an exception: its type and the first line of its text (never a
+    traceback or the rest of a long message), or an :class:`AttemptError`'s text as it is. Not cut:
+    :func:`clean_error` cleans, then cuts, what is recorded."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    if isinstance(exc, AttemptError):
+        return first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class AttemptSuperseded(Exception):
@@ -287,3 +307,15 @@ class Approval:
     @classmethod
     def of(cls, payload: Any) -> Approval:
         return cls(bool(payload["approved"]), str(payload["by"]), payload.get("note"))
+
+
+def clean_error(actor: Actor, wid: str, error: str | None) -> str | None:
+    """``error`` as the actor's kind has it recorded: every error the core writes (a step's, an
+    attempt's, a branch's) passes ``WorkflowHost.workflow_clean(workflow_id, text)`` first, so a
+    kind with a payload policy (the agent's: credentials and its runs' secrets redacted) never has
+    one written as raised; then it is cut to :data:`MAX_ERROR` characters (cleaned first, so a cut
+    never leaves the start of a credential its pattern would no longer recognise)."""
+    if not error:
+        return error
+    hook = getattr(actor, "workflow_clean", None)
+    return short(hook(wid, error) if hook is not None else error)

@@ -11,7 +11,8 @@ Guarantees (tests in ``tests/test_workflows_external.py``):
 
 - **An attempt whose start rolled back never runs.**
 - **A live run is never taken over**: :meth:`Runner.alive` is what a lease wake-up asks before it
-  declares an attempt lost.
+  declares an attempt lost, and while a run of an actor lives the registry keeps that actor live
+  here (:meth:`Runner.holds_actor`), so no other process can open it and find the run missing.
 - **Stopped with the registry**: every task is cancelled before the actors drain.
 - **A progress report is checked before its turn**: :func:`reporter` refuses bad numbers, text or a
   checkpoint that is not JSON or too large in the attempt's task, so a bad report fails the
@@ -34,8 +35,8 @@ from roost.workflows.model import (
     Fenced,
     NonRetryable,
     Reporter,
+    error_text,
     progress_record,
-    short,
 )
 from roost.workflows.store import encode
 
@@ -63,10 +64,19 @@ class Runner:
     def __init__(self, process: Process) -> None:
         self.process = process
         self.tasks: dict[RunKey, asyncio.Task[None]] = {}
+        #: Live tasks per actor ``(kind, name)``: while it has one, the actor is kept live
+        #: (:meth:`holds_actor`).
+        self._per_actor: dict[tuple[str, str], int] = {}
 
     def alive(self, key: RunKey) -> bool:
         task = self.tasks.get(key)
         return task is not None and not task.done()
+
+    @property
+    def leases_held(self) -> int:
+        """Outside attempts running in this process, each holding its step's lease (the metrics'
+        ``roost_leases_held`` counts them: :class:`roost.actors.extension.Service`)."""
+        return sum(1 for task in self.tasks.values() if not task.done())
 
     def spawn(
         self,
@@ -80,7 +90,24 @@ class Runner:
         turn) records the outcome."""
         task = asyncio.get_running_loop().create_task(self._run(key, fn, timeout, claimed, finish))
         self.tasks[key] = task
-        task.add_done_callback(lambda t: self.tasks.pop(key, None) if self.tasks.get(key) is t else None)
+        owner = (key[0], key[1])
+        self._per_actor[owner] = self._per_actor.get(owner, 0) + 1
+        task.add_done_callback(lambda t: self._ended(key, owner, t))
+
+    def _ended(self, key: RunKey, owner: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self.tasks.get(key) is task:
+            del self.tasks[key]
+        left = self._per_actor.get(owner, 1) - 1
+        if left > 0:
+            self._per_actor[owner] = left
+        else:
+            self._per_actor.pop(owner, None)
+
+    def holds_actor(self, kind: str, name: str) -> bool:
+        """Whether an outside attempt of ``kind/name`` runs in this process: the registry keeps such
+        an actor live (no idle sweep or eviction deactivates it), so its attempt's turns, and its
+        lease wake-up, which asks this runner, stay in this process."""
+        return (kind, name) in self._per_actor
 
     def cancel(self, kind: str, name: str, wid: str, position: int | None = None) -> None:
         """Stop every task of workflow ``wid`` of ``kind/name`` in this process (cancel, restart), or
@@ -120,9 +147,9 @@ class Runner:
         except TimeoutError:
             return Outcome(False, error=f"timeout after {timeout} s")
         except NonRetryable as exc:
-            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"), retryable=False)
+            return Outcome(False, error=error_text(exc), retryable=False)
         except Exception as exc:
-            return Outcome(False, error=short(f"{type(exc).__name__}: {exc}"))
+            return Outcome(False, error=error_text(exc))
         return Outcome(True, result)
 
     async def stop(self) -> None:

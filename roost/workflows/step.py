@@ -37,6 +37,8 @@ from roost.workflows.model import (
     StepKind,
     StepStatus,
     Suspend,
+    clean_error,
+    error_text,
     short,
 )
 from roost.workflows.runner import Outcome, RunKey, fenced, reporter, runner
@@ -171,6 +173,7 @@ class Step:
             savepoint.rollback()
             self._busy = False
             error, retryable = _reason(exc, timeout)
+            error = clean_error(self._actor, self._wf.id, error) or ""
             self._ran += 1
             return await self._failed(pos, name, StepKind.DO, attempt, 0, error, retryable, retry)
         finally:
@@ -418,7 +421,8 @@ class Step:
         policy = retry or DEFAULT_RETRY
         store, wid, now = self._store, self._wf.id, self._now
         if retryable and attempt < policy.max_attempts:
-            wake = now + policy.delay(attempt, self._actor.extension.process.rng)
+            delay = policy.delay(attempt, self._actor.extension.process.rng)
+            wake = now + delay
             store.put_step(
                 wid,
                 pos,
@@ -431,7 +435,9 @@ class Step:
                 error=error,
                 wake_at=wake,
             )
-            self._log("attempt_failed", pos, name, attempt, {"error": error, "retry_at": wake})
+            self._log(
+                "attempt_failed", pos, name, attempt, {"error": error, "retry_at": wake, "delay": delay}
+            )
             await schedule_wake(self._actor, wake, self._payload("retry", pos=pos))
             raise self._suspend(pos, name, kind, until=wake, why="retry")
         store.put_step(wid, pos, name, kind, StepStatus.FAILED, now, attempt=attempt, run=run, error=error)
@@ -568,10 +574,9 @@ def approval_event(name: str) -> str:
 
 
 def _reason(exc: Exception, timeout: float | None) -> tuple[str, bool]:
-    """The recorded reason of a failed attempt (at most ``MAX_ERROR`` characters), and whether
-    another attempt may help."""
-    error, retryable = _why(exc, timeout)
-    return short(error), retryable
+    """The reason of a failed attempt (cut when it is recorded, after its cleaning:
+    :func:`~roost.workflows.model.clean_error`), and whether another attempt may help."""
+    return _why(exc, timeout)
 
 
 def _why(exc: Exception, timeout: float | None) -> tuple[str, bool]:
@@ -580,7 +585,7 @@ def _why(exc: Exception, timeout: float | None) -> tuple[str, bool]:
     if isinstance(exc, RpcError) and exc.code == "too_large":
         return exc.message, False
     if isinstance(exc, NonRetryable):
-        return f"{type(exc).__name__}: {exc}", False
+        return error_text(exc), False
     if isinstance(exc, TypeError) and "JSON" in str(exc):
         return f"result not JSON: {exc}", False
-    return f"{type(exc).__name__}: {exc}", True
+    return error_text(exc), True

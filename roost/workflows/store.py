@@ -326,6 +326,28 @@ class WorkflowStore:
         self.conn.execute("DELETE FROM roost_wf WHERE id = ?", (wid,))
 
     # -- steps --------------------------------------------------------------------------------------
+    def set_wake(self, wid: str, position: int, at: float) -> None:
+        """A running step's lease now ends at ``at`` (its lease wake-up found its run alive)."""
+        self.conn.execute(
+            "UPDATE roost_wf_steps SET wake_at = ? WHERE workflow_id = ? AND position = ?",
+            (at, wid, position),
+        )
+
+    def fence(self, wid: str, position: int) -> tuple[int, str, str, str, int, int] | None:
+        """What decides whether an outside attempt at ``position`` is current, in one read of a few
+        columns (an attempt's turns ask it, a streamed batch every few milliseconds): the workflow's
+        generation, status and nonce, and the step's status, attempt and run (None: no such step)."""
+        row = self.conn.execute(
+            "SELECT w.generation, w.status, w.nonce, s.status, s.attempt, s.run FROM roost_wf w"
+            " JOIN roost_wf_steps s ON s.workflow_id = w.id AND s.position = ? WHERE w.id = ?",
+            (position, wid),
+        ).fetchone()
+        return (
+            None
+            if row is None
+            else (int(row[0]), str(row[1]), str(row[2]), str(row[3]), int(row[4]), int(row[5]))
+        )
+
     def steps(self, wid: str) -> list[StepRow]:
         return self._rows(
             f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position", (wid,), _step
