@@ -40,8 +40,16 @@ class Heard(Workflows):
         )
 
     @workflow
+    async def broken(self, step: Step, spec: Any) -> Any:
+        return await step.external("call", _broken, retry=RetryPolicy(max_attempts=1))
+
+    @workflow
     async def flaky(self, step: Step, spec: Any) -> Any:
         return await step.external("call", _call, retry=RetryPolicy(max_attempts=2, base=1.0, cap=1.0))
+
+
+async def _broken(attempt: StepAttempt) -> str:
+    raise RuntimeError("it broke\nTraceback (most recent call last):\n  File internals.py, line 1")
 
 
 async def _call(attempt: StepAttempt) -> str:
@@ -96,3 +104,19 @@ async def test_a_hook_that_raises_fails_its_turn_and_nothing_of_it_is_recorded(d
             await kit.call("heard", "h1", "start_workflow", "flaky", None, "w1")
         assert await kit.call("heard", "h1", "list_workflows") == []
         assert not _heard(watcher.frames), "nothing of the failed turn was sent"
+
+
+async def test_an_error_is_recorded_as_its_type_and_first_line(data_dir: Path) -> None:
+    """What the core records of an exception is its type and first line: never a traceback pasted
+    into its text, in the step, the workflow or the history."""
+    async with ActorKit([Heard], data_dir, clock=FakeClock()) as kit:
+        await kit.call("heard", "h1", "start_workflow", "broken", None, "w1")
+
+        async def failed() -> dict[str, Any] | None:
+            status: dict[str, Any] = await kit.call("heard", "h1", "workflow_status", "w1")
+            return status if status["status"] == "failed" else None
+
+        status = await until(failed)
+        assert status["steps"][0]["error"] == "RuntimeError: it broke"
+        page = await kit.call("heard", "h1", "workflow_history", "w1")
+        assert "internals" not in repr(page) + repr(status)
