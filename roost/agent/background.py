@@ -38,6 +38,7 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import socket
@@ -91,7 +92,7 @@ class WorkerJobs(Protocol):
     async def progress(self, job_id: str, done: float, total: float, message: str, checkpoint: Any) -> None:
         """Record progress (and a checkpoint kept for later attempts) with a ``tool_progress`` event."""
 
-    async def stream(self, job_id: str, attempt: int, text: str) -> None:
+    async def stream(self, job_id: str, tries: int, text: str) -> None:
         """Commit a batch of a streamed model step (a ``model_delta``)."""
 
     def keep_result(self, job_id: str, result: Any) -> dict[str, Any]:
@@ -136,24 +137,27 @@ async def run_attempt(attempt: StepAttempt, job_id: str) -> dict[str, Any]:
         except AttemptSuperseded as exc:  # cancelled, or another attempt or run is current
             raise _Superseded(f"job {job_id}: {exc}") from None
 
-    def begin(actor: Actor) -> Awaitable[JobSpec]:
-        return _now(_jobs(actor).begin(job_id, attempt.attempt, attempt.run, attempt.idempotency_key))
+    async def call(fn: Callable[[WorkerJobs], Any]) -> Any:
+        """``fn(jobs)`` (plain or a coroutine) in a fenced turn of the attempt: its result."""
 
-    spec: JobSpec = await fenced(begin)
+        async def turn(actor: Actor) -> Any:
+            out = fn(_jobs(actor))
+            return await out if inspect.isawaitable(out) else out
+
+        return await fenced(turn)
+
+    spec: JobSpec = await call(
+        lambda jobs: jobs.begin(job_id, attempt.attempt, attempt.run, attempt.idempotency_key)
+    )
     if spec.refused is not None:
         return spec.refused
+    tries = spec.ctx.attempt  # the job's count of its tries: what its streamed batches are kept by
 
     async def progress(done: float, total: float, message: str, checkpoint: Any) -> None:
-        async def record(actor: Actor) -> None:
-            await _jobs(actor).progress(job_id, done, total, message, checkpoint)
-
-        await fenced(record)
+        await call(lambda jobs: jobs.progress(job_id, done, total, message, checkpoint))
 
     async def stream(text: str) -> None:
-        async def record(actor: Actor) -> None:
-            await _jobs(actor).stream(job_id, attempt.attempt, text)
-
-        await fenced(record)
+        await call(lambda jobs: jobs.stream(job_id, tries, text))
 
     spec.ctx.bind(progress, spec.sleep, fenced, stream)
     try:
@@ -162,37 +166,28 @@ async def run_attempt(attempt: StepAttempt, job_id: str) -> dict[str, Any]:
         raise  # nothing of this attempt is recorded any more
     except NeedInput as need:
         prompt = need.prompt
-
-        def ask(actor: Actor) -> Awaitable[Any]:
-            return _now(_jobs(actor).note_failure(job_id, prompt, retryable=False, needs_input=True))
-
-        return dict(await fenced(ask))
+        return dict(
+            await call(lambda jobs: jobs.note_failure(job_id, prompt, retryable=False, needs_input=True))
+        )
     except Exception as exc:
         error = str(exc) if isinstance(exc, ModelError) else error_line(exc)
         # a tool may say it is final (an MCP server's error answer; a ToolCancelled of its own)
         retryable = getattr(exc, "retryable", True) is not False and not isinstance(exc, ToolCancelled)
-        if spec.model and await fenced(lambda a: _now(_jobs(a).committed(job_id))):
+        if spec.model and await call(lambda jobs: jobs.committed(job_id)):
             # text was shown: not redone behind the reader's back (continue_run takes it up)
-            note = _jobs_note(job_id, error, retryable, interrupted=True)
-            return dict(await fenced(note))
+            return dict(
+                await call(
+                    lambda jobs: jobs.note_failure(job_id, error, retryable=retryable, interrupted=True)
+                )
+            )
         if not retryable or spec.last:
-            tries = spec.ctx.attempt if retryable else None
-            return dict(await fenced(_jobs_note(job_id, error, retryable, attempts=tries)))
+            spent = tries if retryable else None
+            return dict(
+                await call(lambda jobs: jobs.note_failure(job_id, error, retryable=retryable, attempts=spent))
+            )
         log.warning("job %s attempt %s failed", job_id, attempt.attempt, exc_info=True)
         raise AttemptFailed(error) from exc
-    return dict(await fenced(lambda a: _now(_jobs(a).keep_result(job_id, result))))
-
-
-def _jobs_note(
-    job_id: str, error: str, retryable: bool, *, interrupted: bool = False, attempts: int | None = None
-) -> Callable[[Actor], Awaitable[Any]]:
-    def note(actor: Actor) -> Awaitable[Any]:
-        jobs = _jobs(actor)
-        return _now(
-            jobs.note_failure(job_id, error, retryable=retryable, interrupted=interrupted, attempts=attempts)
-        )
-
-    return note
+    return dict(await call(lambda jobs: jobs.keep_result(job_id, result)))
 
 
 class _Superseded(ToolCancelled):
@@ -202,11 +197,6 @@ class _Superseded(ToolCancelled):
 class AttemptFailed(AttemptError):
     """A failed attempt to retry, carrying its error as the job records it (the type and first
     line of what the tool raised, never a traceback): the workflow core records ``str(self)``."""
-
-
-async def _now(value: Any) -> Any:
-    """A plain value as the awaitable a turn's function returns."""
-    return value
 
 
 class JobRunner:

@@ -218,10 +218,10 @@ class JobLifecycle(Part, WorkerJobs):
             },
         )
 
-    async def stream(self, job_id: str, attempt: int, text: str) -> None:
+    async def stream(self, job_id: str, tries: int, text: str) -> None:
         """A batch of a streamed model step, committed to its message with one ``model_delta`` (the
         core fenced this turn: only the current try's batches are recorded)."""
-        key = (job_id, attempt)
+        key = (job_id, tries)
         kept = self.streaming.get(key)
         if kept is None:  # the try's first batch
             ids = self.store.fields("jobs", job_id, ("run_id", "args"))
