@@ -35,14 +35,14 @@ Guarantees (tests in ``tests/test_workflows*.py``):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import uuid
 from dataclasses import replace
 from typing import Any
 
-from roost.actors import Actor, ScheduleStatus
+from roost.actors import Actor
+from roost.workflows import retention
 from roost.workflows.decorator import bodies_of
 from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
@@ -74,8 +74,6 @@ __all__ = ["Engine", "engine_of"]
 
 _ATTR = "_roost_workflow_engine"
 _LIVE = (WorkflowStatus.RUNNING, WorkflowStatus.WAITING)
-#: Keys a prune wake-up tries for one oldest finished workflow before it goes without one.
-_PRUNE_KEYS = 8
 
 
 def engine_of(actor: Actor) -> Engine:
@@ -153,55 +151,13 @@ class Engine:
             if existing.name != name or encode(existing.input, "input") != text:
                 raise refuse("conflict", f"workflow {wid!r} exists with another name or input")
             return self.status(wid)
-        await self._bound_finished(store)
+        await retention.bound_finished(self, store)
         store.insert(wid, name, text, self._who(), self.now, secrets.token_hex(8))
         wf = store.get(wid)
         assert wf is not None
         self._log(wf, "started", {"by": wf.created_by})
         await self.advance(wid)
         return self.status(wid)
-
-    # -- retention ------------------------------------------------------------------------------------
-    async def _bound_finished(self, store: WorkflowStore) -> None:
-        """At a start: once a tenth of the retention more finished workflows have gathered, delete
-        those past it here if they are at most a batch; more, and a prune wake-up deletes them."""
-        over = store.finished_count() - self.retention
-        if over < max(1, self.retention // 10):
-            return
-        if over <= self.prune_batch and store.prune_finished(over, self.prune_rows) == over:
-            return
-        await self._prune_later(store)
-
-    async def _prune(self) -> None:
-        """A prune wake-up: delete a batch of the finished workflows past the retention, and wake
-        again while some are left."""
-        store = self.store
-        over = store.finished_count() - self.retention
-        if over <= 0:
-            return
-        if store.prune_finished(min(over, self.prune_batch), self.prune_rows) < over:
-            await self._prune_later(store)
-
-    async def _prune_later(self, store: WorkflowStore) -> None:
-        """A prune wake-up at once, unless one is pending: keyed by the finished workflow it deletes
-        first, so the starts that come before it runs find it rather than add another. (A key whose
-        wake-up has run and left that workflow — it found none past the retention then — is spent:
-        the next of its numbered variants is taken.)"""
-        oldest = store.oldest_finished()
-        if oldest is None:
-            return
-        digest = hashlib.sha256(f"{oldest[0]}\x00{oldest[1]!r}".encode()).hexdigest()[:24]
-        key: str | None = None
-        for n in range(_PRUNE_KEYS):
-            key = f"wf:prune:{digest}:{n}"
-            found = await self.actor.get_schedule(key)
-            if found is None:
-                break
-            if found.status is ScheduleStatus.ACTIVE:
-                return
-        else:
-            key = None  # every variant spent: a wake-up of no key
-        await schedule_wake(self.actor, self.now, {"why": "prune"}, key=key)
 
     async def advance(self, wid: str) -> None:
         """Replay the body of ``wid`` from the top and run it until it suspends or ends."""
@@ -277,7 +233,7 @@ class Engine:
         """A ``workflow_wake`` wake-up: a sleep's end, a deadline, a backoff's end, the next batch of
         in-turn steps, a lease's end, or a batch of the retention's prune."""
         if payload.get("why") == "prune":
-            await self._prune()
+            await retention.prune(self)
             return
         wid, gen = str(payload["id"]), int(payload["gen"])
         wf = self.store.get(wid)
