@@ -31,8 +31,8 @@ class Fan(Workflows):
     @workflow
     async def fanout(self, step: Step, spec: dict[str, Any]) -> Any:
         """``a``, ``b``, ``c`` at once (outside), then ``merge`` (in turn). ``spec``: ``ledger`` (a
-        path), ``hold`` (branches whose first run never ends), ``fail`` (branch → attempts that raise),
-        ``fatal`` (branches that raise ``NonRetryable``)."""
+        path), ``hold`` (branches whose first attempt's first run never ends), ``fail`` (branch →
+        attempts that raise), ``fatal`` (branches that raise ``NonRetryable``)."""
         ledger = Path(spec["ledger"])
         branches = {b: _branch(ledger, b, spec) for b in Fan.names}
         try:
@@ -59,7 +59,7 @@ def _branch(ledger: Path, name: str, spec: dict[str, Any]) -> Any:
             raise NonRetryable(f"{name} refused")
         if attempt.attempt <= int(spec.get("fail", {}).get(name, 0)):
             raise ConnectionError(f"{name} is down")
-        if name in spec.get("hold", ()) and attempt.run == 1:
+        if name in spec.get("hold", ()) and attempt.run == 1 and attempt.attempt == 1:
             await asyncio.Event().wait()
         return {"branch": name, "key": attempt.idempotency_key, "run": attempt.run}
 

@@ -259,12 +259,15 @@ async def test_cancel_pause_resume_restart_and_nothing_advances_a_paused_or_fini
         assert status["status"] == "waiting"
         status = await kit.call("shop", "s1", "cancel_workflow", "w1")
         assert status["status"] == "cancelled"
-        with pytest.raises(RpcError) as err:
-            await kit.call("shop", "s1", "resume_workflow", "w1")
-        assert err.value.code == "workflow_state"
         clock.advance(10)
         await kit.fire_due("shop", "s1")
         assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 1}
+        status = await kit.call("shop", "s1", "resume_workflow", "w1")  # cancelled: goes on
+        assert status["status"] == "completed"  # after its recorded sleep, now over
+        assert await kit.call("shop", "s1", "effects") == {"before": 2, "after": 2}
+        with pytest.raises(RpcError) as err:
+            await kit.call("shop", "s1", "resume_workflow", "w1")
+        assert err.value.code == "workflow_state"
         assert await kit.call("shop", "s1", "delete_workflow", "w1") is True
         with pytest.raises(RpcError) as err:
             await _status(kit, "s1", "w1")

@@ -212,13 +212,13 @@ async def _items(ledger: Path, attempt: StepAttempt, spec: dict[str, Any]) -> di
 
 def _charge(ledger: Path, attempt: StepAttempt, hold: bool | None, fail: int) -> Any:
     """The outside effect: a line with the attempt's key appended to ``ledger``; then, with ``hold``,
-    the first run of the attempt never ends (a test kills the server, or its lease is lost); the
+    the first run of the first attempt never ends (a test kills the server, or its lease is lost); the
     first ``fail`` attempts raise."""
 
     async def go() -> dict[str, Any]:
         with ledger.open("a") as f:
             f.write(f"{attempt.idempotency_key} run={attempt.run} pid={os.getpid()}\n")
-        if hold and attempt.run == 1:
+        if hold and attempt.run == 1 and attempt.attempt == 1:
             await asyncio.Event().wait()
         if attempt.attempt <= fail:
             raise ConnectionError("the payment service is down")

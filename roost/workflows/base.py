@@ -163,7 +163,10 @@ class Workflows(WorkflowHost):
 
     @callable
     async def resume_workflow(self, workflow_id: str) -> dict[str, Any]:
-        """Resume a paused workflow; a running or waiting one is advanced now (what is due runs)."""
+        """Resume a paused workflow; a running or waiting one is advanced now (what is due runs). A
+        cancelled or failed one goes on after its last completed step: every completed step keeps
+        its record, and its last step, if not completed, runs again as its next attempt (an event
+        wait or approval past its deadline waits afresh); a completed one is refused (restart it)."""
         return await engine_of(self).resume(workflow_id)
 
     @callable

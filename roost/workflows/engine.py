@@ -9,6 +9,11 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   existing workflow; with another name or input, ``workflow_conflict``.
 - **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
   comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
+- **A cancelled or failed workflow goes on after its last completed step**: ``resume_workflow``
+  keeps every completed step's record (a join's completed branches too) and runs the last step, if
+  it is not completed, again as its next attempt: a key of its own (the stopped attempt's late
+  result is fenced out) and one more try under its retry policy (attempts spent stay spent); history
+  ``continued``. A completed workflow is refused (``restart_workflow`` runs it again).
 - **A pause does not lose an outside step**: a lease's end while paused still asks the runner; a
   lost attempt is marked ``lost`` (nothing advances) and ``resume_workflow`` runs it again.
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
@@ -496,8 +501,16 @@ class Engine:
 
     async def resume(self, wid: str) -> dict[str, Any]:
         wf = self._get(wid)
-        if wf.status.terminal:
-            raise refuse("state", f"workflow {wid!r} is {wf.status}: restart it instead")
+        if wf.status is WorkflowStatus.COMPLETED:
+            raise refuse("state", f"workflow {wid!r} is completed: restart it instead")
+        if wf.status.terminal:  # cancelled or failed: on after its last completed step
+            tail = self.store.reopen(wid, self.now)
+            detail = {"by": self._who(), "from": str(wf.status), "step": tail.name if tail else None}
+            self._log(wf, "continued", detail)
+            self._announce(wid, WorkflowStatus.RUNNING)
+            await self.advance(wid)
+            await self._admit()  # its step may queue for a slot again, or take a free place
+            return self.status(wid)
         if wf.status is WorkflowStatus.PAUSED:  # a live one is advanced now (after a dead-lettered advance)
             self.store.set_status(wid, WorkflowStatus.RUNNING, self.now, waiting=wf.waiting)
         self._log(wf, "resumed_by", {"by": self._who()})
