@@ -145,7 +145,11 @@ class Engine:
             self.actor.emit({"type": "workflow", "id": wid, "status": str(status)})
 
     # -- start and advance ------------------------------------------------------------------------
-    async def start(self, name: str, input: Any, workflow_id: str | None) -> dict[str, Any]:
+    async def start(
+        self, name: str, input: Any, workflow_id: str | None, *, advance: bool = True
+    ) -> dict[str, Any]:
+        """Start a workflow (idempotent by id) and advance it in this turn, or with ``advance``
+        False in a wake-up at once (the caller's turn ends first)."""
         if name not in bodies_of(type(self.actor)):
             raise refuse("unknown", f"{type(self.actor).__name__} has no workflow {name!r}")
         wid = _check_name(workflow_id, "a workflow id") if workflow_id is not None else uuid.uuid4().hex
@@ -161,7 +165,11 @@ class Engine:
         wf = store.get(wid)
         assert wf is not None
         self._log(wf, "started", {"by": wf.created_by})
-        await self.advance(wid)
+        if advance:
+            await self.advance(wid)
+        else:
+            payload = {"why": "advance", "id": wid, "gen": wf.generation, "nonce": wf.nonce}
+            await schedule_wake(self.actor, self.now, payload)
         return self.status(wid)
 
     async def advance(self, wid: str) -> None:
@@ -471,7 +479,13 @@ class Engine:
             raise refuse("forbidden", f"approval {name!r} of workflow {wid!r} is not {by!r}'s to decide")
         return await self._deliver(wf, approval_event(name), {"approved": approved, "by": by, "note": note})
 
-    async def _deliver(self, wf: WorkflowRow, event: str, payload: Any) -> dict[str, Any]:
+    async def notify(self, wid: str, name: str, payload: Any) -> None:
+        """``send_event`` from the kind's own code (a ``WorkflowHost``): no status built."""
+        await self._deliver(self._get(wid), name, payload, status=False)
+
+    async def _deliver(
+        self, wf: WorkflowRow, event: str, payload: Any, *, status: bool = True
+    ) -> dict[str, Any]:
         if wf.status.terminal:
             raise refuse("state", f"workflow {wf.id!r} is {wf.status}: it takes no events")
         store = self.store
@@ -480,7 +494,7 @@ class Engine:
         store.add_event(wf.id, event, encode(payload, "an event's payload"), self._who(), self.now)
         self._log(wf, "event_sent", {"event": event, "by": self._who()})
         await self.advance(wf.id)
-        return self.status(wf.id)
+        return self.status(wf.id) if status else {}
 
     # -- controls ---------------------------------------------------------------------------------
     async def cancel(self, wid: str) -> dict[str, Any]:
@@ -525,6 +539,18 @@ class Engine:
         await self.advance(wid)
         await self._admit()  # the old generation's places are free
         return self.status(wid)
+
+    async def rewind(self, wid: str, position: int) -> None:
+        """Back to ``position`` (a ``WorkflowHost``'s own control, as the agent's ``continue_run``):
+        the steps from there on and the unconsumed events dropped, the steps before kept, a new
+        nonce (nothing of the dropped steps, an attempt or a wake-up, is recorded any more), running
+        again from the top of the body; history ``rewound``."""
+        wf = self._get(wid)
+        runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
+        self.store.rewind(wid, position, self.now, secrets.token_hex(8))
+        self._log(wf, "rewound", {"by": self._who(), "from": str(wf.status), "position": position})
+        await self.advance(wid)
+        await self._admit()  # places the dropped steps held are free
 
     def delete(self, wid: str) -> bool:
         wf = self._get(wid)

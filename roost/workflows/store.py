@@ -325,6 +325,18 @@ class WorkflowStore:
             )
         return tail
 
+    def rewind(self, wid: str, position: int, now: float, nonce: str) -> None:
+        """Drop the steps (and branches) at ``position`` and after, and the unconsumed events; the
+        workflow running again under ``nonce``."""
+        for table in ("roost_wf_steps", "roost_wf_branches"):
+            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ? AND position >= ?", (wid, position))
+        self.conn.execute("DELETE FROM roost_wf_events WHERE workflow_id = ?", (wid,))
+        self.conn.execute(
+            "UPDATE roost_wf SET status = ?, result = NULL, error = NULL, reason = NULL, waiting = NULL,"
+            " nonce = ?, updated_at = ? WHERE id = ?",
+            (WorkflowStatus.RUNNING, nonce, now, wid),
+        )
+
     def page(self, status: str | None, limit: int, after: str | None) -> list[WorkflowRow]:
         where, args = ["id > ?"], [after or ""]
         if status is not None:
