@@ -474,8 +474,9 @@ async def test_a_job_of_the_release_before_is_taken_up_by_its_lease_wake_up(data
                 "runs", reply["run_id"], status="in_progress", model_done=0, updated_at=actor.extension.now
             )
             store.update("jobs", job["job_id"], status="running", attempt=1, updated_at=actor.extension.now)
-            store.execute("DELETE FROM roost_wf WHERE id = ?", (job["job_id"],))
-            store.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (job["job_id"],))
+            for wid in (job["job_id"], reply["run_id"]):  # neither jobs nor runs were workflows then
+                store.execute("DELETE FROM roost_wf WHERE id = ?", (wid,))
+                store.execute("DELETE FROM roost_wf_steps WHERE workflow_id = ?", (wid,))
             await actor.schedule(0, "agent_lease", {"job_id": job["job_id"], "attempt": 1})
             return str(job["job_id"])
 

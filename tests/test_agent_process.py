@@ -150,6 +150,17 @@ async def test_sigkill_during_analyze_resumes_alone_and_writes_the_report_once(
                 ("analyze_documents", 2, "completed")
             ]
             assert turn["items"][2]["result"]["written"] is True
+            assert (run["workflow"]["status"], run["workflow"]["last_step"]["name"]) == (
+                "completed",
+                "verify",
+            )
+            page = await peer.call("run_history", reply["run_id"], 0, 500, timeout=WAIT)
+            done = [e["name"] for e in page["entries"] if e["event"] == "step_completed"]
+            collect = turn["items"][0]["item_id"]
+            assert done.count("model:0:0") == done.count(f"item:{collect}:0") == 1  # kept, not redone
+            replays = [e["detail"]["replayed"] for e in page["entries"] if e["event"] == "resumed"]
+            assert replays
+            assert min(replays) >= 2  # after the kill too, the kept steps were replayed
             seqs = [f["seq"] for f in peer.frames if f.get("type") == "event"]
             assert seqs == list(range(1, len(seqs) + 1))
     reports = [p for p in (data_dir / "reports").rglob("*") if p.is_file()]

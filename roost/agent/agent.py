@@ -42,6 +42,7 @@ from roost.agent.config import AgentConfig, check_tools, config_source, load_con
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JOB_WORKFLOW
+from roost.agent.loop import RUN_WORKFLOW
 from roost.agent.mcp_config import McpServer
 from roost.agent.models import DeterministicPlanner, Model
 from roost.agent.openai import OpenAICompatibleModel
@@ -210,6 +211,12 @@ class Agent(WorkflowHost):
         return self.orchestrator.reads.run_card(run_id)
 
     @callable(readonly=True)
+    async def run_history(self, run_id: str, after: int = 0, limit: int = 100) -> dict[str, Any]:
+        """A page of the history of the run's workflow (the core's: steps completed, waits, events
+        received, replays with how many steps were kept): ``{"entries", "next"}``."""
+        return self.orchestrator.reads.run_history(run_id, after, limit)
+
+    @callable(readonly=True)
     async def session(self, session_id: str) -> dict[str, Any]:
         """The scene for a reconnecting client: active turn, pending approval, cursor, profile, summary."""
         return self.orchestrator.reads.session(session_id)
@@ -258,6 +265,11 @@ class Agent(WorkflowHost):
         """A job attempt's lease: the agent's ``lease_ttl``."""
         return float(self.settings().lease_ttl)
 
+    @workflow(name=RUN_WORKFLOW)
+    async def _run(self, step: Step, spec: dict[str, Any]) -> Any:
+        """A run: the model/tool loop (roost.agent.loop)."""
+        return await self.orchestrator.loop.body(step, str(spec["run_id"]))
+
     @workflow(name=JOB_WORKFLOW)
     async def _job(self, step: Step, spec: dict[str, Any]) -> Any:
         """A background job: one outside step, its attempts under the job's retry policy."""
@@ -267,16 +279,26 @@ class Agent(WorkflowHost):
         return await step.external("attempt", lambda attempt: run_attempt(attempt, job_id), retry=policy)
 
     def workflow_clean(self, workflow_id: str, text: str) -> str:
-        """A job's error as the payload policy has it written: credentials and its run's secrets
-        redacted."""
+        """A job's or a run's error as the payload policy has it written: credentials and the
+        run's secrets redacted."""
         return self.orchestrator.jobs.clean_error(workflow_id, text)
 
     def on_workflow_history(self, workflow_id: str, entry: dict[str, Any]) -> None:
-        self.orchestrator.jobs.heard(workflow_id, entry)
+        if workflow_id.startswith("job_"):  # a run's own history is the core's alone
+            self.orchestrator.jobs.heard(workflow_id, entry)
 
     async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
         if workflow["name"] == JOB_WORKFLOW:
             await self.orchestrator.jobs.ended(workflow)
+        elif workflow["name"] == RUN_WORKFLOW:
+            await self.orchestrator.loop.ended(workflow)
+
+    @wakeup
+    async def workflow_wake(self, payload: dict[str, Any]) -> None:
+        """A wake-up of a run's or a job's workflow; then the runs the heavy slot was handed to go
+        on and the runs that ended reach ``on_run_end``, as after every entry of the runtime."""
+        await super().workflow_wake(payload)
+        await self.orchestrator.steps.drain_released()
 
     # -- wake-ups of the runtime --------------------------------------------------------------------
     @wakeup
@@ -291,7 +313,9 @@ class Agent(WorkflowHost):
 
     @wakeup
     async def agent_advance(self, payload: dict[str, Any]) -> None:
-        await self.orchestrator.steps.advance(str(payload["run_id"]))
+        """A background run's start, set by an earlier release: advanced now."""
+        await self.orchestrator.loop.poke(str(payload["run_id"]))
+        await self.orchestrator.steps.drain_released()
 
     @wakeup
     async def agent_context(self, payload: dict[str, Any]) -> None:

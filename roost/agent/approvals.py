@@ -65,8 +65,8 @@ class Approvals(Part):
         )
         return True
 
-    def request(self, run: Row, item: Row, tool: Tool) -> None:
-        """Pause the run for an approval of ``item``."""
+    def request(self, run: Row, item: Row, tool: Tool) -> str:
+        """Pause the run for an approval of ``item``; the approval's id."""
         now = self.now
         scope = policy.proposed_scope(item["args"], tool.approval_mode)
         approval = {
@@ -105,6 +105,7 @@ class Approvals(Part):
             },
         )
         self.orchestrator.capabilities.awaiting_approval(run, item, approval["approval_id"], tool.name)
+        return str(approval["approval_id"])
 
     async def decide(self, approval_id: Any, decision: Any, scope: Any, ttl_s: Any) -> dict[str, Any]:
         """``approve``: deny (the run fails, ``blocked``) or grant (the run goes on) a pending approval."""
@@ -144,6 +145,7 @@ class Approvals(Part):
                 retryable=False,
                 verification=VerificationResult.BLOCKED,
             )
+            await orc.loop.decided(run["run_id"], approval_id, False)
             await orc.steps.drain_released()  # the slot it held moves on; its end reaches on_run_end
             return orc.runs.reply(run["run_id"])
         if scope is None:
@@ -192,7 +194,8 @@ class Approvals(Part):
                 "expires_at": grant["expires_at"],
             },
         )
-        await orc.steps.advance(run["run_id"])
+        await orc.loop.decided(run["run_id"], approval_id, True)
+        await orc.steps.drain_released()
         return orc.runs.reply(run["run_id"])
 
     def cancel_pending(self, run: Row) -> None:

@@ -177,6 +177,49 @@ class StepsApi(Protocol):
     def ask(self, run: Row, question: str, item: Row | None) -> None:
         """Pause the run ``waiting_for_input``."""
 
+    async def inline_model_step(self, run: Row) -> None:
+        """Ask a model that runs here for the run's next step, in this turn, and record it."""
+
+    def tool_started(self, run: Row, item: Row, tool: Tool, job: Row | None) -> None:
+        """The ``tool_started`` event of an item that starts now."""
+
+
+class LoopApi(Protocol):
+    """Each run's workflow on the core (:class:`roost.agent.loop.Loop`)."""
+
+    async def start(self, run_id: str, *, background: bool) -> None:
+        """The run's workflow, advanced now (or by a wake-up at once)."""
+
+    async def poke(self, run_id: str) -> None:
+        """Advance the run."""
+
+    async def notify(self, run_id: str, event: str, payload: Any = None) -> None:
+        """Deliver ``event`` (a job's end, input, the heavy slot) to the run's body."""
+
+    async def input_given(self, run_id: str) -> None:
+        """``provide_input`` answered the run: its body hears ``input`` if it waits for it."""
+
+    async def decided(self, run_id: str, approval_id: str, approved: bool) -> None:
+        """An approval of the run was decided: the body goes on."""
+
+    async def cancel(self, run_id: str) -> None:
+        """The run is cancelled: its workflow too."""
+
+    async def rewind(self, run_id: str) -> None:
+        """``continue_run``: back to the first step of the piece the run stopped in, then on."""
+
+    async def model_piece(self, run_id: str) -> dict[str, Any]:
+        """A model step of the run; what comes next."""
+
+    async def item_piece(self, run_id: str, item_id: str) -> dict[str, Any]:
+        """One planned tool call; what comes next."""
+
+    def after_model(self, run_id: str) -> dict[str, Any]:
+        """What a recorded model step leaves the run to do next."""
+
+    def after_item(self, run_id: str, item_id: str) -> dict[str, Any]:
+        """What a recorded tool call leaves the run to do next."""
+
 
 class ApprovalsApi(Protocol):
     """Approvals and grants (:class:`roost.agent.approvals.Approvals`)."""
@@ -184,8 +227,8 @@ class ApprovalsApi(Protocol):
     def reuse_grant(self, run: Row, item: Row, tool: Tool) -> bool:
         """Attach an unexpired grant that covers ``item``; False when there is none."""
 
-    def request(self, run: Row, item: Row, tool: Tool) -> None:
-        """Pause the run for an approval of ``item``."""
+    def request(self, run: Row, item: Row, tool: Tool) -> str:
+        """Pause the run for an approval of ``item``; the approval's id."""
 
     def cancel_pending(self, run: Row) -> None:
         """The run was cancelled: its pending approvals are ``cancelled``."""
@@ -325,6 +368,9 @@ class OrchestratorApi(Protocol):
 
     @property
     def steps(self) -> StepsApi: ...
+
+    @property
+    def loop(self) -> LoopApi: ...
 
     @property
     def approvals(self) -> ApprovalsApi: ...

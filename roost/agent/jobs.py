@@ -284,12 +284,14 @@ class JobLifecycle(Part, WorkerJobs):
         job = self.store.get("jobs", job_id)
         return job is not None and self.orchestrator.streams.committed(job) > 0
 
-    def clean_error(self, job_id: str, text: str) -> str:
-        """An error of the job's attempt as the core is to record it: the payload policy applied, the
-        job's run's secrets scrubbed."""
-        job = self.store.fields("jobs", job_id, ("run_id",))
+    def clean_error(self, workflow_id: str, text: str) -> str:
+        """An error of a job's attempt, or of a run's workflow, as the core is to record it: the
+        payload policy applied, the run's secrets scrubbed."""
+        job = self.store.fields("jobs", workflow_id, ("run_id",))
         if job is not None:
             self.records.concern(job["run_id"])
+        elif self.store.fields("runs", workflow_id, ("run_id",)) is not None:
+            self.records.concern(workflow_id)
         return self.err(text, 1000) or text
 
     # -- what the core records ----------------------------------------------------------------------------
@@ -376,7 +378,15 @@ class JobLifecycle(Part, WorkerJobs):
         else:  # attempts spent (the step failed), or the body failed
             error, attempts, retryable = self._step_failure(job_id, workflow)
             self._failed(run, job, error, retryable, attempts=attempts)
-        await steps.advance(run["run_id"])
+        await self._done(run, job)
+
+    async def _done(self, run: Row, job: Row) -> None:
+        """The job's end is recorded: its run's body hears it (``job:{job_id}``, what comes next)."""
+        loop = self.orchestrator.loop
+        run_id, item_id = run["run_id"], job["item_id"]
+        answer = loop.after_item(run_id, item_id) if item_id else loop.after_model(run_id)
+        await loop.notify(run_id, f"job:{job['job_id']}", answer)
+        await self.orchestrator.steps.drain_released()
 
     def _step_failure(self, job_id: str, workflow: dict[str, Any]) -> tuple[str, int | None, bool]:
         """Why the job's step failed for good, its last attempt (None: the body failed) and whether
@@ -500,7 +510,7 @@ class JobLifecycle(Part, WorkerJobs):
         if job["attempt"] >= job["max_attempts"]:  # as that release would have: its attempts are spent
             run = self.run(job["run_id"])
             self._failed(run, job, LEASE_LOST, True, attempts=job["attempt"])
-            await self.orchestrator.steps.advance(run["run_id"])
+            await self._done(run, job)
             return
         await engine.start(JOB_WORKFLOW, {"job_id": job_id}, job_id)
 

@@ -4,7 +4,8 @@ Every method runs inside a turn of the agent, so each transition commits togethe
 The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.context`):
 
 - :attr:`~Orchestrator.runs` — turns and runs: start, cancel, continue, input, the end;
-- :attr:`~Orchestrator.steps` — the step state machine: items, model steps, waits;
+- :attr:`~Orchestrator.loop` — each run's workflow on the core: its body, the model/tool loop;
+- :attr:`~Orchestrator.steps` — the pieces of a run: items, model steps, waits;
 - :attr:`~Orchestrator.approvals` — approvals and grants;
 - :attr:`~Orchestrator.project` — the project's files and heavy slot;
 - :attr:`~Orchestrator.jobs` — the job lifecycle on the workflow core (start, an attempt's turns, its end);
@@ -36,6 +37,7 @@ from roost.agent.compaction import Contexts
 from roost.agent.execution import Execution
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
+from roost.agent.loop import Loop
 from roost.agent.project import Project
 from roost.agent.reads import Reads
 from roost.agent.records import Records
@@ -63,6 +65,7 @@ class Orchestrator:
         self.project = Project(self)
         self.execution = Execution(self)
         self.steps = Steps(self)
+        self.loop = Loop(self)
         self.approvals = Approvals(self)
         self.jobs = JobLifecycle(self)
         self.verification = Verification(self)

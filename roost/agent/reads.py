@@ -6,7 +6,7 @@ arguments and errors in their shown form (secrets as digests, errors shortened).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roost.actors import InvalidArguments
 from roost.agent import memory
@@ -14,6 +14,10 @@ from roost.agent.context import Part
 from roost.agent.errors import AgentNotFound
 from roost.agent.records import Records
 from roost.agent.status import JobStatus
+from roost.workflows.engine import engine_of
+
+if TYPE_CHECKING:
+    from roost.actors import Actor
 
 __all__ = ["Reads"]
 
@@ -132,7 +136,34 @@ class Reads(Part):
             ],
             "capability_sessions": self.orchestrator.capabilities.cards(run_id),
             "workspace": next(iter(self.orchestrator.workspaces.cards(run_id)), None),
+            "workflow": self._workflow(run_id),
         }
+
+    def run_history(self, run_id: Any, after: Any, limit: Any) -> dict[str, Any]:
+        """A page of the run's workflow history (none for a run begun before runs were workflows)."""
+        run = self.run(run_id)
+        self.guard(run["principal"], write=False)
+        if (
+            isinstance(after, bool)
+            or not isinstance(after, int)
+            or isinstance(limit, bool)
+            or not isinstance(limit, int)
+        ):
+            raise InvalidArguments(message="after and limit must be integers")
+        engine = engine_of(cast("Actor", self.agent))
+        if engine.store.get(run["run_id"]) is None:
+            return {"entries": [], "next": None}
+        return engine.history(run["run_id"], after, limit)
+
+    def _workflow(self, run_id: str) -> dict[str, Any] | None:
+        """The run's workflow as the core has it (None: a run of an earlier release has none)."""
+        store = engine_of(cast("Actor", self.agent)).store
+        wf = store.get(run_id)
+        if wf is None:
+            return None
+        steps = store.steps(run_id)
+        last = steps[-1].to_json(result=False) if steps else None
+        return {"status": str(wf.status), "waiting": wf.waiting, "steps": len(steps), "last_step": last}
 
     def session(self, session_id: Any) -> dict[str, Any]:
         if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:

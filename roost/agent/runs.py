@@ -125,10 +125,8 @@ class Runs(Part):
             status=EventStatus.CREATED,
             payload={"input": clean, "session_id": session_id},
         )
-        if background:
-            await agent.schedule(0, "agent_advance", {"run_id": run_id})
-        else:
-            await self.orchestrator.steps.advance(run_id)
+        await self.orchestrator.loop.start(run_id, background=background)
+        await self.orchestrator.steps.drain_released()
         return self.reply(run_id)
 
     def reply(self, run_id: str) -> dict[str, Any]:
@@ -169,6 +167,7 @@ class Runs(Part):
             (ItemStatus.SKIPPED, now, run["run_id"], ItemStatus.RUNNING, ItemStatus.AWAITING_APPROVAL),
         )
         orc.approvals.cancel_pending(run)
+        await orc.loop.cancel(run["run_id"])
         self.set_run(run, status=RunStatus.CANCELLED, waiting=None, finished_at=now)
         self.set_turn(run, status=TurnStatus.CANCELLED)
         store.update("sessions", run["session_id"], updated_at=now)
@@ -214,7 +213,8 @@ class Runs(Part):
         self.set_turn(run, status=TurnStatus.RUNNING, error=None)
         store.update("sessions", run["session_id"], active_turn_id=run["turn_id"], updated_at=now)
         self.event("run_continued", run, status=EventStatus.IN_PROGRESS, payload={"after_step_index": last})
-        await self.orchestrator.steps.advance(run_id)
+        await self.orchestrator.loop.rewind(run_id)
+        await self.orchestrator.steps.drain_released()
         return self.reply(run_id)
 
     async def provide_input(self, run_id: Any, payload: Any) -> dict[str, Any]:
@@ -224,7 +224,8 @@ class Runs(Part):
         if run["waiting"] != Waiting.INPUT:
             raise InvalidTransition(message=f"run {run_id} is not waiting for input")
         if self.orchestrator.capabilities.answer(run, payload):  # an MCP server asked (mcp_tools)
-            await self.orchestrator.steps.advance(run_id)
+            await self.orchestrator.loop.input_given(run_id)
+            await self.orchestrator.steps.drain_released()
             return self.reply(run_id)
         try:
             kept = self.records.keep(payload)
@@ -233,7 +234,8 @@ class Runs(Part):
         self.set_run(run, waiting=None, question=None, inputs=[*run["inputs"], kept])
         self.set_turn(run, status=TurnStatus.RUNNING)
         self.event("input_received", run, status=EventStatus.IN_PROGRESS, payload={"input": shown(kept)})
-        await self.orchestrator.steps.advance(run_id)
+        await self.orchestrator.loop.input_given(run_id)
+        await self.orchestrator.steps.drain_released()
         return self.reply(run_id)
 
     # -- the end -------------------------------------------------------------------------------------

@@ -1,16 +1,22 @@
-"""Steps: the state machine that takes a run from one step to the next (docs/design.md, *Agent runtime*).
+"""Steps: the pieces of a run (docs/design.md, *Agent runtime*, *One run*).
 
-A run alternates model steps (which plan items) and items (one tool call each). :meth:`Steps.advance`
-takes a run as far as it can go inside the current turn: it stops at a wait (an approval, input, the
-project's heavy slot), at a background job (whose end advances the run again), or at the run's end
-(verification, :mod:`roost.agent.verification`).
+A run alternates model steps (which plan items) and items (one tool call each). Each run is a
+workflow whose body (:mod:`roost.agent.loop`) calls these parts in its in-turn steps: the model's
+request (:meth:`Steps.model_request`) and its recorded decision (:meth:`Steps.record_model_step`: a
+question, the run's text, or the next items with ``plan_ready``), a model that runs here asked in the
+turn (:meth:`Steps.inline_model_step`), an item's start, result and failure, a wait for input.
 
-Guarantees (tests in ``tests/test_agent_runtime.py``):
+:meth:`Steps.advance` is the state machine of a run begun before runs were workflows (a file of an
+earlier release: the run has no workflow): it reads the next step from the run's rows and runs it
+as the loop's pieces do, until a wait (an approval, input, the project's heavy slot), a job, or the
+run's end (verification, :mod:`roost.agent.verification`).
 
-- **A completed step is never run again**: its status and result commit with its effects; ``advance``
-  only ever runs items that are not completed.
+Guarantees (tests in ``tests/test_agent_runtime.py``, ``tests/test_agent_run_workflow.py``):
+
+- **A completed step is never run again**: its status and result commit with its effects.
 - **Paused runs survive anything**: waiting for an approval, input or the project's heavy slot is a
-  row; the call that ends the wait advances the run in its own turn.
+  row (and a waiting step of the run's workflow); the call that ends the wait advances the run in
+  its own turn.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from roost.agent import memory, policy
-from roost.agent.catalog import InvalidToolCall, NeedInput, Tool
+from roost.agent import memory
+from roost.agent.catalog import InvalidToolCall, Tool
 from roost.agent.context import Part
 from roost.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
 from roost.agent.payloads import PayloadError, error_line
@@ -46,11 +52,14 @@ class Steps(Part):
         """Advance the runs the project's heavy slot was handed to during this turn, then hand the
         runs that ended to ``agent.on_run_end``."""
         released = self.orchestrator.project.released
-        while released:
-            await self._advance_one(released.pop(0))
+        while released:  # each waits for the slot: ``heavy`` (roost.agent.loop)
+            await self.orchestrator.loop.notify(released.pop(0), "heavy")
         await self.orchestrator.settle()
 
     async def _advance_one(self, run_id: str) -> None:
+        """A run begun before runs were workflows (:mod:`roost.agent.loop` hands it here): the next
+        step is read from its rows, and each runs as the loop's pieces do."""
+        loop = self.orchestrator.loop
         for _ in range(MAX_STEPS_PER_ADVANCE):
             run = self.run(run_id)
             if run["status"] != RunStatus.IN_PROGRESS or run["waiting"]:
@@ -68,63 +77,25 @@ class Steps(Part):
                 order="step_index",
             )
             if items:
-                if not await self._step(run, items[0]):
+                if items[0]["status"] != ItemStatus.PENDING:
+                    return
+                if not (await loop.item_piece(run_id, items[0]["item_id"])).get("ok"):
                     return
                 continue
             if run["model_done"]:
                 await self.orchestrator.verification.finish(run)
                 return
-            if not await self._model_step(run):
+            answer = await loop.model_piece(run_id)
+            if "items" not in answer and not answer.get("done"):
                 return
         raise RuntimeError("advance did not settle")  # a bug: plans are bounded by max_tool_hops
 
-    async def _step(self, run: Row, item: Row) -> bool:
-        """Start or run one item; True if the run can go on at once."""
-        if item["status"] != ItemStatus.PENDING:
-            return False
-        orc = self.orchestrator
-        tool = self.agent.catalog().get(item["tool_name"])
-        if policy.needs_approval(tool.approval_mode) and item["grant_id"] is None:
-            if not orc.approvals.reuse_grant(run, item, tool):
-                orc.approvals.request(run, item, tool)
-                return False
-        if tool.heavy and not orc.project.take_heavy(run):
-            return False
-        self.set_turn(run, status=TurnStatus.RUNNING)
-        self.store.update(
-            "items", item["item_id"], status=ItemStatus.RUNNING, runs=item["runs"] + 1, updated_at=self.now
-        )
-        if tool.background:
-            job = await orc.jobs.start(run, item, tool.name, item["args"])
-            self.event(
-                "tool_started",
-                run,
-                item_id=item["item_id"],
-                status=EventStatus.RUNNING,
-                payload={
-                    "tool": tool.name,
-                    "args": shown(item["args"]),
-                    "job_id": job["job_id"],
-                    "attempt": 1,
-                },
-            )
-            return False
-        self.event(
-            "tool_started",
-            run,
-            item_id=item["item_id"],
-            status=EventStatus.RUNNING,
-            payload={"tool": tool.name, "args": shown(item["args"])},
-        )
-        try:
-            result = await orc.execution.run_inline(run, item, tool)
-        except NeedInput as need:
-            self.ask(run, need.prompt, item)
-            return False
-        except Exception as exc:
-            self.item_failed(run, item, tool, error_line(exc), retryable=False)
-            return False
-        return self.item_completed(run, item, tool, result)
+    def tool_started(self, run: Row, item: Row, tool: Tool, job: Row | None) -> None:
+        """The ``tool_started`` event of an item that starts now (inline, or as ``job``)."""
+        payload: dict[str, Any] = {"tool": tool.name, "args": shown(item["args"])}
+        if job is not None:
+            payload |= {"job_id": job["job_id"], "attempt": 1}
+        self.event("tool_started", run, item_id=item["item_id"], status=EventStatus.RUNNING, payload=payload)
 
     def item_completed(self, run: Row, item: Row, tool: Tool, result: Any) -> bool:
         """Record a step's result (after the payload policy); False if it cannot be stored."""
@@ -172,17 +143,9 @@ class Steps(Part):
         )
         self.orchestrator.runs.fail(run, f"{tool.name} failed: {error}", retryable=retryable)
 
-    async def _model_step(self, run: Row) -> bool:
-        cfg = self.agent.settings()
-        if run["hops"] >= cfg.max_tool_hops:
-            self.orchestrator.runs.fail(
-                run, f"stopped after max_tool_hops ({cfg.max_tool_hops}) model steps", retryable=False
-            )
-            return False
+    async def inline_model_step(self, run: Row) -> None:
+        """Ask a model that runs here for the run's next step, in this turn, and record it."""
         model = self.agent.model()
-        if not model.inline:
-            await self.orchestrator.jobs.start(run, None, "model", {"hop": run["hops"]})
-            return False
         tracer = self.agent.extension.process.tracer
         traced: AbstractContextManager[object] = nullcontext()
         if tracer is not None:  # the step in a span of its run's trace (roost.agent.tracing)
@@ -196,8 +159,8 @@ class Steps(Part):
                 step = await model.step(self.model_request(run, original=True))
         except ModelError as exc:
             self.model_failed(run, str(exc), exc.retryable, will_retry=False)
-            return False
-        return self.record_model_step(run, step)
+            return
+        self.record_model_step(run, step)
 
     def model_request(self, run: Row, *, original: bool = False) -> ModelRequest:
         """What a model step sees. ``original``: the request as typed, credentials included — only

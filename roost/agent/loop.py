@@ -1,0 +1,264 @@
+"""The run's loop on the workflow core: each run is a workflow of its agent (``roost.run``, id = the run's
+id) whose body is the model/tool loop (docs/design.md, *A run on the workflow core*).
+
+The body decides nothing from the agent's rows: each of its steps is an in-turn step (``step.do``)
+that does one piece of the run's work through the step parts (:mod:`roost.agent.steps`) and records
+*what comes next* — a small JSON answer — so that a replay takes the same path:
+
+- ``model:{hop}:{k}`` — a model step (inline: the model asked in the turn and its decision recorded;
+  else a job started): ``{"items": [...]}``, ``{"done": true}``, a wait, or ``{"end": true}`` (the run
+  ended: failed);
+- ``item:{item_id}:{k}`` — one planned tool call (its approval gate, the project's heavy slot, the
+  call inline or its job): ``{"ok": true}``, a wait, or ``{"end": true}``;
+- ``verify`` — the run's stop condition checked and the run ended.
+
+A wait is a step of the core: a job's end is the event ``job:{job_id}`` (its outcome as payload,
+sent by the job's end), an approval ``step.approval(approval_id)`` (decided by ``approve``), input
+the event ``input`` (sent by ``provide_input``), the heavy slot the event ``heavy`` (sent when the
+slot is handed to the run). After a wait the piece runs again as ``{k + 1}``: it finds its approval
+granted, its slot taken, its input given, and goes on.
+
+``cancel`` cancels the run's workflow with the rest of what the run owns; ``continue_run`` rewinds it
+to the first step of the piece the run stopped in (:meth:`Loop.rewind`), so completed pieces keep
+their records and the stopped one runs afresh. Runs begun before runs were workflows (a file of an
+earlier release) have no workflow: they finish on the step state machine they began on
+(:meth:`roost.agent.steps.Steps.advance`), and every entry here hands them to it.
+
+Guarantees (tests in ``tests/test_agent_run_workflow.py``):
+
+- **A run is a workflow of its agent**: its steps, waits and history are the core's
+  (``workflow_status`` of the run's id, through the agent's engine).
+- **A completed piece never runs again**: a replay returns its recorded answer; ``continue_run``
+  rewinds only the piece the run stopped in.
+- **A runtime error fails the run, not the turn**: a piece that raises fails its step, the workflow
+  and then the run (retryable: ``continue_run`` runs the piece again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+from roost.actors import RetryPolicy
+from roost.agent import policy
+from roost.agent.catalog import NeedInput
+from roost.agent.context import Part
+from roost.agent.payloads import error_line
+from roost.agent.status import FINISHED, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.workflows.engine import Engine, engine_of
+from roost.workflows.model import StepKind, WorkflowStatus
+
+if TYPE_CHECKING:
+    from roost.actors import Actor
+    from roost.workflows import Step
+
+__all__ = ["RUN_WORKFLOW", "Loop"]
+
+#: The workflow each run is (``Agent``'s ``roost.run`` body).
+RUN_WORKFLOW = "roost.run"
+#: A piece of a run is one attempt: a raise is a runtime error (the run fails; ``continue_run`` redoes it).
+_ONCE = RetryPolicy(max_attempts=1)
+Answer = dict[str, Any]
+
+
+class Loop(Part):
+    def _engine(self) -> Engine:
+        return engine_of(cast("Actor", self.agent))
+
+    def owns(self, run_id: str) -> bool:
+        """Whether ``run_id`` runs on the workflow core (False: a run of an earlier release)."""
+        return self._engine().store.get(run_id) is not None
+
+    def _live(self, run_id: str) -> bool:
+        wf = self._engine().store.get(run_id)
+        return wf is not None and not wf.status.terminal
+
+    # -- the entries ----------------------------------------------------------------------------------
+    async def start(self, run_id: str, *, background: bool) -> None:
+        """The run's workflow, advanced now (or, ``background``, by a wake-up at once)."""
+        await self._engine().start(RUN_WORKFLOW, {"run_id": run_id}, run_id, advance=not background)
+
+    async def poke(self, run_id: str) -> None:
+        """Advance the run (what is due runs)."""
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+        elif self._live(run_id):
+            await self._engine().advance(run_id)
+
+    async def notify(self, run_id: str, event: str, payload: Any = None) -> None:
+        """Deliver ``event`` to the run's body (a job's end, input, the heavy slot), which goes on."""
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+        elif self._live(run_id):
+            await self._engine().notify(run_id, event, payload)
+
+    async def input_given(self, run_id: str) -> None:
+        """``provide_input`` answered the run: its body hears ``input`` if it waits for it (an answer
+        to an MCP server that asked inside a job goes to the job's attempt instead)."""
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+            return
+        wf = self._engine().store.get(run_id)
+        if wf is not None and not wf.status.terminal and (wf.waiting or {}).get("event") == "input":
+            await self._engine().notify(run_id, "input", None)
+
+    async def decided(self, run_id: str, approval_id: str, approved: bool) -> None:
+        """An approval of the run was decided (its records written): the body goes on."""
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+        elif self._live(run_id):
+            await self._engine().approve(run_id, approval_id, approved, None)
+
+    async def cancel(self, run_id: str) -> None:
+        if self._live(run_id):
+            await self._engine().cancel(run_id)
+
+    async def rewind(self, run_id: str) -> None:
+        """``continue_run``: back to the first step of the piece the run stopped in, then on."""
+        engine = self._engine()
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+            return
+        steps = engine.store.steps(run_id)
+        pieces = [s for s in steps if s.kind is StepKind.DO and s.name != "verify"]
+        at = len(steps)
+        if pieces:
+            group = pieces[-1].name.rsplit(":", 1)[0] + ":"
+            at = next(s.position for s in pieces if s.name.startswith(group))
+        await engine.rewind(run_id, at)
+
+    async def ended(self, workflow: dict[str, Any]) -> None:
+        """The run's workflow ended. Failed (a runtime error, a body that diverged): its run fails,
+        retryable. Completed or cancelled: the run's records say so already."""
+        if workflow["status"] != WorkflowStatus.FAILED:
+            return
+        run = self.store.get("runs", str(workflow["id"]))
+        if run is None or run["status"] in FINISHED:
+            return
+        self.records.concern(run["run_id"])
+        error = str(workflow.get("error") or "failed")
+        self.orchestrator.runs.fail(run, f"runtime error: {error}", retryable=True)
+
+    # -- the body -------------------------------------------------------------------------------------
+    async def body(self, step: Step, run_id: str) -> Any:
+        """The model/tool loop (see the module doc)."""
+        hop = 0
+        while True:
+            out = await self._piece(step, f"model:{hop}", lambda: self.model_piece(run_id))
+            if out is None:
+                return None
+            if out.get("done"):
+                break
+            for item_id in out["items"]:
+                got = await self._piece(step, f"item:{item_id}", partial(self.item_piece, run_id, item_id))
+                if got is None:
+                    return None
+            hop += 1
+        await step.do("verify", lambda: self.verify_piece(run_id), retry=_ONCE)
+        return None
+
+    async def _piece(self, step: Step, group: str, fn: Callable[[], Awaitable[Answer]]) -> Answer | None:
+        """Run a piece until it settles: its answer, or None when the run ended in it."""
+        k = 0
+        while True:
+            out: Answer = await step.do(f"{group}:{k}", fn, retry=_ONCE)
+            if out.get("wait") == "job":
+                out = await step.wait_for_event(f"job:{out['job']}")
+            wait = out.get("wait")
+            if wait is None:
+                return None if out.get("end") else out
+            if wait == "approval":
+                decision = await step.approval(str(out["approval"]))
+                if not decision.approved:
+                    return None  # the denial ended the run (approve recorded it)
+            else:  # "input" or "heavy"
+                await step.wait_for_event(str(wait))
+            k += 1
+
+    # -- the pieces (each in its step's turn) ---------------------------------------------------------
+    async def model_piece(self, run_id: str) -> Answer:
+        """A model step of the run: inline, asked and recorded now; else a job."""
+        steps = self.orchestrator.steps
+        run = self.run(run_id)
+        if run["status"] in FINISHED:
+            return {"end": True}
+        cfg = self.agent.settings()
+        if run["hops"] >= cfg.max_tool_hops:
+            self.orchestrator.runs.fail(
+                run, f"stopped after max_tool_hops ({cfg.max_tool_hops}) model steps", retryable=False
+            )
+            return {"end": True}
+        model = self.agent.model()
+        if not model.inline:
+            job = await self.orchestrator.jobs.start(run, None, "model", {"hop": run["hops"]})
+            return {"wait": "job", "job": job["job_id"]}
+        await steps.inline_model_step(run)
+        return self.after_model(run_id)
+
+    def after_model(self, run_id: str) -> Answer:
+        """What a recorded model step leaves the run to do next (its answer)."""
+        run = self.run(run_id)
+        if run["status"] in FINISHED:
+            return {"end": True}
+        if run["waiting"] == Waiting.INPUT:
+            return {"wait": "input"}
+        if run["model_done"]:
+            return {"done": True}
+        items = self.store.select(
+            "items", "run_id = ? AND status = ?", (run_id, ItemStatus.PENDING), order="step_index"
+        )
+        return {"items": [i["item_id"] for i in items]}
+
+    async def item_piece(self, run_id: str, item_id: str) -> Answer:
+        """One planned tool call: its approval, the heavy slot, then the call (inline or a job)."""
+        orc = self.orchestrator
+        steps = orc.steps
+        run = self.run(run_id)
+        item = self.store.get("items", item_id)
+        if run["status"] in FINISHED or item is None:
+            return {"end": True}
+        if item["status"] == ItemStatus.COMPLETED:
+            return {"ok": True}
+        if item["status"] != ItemStatus.PENDING:
+            return {"end": True}
+        tool = self.agent.catalog().get(item["tool_name"])
+        if policy.needs_approval(tool.approval_mode) and item["grant_id"] is None:
+            if not orc.approvals.reuse_grant(run, item, tool):
+                return {"wait": "approval", "approval": orc.approvals.request(run, item, tool)}
+        if tool.heavy and not orc.project.take_heavy(run):
+            return {"wait": "heavy"}
+        self.set_turn(run, status=TurnStatus.RUNNING)
+        self.store.update(
+            "items", item_id, status=ItemStatus.RUNNING, runs=item["runs"] + 1, updated_at=self.now
+        )
+        if tool.background:
+            job = await orc.jobs.start(run, item, tool.name, item["args"])
+            steps.tool_started(run, item, tool, job)
+            return {"wait": "job", "job": job["job_id"]}
+        steps.tool_started(run, item, tool, None)
+        try:
+            result = await orc.execution.run_inline(run, item, tool)
+        except NeedInput as need:
+            steps.ask(run, need.prompt, item)
+            return {"wait": "input"}
+        except Exception as exc:
+            steps.item_failed(run, item, tool, error_line(exc), retryable=False)
+            return {"end": True}
+        return {"ok": True} if steps.item_completed(run, item, tool, result) else {"end": True}
+
+    def after_item(self, run_id: str, item_id: str) -> Answer:
+        """What a recorded tool call leaves the run to do next (its answer)."""
+        run = self.run(run_id)
+        item = self.store.get("items", item_id)
+        if run["status"] in FINISHED or item is None:
+            return {"end": True}
+        if run["waiting"] == Waiting.INPUT:
+            return {"wait": "input"}
+        return {"ok": True} if item["status"] == ItemStatus.COMPLETED else {"end": True}
+
+    async def verify_piece(self, run_id: str) -> Answer:
+        run = self.run(run_id)
+        if run["status"] == RunStatus.IN_PROGRESS and not run["waiting"]:
+            await self.orchestrator.verification.finish(run)
+        return {"end": True}

@@ -1,0 +1,172 @@
+"""An agent's run is a workflow of its agent on the workflow core (``roost.run``; roost.agent.loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from roost.actors import Actor, RpcError
+from roost.agent import Agent
+from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep
+from roost.testing import ActorKit
+from roost.workflows.engine import engine_of
+from tests.agent_support import FAST, Docs, drive, event_types, events
+
+REQUEST = "analyze the documents and make a report"
+
+
+def _approval(c: Any) -> str:
+    payload = [e for e in events(c) if e["event_type"] == "approval_requested"][-1]["payload"]
+    return str(payload["approval_id"])
+
+
+async def _workflow(kit: ActorKit, kind: str, name: str, run_id: str) -> dict[str, Any]:
+    async def read(actor: Actor) -> dict[str, Any]:
+        engine = engine_of(actor)
+        status = engine.status(run_id)
+        status["history"] = engine.history(run_id, 0, 1000)["entries"]
+        status["written"] = [(s.name, s.updated_at) for s in engine.store.steps(run_id)]
+        return status
+
+    result: dict[str, Any] = await kit.registry.run(kind, name, read)
+    return result
+
+
+async def test_a_run_is_a_workflow_of_its_agent(data_dir: Path) -> None:
+    """The docs run: a model step, three planned calls (one a job, one waiting for its approval), a
+    second model step, the check: each a step of the run's workflow, in that order."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        approval = _approval(c)
+        assert (wf["name"], wf["status"]) == ("roost.run", "waiting")
+        assert (wf["waiting"]["kind"], wf["waiting"]["step"]) == ("approval", approval)
+        card = (await c.call("get_run", reply["run_id"]))["workflow"]
+        assert (card["status"], card["waiting"]["step"], card["last_step"]["name"]) == (
+            "waiting",
+            approval,
+            approval,
+        )
+        await c.call("approve", approval, "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        run = await c.call("get_run", reply["run_id"])
+        turn = await c.call("get_turn", reply["turn_id"])
+        collect, analyze, report = (i["item_id"] for i in turn["items"])
+        (job,) = (j["job_id"] for j in run["jobs"])
+        assert wf["status"] == "completed"
+        assert [(s["name"], s["kind"]) for s in wf["steps"]] == [
+            ("model:0:0", "do"),
+            (f"item:{collect}:0", "do"),
+            (f"item:{analyze}:0", "do"),
+            (f"job:{job}", "event"),
+            (f"item:{report}:0", "do"),
+            (approval, "approval"),
+            (f"item:{report}:1", "do"),
+            ("model:1:0", "do"),
+            ("verify", "do"),
+        ]
+        assert wf["history"][-1]["event"] == "completed"
+        page = await c.call("run_history", reply["run_id"], 0, 500)
+        assert page["entries"] == wf["history"]  # what the run's reader sees: the core's history
+        with pytest.raises(RpcError) as bad:
+            await c.call("run_history", reply["run_id"], "0")
+        assert bad.value.code == "invalid_arguments"
+
+
+async def test_continue_rewinds_only_the_piece_the_run_stopped_in(data_dir: Path) -> None:
+    """Cancelled while its job ran: ``continue_run`` drops the steps from that call's first on (history
+    ``rewound``), keeps the model step and the first call (not run again), and the run completes."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 2)
+        await c.call("cancel", reply["turn_id"])
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert wf["status"] == "cancelled"
+        kept = wf["written"][:2]
+        await c.call("continue_run", reply["run_id"])
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        await c.call("approve", _approval(c), "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert wf["status"] == "completed"
+        assert wf["written"][:2] == kept  # neither written again
+        (rewound,) = [e for e in wf["history"] if e["event"] == "rewound"]
+        assert (rewound["detail"]["from"], rewound["detail"]["position"]) == ("cancelled", 2)
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert [i["runs"] for i in turn["items"]] == [1, 2, 1]
+        run = await c.call("get_run", reply["run_id"])
+        assert [j["status"] for j in run["jobs"]] == ["cancelled", "completed"]
+
+
+class Glitchy(DeterministicPlanner):
+    """Raises an error of its own (not a ModelError) the first ``failures`` times it is asked."""
+
+    failures: ClassVar[int] = 0
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if Glitchy.failures > 0:
+            Glitchy.failures -= 1
+            raise RuntimeError("the planner's own bug, token=supersecrettoken0123")
+        return await super().step(request)
+
+
+class GlitchyAgent(Agent):
+    kind = "glitchy"
+    config = FAST
+
+    def make_model(self) -> Model:
+        return Glitchy(self.catalog())
+
+
+async def test_a_runtime_error_fails_the_run_not_the_turn(data_dir: Path) -> None:
+    """A piece of the run that raises (here the agent's own inline model) fails its run, retryable,
+    with the error's first line (credentials redacted there and in the workflow's record), and the
+    ``turn`` call answers; ``continue_run`` runs the piece again."""
+    Glitchy.failures = 1
+    async with ActorKit([GlitchyAgent], data_dir) as kit:
+        c = kit.connect("glitchy", "g")
+        reply = await c.call("turn", "hello there")
+        assert reply["status"] == "failed"
+        assert reply["error"].startswith(
+            "runtime error: step 'model:0:0' failed: RuntimeError: the planner's own bug, token="
+        )
+        run = await c.call("get_run", reply["run_id"])
+        assert run["retryable"]
+        wf = await _workflow(kit, "glitchy", "g", reply["run_id"])
+        assert wf["reason"] == "step_failed"
+        for text in (reply["error"], wf["error"], wf["steps"][0]["error"]):
+            assert "supersecrettoken0123" not in text
+        again = await c.call("continue_run", reply["run_id"])
+        assert again["status"] == "in_progress"
+        assert again["waiting"] == "input"  # the planner, asked again, asks what is meant
+
+
+async def test_a_run_of_an_earlier_release_finishes_on_the_state_machine_it_began_on(data_dir: Path) -> None:
+    """A run with no workflow (begun before runs were workflows, waiting for an approval): the
+    approval takes it on to its end on the agent's own state machine; no workflow is made for it."""
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+
+        async def as_before(actor: Actor) -> None:
+            engine_of(actor).store.delete(reply["run_id"])
+
+        await kit.registry.run("docs", "acme", as_before)
+        await c.call("approve", _approval(c), "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert turn["status"] == "completed"
+        assert [i["status"] for i in turn["items"]] == ["completed"] * 3
+
+        async def has_workflow(actor: Actor) -> bool:
+            return engine_of(actor).store.get(reply["run_id"]) is not None
+
+        assert await kit.registry.run("docs", "acme", has_workflow) is False
+        assert (await c.call("get_run", reply["run_id"]))["workflow"] is None
