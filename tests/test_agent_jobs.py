@@ -471,7 +471,12 @@ async def test_a_job_of_the_release_before_is_taken_up_by_its_lease_wake_up(data
             assert item is not None
             store.update("items", item["item_id"], status="running", updated_at=actor.extension.now)
             store.update(
-                "runs", reply["run_id"], status="in_progress", model_done=0, updated_at=actor.extension.now
+                "runs",
+                reply["run_id"],
+                status="in_progress",
+                model_done=0,
+                on_core=0,
+                updated_at=actor.extension.now,
             )
             store.update("jobs", job["job_id"], status="running", attempt=1, updated_at=actor.extension.now)
             for wid in (job["job_id"], reply["run_id"]):  # neither jobs nor runs were workflows then

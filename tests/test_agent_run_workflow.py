@@ -12,7 +12,7 @@ from roost.agent import Agent
 from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep
 from roost.testing import ActorKit
 from roost.workflows.engine import engine_of
-from tests.agent_support import FAST, Docs, drive, event_types, events
+from tests.agent_support import FAST, Docs, advance, drive, event_types, events
 
 REQUEST = "analyze the documents and make a report"
 
@@ -157,6 +157,9 @@ async def test_a_run_of_an_earlier_release_finishes_on_the_state_machine_it_bega
 
         async def as_before(actor: Actor) -> None:
             engine_of(actor).store.delete(reply["run_id"])
+            actor.extension.connection().execute(
+                "UPDATE roost_agent_runs SET on_core = 0 WHERE run_id = ?", (reply["run_id"],)
+            )
 
         await kit.registry.run("docs", "acme", as_before)
         await c.call("approve", _approval(c), "grant")
@@ -170,3 +173,91 @@ async def test_a_run_of_an_earlier_release_finishes_on_the_state_machine_it_bega
 
         assert await kit.registry.run("docs", "acme", has_workflow) is False
         assert (await c.call("get_run", reply["run_id"]))["workflow"] is None
+
+
+async def test_continue_after_a_stop_between_two_pieces_runs_neither_again(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one in-turn step an advance, the run stops after its model step has planned and before
+    the first call: a cancel there, then ``continue_run``, keeps the plan (the model is not asked
+    again, no second ``plan_ready``) and runs each call once."""
+    monkeypatch.setattr("roost.workflows.step.STEPS_PER_TURN", 1)
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        assert reply["status"] == "in_progress"  # the plan is recorded; its calls wait for a wake-up
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert [s["name"] for s in wf["steps"]] == ["model:0:0"]
+        await c.call("cancel", reply["turn_id"])
+        await c.call("continue_run", reply["run_id"])
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        await c.call("approve", _approval(c), "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        assert event_types(c).count("plan_ready") == 1  # the plan, once (the model was not asked again)
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert [i["runs"] for i in turn["items"]] == [1, 1, 1]
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        (rewound,) = [e for e in wf["history"] if e["event"] == "rewound"]
+        assert rewound["detail"]["position"] == 1  # nothing dropped: the plan was settled
+
+
+async def test_a_failed_run_workflow_stops_what_the_run_owns(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run past the core's bound on steps (three, here) fails while its job runs: the job is
+    cancelled with it, the run's error says why, and it is not retryable (it would fail again)."""
+    monkeypatch.setattr("roost.workflows.step.MAX_STEPS", 3)
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        assert reply["status"] == "failed"
+        assert reply["error"] == "runtime error: more than 3 steps"
+        run = await c.call("get_run", reply["run_id"])
+        assert not run["retryable"]
+        assert [j["status"] for j in run["jobs"]] == ["cancelled"]
+        assert "tool_cancelled" in event_types(c)
+        with pytest.raises(RpcError) as refused:
+            await c.call("continue_run", reply["run_id"])
+        assert refused.value.code == "invalid_transition"
+
+
+async def test_an_approval_of_a_failed_run_is_closed(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's workflow fails at its approval's wait: the approval is cancelled with it, the
+    session shows none pending, and approving it is refused."""
+    monkeypatch.setattr("roost.workflows.step.MAX_STEPS", 5)
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: "turn_failed" in event_types(c))
+        card = await c.call("session", reply["session_id"])
+        assert card["pending_approval"] is None
+        with pytest.raises(RpcError) as refused:
+            await c.call("approve", _approval(c), "grant")
+        assert refused.value.code == "invalid_transition"
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert turn["status"] == "failed"
+
+
+class Forgetful(Docs):
+    kind = "forgetful"
+    workflow_retention = 1
+
+
+async def test_a_run_whose_workflow_is_no_longer_kept_is_not_continued(data_dir: Path) -> None:
+    """The retention deleted a cancelled run's workflow (more finished since): ``continue_run``
+    is refused, clearly, rather than taken for a run of an earlier release; nothing changes."""
+    async with ActorKit([Forgetful], data_dir) as kit:
+        c = kit.connect("forgetful", "f")
+        first = await c.call("turn", REQUEST)
+        await drive(kit, lambda: event_types(c).count("tool_progress") >= 1)
+        await c.call("cancel", first["turn_id"])
+        for _ in range(2):  # each start deletes the oldest finished workflow past the one kept
+            advance(kit, 1)  # (the oldest by its end: the fake clock moves, so ends differ)
+            await c.call("turn", "collect the documents")
+        run = await c.call("get_run", first["run_id"])
+        assert run["workflow"] is None
+        with pytest.raises(RpcError) as refused:
+            await c.call("continue_run", first["run_id"])
+        assert refused.value.code == "invalid_transition"
+        assert "no longer kept" in refused.value.message
+        assert (await c.call("get_run", first["run_id"]))["status"] == "cancelled"

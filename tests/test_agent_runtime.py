@@ -183,6 +183,7 @@ async def test_a_run_cancelled_under_the_old_spelling_reads_cancelled_and_contin
         conn.execute("UPDATE roost_agent_jobs SET status = 'canceled' WHERE status = 'cancelled'")
         conn.execute("DELETE FROM roost_migrations WHERE component = 'agent' AND version >= 4")
         conn.execute("ALTER TABLE roost_agent_jobs DROP COLUMN outcome")  # migration 5's, made again
+        conn.execute("ALTER TABLE roost_agent_runs DROP COLUMN on_core")  # and 6's
     conn.close()
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")

@@ -10,6 +10,7 @@ import pytest
 from roost.actors import RpcError
 from roost.scheduler.clock import FakeClock
 from roost.testing import ActorKit, until
+from roost.workflows.engine import engine_of
 from roost.workflows.runner import runner
 from tests.fanout_kinds import Fan
 from tests.workflow_kinds import Shop
@@ -141,3 +142,77 @@ async def test_a_completed_workflow_is_not_resumed(data_dir: Path) -> None:
             await kit.call("shop", "s1", "resume_workflow", "w1")
         assert err.value.code == "workflow_state"
         assert await kit.call("shop", "s1", "effects") == {"write-0": 1, "write-1": 1}
+
+
+async def test_an_approval_whose_deadline_lapsed_while_cancelled_waits_afresh(data_dir: Path) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        await kit.call("shop", "s1", "start_workflow", "gated", {"timeout": 5}, "w1")
+        clock.advance(1)
+        await kit.call("shop", "s1", "cancel_workflow", "w1")
+        clock.advance(9)  # past the deadline, while cancelled
+        await kit.fire_due("shop", "s1")
+        status = await kit.call("shop", "s1", "resume_workflow", "w1")
+        assert status["status"] == "waiting"
+        assert status["waiting"]["until"] == pytest.approx(clock.now() + 5)
+        status = await kit.call("shop", "s1", "approve_step", "w1", "manager", True, None)
+        assert status["status"] == "completed"
+
+
+# -- a WorkflowHost's own controls (the agent's runs use them) --------------------------------------
+async def test_rewind_drops_the_steps_from_a_position_and_runs_them_afresh(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """``Engine.rewind(wid, 1)`` of a completed ``order``: ``reserve`` is kept, ``charge`` and ``ship``
+    run again, ``charge`` under a new nonce (a key of its own); history ``rewound``."""
+    ledger = tmp_path / "ledger"
+    async with ActorKit([Shop], data_dir, clock=FakeClock()) as kit:
+        await kit.call("shop", "s1", "start_workflow", "order", {"ledger": str(ledger)}, "w1")
+        await until(lambda: _ended(kit, "w1"))
+        before = (await _status(kit, "shop", "s1", "w1"))["nonce"]
+
+        async def rewind(actor: Any) -> None:
+            await engine_of(actor).rewind("w1", 1)
+
+        await kit.registry.run("shop", "s1", rewind)
+        await until(lambda: _ended(kit, "w1"))
+        status = await _status(kit, "shop", "s1", "w1")
+        assert status["status"] == "completed"
+        assert status["nonce"] != before
+        keys = [line.split()[0] for line in _lines(ledger)]
+        assert keys == [f"w1:{before}:1:1:1", f"w1:{status['nonce']}:1:1:1"]
+        assert await kit.call("shop", "s1", "effects") == {"reserve": 1, "ship": 2}
+        history = await _history(kit, "shop", "s1", "w1")
+        assert [e["detail"]["position"] for e in history if e["event"] == "rewound"] == [1]
+
+        async def bad(actor: Any) -> None:
+            await engine_of(actor).rewind("w1", -1)
+
+        with pytest.raises(RpcError) as refused:
+            await kit.registry.run("shop", "s1", bad)
+        assert refused.value.code == "invalid_arguments"
+
+
+async def test_a_start_not_advanced_waits_for_its_wake_up_and_notify_delivers_an_event(
+    data_dir: Path,
+) -> None:
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+
+        async def start(actor: Any) -> None:
+            await engine_of(actor).start("paid", {}, "w1", advance=False)
+
+        await kit.registry.run("shop", "s1", start)
+        status = await _status(kit, "shop", "s1", "w1")
+        assert (status["status"], status["steps"]) == ("running", [])  # nothing ran in the start's turn
+        assert await kit.call("shop", "s1", "effects") == {}
+        await kit.fire_due("shop", "s1")
+        assert (await _status(kit, "shop", "s1", "w1"))["status"] == "waiting"
+
+        async def pay(actor: Any) -> None:
+            await engine_of(actor).notify("w1", "payment", {"amount": 3})
+
+        await kit.registry.run("shop", "s1", pay)
+        status = await _status(kit, "shop", "s1", "w1")
+        assert (status["status"], status["result"]) == ("completed", {"amount": 3})
+        assert await kit.call("shop", "s1", "effects") == {"invoice": 1, "settle": 1}

@@ -24,6 +24,7 @@ from roost.agent.errors import AgentNotFound, InvalidTransition, ScopeRefused
 from roost.agent.payloads import has_secret, is_secret_key
 from roost.agent.records import Records
 from roost.agent.status import (
+    FINISHED,
     ApprovalStatus,
     EventStatus,
     ItemStatus,
@@ -116,6 +117,10 @@ class Approvals(Part):
             raise AgentNotFound(message=f"no approval {approval_id!r}")
         run = self.run(appr["run_id"])
         self.guard(run["principal"], write=True)
+        if run["status"] in FINISHED:
+            raise InvalidTransition(
+                message=f"run {run['run_id']} is {run['status']}: its approvals are closed"
+            )
         if appr["status"] != ApprovalStatus.PENDING:
             raise InvalidTransition(message=f"approval {approval_id} is already {appr['status']}")
         if decision not in ("grant", "deny"):

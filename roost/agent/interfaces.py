@@ -208,6 +208,9 @@ class LoopApi(Protocol):
     async def rewind(self, run_id: str) -> None:
         """``continue_run``: back to the first step of the piece the run stopped in, then on."""
 
+    def check_continuable(self, run: Row) -> None:
+        """InvalidTransition for a run whose workflow is no longer kept."""
+
     async def model_piece(self, run_id: str) -> dict[str, Any]:
         """A model step of the run; what comes next."""
 

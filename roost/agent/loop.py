@@ -19,24 +19,29 @@ slot is handed to the run). After a wait the piece runs again as ``{k + 1}``: it
 granted, its slot taken, its input given, and goes on.
 
 ``cancel`` cancels the run's workflow with the rest of what the run owns; ``continue_run`` rewinds it
-to the first step of the piece the run stopped in (:meth:`Loop.rewind`), so completed pieces keep
-their records and the stopped one runs afresh. Runs begun before runs were workflows (a file of an
-earlier release) have no workflow: they finish on the step state machine they began on
+to the first step of the piece the run stopped in (:func:`stopped_at`), so settled pieces keep their
+records and the stopped one runs afresh. Runs begun before runs were workflows (a file of an earlier
+release: ``runs.on_core`` 0) have no workflow: they finish on the step state machine they began on
 (:meth:`roost.agent.steps.Steps.advance`), and every entry here hands them to it.
 
 Guarantees (tests in ``tests/test_agent_run_workflow.py``):
 
-- **A run is a workflow of its agent**: its steps, waits and history are the core's
-  (``workflow_status`` of the run's id, through the agent's engine).
-- **A completed piece never runs again**: a replay returns its recorded answer; ``continue_run``
-  rewinds only the piece the run stopped in.
-- **A runtime error fails the run, not the turn**: a piece that raises fails its step, the workflow
-  and then the run (retryable: ``continue_run`` runs the piece again).
+- **A run is a workflow of its agent**: its steps, waits and history are the core's, shown by
+  ``get_run`` (``workflow``) and ``run_history``.
+- **A settled piece never runs again**: a replay returns its recorded answer; ``continue_run``
+  rewinds only the piece the run stopped in, and nothing when it stopped between two pieces.
+- **A runtime error fails the run, not the turn, and stops what the run owns**: a piece that raises
+  fails its step, the workflow and then the run (retryable: ``continue_run`` runs the piece again);
+  its jobs are cancelled and its pending approvals closed. A run past the core's bounds (more than
+  ``MAX_STEPS`` steps) or whose body no longer replays its record fails the same way, not retryable.
+- **A run whose workflow is no longer kept is not continued**: after the core's retention deleted
+  it, ``continue_run`` is refused (``invalid_transition``), never taken for a run of an earlier
+  release.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,10 +49,13 @@ from roost.actors import RetryPolicy
 from roost.agent import policy
 from roost.agent.catalog import NeedInput
 from roost.agent.context import Part
+from roost.agent.errors import InvalidTransition
 from roost.agent.payloads import error_line
 from roost.agent.status import FINISHED, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.agent.store import Row
 from roost.workflows.engine import Engine, engine_of
-from roost.workflows.model import StepKind, WorkflowStatus
+from roost.workflows.model import StepKind, StepStatus, WorkflowStatus
+from roost.workflows.store import StepRow
 
 if TYPE_CHECKING:
     from roost.actors import Actor
@@ -60,6 +68,33 @@ RUN_WORKFLOW = "roost.run"
 #: A piece of a run is one attempt: a raise is a runtime error (the run fails; ``continue_run`` redoes it).
 _ONCE = RetryPolicy(max_attempts=1)
 Answer = dict[str, Any]
+#: The reasons of a failed run workflow after which ``continue_run`` may help: a piece raised.
+_RETRYABLE = frozenset({"step_failed", "error"})
+
+
+def stopped_at(steps: Sequence[StepRow]) -> int:
+    """Where ``continue_run`` takes a run's workflow back to: the first step of the piece it stopped
+    in, or nowhere (all its steps kept) when its last piece had settled (an item done, a model step
+    that planned or was done) and the run stopped before the next began. A piece spans its in-turn
+    steps (``{group}:{k}``) and the waits after each."""
+    last: StepRow | None = None
+    start = 0
+    for s in steps:
+        if s.kind is StepKind.DO and s.name != "verify":
+            group = s.name.rsplit(":", 1)[0]
+            if last is None or last.name.rsplit(":", 1)[0] != group:
+                start = s.position
+            last = s
+    if last is None:
+        return len(steps)
+    tail = steps[-1]
+    if tail.name == "verify":
+        return tail.position
+    settled = tail.status is StepStatus.COMPLETED and isinstance(tail.result, dict)
+    answer = tail.result if settled else {}
+    if tail.kind in (StepKind.DO, StepKind.EVENT) and ({"items", "done", "ok"} & set(answer)):
+        return len(steps)
+    return start
 
 
 class Loop(Part):
@@ -68,7 +103,17 @@ class Loop(Part):
 
     def owns(self, run_id: str) -> bool:
         """Whether ``run_id`` runs on the workflow core (False: a run of an earlier release)."""
-        return self._engine().store.get(run_id) is not None
+        run = self.store.fields("runs", run_id, ("on_core",))
+        return run is not None and bool(run["on_core"])
+
+    def check_continuable(self, run: Row) -> None:
+        """``continue_run`` of a run whose workflow the core's retention deleted (it ended over
+        ``workflow_retention`` finished workflows ago): InvalidTransition, nothing changed."""
+        if run.get("on_core") and self._engine().store.get(run["run_id"]) is None:
+            raise InvalidTransition(
+                message=f"run {run['run_id']} ended too long ago to continue: its workflow is no longer "
+                "kept (workflow_retention); start a new turn"
+            )
 
     def _live(self, run_id: str) -> bool:
         wf = self._engine().store.get(run_id)
@@ -120,13 +165,7 @@ class Loop(Part):
         if not self.owns(run_id):
             await self.orchestrator.steps.advance(run_id)
             return
-        steps = engine.store.steps(run_id)
-        pieces = [s for s in steps if s.kind is StepKind.DO and s.name != "verify"]
-        at = len(steps)
-        if pieces:
-            group = pieces[-1].name.rsplit(":", 1)[0] + ":"
-            at = next(s.position for s in pieces if s.name.startswith(group))
-        await engine.rewind(run_id, at)
+        await engine.rewind(run_id, stopped_at(engine.store.steps(run_id)))
 
     async def ended(self, workflow: dict[str, Any]) -> None:
         """The run's workflow ended. Failed (a runtime error, a body that diverged): its run fails,
@@ -137,8 +176,20 @@ class Loop(Part):
         if run is None or run["status"] in FINISHED:
             return
         self.records.concern(run["run_id"])
+        orc = self.orchestrator
+        await orc.jobs.cancel_run(run)  # nothing of the run goes on behind its failure
+        orc.streams.cancel_run(run)
+        orc.approvals.cancel_pending(run)
+        self.store.execute(
+            "UPDATE roost_agent_items SET status = ?, error = 'runtime error', updated_at = ? "
+            "WHERE run_id = ? AND status IN (?, ?)",
+            (ItemStatus.SKIPPED, self.now, run["run_id"], ItemStatus.RUNNING, ItemStatus.AWAITING_APPROVAL),
+        )
         error = str(workflow.get("error") or "failed")
-        self.orchestrator.runs.fail(run, f"runtime error: {error}", retryable=True)
+        # a piece that raised may work when run again; a run past the core's bounds, or a body that
+        # no longer replays its record, would fail the same way
+        retryable = workflow.get("reason") in _RETRYABLE
+        orc.runs.fail(run, f"runtime error: {error}", retryable=retryable)
 
     # -- the body -------------------------------------------------------------------------------------
     async def body(self, step: Step, run_id: str) -> Any:

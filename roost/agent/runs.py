@@ -111,6 +111,7 @@ class Runs(Part):
             "inputs": [],
             "stop_condition": agent.stop_condition,
             "evidence_refs": [],
+            "on_core": 1,
             "created_at": now,
             "updated_at": now,
         }
@@ -190,6 +191,7 @@ class Runs(Part):
                 message=f"run {run_id} is {run['status']}; "
                 "only a cancelled or retryable failed run can continue"
             )
+        self.orchestrator.loop.check_continuable(run)
         store = self.store
         now = self.now
         last = store.scalar(

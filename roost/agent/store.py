@@ -183,6 +183,9 @@ AGENT_MIGRATIONS: Sequence[Migration] = (
     # step's decision with its tool calls' arguments kept (the vault holds their secrets), the
     # question of a tool that needs input; the workflow core's records hold flags only
     "ALTER TABLE roost_agent_jobs ADD COLUMN outcome TEXT",
+    # v6: a run that is a workflow of the core (roost.agent.loop): 1 for every run begun since; 0 for
+    # a run of an earlier release, which finishes on the state machine it began on
+    "ALTER TABLE roost_agent_runs ADD COLUMN on_core INTEGER NOT NULL DEFAULT 0",
 )
 
 #: Columns stored as JSON text, per table suffix.

@@ -14,6 +14,11 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   it is not completed, again as its next attempt: a key of its own (the stopped attempt's late
   result is fenced out) and one more try under its retry policy (attempts spent stay spent); history
   ``continued``. A completed workflow is refused (``restart_workflow`` runs it again).
+- **A rewind drops the steps from a position on** (``Engine.rewind``, a ``WorkflowHost``'s own
+  control): those before are kept, the dropped ones run afresh under a new nonce (keys of their
+  own; nothing of a stopped attempt is recorded), the unconsumed events are dropped; ``rewound``.
+- **A start may leave its first advance to a wake-up** (``start(..., advance=False)``): nothing of
+  the body runs in the starting turn.
 - **A pause does not lose an outside step**: a lease's end while paused still asks the runner; a
   lost attempt is marked ``lost`` (nothing advances) and ``resume_workflow`` runs it again.
 - **An outside attempt's result is recorded only while it is current**: the same generation (none
@@ -546,6 +551,8 @@ class Engine:
         nonce (nothing of the dropped steps, an attempt or a wake-up, is recorded any more), running
         again from the top of the body; history ``rewound``."""
         wf = self._get(wid)
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise refuse("bad_name", f"a position is an integer >= 0, got {position!r}")
         runner(self.actor.extension.process).cancel(self.actor.kind, self.actor.name, wid)
         self.store.rewind(wid, position, self.now, secrets.token_hex(8))
         self._log(wf, "rewound", {"by": self._who(), "from": str(wf.status), "position": position})

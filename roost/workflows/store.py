@@ -286,7 +286,9 @@ class WorkflowStore:
         (failed, stopped mid-run, or failed with its policy not yet applied) as its next attempt, due
         now (``retry_wait``); a failed or stopped join's
         branches that are not completed the same way (the completed ones kept); an event wait or
-        approval past its deadline dropped (it waits afresh). Every earlier step keeps its record.
+        approval past its deadline (failed by it, or lapsed while the workflow was stopped) dropped:
+        it waits afresh, its deadline counted from now; one whose deadline is ahead keeps it. Every
+        earlier step keeps its record.
         The last step as it was (None: there was none)."""
         tail = self._row(
             f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position DESC LIMIT 1",
@@ -302,7 +304,8 @@ class WorkflowStore:
             return tail
         again = (StepStatus.FAILED, StepStatus.RUNNING, StepStatus.ATTEMPT_FAILED)
         if tail.kind in (StepKind.EVENT, StepKind.APPROVAL):
-            if tail.status is StepStatus.FAILED:
+            lapsed = tail.wake_at is not None and tail.wake_at <= now
+            if tail.status is StepStatus.FAILED or lapsed:
                 self.conn.execute(
                     "DELETE FROM roost_wf_steps WHERE workflow_id = ? AND position = ?", (wid, tail.position)
                 )
