@@ -630,6 +630,38 @@ async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(
         assert run["capability_sessions"][0]["initialized"] == 2
 
 
+async def test_a_call_that_may_have_had_its_effect_is_not_repeated_unless_the_tool_is_idempotent(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """``pay_once`` (no annotations) kills its server under the call: the payment may have been made,
+    so the step fails, one attempt, not retried; ``die_once`` (``idempotentHint``) is run again on a
+    new connection (the test above)."""
+    kind = kind_of("pays", stdio())
+    marker = tmp_path / "paid"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, f'mcp__t__pay_once {{"marker": "{marker}"}}')
+        assert marker.read_text() == "paid"  # the server got the call
+        assert run["status"] == "failed"
+        assert not run["retryable"]
+        assert "may have had its effect" in run["error"]
+        assert [j["attempt"] for j in run["jobs"]] == [1]
+        assert len(payloads(c, "tool_started")) == 1
+
+
+async def test_every_call_carries_its_steps_idempotency_key(data_dir: Path) -> None:
+    kind = kind_of("keyed", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        run = await run_to_end(kit, c, "mcp__t__call_key")
+        assert run["status"] == "completed", run
+        (done,) = payloads(c, "tool_completed")
+        job = run["jobs"][0]["job_id"]
+        key = done["result"]["result"]
+        assert key.startswith(f"{job}:")  # {workflow}:{nonce}:{generation}:{position}:{attempt}
+        assert key.endswith(":1:0:1")  # the job's step, its first attempt
+
+
 async def test_a_server_that_always_dies_fails_the_run_after_its_attempts(data_dir: Path) -> None:
     kind = kind_of("alwaysdies", stdio())
     async with ActorKit([kind], data_dir) as kit:

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 import mcp_types as types
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from roost.actors.extension import Process
 
 __all__ = [
+    "IDEMPOTENCY_META",
     "SERVICE",
     "CallTimedOut",
     "ConnectionLost",
@@ -64,9 +65,18 @@ ProgressFn = ProgressFnT
 
 
 class ConnectionLost(ConnectionError):
-    """The connection ended under a call (the server died or closed it): the call may be retried."""
+    """The connection ended (the server died or closed it). ``sent``: under a call, which may have
+    had its effect (else before the call went out, which may be retried as it is)."""
 
     retryable = True
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+#: The ``_meta`` key of a ``tools/call`` that carries the step's idempotency key.
+IDEMPOTENCY_META = "roost/idempotency_key"
 
 
 class CallTimedOut(Exception):
@@ -240,14 +250,25 @@ class McpConnection:
             self._close.set()
 
     async def call(
-        self, name: str, arguments: dict[str, Any], progress: ProgressFn | None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        progress: ProgressFn | None,
+        idempotency_key: str | None = None,
     ) -> types.CallToolResult:
-        """``tools/call``. Raises :class:`SessionExpired` or :class:`ConnectionLost` when the session
-        or the connection ended under the call; other ``MCPError`` s as they come."""
+        """``tools/call``, with ``idempotency_key`` in its ``_meta`` (``roost/idempotency_key``: the
+        same for every run of the step's attempt, so that a server can tell a repeat). Raises
+        :class:`SessionExpired` or :class:`ConnectionLost` when the session or the connection ended
+        under the call; other ``MCPError`` s as they come."""
         client = self._client
         if client is None or not self.alive:
             raise ConnectionLost(f"MCP server {self.server.name!r}: the connection is closed")
-        call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=progress))
+        # a ``_meta`` key of our own beside the SDK's progress token (a TypedDict that has no room
+        # for it in its type, though the wire has)
+        meta = (
+            cast("types.RequestParamsMeta", {IDEMPOTENCY_META: idempotency_key}) if idempotency_key else None
+        )
+        call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=progress, meta=meta))
         assert self._task is not None
         self.calls += 1
         try:
@@ -303,7 +324,9 @@ class McpConnection:
         why = _why(self._failure) if self._failure else "connection closed"
         if _TERMINATED in why:
             return SessionExpired(f"MCP server {self.server.name!r}: {_TERMINATED}")
-        return ConnectionLost(f"MCP server {self.server.name!r}: the connection ended under the call: {why}")
+        return ConnectionLost(
+            f"MCP server {self.server.name!r}: the connection ended under the call: {why}", sent=True
+        )
 
     async def aclose(self) -> None:
         """Close the session and wait for its task (idempotent)."""

@@ -14,8 +14,14 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 - **The same gate as every tool**: approval mode, payload policy, telemetry, jobs and retries.
 - **A server's wrong answer is final**: an ``isError`` result, or one that violates the tool's output
-  schema, fails the step (not retried) with the reason; a connection that broke under the call is
-  retried (:class:`~roost.agent.mcp_client.ConnectionLost`).
+  schema, fails the step (not retried) with the reason.
+- **A call that may have had its effect is not repeated unless the server says it may be**: a
+  connection that broke under a call (:class:`~roost.agent.mcp_client.ConnectionLost` ``sent``) is
+  retried on a new connection only for a tool the server annotates ``readOnlyHint`` or
+  ``idempotentHint``; for any other it fails the step, not retried (as a call that timed out). One
+  that could not be sent (no connection) is retried. Every call carries the step's idempotency key
+  in its ``_meta`` (``roost/idempotency_key``), the same for every run of the attempt after a lost
+  process, so that a server can tell a repeat.
 """
 
 from __future__ import annotations
@@ -114,11 +120,13 @@ def tools_of(server: McpServer, listed: Sequence[types.Tool]) -> list[Tool]:
             continue
         name = catalog_name(server.name, t.name, taken)
         taken.add(name)
+        notes = t.annotations
+        repeatable = notes is not None and bool(notes.read_only_hint or notes.idempotent_hint)
         model = type(f"{name}_args", (McpArgs,), {"mcp_schema": schema})
         made.append(
             Tool(
                 name=name,
-                fn=_tool_fn(server, t.name),
+                fn=_tool_fn(server, t.name, repeatable),
                 args_model=model,
                 description=f"{t.description or t.name} (MCP server {server.name})",
                 approval_mode=server.tool_approval.get(t.name, server.approval_mode),
@@ -158,37 +166,45 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
     return None
 
 
-def _tool_fn(server: McpServer, tool: str) -> Any:
+def _tool_fn(server: McpServer, tool: str, repeatable: bool) -> Any:
     async def run(ctx: ToolContext, args: BaseModel) -> Any:
-        return await call(ctx, server, tool, args.model_dump(mode="json"))
+        return await call(ctx, server, tool, args.model_dump(mode="json"), repeatable=repeatable)
 
     return run
 
 
-async def call(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+async def call(
+    ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], *, repeatable: bool = False
+) -> Any:
     """One MCP call of a background job (see the module doc and docs/design.md); in a
-    ``roost.mcp.call`` span when the job attempt is traced (:mod:`roost.agent.tracing`)."""
+    ``roost.mcp.call`` span when the job attempt is traced (:mod:`roost.agent.tracing`).
+    ``repeatable``: the server marks the tool read-only or idempotent (its annotations), so a call
+    whose connection broke under it may run again."""
     from roost.agent.tracing import job_spans  # the OpenTelemetry API: the MCP SDK loads it anyway
 
     spans = job_spans()
     if spans is None:
-        return await _call_retrying(ctx, server, tool, arguments)
+        return await _call_retrying(ctx, server, tool, arguments, repeatable)
     with spans.tracer.start_as_current_span(
         "roost.mcp.call", attributes={"roost.mcp.server": server.name, "roost.mcp.tool": tool}
     ):
-        return await _call_retrying(ctx, server, tool, arguments)
+        return await _call_retrying(ctx, server, tool, arguments, repeatable)
 
 
-async def _call_retrying(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+async def _call_retrying(
+    ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], repeatable: bool
+) -> Any:
     for _ in range(2):  # a session that expired under the call may be re-initialised once
         try:
-            return await _once(ctx, server, tool, arguments)
+            return await _once(ctx, server, tool, arguments, repeatable)
         except SessionExpired:
             continue
     raise SessionExpired(f"MCP server {server.name!r}: the new session expired too")
 
 
-async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+async def _once(
+    ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], repeatable: bool
+) -> Any:
     """Open the row, connect if needed, call; the row records how it went."""
     opened, settings, pool, owner = await ctx.turn(lambda a: _open(a, ctx, server))
     if opened.action == "wait":
@@ -205,6 +221,11 @@ async def _once(ctx: ToolContext, server: McpServer, tool: str, arguments: dict[
     except (SessionExpired, ConnectionLost) as exc:
         reason, expired = str(exc), isinstance(exc, SessionExpired)
         await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired))
+        if isinstance(exc, ConnectionLost) and exc.sent and not repeatable:
+            raise McpToolError(
+                f"tool {tool!r}: {exc} (not retried: the call may have had its effect, and the server "
+                "does not mark the tool read-only or idempotent)"
+            ) from None
         raise
     await ctx.turn(lambda a: _caps(a).called(cid, ttl))
     return _value(server, tool, result)
@@ -264,7 +285,7 @@ async def _call(
 
     conn.on_elicit = elicit
     try:
-        return await conn.call(tool, arguments, progress)
+        return await conn.call(tool, arguments, progress, ctx.idempotency_key or None)
     except CallTimedOut as exc:  # final: running it again could repeat its effect
         raise McpToolError(f"tool {tool!r}: {exc}") from None
     except RuntimeError as exc:  # the SDK's check of the result against the output schema

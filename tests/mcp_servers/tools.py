@@ -119,9 +119,10 @@ def fail() -> str:
     raise RuntimeError("the tool failed on purpose")
 
 
-@app.tool()
+@app.tool(annotations=types.ToolAnnotations(idempotent_hint=True))
 def die_once(marker: str) -> str:
-    """Kill the server mid-call the first time (``marker`` does not exist yet), else answer."""
+    """Kill the server mid-call the first time (``marker`` does not exist yet), else answer; marked
+    idempotent (a call lost under it may run again)."""
     path = Path(marker)
     if not path.exists():
         path.write_text("died")
@@ -129,10 +130,29 @@ def die_once(marker: str) -> str:
     return "alive"
 
 
-@app.tool()
+@app.tool(annotations=types.ToolAnnotations(idempotent_hint=True))
 def crash() -> str:
-    """Kill the server mid-call, every time."""
+    """Kill the server mid-call, every time (marked idempotent)."""
     os._exit(3)
+
+
+@app.tool()
+def pay_once(marker: str) -> str:
+    """As ``die_once``, but not marked idempotent or read-only: a payment that may have been made."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("paid")
+        os._exit(3)
+    return "paid again"
+
+
+@app.tool()
+def call_key(ctx: Context) -> str:
+    """The idempotency key the call carries in its ``_meta`` (``roost/idempotency_key``)."""
+    meta: Any = ctx.request_context.meta
+    if meta is not None and not isinstance(meta, dict):
+        meta = meta.model_dump(by_alias=True)
+    return str((meta or {}).get("roost/idempotency_key"))
 
 
 @app.tool()
