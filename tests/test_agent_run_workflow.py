@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import BaseModel
 
 from roost.actors import Actor, RpcError
-from roost.agent import Agent
-from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep
+from roost.agent import Agent, AgentConfig, ToolContext, tool
+from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep, ToolCall
 from roost.testing import ActorKit
 from roost.workflows.engine import engine_of
 from tests.agent_support import FAST, Docs, advance, drive, event_types, events
@@ -204,9 +205,9 @@ async def test_continue_after_a_stop_between_two_pieces_runs_neither_again(
 async def test_a_failed_run_workflow_stops_what_the_run_owns(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run past the core's bound on steps (three, here) fails while its job runs: the job is
+    """A run past its kind's bound on steps (three, here) fails while its job runs: the job is
     cancelled with it, the run's error says why, and it is not retryable (it would fail again)."""
-    monkeypatch.setattr("roost.workflows.step.MAX_STEPS", 3)
+    monkeypatch.setattr(Docs, "workflow_max_steps", 3)
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
         reply = await c.call("turn", REQUEST)
@@ -224,7 +225,7 @@ async def test_a_failed_run_workflow_stops_what_the_run_owns(
 async def test_an_approval_of_a_failed_run_is_closed(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's workflow fails at its approval's wait: the approval is cancelled with it, the
     session shows none pending, and approving it is refused."""
-    monkeypatch.setattr("roost.workflows.step.MAX_STEPS", 5)
+    monkeypatch.setattr(Docs, "workflow_max_steps", 5)
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
         reply = await c.call("turn", REQUEST)
@@ -261,3 +262,52 @@ async def test_a_run_whose_workflow_is_no_longer_kept_is_not_continued(data_dir:
         assert refused.value.code == "invalid_transition"
         assert "no longer kept" in refused.value.message
         assert (await c.call("get_run", first["run_id"]))["status"] == "cancelled"
+
+
+TICKS: list[str] = []
+
+
+class Empty(BaseModel):
+    pass
+
+
+@tool(keywords=("tick",))
+async def tick(ctx: ToolContext, args: Empty) -> int:
+    """Counts its calls (inline)."""
+    TICKS.append(ctx.item_id or "")
+    return len(TICKS)
+
+
+class LongPlanner(DeterministicPlanner):
+    """Plans ``WIDTH`` calls of ``tick`` a step for ``HOPS`` steps, then answers."""
+
+    WIDTH: ClassVar[int] = 110
+    HOPS: ClassVar[int] = 10
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if request.hop >= self.HOPS:
+            return ModelStep(text="done")
+        return ModelStep(tool_calls=[ToolCall(name="tick") for _ in range(self.WIDTH)])
+
+
+class LongAgent(Agent):
+    kind = "long"
+    config = AgentConfig(max_tool_hops=20)
+    tools = (tick,)
+
+    def make_model(self) -> Model:
+        return LongPlanner(self.catalog())
+
+
+async def test_a_run_longer_than_the_cores_default_bound_completes(data_dir: Path) -> None:
+    """1,100 calls in 10 model steps (over 1,100 steps, past the core's default of 1,000): the run
+    completes, each call once, its advances cut into turns of 64 steps by wake-ups."""
+    TICKS.clear()
+    async with ActorKit([LongAgent], data_dir) as kit:
+        c = kit.connect("long", "l")
+        reply = await c.call("turn", "tick away")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        assert len(TICKS) == len(set(TICKS)) == 1100
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed"
+        assert run["workflow"]["steps"] > 1100

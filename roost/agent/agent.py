@@ -260,6 +260,10 @@ class Agent(WorkflowHost):
 
     # -- background jobs on the workflow core (roost.agent.jobs) ---------------------------------------
     workflow_announce = False  # the jobs' workflows are the runtime's machinery: events say what happens
+    #: A run's steps: a model step or an inline call takes one, a background call two, an approval or
+    #: an answer to a question two more; ``max_tool_hops`` (at most 100) bounds the model steps, not
+    #: the calls each plans, so a run is given room for 100 hops of 100 background calls and more.
+    workflow_max_steps = 50_000
 
     def workflow_lease_seconds(self) -> float:
         """A job attempt's lease: the agent's ``lease_ttl``."""

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from roost.actors import Actor, callable, wakeup
 from roost.storage import Migration
 from roost.workflows.engine import engine_of
-from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, PRUNE_BATCH, PRUNE_ROWS
+from roost.workflows.model import KEPT_FINISHED_WORKFLOWS, MAX_STEPS, PRUNE_BATCH, PRUNE_ROWS
 from roost.workflows.schema import WORKFLOW_COMPONENT
 
 __all__ = ["WorkflowHost", "Workflows"]
@@ -74,6 +74,8 @@ class WorkflowHost(Actor):
     #: start deletes the older ones, or sets a prune wake-up going that deletes them a batch a turn.
     #: ``delete_workflow`` deletes one before.
     workflow_retention: ClassVar[int] = KEPT_FINISHED_WORKFLOWS
+    #: The steps (positions) one workflow's body may take before it fails ``too_many_steps``.
+    workflow_max_steps: ClassVar[int] = MAX_STEPS
     #: Finished workflows one turn (a start's, a prune wake-up's) deletes at most.
     workflow_prune_batch: ClassVar[int] = PRUNE_BATCH
     #: Rows (steps, branches, events, history) one such turn deletes at most: it stops before the

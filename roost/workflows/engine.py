@@ -60,6 +60,7 @@ from roost.workflows.model import (
     MAX_LOST_RUNS,
     MAX_NAME,
     MAX_PENDING_EVENTS,
+    MAX_STEPS,
     PAGE_BYTES,
     PRUNE_BATCH,
     PRUNE_ROWS,
@@ -107,6 +108,7 @@ class Engine:
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
         self.retention = int(getattr(type(actor), "workflow_retention", KEPT_FINISHED_WORKFLOWS))
+        self.max_steps = int(getattr(type(actor), "workflow_max_steps", MAX_STEPS))
         self.prune_batch = max(1, int(getattr(type(actor), "workflow_prune_batch", PRUNE_BATCH)))
         self.prune_rows = max(1, int(getattr(type(actor), "workflow_prune_rows", PRUNE_ROWS)))
         self._admitting = False

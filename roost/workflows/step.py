@@ -27,7 +27,6 @@ import orjson
 from roost.actors import Actor, RetryPolicy, RpcError
 from roost.workflows.fanout import BranchEngine, BranchFn, check_branches, fail_join, start_branch
 from roost.workflows.model import (
-    MAX_STEPS,
     STEPS_PER_TURN,
     Approval,
     EventTimeout,
@@ -62,6 +61,9 @@ DEFAULT_RETRY = RetryPolicy()
 class EngineFace(BranchEngine, Protocol):
     """What a :class:`Step` needs of the engine of its actor (:class:`roost.workflows.engine.Engine`)."""
 
+    #: The positions a body may take (``workflow_max_steps`` of the kind; :data:`MAX_STEPS` by default).
+    max_steps: int
+
     def of(self, actor: Actor) -> EngineFace:
         """The engine of ``actor`` (the live instance a later turn runs on)."""
 
@@ -84,7 +86,8 @@ class Diverged(BaseException):
 
 
 class TooManySteps(BaseException):
-    """The body went past :data:`~roost.workflows.model.MAX_STEPS` positions."""
+    """The body went past its kind's ``workflow_max_steps`` positions (by default
+    :data:`~roost.workflows.model.MAX_STEPS`)."""
 
 
 def lease_key(prefix: str, gen: int, pos: int, attempt: int, run: int) -> str:
@@ -361,8 +364,8 @@ class Step:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ValueError(f"a step name is 1 to 128 characters, got {name!r}")
         pos = self._pos
-        if pos >= MAX_STEPS:
-            raise TooManySteps(f"more than {MAX_STEPS} steps")
+        if pos >= self._engine.max_steps:
+            raise TooManySteps(f"more than {self._engine.max_steps} steps")
         self._pos += 1
         rec = self._steps.get(pos)
         if rec is not None and (rec.name != name or rec.kind is not kind):
