@@ -23,7 +23,8 @@ Guarantees (tests in ``tests/test_compaction*.py``):
 - **An interrupted summary is redone, never doubled**: the wake-up that completes an operation is
   delivered at least once, an HTTP summary call lost with its process is asked again as the next
   attempt (recorded before it is asked; every attempt of an operation carries the same idempotency
-  key, its ``op_id``), and the result of a superseded attempt is refused.
+  key, its ``op_id``), and the result of a superseded attempt is refused. A failed attempt is tried
+  again after the jobs' retry policy (full jitter, ``job_backoff`` to ``job_backoff_cap``).
 - **Nothing is lost**: every turn, run and message stays readable and exported with the agent;
   ``context(session_id)`` shows each operation's range and artifact.
 - **Triggers are checked at a turn boundary, never mid-stream**: after a run ended, and only while
@@ -39,7 +40,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from roost.actors import Actor, InvalidArguments
+from roost.actors import Actor, InvalidArguments, RetryPolicy
 from roost.actors.extension import Process
 from roost.agent import handoff as handoffs
 from roost.agent.context import Part
@@ -257,8 +258,13 @@ class Contexts(Part):
             return
         cfg = self.agent.settings()
         if error.retryable and attempt < cfg.job_max_attempts:
-            log.info("context %s: summary attempt %d failed, retrying: %s", op_id, attempt, error)
-            await self.agent.schedule(cfg.job_backoff, "agent_context", {"op_id": op_id})
+            # the jobs' policy: full jitter, from the process's rng (roost.actors.RetryPolicy)
+            policy = RetryPolicy(cfg.job_max_attempts, cfg.job_backoff, cfg.job_backoff_cap)
+            delay = policy.delay(attempt, self.agent.extension.process.rng)
+            log.info(
+                "context %s: summary attempt %d failed, retrying in %.2f s: %s", op_id, attempt, delay, error
+            )
+            await self.agent.schedule(delay, "agent_context", {"op_id": op_id})
             return
         message = self.err(str(error), 500)
         self._update(op, status=OpStatus.FAILED, error=message, done_at=self.now)
