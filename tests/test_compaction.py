@@ -18,6 +18,7 @@ from roost.agent.config import Budget, ConfigError, ContextConfig, load_config
 from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep
 from roost.testing import ActorKit, KitConnection
 from roost.transport import admin
+from roost.workflows.engine import engine_of
 from tests.agent_support import drive, event_types, events
 
 
@@ -332,3 +333,46 @@ async def test_the_operations_are_read_in_pages_newest_first(data_dir: Path) -> 
         with pytest.raises(RpcError) as bad:
             await c.call("context", "s", limit=0)
         assert bad.value.code == "invalid_arguments"
+
+
+async def test_an_operation_is_a_workflow_and_one_of_an_earlier_release_moves_onto_the_core(
+    data_dir: Path,
+) -> None:
+    """A compaction is a workflow of its agent (``roost.context``, the op's id). One left pending
+    by an earlier release (no workflow, its ``agent_context`` wake-up due) gets its workflow when
+    that wake-up fires, and completes."""
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("manual", "a")
+        await turns(c, "note alpha one", "note beta two")
+
+        async def as_before(actor: Any) -> str:
+            rows = (
+                actor.extension.connection()
+                .execute("SELECT op_id FROM roost_agent_context_ops WHERE status = 'pending'")
+                .fetchall()
+            )
+            ((op_id,),) = rows
+            engine_of(actor).store.delete(op_id)  # an earlier release made no workflow
+            await actor.schedule(0, "agent_context", {"op_id": op_id})
+            return str(op_id)
+
+        pending = await c.call("compact", "s")
+        assert pending["status"] == "pending"
+
+        def workflow_of(op_id: str) -> Any:
+            async def read(actor: Any) -> Any:
+                wf = engine_of(actor).store.get(op_id)
+                return None if wf is None else (wf.name, str(wf.status))
+
+            return kit.registry.run("manual", "a", read)
+
+        assert await workflow_of(pending["op_id"]) == ("roost.context", "running")
+        await drive(kit, lambda: len(of_type(c, "context_compacted")) == 1)
+        assert await workflow_of(pending["op_id"]) == ("roost.context", "completed")
+        await turns(c, "note gamma three")
+        again = await c.call("compact", "s")
+        op_id = await kit.registry.run("manual", "a", as_before)
+        assert op_id == again["op_id"]
+        assert await workflow_of(op_id) is None
+        await drive(kit, lambda: len(of_type(c, "context_compacted")) == 2)
+        assert await workflow_of(op_id) == ("roost.context", "completed")

@@ -16,6 +16,7 @@ from roost.agent.agent import Agent
 from roost.agent.config import ContextConfig
 from roost.agent.models import Model
 from roost.testing import ActorKit, KitConnection
+from roost.workflows.runner import runner
 from tests.agent_support import advance, drive, event_types, events
 from tests.fake_llm import FakeLLM, Reply, answer
 
@@ -114,42 +115,51 @@ async def test_a_summary_the_model_refuses_fails_the_operation_and_keeps_the_con
             assert len(card["context"]["turn_ids"]) == 2
 
 
-async def test_the_result_of_a_superseded_attempt_is_refused(data_dir: Path) -> None:
+async def test_a_summary_call_lost_with_its_process_is_asked_again_and_recorded_once(data_dir: Path) -> None:
+    """The summary call's task is lost (what a killed process leaves) while the endpoint is slow to
+    answer: at the end of its lease the core runs the attempt again, which asks again under the same
+    idempotency key; the operation is done once, with the second answer (the lost task records
+    nothing)."""
     async with FakeLLM() as llm:
         HttpNotes.url = llm.url
         llm.script(
             answer("first answer"),
             answer("second answer"),
-            Reply(delay=0.5, body=answer("The real summary.").body),
+            Reply(delay=5.0, body=answer("The lost summary.").body),
+            answer("The real summary."),
         )
         async with ActorKit([HttpNotes], data_dir) as kit:
             c = kit.connect("httpnotes", "d")
             await two_turns(kit, c, "a first question")
             pending = await c.call("compact", "s")
             await drive(kit, lambda: len(summary_calls(llm)) == 1, io_wait=0.01)  # attempt 1 asks
-
-            async def stale(actor: Any) -> None:  # what a lost older attempt would record
-                await actor.orchestrator.contexts.finish(pending["op_id"], 0, "A stale summary.", None)
-
-            await kit.registry.run("httpnotes", "d", stale)
+            work = runner(kit.registry.process)
+            for task in list(work.tasks.values()):
+                task.cancel()
+            await drive(kit, lambda: not work.tasks, step=0.0)
             await drive(kit, lambda: "context_compacted" in event_types(c), io_wait=0.01)
             card = await c.call("context", "s")
+        keys = [
+            r.headers["idempotency-key"] for r in llm.requests if r.body["messages"][0]["content"] == PROMPT
+        ]
+        assert keys == [pending["op_id"]] * 2
         (op,) = card["ops"]
+        assert (op["status"], op["attempt"]) == ("done", 2)
         assert op["artifact"] == {"summary": "The real summary."}
         assert len(of_type(c, "context_compacted")) == 1
 
 
 class RollsBackOnce(HttpNotes):
-    """Its first ``agent_context`` wake-up fails after the operation's work set the summary call
-    going: that turn rolls back (the attempt it recorded with it)."""
+    """The first wake-up of its context operation's workflow fails after the operation's work set
+    the summary call going: that turn rolls back (the attempt it recorded with it)."""
 
     kind = "rollsback"
     failures: ClassVar[int] = 1
 
     @wakeup
-    async def agent_context(self, payload: dict[str, Any]) -> None:
-        await super().agent_context(payload)
-        if type(self).failures:
+    async def workflow_wake(self, payload: dict[str, Any]) -> None:
+        await super().workflow_wake(payload)
+        if str(payload.get("id", "")).startswith("ctxop_") and type(self).failures:
             type(self).failures -= 1
             raise RuntimeError("the turn fails after its summary call was set going")
 

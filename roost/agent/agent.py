@@ -39,6 +39,7 @@ from roost.agent.background import job_runner, run_attempt
 from roost.agent.capabilities import CAPABILITY_MIGRATIONS
 from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
+from roost.agent.context_ops import CONTEXT_WORKFLOW
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import HEAVY_SLOT, JOB_WORKFLOW
@@ -276,6 +277,11 @@ class Agent(WorkflowHost):
         """A run: the model/tool loop (roost.agent.loop)."""
         return await self.orchestrator.loop.body(step, str(spec["run_id"]))
 
+    @workflow(name=CONTEXT_WORKFLOW)
+    async def _context_op(self, step: Step, spec: dict[str, Any]) -> Any:
+        """A compaction or reset of a session's context (roost.agent.compaction)."""
+        return await self.orchestrator.contexts.body(step, str(spec["op_id"]))
+
     @workflow(name=JOB_WORKFLOW)
     async def _job(self, step: Step, spec: dict[str, Any]) -> Any:
         """A background job: one outside step, its attempts under the job's retry policy."""
@@ -302,6 +308,8 @@ class Agent(WorkflowHost):
             await self.orchestrator.jobs.ended(workflow)
         elif workflow["name"] == RUN_WORKFLOW:
             await self.orchestrator.loop.ended(workflow)
+        elif workflow["name"] == CONTEXT_WORKFLOW:
+            await self.orchestrator.contexts.ended(workflow)
 
     @wakeup
     async def workflow_wake(self, payload: dict[str, Any]) -> None:
@@ -329,8 +337,11 @@ class Agent(WorkflowHost):
 
     @wakeup
     async def agent_context(self, payload: dict[str, Any]) -> None:
-        await self.orchestrator.contexts.work(str(payload["op_id"]))
+        """The wake-up of a context operation begun by an earlier release: it moves onto the
+        workflow core (roost.agent.context_ops)."""
+        await self.orchestrator.contexts.adopt(str(payload["op_id"]))
 
     @wakeup
     async def agent_context_redo(self, payload: dict[str, Any]) -> None:
-        await self.orchestrator.contexts.redo(str(payload["op_id"]), int(payload["attempt"]))
+        """A redo wake-up of an earlier release's context operation: as :meth:`agent_context`."""
+        await self.orchestrator.contexts.adopt(str(payload["op_id"]))

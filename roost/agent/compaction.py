@@ -7,9 +7,11 @@ A session's *context* is what the model sees of its history: a summary and its r
 starts a fresh context (a new ``context_id``) from a structured hand-off artifact. Both are started by
 a budget of ``[agent.context.compact]`` / ``[agent.context.reset]`` when a run of the session ends, or
 by a call (``compact(session_id)``, ``reset(session_id, note)``), and completed in a later turn.
-The summary is the model's ``summarize(SummaryRequest)`` (:mod:`roost.agent.models`): inside that
-turn for a model whose ``summarizes_inline`` is true (the deterministic planner), in a task of the
-process's :class:`ContextRunner` for any other (the HTTP model); a model without ``summarize`` gets
+Each operation is a workflow of the agent on the workflow core (``roost.context``, id = its
+``op_id``): the summary is the model's ``summarize(SummaryRequest)`` (:mod:`roost.agent.models`), an
+in-turn step for a model whose ``summarizes_inline`` is true (the deterministic planner), an outside
+step for any other (the HTTP model: :mod:`roost.agent.context_ops`, its attempts, lease, retries and
+fences the core's); a model without ``summarize`` gets
 :func:`~roost.agent.models.deterministic_summary`.
 
 Guarantees (tests in ``tests/test_compaction*.py``):
@@ -21,10 +23,11 @@ Guarantees (tests in ``tests/test_compaction*.py``):
   commits before the call leaves (the call runs outside every turn), so a crash leaves no call without
   its record, and a turn that rolls back has asked nothing.
 - **An interrupted summary is redone, never doubled**: the wake-up that completes an operation is
-  delivered at least once, an HTTP summary call lost with its process is asked again as the next
-  attempt (recorded before it is asked; every attempt of an operation carries the same idempotency
-  key, its ``op_id``), and the result of a superseded attempt is refused. A failed attempt is tried
-  again after the jobs' retry policy (full jitter, ``job_backoff`` to ``job_backoff_cap``).
+  delivered at least once, an HTTP summary call lost with its process is asked again when its lease
+  ends (each try counted in the op's ``attempt`` before it asks; every try of an operation carries
+  the same idempotency key, its ``op_id``), and a superseded attempt records nothing (the core's
+  fence). A failed attempt is tried again after the jobs' retry policy (full jitter, ``job_backoff``
+  to ``job_backoff_cap``).
 - **Nothing is lost**: every turn, run and message stays readable and exported with the agent;
   ``context(session_id)`` shows each operation's range and artifact.
 - **Triggers are checked at a turn boundary, never mid-stream**: after a run ended, and only while
@@ -35,15 +38,14 @@ Guarantees (tests in ``tests/test_compaction*.py``):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from roost.actors import Actor, InvalidArguments, RetryPolicy
-from roost.actors.extension import Process
+from roost.actors import InvalidArguments, RetryPolicy
 from roost.agent import handoff as handoffs
 from roost.agent.context import Part
+from roost.agent.context_ops import CONTEXT_WORKFLOW, summary_attempt
 from roost.agent.context_rows import (
     CONTEXTS,
     OPS,
@@ -56,17 +58,22 @@ from roost.agent.context_rows import (
     op_card,
 )
 from roost.agent.errors import AgentNotFound, InvalidTransition
-from roost.agent.models import ModelError, SummaryRequest, deterministic_summary
-from roost.agent.payloads import error_line
+from roost.agent.models import SummaryRequest, deterministic_summary
 from roost.agent.status import EventStatus, RunStatus
 from roost.agent.store import Row, new_id
+from roost.workflows.engine import engine_of
 
-__all__ = ["SERVICE", "ContextRunner", "Contexts", "context_runner"]
+if TYPE_CHECKING:
+    from roost.actors import Actor
+    from roost.workflows import Step
+
+__all__ = ["Contexts"]
 
 log = logging.getLogger("roost.agent")
 
-SERVICE = "agent.context"
 MAX_PAGE = 100
+#: The in-turn summary is one attempt: a raise fails the operation (a bug of the model's own code).
+_ONCE = RetryPolicy(max_attempts=1)
 
 
 class Contexts(Part):
@@ -184,7 +191,8 @@ class Contexts(Part):
             [encode(c, row[c]) for c in cols],
         )
         self._event("context_requested", row, EventStatus.QUEUED, {"op": op_card(row)})
-        await self.agent.schedule(0, "agent_context", {"op_id": row["op_id"]})
+        engine = engine_of(cast("Actor", self.agent))  # its work in a later turn (a wake-up at once)
+        await engine.start(CONTEXT_WORKFLOW, {"op_id": row["op_id"]}, row["op_id"], advance=False)
         return row
 
     def _message_range(self, run_ids: list[str]) -> list[int] | None:
@@ -202,73 +210,70 @@ class Contexts(Part):
         )
         return None if found is None or found[0] is None else [found[0], found[1]]
 
-    # -- the summary ----------------------------------------------------------------------------------
-    async def work(self, op_id: str) -> None:
-        """The wake-up of a pending operation: its summary made here (a model that needs no I/O), or
-        asked of the model by the next attempt's task, with a redo wake-up should it be lost."""
+    # -- the summary (each operation a workflow of the core: roost.agent.context_ops) ---------------------
+    def _inline(self) -> bool:
+        model = self.agent.model()
+        summarize = getattr(model, "summarize", None)
+        return summarize is None or bool(getattr(model, "summarizes_inline", False))
+
+    async def body(self, step: Step, op_id: str) -> Any:
+        """The operation's workflow: its summary made in the turn (a model that needs no I/O), or
+        asked of the model by an outside step under the jobs' retry policy."""
+        if self._inline():
+            await step.do("summary", lambda: self._summarise_here(op_id), retry=_ONCE)
+            return None
+        cfg = self.agent.settings()
+        policy = RetryPolicy(cfg.job_max_attempts, cfg.job_backoff, cfg.job_backoff_cap)
+        await step.external("summary", lambda attempt: summary_attempt(attempt, op_id), retry=policy)
+        return None
+
+    async def _summarise_here(self, op_id: str) -> dict[str, Any]:
         op = self._op(op_id)
         if op is None or op["status"] != OpStatus.PENDING:
-            return
-        model = self.agent.model()
+            return {"ok": True}
+        summarize = getattr(self.agent.model(), "summarize", None)
         request = self._summary_request(op)
-        summarize = getattr(model, "summarize", None)
-        if summarize is None or getattr(model, "summarizes_inline", False):
-            text = await summarize(request) if summarize is not None else deterministic_summary(request)
-            self.apply(op, str(text))
-            return
-        attempt = op["attempt"] + 1
-        self._update(op, attempt=attempt)
-        cfg = self.agent.settings()
-        await self.agent.schedule(
-            cfg.model_timeout + cfg.lease_ttl, "agent_context_redo", {"op_id": op_id, "attempt": attempt}
-        )
-        request = request.model_copy(update={"idempotency_key": op_id})
-        runner = context_runner(self.agent.extension.process)  # it asks only once this turn committed
-        runner.spawn(self.agent.kind, self.agent.name, op_id, attempt, lambda: summarize(request))
+        text = await summarize(request) if summarize is not None else deterministic_summary(request)
+        self.apply(op, str(text))
+        return {"ok": True}
 
-    def holds(self, op_id: str, attempt: int) -> bool:
-        """Attempt ``attempt`` of operation ``op_id`` is recorded and still current: the operation is
-        pending at that attempt. A task of the runner asks this in a turn of its own before its
-        summary call; that turn comes after the one that recorded the attempt, and the task goes on
-        only once it has committed."""
+    def begin(self, op_id: str) -> tuple[SummaryRequest, Callable[[SummaryRequest], Awaitable[Any]]] | None:
+        """An attempt of the summary call begins (a fenced turn of it): the operation's ``attempt``
+        counts it; the request, under the operation's idempotency key (its ``op_id``), and the
+        model's ``summarize``. None if the operation is no longer pending."""
         op = self._op(op_id)
-        return op is not None and op["status"] == OpStatus.PENDING and op["attempt"] == attempt
+        if op is None or op["status"] != OpStatus.PENDING:
+            return None
+        self._update(op, attempt=op["attempt"] + 1)
+        request = self._summary_request(op).model_copy(update={"idempotency_key": op_id})
+        summarize: Callable[[SummaryRequest], Awaitable[Any]] = self.agent.model().summarize  # type: ignore[attr-defined]
+        return request, summarize
 
-    async def redo(self, op_id: str, attempt: int) -> None:
-        """The redo wake-up of attempt ``attempt``: still pending at that attempt, its task is lost
-        (the process died) unless it lives here — then it is given another while."""
+    def record(self, op_id: str, text: str) -> None:
+        """The summary of the current attempt (a fenced turn of it): applied, if still pending."""
         op = self._op(op_id)
-        if op is None or op["status"] != OpStatus.PENDING or op["attempt"] != attempt:
-            return
-        if context_runner(self.agent.extension.process).alive(op_id, attempt):
-            cfg = self.agent.settings()
-            await self.agent.schedule(
-                cfg.model_timeout + cfg.lease_ttl, "agent_context_redo", {"op_id": op_id, "attempt": attempt}
-            )
-            return
-        await self.work(op_id)
+        if op is not None and op["status"] == OpStatus.PENDING:
+            self.apply(op, text)
 
-    async def finish(self, op_id: str, attempt: int, text: str | None, error: ModelError | None) -> None:
-        """An attempt's outcome, fenced: only the current attempt of a pending operation counts."""
-        op = self._op(op_id)
-        if op is None or op["status"] != OpStatus.PENDING or op["attempt"] != attempt:
+    async def ended(self, workflow: dict[str, Any]) -> None:
+        """The operation's workflow ended: failed (the model refused, or its attempts are spent), the
+        operation fails with the step's error and the context is left as it was."""
+        op = self._op(str(workflow["id"]))
+        if op is None or op["status"] != OpStatus.PENDING or workflow["status"] != "failed":
             return
-        if error is None:
-            self.apply(op, text or "")
-            return
-        cfg = self.agent.settings()
-        if error.retryable and attempt < cfg.job_max_attempts:
-            # the jobs' policy: full jitter, from the process's rng (roost.actors.RetryPolicy)
-            policy = RetryPolicy(cfg.job_max_attempts, cfg.job_backoff, cfg.job_backoff_cap)
-            delay = policy.delay(attempt, self.agent.extension.process.rng)
-            log.info(
-                "context %s: summary attempt %d failed, retrying in %.2f s: %s", op_id, attempt, delay, error
-            )
-            await self.agent.schedule(delay, "agent_context", {"op_id": op_id})
-            return
-        message = self.err(str(error), 500)
-        self._update(op, status=OpStatus.FAILED, error=message, done_at=self.now)
+        steps = engine_of(cast("Actor", self.agent)).store.steps(op["op_id"])
+        error = next((s.error for s in reversed(steps) if s.error), None) or workflow.get("error") or "failed"
+        self._update(op, status=OpStatus.FAILED, error=self.err(str(error), 500), done_at=self.now)
         self._event("context_failed", op, EventStatus.FAILED, {"op": op_card(op)})
+
+    async def adopt(self, op_id: str) -> None:
+        """A wake-up of an operation begun before operations ran on the workflow core (a file of an
+        earlier release): still pending and without a workflow, it gets one now."""
+        op = self._op(op_id)
+        engine = engine_of(cast("Actor", self.agent))
+        if op is None or op["status"] != OpStatus.PENDING or engine.store.get(op_id) is not None:
+            return
+        await engine.start(CONTEXT_WORKFLOW, {"op_id": op_id}, op_id)
 
     def _summary_request(self, op: Row) -> SummaryRequest:
         cfg = self.agent.settings().context
@@ -429,81 +434,3 @@ class Contexts(Part):
             "ops": [op_card(r) for r in page],
             "next_before": page[-1]["op_id"] if len(rows) > limit else None,
         }
-
-
-def context_runner(process: Process) -> ContextRunner:
-    """This process's runner of summary calls (created on first use, stopped with the registry)."""
-    runner: ContextRunner = process.service(SERVICE, ContextRunner)
-    return runner
-
-
-class ContextRunner:
-    """Runs the summary calls of a model behind the network, one task per ``(op_id, attempt)``
-    (named ``agent.context:<op_id>:<attempt>``). A task's life, as an outside step's
-    (:mod:`roost.workflows.runner`): (1) a turn of its agent checks that the attempt is recorded —
-    the turn that spawned the task may have rolled back: then it stops, having asked nothing;
-    (2) the call, outside every turn; (3) a turn records the outcome, fenced by ``(op_id, attempt)``.
-
-    **A summary call is made only under a committed attempt**: no request leaves before the attempt
-    that makes it is durable, and none for an attempt whose turn rolled back.
-
-    **Every task it starts has an owner**: it is in :attr:`tasks` until it ends, and :meth:`stop`
-    cancels and awaits every one (the operation stays pending; its redo wake-up takes it up again).
-    """
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
-
-    def spawn(
-        self, kind: str, name: str, op_id: str, attempt: int, call: Callable[[], Awaitable[Any]]
-    ) -> None:
-        """Once a turn of the agent saw attempt ``attempt`` recorded (:meth:`Contexts.holds`), run
-        ``call()`` (the model's summary of the operation) and record its outcome in a turn."""
-        task = asyncio.get_running_loop().create_task(
-            self._work(kind, name, op_id, attempt, call), name=f"{SERVICE}:{op_id}:{attempt}"
-        )
-        self.tasks[(op_id, attempt)] = task
-        task.add_done_callback(lambda _: self.tasks.pop((op_id, attempt), None))
-
-    def alive(self, op_id: str, attempt: int) -> bool:
-        task = self.tasks.get((op_id, attempt))
-        return task is not None and not task.done()
-
-    async def _work(
-        self, kind: str, name: str, op_id: str, attempt: int, call: Callable[[], Awaitable[Any]]
-    ) -> None:
-        async def claimed(actor: Actor) -> bool:
-            return bool(actor.orchestrator.contexts.holds(op_id, attempt))  # type: ignore[attr-defined]
-
-        try:  # a turn after the one that spawned this task: it committed the attempt, or rolled back
-            if not await self.process.run(kind, name, claimed):
-                return  # the attempt was never recorded (or is over): nothing is asked
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the actor is stopping: the redo wake-up takes the operation up again
-            log.warning("context %s: attempt %d not begun", op_id, attempt, exc_info=True)
-            return
-        text: str | None = None
-        error: ModelError | None = None
-        try:
-            text = str(await call())
-        except ModelError as exc:
-            error = exc
-        except Exception as exc:  # a model's bug: not worth retrying
-            error = ModelError(error_line(exc), retryable=False)
-
-        async def record(actor: Actor) -> None:
-            await actor.orchestrator.contexts.finish(op_id, attempt, text, error)  # type: ignore[attr-defined]
-
-        try:
-            await self.process.run(kind, name, record)
-        except Exception:  # the redo wake-up takes the operation up again
-            log.warning("context %s: attempt %d not recorded", op_id, attempt, exc_info=True)
-
-    async def stop(self) -> None:
-        tasks = list(self.tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.tasks.clear()
