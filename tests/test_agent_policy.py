@@ -199,20 +199,15 @@ class Asker(Agent):
 
 
 async def test_the_heavy_slot_is_free_while_a_run_waits_for_input(data_dir: Path) -> None:
-    """A heavy tool runs as a job in the project's heavy slot; one that asks for input leaves it."""
     async with ActorKit([Asker], data_dir) as kit:
         c = kit.connect("asker", "a")
         first = await c.call("turn", "heavy work")
-        await drive(kit, lambda: event_types(c).count("input_requested") == 1)
+        assert first["waiting"] == "input"
         second = await c.call("turn", "heavy work")
-        await drive(kit, lambda: event_types(c).count("input_requested") == 2)
-        for run_id in (first["run_id"], second["run_id"]):  # the second ran: not queued behind
-            assert (await c.call("get_run", run_id))["waiting"] == "input"
+        assert second["waiting"] == "input"  # it ran its heavy step: not queued behind the first
         assert "run_queued" not in event_types(c)
         assert (await c.call("project"))["heavy_run_id"] is None
-        await c.call("provide_input", first["run_id"], "p1")
-        await drive(kit, lambda: "turn_completed" in event_types(c))
-        assert (await c.call("get_run", first["run_id"]))["status"] == "completed"
+        assert (await c.call("provide_input", first["run_id"], "p1"))["status"] == "completed"
 
 
 async def test_bad_arguments_get_clear_codes_and_change_nothing(data_dir: Path) -> None:
@@ -229,7 +224,6 @@ async def test_bad_arguments_get_clear_codes_and_change_nothing(data_dir: Path) 
             assert bad.value.code == "invalid_arguments"
         q = kit.connect("asker", "a")
         waiting = await q.call("turn", "heavy work")
-        await drive(kit, lambda: "input_requested" in event_types(q))  # its heavy job asked
         deep: Any = "x"
         for _ in range(900):
             deep = [deep]

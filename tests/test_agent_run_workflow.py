@@ -311,31 +311,3 @@ async def test_a_run_longer_than_the_cores_default_bound_completes(data_dir: Pat
         run = await c.call("get_run", reply["run_id"])
         assert run["status"] == "completed"
         assert run["workflow"]["steps"] > 1100
-
-
-async def test_the_projects_heavy_slot_is_the_cores_and_a_cancelled_queued_run_leaves_it(
-    data_dir: Path,
-) -> None:
-    """Two heavy runs: the second's job waits in the core's heavy slot (the run ``queued``, shown by
-    ``project()``); cancelled there, it leaves the queue, and continued once the first is done it
-    runs at once (nothing ahead of it)."""
-    async with ActorKit([Docs], data_dir) as kit:
-        c = kit.connect("docs", "acme")
-        first = await c.call("turn", "analyze the documents")
-        second = await c.call("turn", "analyze the documents")
-        project = await c.call("project")
-        assert (project["heavy_run_id"], project["queued_run_ids"]) == (first["run_id"], [second["run_id"]])
-        wf = await _workflow(
-            kit, "docs", "acme", (await c.call("get_run", second["run_id"]))["jobs"][0]["job_id"]
-        )
-        assert (wf["waiting"]["why"], wf["waiting"]["slot"]) == ("slot", "roost.heavy")
-        await c.call("cancel", second["turn_id"])
-        assert (await c.call("project"))["queued_run_ids"] == []
-        await drive(kit, lambda: "turn_completed" in event_types(c))
-        assert (await c.call("project"))["heavy_run_id"] is None
-        await c.call("continue_run", second["run_id"])
-        await drive(kit, lambda: event_types(c).count("turn_completed") == 2)
-        run = await c.call("get_run", second["run_id"])
-        assert run["status"] == "completed"
-        assert [j["status"] for j in run["jobs"]] == ["cancelled", "completed"]
-        assert event_types(c).count("run_queued") == 1  # the continued run did not queue again

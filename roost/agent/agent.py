@@ -30,7 +30,7 @@ session cards, ``stop_condition`` to say what verification checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from roost.actors import callable, wakeup
@@ -42,7 +42,7 @@ from roost.agent.config import AgentConfig, check_tools, config_source, load_con
 from roost.agent.context_ops import CONTEXT_WORKFLOW
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.interfaces import Verdict
-from roost.agent.jobs import HEAVY_SLOT, JOB_WORKFLOW
+from roost.agent.jobs import JOB_WORKFLOW
 from roost.agent.loop import RUN_WORKFLOW
 from roost.agent.mcp_config import McpServer
 from roost.agent.models import DeterministicPlanner, Model
@@ -265,8 +265,6 @@ class Agent(WorkflowHost):
     #: an answer to a question two more; ``max_tool_hops`` (at most 100) bounds the model steps, not
     #: the calls each plans, so a run is given room for 100 hops of 100 background calls and more.
     workflow_max_steps = 50_000
-    #: The project's heavy slot: a heavy tool's job runs in it, one at a time (roost.agent.jobs).
-    workflow_slots: ClassVar[Mapping[str, int]] = {HEAVY_SLOT: 1}
 
     def workflow_lease_seconds(self) -> float:
         """A job attempt's lease: the agent's ``lease_ttl``."""
@@ -287,12 +285,8 @@ class Agent(WorkflowHost):
         """A background job: one outside step, its attempts under the job's retry policy."""
         job_id = str(spec["job_id"])
         job = self.orchestrator.records.store().get("jobs", job_id)
-        jobs = self.orchestrator.jobs
-        policy = jobs.retry_policy(job) if job is not None else None
-        slot = jobs.slot_of(job) if job is not None else None
-        return await step.external(
-            "attempt", lambda attempt: run_attempt(attempt, job_id), retry=policy, slot=slot
-        )
+        policy = self.orchestrator.jobs.retry_policy(job) if job is not None else None
+        return await step.external("attempt", lambda attempt: run_attempt(attempt, job_id), retry=policy)
 
     def workflow_clean(self, workflow_id: str, text: str) -> str:
         """A job's or a run's error as the payload policy has it written: credentials and the

@@ -19,8 +19,7 @@ pydantic model::
   agent's mailbox, with a lease, progress, retries and an idempotency key (an exception whose
   ``retryable`` attribute is False fails the step at once, without a retry). Otherwise the tool
   runs inside a turn and must be quick.
-- ``heavy``: one heavy operation per project at a time: it runs as a background job in the project's
-  heavy slot (a concurrency slot of the workflow core; the runs behind it are ``queued``).
+- ``heavy``: one heavy operation per project at a time.
 - ``keywords`` and ``requires`` drive the deterministic planner.
 
 The orchestrator sees tools only through :class:`Catalog`.

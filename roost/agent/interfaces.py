@@ -266,9 +266,6 @@ class JobsApi(Protocol):
     async def cancel_run(self, run: Row) -> None:
         """The run is being cancelled: each of its active jobs is ``cancelled``, its workflow too."""
 
-    def heavy_holder(self, *, ended: bool = False) -> Row | None:
-        """The run whose job runs in the core's heavy slot now (``ended``: left it last)."""
-
 
 class ExecutionApi(Protocol):
     """Tool contexts and inline steps (:class:`roost.agent.execution.Execution`)."""

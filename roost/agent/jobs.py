@@ -26,9 +26,6 @@ Guarantees (tests in ``tests/test_agent_jobs.py``):
 - **A lost worker is noticed at its lease's end**: the core's lease wake-up finds no live task and
   runs the attempt again (its next run, the same idempotency key); the job's row counts each try in
   ``attempt``, so a tool's ``ctx.attempt`` and the events' ``attempt`` are one number per try.
-- **One heavy job at a time per project**: a heavy tool's job (of a run on the core) runs its step in
-  the core's slot :data:`HEAVY_SLOT`; while it waits for a place its run is ``queued``
-  (``run_queued``), and admitted it is in progress again (``run_started``).
 - **Once text was shown, nothing redoes it silently**: a streamed model step that had committed text
   is not run again after a failure or a lost process; its message is ``interrupted`` and its run
   fails, ``continue_run`` taking it up by ``stream_resume``.
@@ -46,7 +43,7 @@ from roost.agent.context import Part
 from roost.agent.models import ModelStep, is_streaming
 from roost.agent.payloads import PayloadError
 from roost.agent.records import Records
-from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus, RunStatus, Waiting
+from roost.agent.status import ACTIVE_JOB, EventStatus, JobStatus
 from roost.agent.store import Row, new_id
 from roost.agent.stream_buffer import stream_step
 from roost.workflows.engine import Engine, engine_of
@@ -63,10 +60,7 @@ LEASE_LOST = "lease expired (worker lost)"
 #: The workflow each job is (``Agent``'s ``roost.job`` body): one outside step, ``attempt``.
 JOB_WORKFLOW = "roost.job"
 #: The history lines of a job's workflow that change its row or make an event (:meth:`JobLifecycle.heard`).
-_HEARD = frozenset({"attempt_failed", "attempt_lost", "attempt_started", "slot_waiting"})
-#: The concurrency slot of the workflow core that a heavy tool's job runs in (``Agent.workflow_slots``:
-#: one at a time per agent, its project), for a run on the core.
-HEAVY_SLOT = "roost.heavy"
+_HEARD = frozenset({"attempt_failed", "attempt_lost", "attempt_started"})
 #: Attempts whose streamed batches this agent keeps the run and message of (:attr:`JobLifecycle.streaming`).
 _STREAMING_KEPT = 256
 
@@ -83,26 +77,6 @@ class JobLifecycle(Part, WorkerJobs):
     def _engine(self) -> Engine:
         """The workflow core of this agent (its jobs' workflows)."""
         return engine_of(cast("Actor", self.agent))
-
-    def slot_of(self, job: Row) -> str | None:
-        """The core's slot the job's step runs in: :data:`HEAVY_SLOT` for a heavy tool of a run on
-        the core (a run of an earlier release takes the project's own slot instead)."""
-        if job["job_kind"] != "tool" or not self.agent.catalog().get(job["tool_name"]).heavy:
-            return None
-        run = self.store.fields("runs", job["run_id"], ("on_core",))
-        return HEAVY_SLOT if run is not None and run["on_core"] else None
-
-    def heavy_holder(self, *, ended: bool = False) -> Row | None:
-        """The run whose job runs in :data:`HEAVY_SLOT` now (``ended``: the one whose job left it
-        last), with ``since``: when its attempt took the slot (or left it)."""
-        statuses = ("completed", "failed", "retry_wait") if ended else ("running", "lost")
-        marks = ", ".join("?" * len(statuses))
-        row = self.store.one(
-            "SELECT j.run_id, s.updated_at FROM roost_wf_steps s JOIN roost_agent_jobs j ON j.job_id ="
-            f" s.workflow_id WHERE s.slot = ? AND s.status IN ({marks}) ORDER BY s.updated_at DESC LIMIT 1",
-            (HEAVY_SLOT, *statuses),
-        )
-        return None if row is None else {"run_id": row[0], "since": row[1]}
 
     def retry_policy(self, job: Row) -> RetryPolicy:
         """The retry policy of ``job``: its own attempts, the agent's backoff settings."""
@@ -333,18 +307,6 @@ class JobLifecycle(Part, WorkerJobs):
         if job is None or job["status"] not in ACTIVE_JOB:
             return
         run = self.run(job["run_id"])
-        if event == "slot_waiting":  # the project's heavy slot is taken: the run queues behind it
-            self.store.update("jobs", job_id, status=JobStatus.QUEUED, updated_at=self.now)
-            holder = self.heavy_holder()
-            self.set_run(run, status=RunStatus.QUEUED, waiting=Waiting.PROJECT)
-            behind = holder["run_id"] if holder else None
-            self.event("run_queued", run, status=EventStatus.QUEUED, payload={"behind_run_id": behind})
-            return
-        if event == "attempt_started" and run["waiting"] == Waiting.PROJECT:  # the slot is its now
-            before = self.heavy_holder(ended=True)
-            self.set_run(run, status=RunStatus.IN_PROGRESS, waiting=None)
-            after = before["run_id"] if before else None
-            self.event("run_started", run, status=EventStatus.IN_PROGRESS, payload={"after_run_id": after})
         if event == "attempt_failed":
             error = self.err(detail.get("error") or "failed", 500)
             delay = float(detail.get("delay", 0.0))

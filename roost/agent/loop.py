@@ -8,16 +8,15 @@ that does one piece of the run's work through the step parts (:mod:`roost.agent.
 - ``model:{hop}:{k}`` — a model step (inline: the model asked in the turn and its decision recorded;
   else a job started): ``{"items": [...]}``, ``{"done": true}``, a wait, or ``{"end": true}`` (the run
   ended: failed);
-- ``item:{item_id}:{k}`` — one planned tool call (its approval gate, then the call inline or its
-  job; a heavy tool's job runs in the core's slot ``roost.heavy``, the project's heavy slot):
-  ``{"ok": true}``, a wait, or ``{"end": true}``;
+- ``item:{item_id}:{k}`` — one planned tool call (its approval gate, the project's heavy slot, the
+  call inline or its job): ``{"ok": true}``, a wait, or ``{"end": true}``;
 - ``verify`` — the run's stop condition checked and the run ended.
 
 A wait is a step of the core: a job's end is the event ``job:{job_id}`` (its outcome as payload,
 sent by the job's end), an approval ``step.approval(approval_id)`` (decided by ``approve``), input
-the event ``input`` (sent by ``provide_input``). After a wait the piece runs again as ``{k + 1}``: it
-finds its approval granted or its input given, and goes on. (A run of an earlier release that takes
-the project row's own heavy slot waits for the event ``heavy``, sent when the slot is handed to it.)
+the event ``input`` (sent by ``provide_input``), the heavy slot the event ``heavy`` (sent when the
+slot is handed to the run). After a wait the piece runs again as ``{k + 1}``: it finds its approval
+granted, its slot taken, its input given, and goes on.
 
 ``cancel`` cancels the run's workflow with the rest of what the run owns; ``continue_run`` rewinds it
 to the first step of the piece the run stopped in (:func:`stopped_at`), so settled pieces keep their
@@ -278,13 +277,13 @@ class Loop(Part):
         if policy.needs_approval(tool.approval_mode) and item["grant_id"] is None:
             if not orc.approvals.reuse_grant(run, item, tool):
                 return {"wait": "approval", "approval": orc.approvals.request(run, item, tool)}
-        if tool.heavy and not run["on_core"] and not orc.project.take_heavy(run):
-            return {"wait": "heavy"}  # a run of an earlier release: the project's own slot
+        if tool.heavy and not orc.project.take_heavy(run):
+            return {"wait": "heavy"}
         self.set_turn(run, status=TurnStatus.RUNNING)
         self.store.update(
             "items", item_id, status=ItemStatus.RUNNING, runs=item["runs"] + 1, updated_at=self.now
         )
-        if tool.background or (tool.heavy and run["on_core"]):  # heavy: a job in the core's slot
+        if tool.background:
             job = await orc.jobs.start(run, item, tool.name, item["args"])
             steps.tool_started(run, item, tool, job)
             return {"wait": "job", "job": job["job_id"]}

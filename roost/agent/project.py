@@ -96,15 +96,11 @@ class Project(Part):
             "heavy_since": None,
         }
         queued = self.store.select("runs", "waiting = ?", (Waiting.PROJECT,), order="ordinal")
-        holder = self.orchestrator.jobs.heavy_holder()  # a heavy job in the core's slot
-        heavy, since = project["heavy_run_id"], project["heavy_since"]
-        if heavy is None and holder is not None:
-            heavy, since = holder["run_id"], holder["since"]
         return {
             "project_id": project["project_id"],
             "settings": project["settings"],
             "files": project["files"],
-            "heavy_run_id": heavy,
-            "heavy_since": since,
+            "heavy_run_id": project["heavy_run_id"],
+            "heavy_since": project["heavy_since"],
             "queued_run_ids": [r["run_id"] for r in queued],
         }
