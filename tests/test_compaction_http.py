@@ -14,7 +14,7 @@ from roost.actors import wakeup
 from roost.agent import AgentConfig, OpenAICompatibleModel
 from roost.agent.agent import Agent
 from roost.agent.config import ContextConfig
-from roost.agent.models import Model
+from roost.agent.models import DeterministicPlanner, Model
 from roost.testing import ActorKit, KitConnection
 from roost.workflows.runner import runner
 from tests.agent_support import advance, drive, event_types, events
@@ -189,3 +189,29 @@ async def test_a_summary_call_is_made_only_under_a_committed_attempt(data_dir: P
     assert (op["status"], op["attempt"]) == ("done", 1)
     assert op["artifact"] == {"summary": "The summary."}
     assert len(of_type(c, "context_compacted")) == 1
+
+
+async def test_an_operation_whose_workflow_fails_otherwise_says_why_not_an_older_attempts_error(
+    data_dir: Path,
+) -> None:
+    """The summary call failed once (503: it waits for its retry); then the agent's model becomes
+    one that summarises in the turn, so the operation's body no longer replays its record: the
+    operation fails with that reason, not with the 503 of the attempt before."""
+    async with FakeLLM() as llm:
+        HttpNotes.url = llm.url
+        llm.script(answer("first answer"), answer("second answer"), Reply(status=503))
+        async with ActorKit([HttpNotes], data_dir) as kit:
+            c = kit.connect("httpnotes", "m")
+            await two_turns(kit, c, "a first question")
+            await c.call("compact", "s")
+            await drive(kit, lambda: len(summary_calls(llm)) == 1, io_wait=0.01)
+
+            async def switch(actor: Any) -> None:  # what a restart with another model would do
+                actor._model = DeterministicPlanner(actor.catalog())
+
+            await kit.registry.run("httpnotes", "m", switch)
+            await drive(kit, lambda: "context_failed" in event_types(c), io_wait=0.01)
+            (op,) = (await c.call("context", "s"))["ops"]
+        assert op["status"] == "failed"
+        assert "was recorded as 'summary' (external)" in op["error"]
+        assert "503" not in op["error"]

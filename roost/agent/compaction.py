@@ -17,8 +17,8 @@ fences the core's); a model without ``summarize`` gets
 Guarantees (tests in ``tests/test_compaction*.py``):
 
 - **The cursor moves only with its artifact**: the summary (or hand-off), the context's new cursor and
-  the operation's ``done`` commit in one transaction, fenced by the operation's status and attempt;
-  a summarised range is recorded once.
+  the operation's ``done`` commit in one transaction, fenced by the operation's status (pending) and,
+  for an outside attempt, by the core's fence of that attempt; a summarised range is recorded once.
 - **A summary call is made only under a committed attempt**: the attempt is recorded in a turn that
   commits before the call leaves (the call runs outside every turn), so a crash leaves no call without
   its record, and a turn that rolls back has asked nothing.
@@ -261,8 +261,10 @@ class Contexts(Part):
         op = self._op(str(workflow["id"]))
         if op is None or op["status"] != OpStatus.PENDING or workflow["status"] != "failed":
             return
-        steps = engine_of(cast("Actor", self.agent)).store.steps(op["op_id"])
-        error = next((s.error for s in reversed(steps) if s.error), None) or workflow.get("error") or "failed"
+        error = workflow.get("error") or "failed"
+        if workflow.get("reason") == "step_failed":  # the step's own error, without the step's name
+            steps = engine_of(cast("Actor", self.agent)).store.steps(op["op_id"])
+            error = next((s.error for s in reversed(steps) if s.error), None) or error
         self._update(op, status=OpStatus.FAILED, error=self.err(str(error), 500), done_at=self.now)
         self._event("context_failed", op, EventStatus.FAILED, {"op": op_card(op)})
 
