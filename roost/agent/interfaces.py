@@ -138,6 +138,9 @@ class RunsApi(Protocol):
     def fail(self, run: Row, error: str, *, retryable: bool, verification: str | None = None) -> None:
         """End the run ``failed``."""
 
+    async def stop_owned(self, run: Row, why: str) -> None:
+        """Stop the run's jobs, streams, running items and pending approvals."""
+
     def end(
         self,
         run: Row,

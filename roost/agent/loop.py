@@ -55,7 +55,7 @@ from roost.agent.status import FINISHED, ItemStatus, RunStatus, TurnStatus, Wait
 from roost.agent.store import Row
 from roost.workflows.engine import Engine, engine_of
 from roost.workflows.model import StepKind, StepStatus, WorkflowStatus
-from roost.workflows.store import StepRow
+from roost.workflows.store import StepRow, WorkflowRow
 
 if TYPE_CHECKING:
     from roost.actors import Actor
@@ -115,9 +115,18 @@ class Loop(Part):
                 "kept (workflow_retention); start a new turn"
             )
 
-    def _live(self, run_id: str) -> bool:
+    def _live(self, run_id: str) -> WorkflowRow | None:
+        """The run's workflow, if it has not ended."""
         wf = self._engine().store.get(run_id)
-        return wf is not None and not wf.status.terminal
+        return wf if wf is not None and not wf.status.terminal else None
+
+    async def _on_core(self, run_id: str) -> WorkflowRow | None:
+        """The run's live workflow, for an entry to deliver to; None when there is none to. A run
+        of an earlier release is taken as far as it goes on its own state machine here instead."""
+        if not self.owns(run_id):
+            await self.orchestrator.steps.advance(run_id)
+            return None
+        return self._live(run_id)
 
     # -- the entries ----------------------------------------------------------------------------------
     async def start(self, run_id: str, *, background: bool) -> None:
@@ -126,33 +135,24 @@ class Loop(Part):
 
     async def poke(self, run_id: str) -> None:
         """Advance the run (what is due runs)."""
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
-        elif self._live(run_id):
+        if await self._on_core(run_id):
             await self._engine().advance(run_id)
 
     async def notify(self, run_id: str, event: str, payload: Any = None) -> None:
         """Deliver ``event`` to the run's body (a job's end, input, the heavy slot), which goes on."""
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
-        elif self._live(run_id):
+        if await self._on_core(run_id):
             await self._engine().notify(run_id, event, payload)
 
     async def input_given(self, run_id: str) -> None:
         """``provide_input`` answered the run: its body hears ``input`` if it waits for it (an answer
         to an MCP server that asked inside a job goes to the job's attempt instead)."""
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
-            return
-        wf = self._engine().store.get(run_id)
-        if wf is not None and not wf.status.terminal and (wf.waiting or {}).get("event") == "input":
+        wf = await self._on_core(run_id)
+        if wf is not None and (wf.waiting or {}).get("event") == "input":
             await self._engine().notify(run_id, "input", None)
 
     async def decided(self, run_id: str, approval_id: str, approved: bool) -> None:
         """An approval of the run was decided (its records written): the body goes on."""
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
-        elif self._live(run_id):
+        if await self._on_core(run_id):
             await self._engine().approve(run_id, approval_id, approved, None)
 
     async def cancel(self, run_id: str) -> None:
@@ -168,8 +168,9 @@ class Loop(Part):
         await engine.rewind(run_id, stopped_at(engine.store.steps(run_id)))
 
     async def ended(self, workflow: dict[str, Any]) -> None:
-        """The run's workflow ended. Failed (a runtime error, a body that diverged): its run fails,
-        retryable. Completed or cancelled: the run's records say so already."""
+        """The run's workflow ended. Failed (a piece raised, a body that diverged, past the bound
+        on steps): its run fails, retryable only when a piece raised, and what it owns stops.
+        Completed or cancelled: the run's records say so already."""
         if workflow["status"] != WorkflowStatus.FAILED:
             return
         run = self.store.get("runs", str(workflow["id"]))
@@ -177,14 +178,7 @@ class Loop(Part):
             return
         self.records.concern(run["run_id"])
         orc = self.orchestrator
-        await orc.jobs.cancel_run(run)  # nothing of the run goes on behind its failure
-        orc.streams.cancel_run(run)
-        orc.approvals.cancel_pending(run)
-        self.store.execute(
-            "UPDATE roost_agent_items SET status = ?, error = 'runtime error', updated_at = ? "
-            "WHERE run_id = ? AND status IN (?, ?)",
-            (ItemStatus.SKIPPED, self.now, run["run_id"], ItemStatus.RUNNING, ItemStatus.AWAITING_APPROVAL),
-        )
+        await orc.runs.stop_owned(run, "runtime error")  # nothing of the run goes on behind its failure
         error = str(workflow.get("error") or "failed")
         # a piece that raised may work when run again; a run past the core's bounds, or a body that
         # no longer replays its record, would fail the same way

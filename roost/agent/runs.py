@@ -30,6 +30,8 @@ from roost.agent.store import Row, new_id
 __all__ = ["Runs"]
 
 shown = Records.shown
+#: The items a run's end stops (skipped): the one running, and one waiting for its approval.
+_STOPPED_ITEMS = (ItemStatus.RUNNING, ItemStatus.AWAITING_APPROVAL)
 
 
 class Runs(Part):
@@ -160,14 +162,7 @@ class Runs(Part):
         if run["status"] in FINISHED:
             raise InvalidTransition(message=f"turn {turn_id} already ended ({run['status']})")
         now = self.now
-        await orc.jobs.cancel_run(run)
-        orc.streams.cancel_run(run)
-        store.execute(
-            "UPDATE roost_agent_items SET status = ?, error = 'cancelled', updated_at = ? "
-            "WHERE run_id = ? AND status IN (?, ?)",
-            (ItemStatus.SKIPPED, now, run["run_id"], ItemStatus.RUNNING, ItemStatus.AWAITING_APPROVAL),
-        )
-        orc.approvals.cancel_pending(run)
+        await self.stop_owned(run, "cancelled")
         await orc.loop.cancel(run["run_id"])
         self.set_run(run, status=RunStatus.CANCELLED, waiting=None, finished_at=now)
         self.set_turn(run, status=TurnStatus.CANCELLED)
@@ -179,6 +174,27 @@ class Runs(Part):
         orc.project.release_heavy(run["run_id"])
         await orc.steps.drain_released()
         return self.reply(run["run_id"])
+
+    async def stop_owned(self, run: Row, why: str) -> None:
+        """Stop what the run owns, as its end (a cancel, a failed workflow) requires: its jobs
+        cancelled, its streaming messages too, its running and awaiting items skipped (``why``),
+        its pending approvals cancelled."""
+        orc = self.orchestrator
+        await orc.jobs.cancel_run(run)
+        orc.streams.cancel_run(run)
+        self.store.execute(
+            "UPDATE roost_agent_items SET status = ?, error = ?, updated_at = ? "
+            "WHERE run_id = ? AND status IN (?, ?)",
+            (
+                ItemStatus.SKIPPED,
+                why,
+                self.now,
+                run["run_id"],
+                ItemStatus.RUNNING,
+                ItemStatus.AWAITING_APPROVAL,
+            ),
+        )
+        orc.approvals.cancel_pending(run)
 
     async def continue_run(self, run_id: Any) -> dict[str, Any]:
         """``continue_run``: a cancelled or retryable failed run goes on after its last completed step."""

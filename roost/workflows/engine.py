@@ -9,14 +9,8 @@ Guarantees (tests in ``tests/test_workflows*.py``):
   existing workflow; with another name or input, ``workflow_conflict``.
 - **Nothing advances a paused or finished workflow**: a wake-up, an event or an outside result that
   comes meanwhile is recorded (events, results) or ignored (wake-ups); ``resume_workflow`` goes on.
-- **A cancelled or failed workflow goes on after its last completed step**: ``resume_workflow``
-  keeps every completed step's record (a join's completed branches too) and runs the last step, if
-  it is not completed, again as its next attempt: a key of its own (the stopped attempt's late
-  result is fenced out) and one more try under its retry policy (attempts spent stay spent); history
-  ``continued``. A completed workflow is refused (``restart_workflow`` runs it again).
-- **A rewind drops the steps from a position on** (``Engine.rewind``, a ``WorkflowHost``'s own
-  control): those before are kept, the dropped ones run afresh under a new nonce (keys of their
-  own; nothing of a stopped attempt is recorded), the unconsumed events are dropped; ``rewound``.
+- **A cancelled or failed workflow goes on after its last completed step**, and **a rewind drops
+  the steps from a position on**: :mod:`roost.workflows.continuing`.
 - **A start may leave its first advance to a wake-up** (``start(..., advance=False)``): nothing of
   the body runs in the starting turn.
 - **A pause does not lose an outside step**: a lease's end while paused still asks the runner; a
@@ -52,7 +46,7 @@ from dataclasses import replace
 from typing import Any
 
 from roost.actors import Actor
-from roost.workflows import retention
+from roost.workflows import continuing, retention
 from roost.workflows.decorator import bodies_of
 from roost.workflows.fanout import branch_lease
 from roost.workflows.model import (
@@ -525,7 +519,7 @@ class Engine:
         if wf.status is WorkflowStatus.COMPLETED:
             raise refuse("state", f"workflow {wid!r} is completed: restart it instead")
         if wf.status.terminal:  # cancelled or failed: on after its last completed step
-            tail = self.store.reopen(wid, self.now)
+            tail = continuing.reopen(self.store, wid, self.now)
             detail = {"by": self._who(), "from": str(wf.status), "step": tail.name if tail else None}
             self._log(wf, "continued", detail)
             self._announce(wid, WorkflowStatus.RUNNING)

@@ -280,65 +280,18 @@ class WorkflowStore:
         ).fetchone()[0]
         return generation
 
-    def reopen(self, wid: str, now: float) -> StepRow | None:
-        """A cancelled or failed workflow goes on (``resume_workflow``): running again, its error
-        cleared, and its last step, unless completed, made to run again — an in-turn or outside step
-        (failed, stopped mid-run, or failed with its policy not yet applied) as its next attempt, due
-        now (``retry_wait``); a failed or stopped join's
-        branches that are not completed the same way (the completed ones kept); an event wait or
-        approval past its deadline (failed by it, or lapsed while the workflow was stopped) dropped:
-        it waits afresh, its deadline counted from now; one whose deadline is ahead keeps it. Every
-        earlier step keeps its record.
-        The last step as it was (None: there was none)."""
-        tail = self._row(
-            f"SELECT {_STEP} FROM roost_wf_steps WHERE workflow_id = ? ORDER BY position DESC LIMIT 1",
-            (wid,),
-            _step,
-        )
-        self.conn.execute(
-            "UPDATE roost_wf SET status = ?, result = NULL, error = NULL, reason = NULL, waiting = NULL,"
-            " updated_at = ? WHERE id = ?",
-            (WorkflowStatus.RUNNING, now, wid),
-        )
-        if tail is None or tail.status is StepStatus.COMPLETED:
-            return tail
-        again = (StepStatus.FAILED, StepStatus.RUNNING, StepStatus.ATTEMPT_FAILED)
-        if tail.kind in (StepKind.EVENT, StepKind.APPROVAL):
-            lapsed = tail.wake_at is not None and tail.wake_at <= now
-            if tail.status is StepStatus.FAILED or lapsed:
-                self.conn.execute(
-                    "DELETE FROM roost_wf_steps WHERE workflow_id = ? AND position = ?", (wid, tail.position)
-                )
-        elif tail.kind is StepKind.PARALLEL:
-            self.conn.execute(
-                "UPDATE roost_wf_steps SET status = ?, error = NULL, updated_at = ?"
-                " WHERE workflow_id = ? AND position = ?",
-                (StepStatus.RUNNING, now, wid, tail.position),
-            )
-            self.conn.execute(
-                "UPDATE roost_wf_branches SET status = ?, wake_at = ?, updated_at = ?"
-                " WHERE workflow_id = ? AND position = ? AND status IN (?, ?, ?)",
-                (StepStatus.RETRY_WAIT, now, now, wid, tail.position, *again),
-            )
-        elif tail.kind in (StepKind.DO, StepKind.EXTERNAL) and tail.status in again:
-            self.conn.execute(
-                "UPDATE roost_wf_steps SET status = ?, wake_at = ?, updated_at = ?"
-                " WHERE workflow_id = ? AND position = ?",
-                (StepStatus.RETRY_WAIT, now, now, wid, tail.position),
-            )
-        return tail
+    def drop_steps(self, wid: str, position: int) -> None:
+        """Drop the steps (and branches) at ``position`` and after."""
+        for table in ("roost_wf_steps", "roost_wf_branches"):
+            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ? AND position >= ?", (wid, position))
 
     def rewind(self, wid: str, position: int, now: float, nonce: str) -> None:
         """Drop the steps (and branches) at ``position`` and after, and the unconsumed events; the
         workflow running again under ``nonce``."""
-        for table in ("roost_wf_steps", "roost_wf_branches"):
-            self.conn.execute(f"DELETE FROM {table} WHERE workflow_id = ? AND position >= ?", (wid, position))
+        self.drop_steps(wid, position)
         self.conn.execute("DELETE FROM roost_wf_events WHERE workflow_id = ?", (wid,))
-        self.conn.execute(
-            "UPDATE roost_wf SET status = ?, result = NULL, error = NULL, reason = NULL, waiting = NULL,"
-            " nonce = ?, updated_at = ? WHERE id = ?",
-            (WorkflowStatus.RUNNING, nonce, now, wid),
-        )
+        self.set_status(wid, WorkflowStatus.RUNNING, now)
+        self.conn.execute("UPDATE roost_wf SET nonce = ? WHERE id = ?", (nonce, wid))
 
     def page(self, status: str | None, limit: int, after: str | None) -> list[WorkflowRow]:
         where, args = ["id > ?"], [after or ""]
