@@ -527,7 +527,7 @@ async def test_an_answered_elicitation_is_not_asked_twice(data_dir: Path) -> Non
     """The answer reaches the row while the worker that asked is out of reach (as when it runs in a
     process that died); that worker is lost; the next attempt's call asks the same question and gets
     the kept answer, without asking the user again."""
-    kind = kind_of("kept", stdio())
+    kind = kind_of("kept", stdio(), reinit=True)  # the lost stdio session is replaced without asking
     async with ActorKit([kind], data_dir) as kit:
         c = kit.connect(kind.kind, "a")
         reply = await c.call("turn", "mcp__t__ask_colour")
@@ -615,7 +615,7 @@ async def test_an_error_result_fails_the_step_with_the_servers_reason(data_dir: 
 async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    kind = kind_of("dies", stdio())
+    kind = kind_of("dies", stdio(), reinit=True)
     marker = tmp_path / "died"
     async with ActorKit([kind], data_dir) as kit:
         c = kit.connect(kind.kind, "a")
@@ -626,8 +626,115 @@ async def test_a_server_that_dies_mid_call_is_retried_on_a_new_connection(
         assert lost["will_retry"] is True
         assert "connection ended under the call" in lost["error"]
         assert run["jobs"][0]["attempt"] == 2
-        assert session_statuses(c) == ["in_progress", "resumable", "in_progress", "closed"]
+        statuses = ["in_progress", "resumable", "reinitialize_required", "in_progress", "closed"]
+        assert session_statuses(c) == statuses
+        assert "does not outlive its process" in payloads(c, "capability_session")[2]["reason"]
         assert run["capability_sessions"][0]["initialized"] == 2
+
+
+async def test_a_lost_stdio_session_is_not_replaced_without_leave(data_dir: Path, tmp_path: Path) -> None:
+    """Without ``support_reinit_on_expiry``, the session of a stdio server that died under a call is
+    not replaced silently: the run waits for input, saying why; ``provide_input`` allows the new
+    session, and the call is run again on it."""
+    kind = kind_of("diesasks", stdio())
+    marker = tmp_path / "died"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", f'mcp__t__die_once {{"marker": "{marker}"}}')
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert "does not outlive its process" in run["question"]
+        assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+        assert run["capability_sessions"][0]["initialized"] == 1
+        await c.call("provide_input", reply["run_id"], "yes, start a new session")
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "alive"}
+        assert run["capability_sessions"][0]["initialized"] == 2
+
+
+#: A run of three calls whose second waits for an approval: between them, the test breaks the
+#: connection as a lost process would.
+THREE_CALLS = 'mcp__t__session_id then mcp__t__count {"steps": 1} then mcp__t__sid_later'
+
+
+async def break_the_connection(kit: ActorKit, kind: type[Agent], run_id: str, *, forget: bool) -> None:
+    """The row's connection is no longer this process's, as after a lost process: left open
+    (``forget`` False: the server still holds the session) or closed (the SDK's DELETE: the server
+    forgets it)."""
+
+    async def drop(actor: Actor) -> None:
+        assert isinstance(actor, Agent)
+        (row,) = actor.orchestrator.capabilities.rows(run_id)
+        pool = mcp_pool(actor.extension.process)
+        conn = pool.connections.pop(row["capability_session_id"])
+        if forget:
+            await conn.aclose()
+        else:
+            left.append(conn)
+
+    await kit.registry.run(kind.kind, "a", drop)
+
+
+left: list[Any] = []  # connections a test left open (closed by the test that left them)
+
+
+async def test_a_lost_http_connection_rejoins_the_same_session(data_dir: Path) -> None:
+    """The session of a streamable HTTP server outlives a lost connection: the next call rejoins it
+    (its id from ``resume_token``, no new handshake), and the server sees both calls in one session."""
+    with http_server() as url:
+        kind = kind_of("rejoin", McpServer(name="t", url=url, tool_approval={"count": "mutating"}))
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            reply = await c.call("turn", THREE_CALLS)
+            await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+            await break_the_connection(kit, kind, reply["run_id"], forget=False)
+            (asked,) = payloads(c, "approval_requested")
+            await c.call("approve", asked["approval_id"], "grant")
+            await drive(kit, lambda: finished(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["status"] == "completed", run
+            first, _, last = (p["result"].get("result") for p in payloads(c, "tool_completed"))
+            assert first
+            assert first == last  # one session for the three calls
+            (row,) = run["capability_sessions"]
+            assert row["initialized"] == 1
+            assert row["calls"] == 3
+            assert "rejoining the session" in [p["reason"] for p in payloads(c, "capability_session")]
+        for conn in left:
+            await conn.aclose()
+        left.clear()
+
+
+async def test_a_rejoined_session_the_server_forgot_is_not_replaced_without_leave(data_dir: Path) -> None:
+    """A server that no longer knows the session answers the rejoined call 404: the row is
+    ``reinitialize_required`` and, without ``support_reinit_on_expiry``, the run waits for leave
+    (``provide_input``) before a new session is made."""
+    with http_server() as url:
+        kind = kind_of("forgot", McpServer(name="t", url=url, tool_approval={"count": "mutating"}))
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            reply = await c.call("turn", THREE_CALLS)
+            await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+            await break_the_connection(kit, kind, reply["run_id"], forget=True)
+            (asked,) = payloads(c, "approval_requested")
+            await c.call("approve", asked["approval_id"], "grant")
+            await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["waiting"] == "input"
+            assert run["capability_sessions"][0]["status"] == "reinitialize_required"
+            assert "Session not found" in run["question"]  # what the SDK's server answers with its 404
+            await c.call("provide_input", reply["run_id"], "yes, start a new session")
+            await drive(kit, lambda: finished(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["status"] == "completed", run
+            first, _, last = (p["result"].get("result") for p in payloads(c, "tool_completed"))
+            assert first != last  # a new session, made with leave
+            assert run["capability_sessions"][0]["initialized"] == 2
+            statuses = session_statuses(c)
+            assert statuses[-4:] == ["in_progress", "reinitialize_required", "in_progress", "closed"]
 
 
 async def test_a_call_that_may_have_had_its_effect_is_not_repeated_unless_the_tool_is_idempotent(
@@ -663,7 +770,7 @@ async def test_every_call_carries_its_steps_idempotency_key(data_dir: Path) -> N
 
 
 async def test_a_server_that_always_dies_fails_the_run_after_its_attempts(data_dir: Path) -> None:
-    kind = kind_of("alwaysdies", stdio())
+    kind = kind_of("alwaysdies", stdio(), reinit=True)
     async with ActorKit([kind], data_dir) as kit:
         c = kit.connect(kind.kind, "a")
         run = await run_to_end(kit, c, "mcp__t__crash")
@@ -779,8 +886,8 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
 ) -> None:
     """SIGKILL of ``roost serve`` while an MCP call (streamable HTTP) is in flight: the capability
     session row is in the file; the restarted server finds the lease expired, marks the row
-    ``resumable``, retries the call on a new session, and the run completes; ``roost inspect`` and
-    ``get_run`` show the row."""
+    ``resumable``, retries the call in the same MCP session (rejoined with the id the row kept: no
+    new handshake), and the run completes; ``roost inspect`` and ``get_run`` show the row."""
     flag = tmp_path / "release"
     with http_server() as url:
         cfg = tmp_path / "roost.toml"
@@ -816,9 +923,10 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
         assert [(j["attempt"], j["status"]) for j in run["jobs"]] == [(2, "completed")]
         (card,) = run["capability_sessions"]
         assert card["status"] == "closed"
-        assert card["initialized"] == 2  # a new MCP session after the restart
+        assert card["initialized"] == 1  # the same MCP session after the restart
+        assert "rejoining the session" in [p["reason"] for p in ws_events(peer, "capability_session")]
         (row,) = rows_in_file(data_dir)
-        assert row["resume_token"] != first_token
+        assert row["resume_token"] == first_token
 
 
 @pytest.mark.slow

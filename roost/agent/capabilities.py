@@ -10,8 +10,13 @@ MCP call reaches it through ``ctx.turn`` (:mod:`roost.agent.mcp_tools`). Every c
 Guarantees (tests in ``tests/test_mcp_client.py``):
 
 - **A lost worker leaves a resumable row**: when the lease of an MCP call's job expires (its process
-  died), the row becomes ``resumable``; the retried attempt opens a new connection and the row is
-  ``in_progress`` again.
+  died), or the connection broke under a call, the row becomes ``resumable``.
+- **A session is never replaced without leave**: a row that had a session this process does not hold
+  (its connection ended, or its process was lost) **rejoins that session** when it can (streamable
+  HTTP, its id kept in ``resume_token`` and the handshake's result in ``handshake``: the row is
+  ``in_progress`` again, ``initialized`` unchanged); otherwise (stdio, whose session ends with the
+  server's process; a session id not tracked) it is ``reinitialize_required``, as when the server
+  forgets a rejoined session (404).
 - **An expired session is re-initialised only when allowed**: a row whose server said the session is
   gone, or whose ``expires_at`` passed, is ``reinitialize_required``; the next open makes a new
   session when ``support_reinit_on_expiry`` is set, otherwise the run waits for input with the reason
@@ -227,10 +232,25 @@ class Capabilities(Part):
             (item_id, JobStatus.RUNNING),
         )
         values: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "approval_state": approval}
+        cid = row["capability_session_id"]
+        gone = (
+            row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED and row["initialized"] and not live(cid)
+        )
+        if gone:  # the row had a session that this process does not hold
+            token, handshake = row["resume_token"], row["handshake"]
+            if token is not None and handshake is not None and transport == "streamable_http":
+                self._status(run, row, CapabilityStatus.IN_PROGRESS, "rejoining the session", **values)
+                return Opened(cid, job_id, "rejoin", resume_token=token, handshake=handshake)
+            why = (
+                "the session ended with its connection: a stdio server's session does not outlive its process"
+                if transport == "stdio"
+                else "the session ended with its connection, and its id was not kept (track_session_ids)"
+            )
+            self._status(run, row, CapabilityStatus.REINITIALIZE_REQUIRED, why)
         if row["status"] == CapabilityStatus.REINITIALIZE_REQUIRED:
             if not (cfg.support_reinit_on_expiry or row["reinit_allowed"]):
                 question = (
-                    f"The session of MCP server {server!r} expired ({row['reason'] or 'expired'}); "
+                    f"The session of MCP server {server!r} expired or ended ({row['reason'] or 'expired'}); "
                     "a new session may not see what the old one held. Answer with provide_input to "
                     "start a new session and go on."
                 )
@@ -244,25 +264,32 @@ class Capabilities(Part):
                 reinit_allowed=0,
                 **values,
             )
-            return Opened(row["capability_session_id"], job_id, "connect")
+            return Opened(cid, job_id, "connect")
         if row["status"] != CapabilityStatus.IN_PROGRESS:
-            reason = "resumed on a new connection" if row["status"] == CapabilityStatus.RESUMABLE else None
+            reason = "resumed on its connection" if row["status"] == CapabilityStatus.RESUMABLE else None
             self._status(run, row, CapabilityStatus.IN_PROGRESS, reason, **values)
         else:
             self._set(row, **values)
-        cid = row["capability_session_id"]
         return Opened(cid, job_id, "reuse" if live(cid) else "connect")
 
-    def connected(self, capability_session_id: str, session_id: str | None, ttl: float | None) -> None:
-        """A new MCP session of the row is up (``session_id``: the server's, over HTTP)."""
+    def connected(
+        self,
+        capability_session_id: str,
+        session_id: str | None,
+        ttl: float | None,
+        handshake: dict[str, Any] | None = None,
+    ) -> None:
+        """A new MCP session of the row is up (``session_id``: the server's, over HTTP; ``handshake``:
+        the result of its ``initialize``, kept with the id to rejoin it)."""
         row = self.row(capability_session_id)
         if row is None:
             return
-        track = self.agent.settings().capability_sessions.track_session_ids
+        track = self.agent.settings().capability_sessions.track_session_ids and session_id is not None
         self._set(
             row,
             initialized=row["initialized"] + 1,
             resume_token=session_id if track else None,
+            handshake=handshake if track else None,
             expires_at=self.now + ttl if ttl is not None else None,
         )
 

@@ -43,10 +43,13 @@ CAPABILITY_MIGRATIONS: Sequence[Migration] = (
         UNIQUE (run_id, server)
     ) WITHOUT ROWID;
     """,
+    # the result of the handshake that made the session (JSON): with ``resume_token``, what
+    # rejoining the session of a streamable HTTP server takes
+    "ALTER TABLE roost_agent_capability_sessions ADD COLUMN handshake TEXT;",
 )
 
 TABLE = "roost_agent_capability_sessions"
-_JSON = ("approval_state", "elicitation", "answer")
+_JSON = ("approval_state", "elicitation", "answer", "handshake")
 
 
 class CapabilityStatus(StrEnum):
@@ -70,10 +73,13 @@ class Opened:
 
     capability_session_id: str
     job_id: str | None
-    #: ``reuse`` the connection this process holds, ``connect`` anew (a new MCP session), or ``wait``:
-    #: the session expired and may not be re-initialised (``question`` says why).
+    #: ``reuse`` the connection this process holds, ``connect`` anew (a new MCP session), ``rejoin``
+    #: the session this process no longer holds (``resume_token``, ``handshake``), or ``wait``: the
+    #: session is gone and may not be re-initialised (``question`` says why).
     action: str
     question: str | None = None
+    resume_token: str | None = None
+    handshake: dict[str, Any] | None = None
 
 
 def decode(row: Row) -> Row:

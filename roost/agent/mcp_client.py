@@ -2,7 +2,10 @@
 
 - :func:`discover`: a server's tools (``tools/list``), once per agent kind when the registry starts.
 - :class:`McpConnection`: one MCP session, held by a task of its own (the SDK's anyio scopes are
-  entered and left in that task), used by the worker of an MCP call (:mod:`roost.agent.mcp_tools`).
+  entered and left in that task), used by the worker of an MCP call (:mod:`roost.agent.mcp_tools`):
+  a new session (the ``initialize`` handshake), or a session of streamable HTTP that an earlier
+  connection made, **rejoined** (:class:`Rejoin`: its id and the handshake's result kept in the
+  capability session's row, installed with the SDK's ``ClientSession.adopt``, no handshake).
 - :class:`McpPool`: this process's connections, by capability session id (the service
   ``agent.mcp``), and the futures through which ``provide_input`` answers an elicitation a worker
   waits on. Stopped with the registry: every connection is closed, every waiter cancelled.
@@ -12,6 +15,9 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 - **No connection outlives the pool**: :meth:`McpPool.stop` closes and awaits every connection task.
 - **A broken connection is never reused**: a connection whose task ended (the server died, the
   session was terminated) is dropped and the next call opens a new one.
+- **A rejoined session is the same session**: its requests carry the server's session id, so the
+  server sees the calls of a run before and after a lost connection (or a lost Roost process) in one
+  session; a server that no longer knows it answers 404, :class:`SessionExpired`.
 - **A healthy connection outlives its run, briefly**: when a run ends, its idle connections are kept
   :data:`IDLE_S` seconds for the next run that needs the same server in this process (starting a
   stdio server costs seconds; a call on a live session, milliseconds), then closed. A connection with
@@ -25,11 +31,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
@@ -47,6 +54,7 @@ __all__ = [
     "ConnectionLost",
     "McpConnection",
     "McpPool",
+    "Rejoin",
     "SessionExpired",
     "discover",
     "mcp_pool",
@@ -91,28 +99,47 @@ class SessionExpired(ConnectionError):
     retryable = True
 
 
-def _transport(server: McpServer, on_session_id: Callable[[str], None]) -> Any:
-    """What :class:`mcp.Client` connects to: stdio parameters, or a streamable HTTP transport whose
-    HTTP client (closed with it) notes the session id the server hands out."""
+@dataclass(frozen=True, slots=True)
+class Rejoin:
+    """What rejoining a streamable HTTP session takes: the server's session id (the row's
+    ``resume_token``) and the result of the handshake that made the session (its ``handshake``)."""
+
+    session_id: str
+    handshake: dict[str, Any]
+
+
+def _stdio(server: McpServer) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=server.command or "", args=list(server.args), env=server.env, cwd=server.cwd
+    )
+
+
+def _transport(
+    server: McpServer, on_response: Callable[[httpx2.Response], None], session_id: str | None = None
+) -> Any:
+    """The streams of a connection: stdio, or a streamable HTTP transport whose HTTP client (closed
+    with it) shows ``on_response`` every response (the session id the server hands out, a 404 for
+    a session it forgot) and, to rejoin a session, sends ``session_id`` with every request."""
     if server.command is not None:
-        return StdioServerParameters(
-            command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
-        )
-    return _http(server, on_session_id)
+        return stdio_client(_stdio(server))
+    return _http(server, on_response, session_id)
 
 
 @contextlib.asynccontextmanager
-async def _http(server: McpServer, on_session_id: Callable[[str], None]) -> AsyncIterator[Any]:
+async def _http(
+    server: McpServer, on_response: Callable[[httpx2.Response], None], session_id: str | None = None
+) -> AsyncIterator[Any]:
     assert server.url is not None
+    headers = server.http_headers()
+    if session_id is not None:
+        headers = {**headers, "mcp-session-id": session_id}
 
     async def note(response: httpx2.Response) -> None:
-        sid = response.headers.get("mcp-session-id")
-        if sid:
-            on_session_id(sid)
+        on_response(response)
 
     async with httpx2.AsyncClient(
         timeout=httpx2.Timeout(server.connect_timeout_s, read=server.call_timeout_s),
-        headers=server.http_headers(),
+        headers=headers,
         event_hooks={"response": [note]},
     ) as http:
         async with streamable_http_client(server.url, http_client=http) as streams:
@@ -120,7 +147,8 @@ async def _http(server: McpServer, on_session_id: Callable[[str], None]) -> Asyn
 
 
 async def _list_tools(server: McpServer) -> list[types.Tool]:
-    async with Client(_transport(server, lambda sid: None), mode="legacy", cache=None) as client:
+    target = _stdio(server) if server.command is not None else _http(server, lambda response: None)
+    async with Client(target, mode="legacy", cache=None) as client:
         tools: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(100):  # a paginator that never ends cannot hang the registration
@@ -165,11 +193,16 @@ def _why(exc: BaseException) -> str:
 class McpConnection:
     """One MCP session with one server, owned by one task (see the module doc)."""
 
-    def __init__(self, server: McpServer) -> None:
+    def __init__(self, server: McpServer, rejoin: Rejoin | None = None) -> None:
         self.server = server
+        self._rejoin = rejoin
         #: The server's session id (streamable HTTP), when it gave one.
-        self.session_id: str | None = None
-        self._client: Client | None = None
+        self.session_id: str | None = rejoin.session_id if rejoin else None
+        #: The handshake's result (``InitializeResult``, as JSON): what rejoining the session takes.
+        self.handshake: dict[str, Any] | None = rejoin.handshake if rejoin else None
+        self._client: ClientSession | None = None
+        #: The server answered 404 for the session's id: it forgot the session.
+        self._forgotten = False
         self._ready = asyncio.Event()
         self._close = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -190,8 +223,8 @@ class McpConnection:
         return self._task is not None and not self._task.done() and not self._close.is_set()
 
     async def start(self) -> None:
-        """Connect and initialise (``mode="legacy"``: the handshake protocol, see docs/design.md).
-        Raises :class:`ConnectionLost` when that fails."""
+        """Connect and initialise (the handshake protocol, see docs/design.md), or rejoin the session
+        of :class:`Rejoin`. Raises :class:`ConnectionLost` when that fails."""
         self._task = asyncio.get_running_loop().create_task(self._own(), name=f"{SERVICE}:{self.server.name}")
         ready = asyncio.ensure_future(self._ready.wait())
         try:
@@ -207,8 +240,12 @@ class McpConnection:
             why = _why(self._failure) if self._failure else "timed out"
             raise ConnectionLost(f"MCP server {self.server.name!r}: cannot connect: {why}")
 
-    def _noted(self, sid: str) -> None:
-        self.session_id = sid
+    def _noted(self, response: httpx2.Response) -> None:
+        sid = response.headers.get("mcp-session-id")
+        if sid:
+            self.session_id = sid
+        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            self._forgotten = True  # the server no longer knows the session (its body may say so or not)
 
     async def _elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -229,14 +266,22 @@ class McpConnection:
                 self._not_asking.set()
 
     async def _own(self) -> None:
+        rejoin = self._rejoin
         try:
-            async with Client(
-                _transport(self.server, self._noted),
-                mode="legacy",
-                cache=None,
-                elicitation_callback=self._elicit,
-                read_timeout_seconds=None,  # start() bounds the handshake, _wait_for each call
-            ) as client:
+            async with (
+                _transport(self.server, self._noted, rejoin.session_id if rejoin else None) as (read, write),
+                ClientSession(
+                    read,
+                    write,
+                    elicitation_callback=self._elicit,
+                    read_timeout_seconds=None,  # start() bounds the handshake, _wait_for each call
+                ) as client,
+            ):
+                if rejoin is not None:  # the session exists: its negotiated state, no handshake
+                    client.adopt(types.InitializeResult.model_validate(rejoin.handshake))
+                else:
+                    made = await client.initialize()
+                    self.handshake = made.model_dump(mode="json", by_alias=True, exclude_none=True)
                 self._client = client
                 self._ready.set()
                 await self._close.wait()
@@ -286,7 +331,7 @@ class McpConnection:
         try:
             return call.result()
         except MCPError as exc:
-            if exc.message == _TERMINATED:
+            if exc.message == _TERMINATED or self._forgotten:
                 await self.aclose()
                 raise SessionExpired(f"MCP server {self.server.name!r}: {exc.message}") from None
             if exc.code == types.CONNECTION_CLOSED or not self.alive:
@@ -322,7 +367,7 @@ class McpConnection:
 
     def _lost(self) -> ConnectionLost | SessionExpired:
         why = _why(self._failure) if self._failure else "connection closed"
-        if _TERMINATED in why:
+        if _TERMINATED in why or self._forgotten:
             return SessionExpired(f"MCP server {self.server.name!r}: {_TERMINATED}")
         return ConnectionLost(
             f"MCP server {self.server.name!r}: the connection ended under the call: {why}", sent=True
@@ -372,13 +417,16 @@ class McpPool:
             return None
         return conn
 
-    async def connect(self, capability_session_id: str, server: McpServer, owner: str = "") -> McpConnection:
-        """A new connection (a new MCP session) for the row, replacing any it had: one ``owner``
-        (the actor whose run it is) left idle, if any, else a new one. **Never another owner's**."""
+    async def connect(
+        self, capability_session_id: str, server: McpServer, owner: str = "", rejoin: Rejoin | None = None
+    ) -> McpConnection:
+        """A new connection for the row, replacing any it had: to the session of ``rejoin``, else a
+        new MCP session: one ``owner`` (the actor whose run it is) left idle, if any, else a new one.
+        **Never another owner's**."""
         self.close(capability_session_id)
-        conn = self._take_idle(server, owner)
+        conn = self._take_idle(server, owner) if rejoin is None else None
         if conn is None:
-            conn = McpConnection(server)
+            conn = McpConnection(server, rejoin)
             await conn.start()
         self.connections[capability_session_id] = conn
         self._owners[capability_session_id] = owner

@@ -39,7 +39,14 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from roost.agent.capabilities import DECLINES, Capabilities, Opened
 from roost.agent.catalog import NeedInput, Tool, ToolContext
-from roost.agent.mcp_client import CallTimedOut, ConnectionLost, McpConnection, SessionExpired, mcp_pool
+from roost.agent.mcp_client import (
+    CallTimedOut,
+    ConnectionLost,
+    McpConnection,
+    Rejoin,
+    SessionExpired,
+    mcp_pool,
+)
 from roost.agent.mcp_config import CapabilitySessions, McpServer, mcp_tool_name, server_of
 from roost.agent.models import arguments_in
 
@@ -213,10 +220,14 @@ async def _once(
     ttl = server.session_ttl_s
     conn = pool.live(cid) if opened.action == "reuse" else None
     try:
+        if conn is None and opened.action == "rejoin":
+            assert opened.resume_token is not None
+            assert opened.handshake is not None
+            conn = await pool.connect(cid, server, owner, Rejoin(opened.resume_token, opened.handshake))
         if conn is None:
             conn = await pool.connect(cid, server, owner)
-            sid = conn.session_id
-            await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl))
+            sid, handshake = conn.session_id, conn.handshake
+            await ctx.turn(lambda a: _caps(a).connected(cid, sid, ttl, handshake))
         result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
     except (SessionExpired, ConnectionLost) as exc:
         reason, expired = str(exc), isinstance(exc, SessionExpired)

@@ -63,6 +63,13 @@ def whoami() -> int:
 
 
 @app.tool()
+def session_id(ctx: Context) -> str:
+    """The MCP session id the call came in (streamable HTTP; empty over stdio)."""
+    request: Any = ctx.request_context.request
+    return str(request.headers.get("mcp-session-id", "")) if request is not None else ""
+
+
+@app.tool()
 def leak() -> dict[str, Any]:
     """Answer with a credential in the result."""
     return {"token": "sk-live-0123456789abcdefghij", "note": "use Bearer abcdefghijklmnop0123 for it"}
@@ -153,6 +160,12 @@ def call_key(ctx: Context) -> str:
     if meta is not None and not isinstance(meta, dict):
         meta = meta.model_dump(by_alias=True)
     return str((meta or {}).get("roost/idempotency_key"))
+
+
+@app.tool()
+def sid_later(ctx: Context) -> str:
+    """As ``session_id``, listed after ``count`` (a plan calls its tools in the listing's order)."""
+    return session_id(ctx)
 
 
 @app.tool()
