@@ -311,3 +311,47 @@ async def test_a_run_longer_than_the_cores_default_bound_completes(data_dir: Pat
         run = await c.call("get_run", reply["run_id"])
         assert run["status"] == "completed"
         assert run["workflow"]["steps"] > 1100
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool(keywords=("first",))
+async def first_key(ctx: ToolContext, args: NoArgs) -> dict[str, Any]:
+    return {"key": ctx.idempotency_key}
+
+
+@tool(keywords=("second",))
+async def second_key(ctx: ToolContext, args: NoArgs) -> dict[str, Any]:
+    return {"key": ctx.idempotency_key}
+
+
+class KeyedAgent(Agent):
+    kind = "keyed"
+    config = FAST
+    tools: ClassVar = [first_key, second_key]
+
+
+async def test_an_inline_tool_call_gets_the_idempotency_key_of_its_step(data_dir: Path) -> None:
+    """An inline call runs inside an in-turn step of the run's workflow: ``ctx.idempotency_key`` is
+    that step's (``{step_id}:{attempt}``, as an outside step's), one per call."""
+    async with ActorKit([KeyedAgent], data_dir) as kit:
+        c = kit.connect("keyed", "k")
+        reply = await c.call("turn", "first then second")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        turn = await c.call("get_turn", reply["turn_id"])
+        keys = [i["result"]["key"] for i in turn["items"]]
+        wf = await _workflow(kit, "keyed", "k", reply["run_id"])
+        at = {s["name"]: s["position"] for s in wf["steps"]}
+
+        async def prefix(actor: Actor) -> str:
+            row = engine_of(actor).store.get(reply["run_id"])
+            assert row is not None
+            return f"{row.step_prefix}:{row.generation}"
+
+        head = await kit.registry.run("keyed", "k", prefix)
+        assert head.startswith(f"{reply['run_id']}:")
+        positions = [at["item:" + i["item_id"] + ":0"] for i in turn["items"]]
+        assert keys == [f"{head}:{pos}:1" for pos in positions]
+        assert len(set(keys)) == 2

@@ -153,6 +153,25 @@ async def test_retry_waits_full_jitter_backoff_as_wake_ups(data_dir: Path) -> No
         assert await kit.call("shop", "s1", "effects") == {"flaky-attempt": 1, "flaky": 1}
 
 
+async def test_an_in_turn_step_has_an_idempotency_key_per_attempt(data_dir: Path) -> None:
+    """``step.idempotency_key`` inside ``step.do`` is ``{step_id}:{attempt}``, as an outside step's:
+    one per step, another for the next attempt; outside a step it raises."""
+    clock = FakeClock()
+    async with ActorKit([Shop], data_dir, clock=clock) as kit:
+        Shop.flaky_failures = 1
+        status = await kit.call("shop", "s1", "start_workflow", "keyed", None, "w1")
+        clock.advance(1.0)
+        await kit.fire_due("shop", "s1")
+        status = await _status(kit, "s1", "w1")
+        assert status["status"] == "completed"
+        keys = status["result"]
+        assert "inside step.do" in keys["outside"]
+        head = keys["first"].rsplit(":", 3)[0]  # {workflow}:{nonce}
+        assert head.startswith("w1:")
+        assert keys["first"] == f"{head}:1:0:1"  # generation 1, position 0, attempt 1
+        assert keys["second"] == f"{head}:1:1:2"  # position 1, its second attempt
+
+
 async def test_spent_attempts_raise_step_failed_into_the_body(data_dir: Path) -> None:
     clock = FakeClock()
     async with ActorKit([Shop], data_dir, clock=clock) as kit:

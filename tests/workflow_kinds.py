@@ -98,6 +98,26 @@ class Shop(Workflows):
         return {"approved": decision.approved, "by": decision.by, "note": decision.note}
 
     @workflow
+    async def keyed(self, step: Step, _: Any) -> dict[str, Any]:
+        """Each in-turn step's ``step.idempotency_key``, read inside it (the second fails once); what
+        reading it outside a step says."""
+        try:
+            outside = step.idempotency_key
+        except RuntimeError as exc:
+            outside = str(exc)
+
+        def again() -> str:
+            key = step.idempotency_key
+            if Shop.flaky_failures > 0:
+                Shop.flaky_failures -= 1
+                raise RuntimeError("not yet")
+            return key
+
+        first = await step.do("first", lambda: step.idempotency_key)
+        second = await step.do("second", again, retry=RetryPolicy(max_attempts=2, base=1.0, cap=1.0))
+        return {"outside": outside, "first": first, "second": second}
+
+    @workflow
     async def flaky(self, step: Step, spec: dict[str, Any]) -> int:
         policy = RetryPolicy(max_attempts=int(spec["attempts"]), base=1.0, cap=8.0)
 

@@ -111,8 +111,10 @@ class ToolContext:
     attempt: int = 1
     #: What the previous attempt of this background job saved with ``progress(..., checkpoint=…)``.
     checkpoint: Any = None
-    #: A background job's idempotency key (its step's id and attempt, the same for every run of an
-    #: attempt after a lost process): hand it to the system the effect goes to. None inline.
+    #: The step's idempotency key (its step's id and attempt on the workflow core, the same for
+    #: every run of an attempt after a lost process): hand it to the system the effect goes to. A
+    #: background job's is its job step's; an inline call's, the run's in-turn step it runs in (None
+    #: for a run begun by an earlier release, on its old state machine).
     idempotency_key: str | None = None
     #: The run's sandbox workspace (:class:`roost.agent.sandbox.Workspace`) when the agent declares
     #: one (``sandbox = SandboxSpec(...)``), else None: what the step writes there commits with it.

@@ -39,7 +39,9 @@ class Execution(Part):
             workspace=self.orchestrator.workspaces.open(run) if item_id is not None else None,
         )
 
-    async def run_inline(self, run: Row, item: Row, tool: Tool) -> Any:
-        """Run ``tool`` inside this turn (it must be quick). Exceptions go to the caller."""
+    async def run_inline(self, run: Row, item: Row, tool: Tool, idempotency_key: str | None = None) -> Any:
+        """Run ``tool`` inside this turn (it must be quick), with the idempotency key of the run's
+        step it runs in (``ctx.idempotency_key``). Exceptions go to the caller."""
         ctx = self.context(run, item["item_id"], tool.name)
+        ctx.idempotency_key = idempotency_key
         return await tool.fn(ctx, tool.validate(self.records.original(item["args"])))

@@ -276,8 +276,8 @@ class ExecutionApi(Protocol):
     def context(self, run: Row, item_id: str | None, tool_name: str, attempt: int = 1) -> ToolContext:
         """The context of a step of ``run``."""
 
-    async def run_inline(self, run: Row, item: Row, tool: Tool) -> Any:
-        """Run ``tool`` inside this turn."""
+    async def run_inline(self, run: Row, item: Row, tool: Tool, idempotency_key: str | None = None) -> Any:
+        """Run ``tool`` inside this turn, with the idempotency key of its step."""
 
 
 class VerificationApi(Protocol):

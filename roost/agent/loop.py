@@ -196,7 +196,9 @@ class Loop(Part):
             if out.get("done"):
                 break
             for item_id in out["items"]:
-                got = await self._piece(step, f"item:{item_id}", partial(self.item_piece, run_id, item_id))
+                got = await self._piece(
+                    step, f"item:{item_id}", partial(self.item_piece, run_id, item_id, step)
+                )
                 if got is None:
                     return None
             hop += 1
@@ -255,8 +257,9 @@ class Loop(Part):
         )
         return {"items": [i["item_id"] for i in items]}
 
-    async def item_piece(self, run_id: str, item_id: str) -> Answer:
-        """One planned tool call: its approval, the heavy slot, then the call (inline or a job)."""
+    async def item_piece(self, run_id: str, item_id: str, step: Step | None = None) -> Answer:
+        """One planned tool call: its approval, the heavy slot, then the call (inline or a job; an
+        inline call gets the idempotency key of ``step``'s in-turn step it runs in)."""
         orc = self.orchestrator
         steps = orc.steps
         run = self.run(run_id)
@@ -283,7 +286,7 @@ class Loop(Part):
             return {"wait": "job", "job": job["job_id"]}
         steps.tool_started(run, item, tool, None)
         try:
-            result = await orc.execution.run_inline(run, item, tool)
+            result = await orc.execution.run_inline(run, item, tool, step.idempotency_key if step else None)
         except NeedInput as need:
             steps.ask(run, need.prompt, item)
             return {"wait": "input"}

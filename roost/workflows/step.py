@@ -112,6 +112,7 @@ class Step:
         self._now = engine.actor.extension.now
         self._pos = 0
         self._busy = False
+        self._doing: str | None = None
         self._ran = 0
         #: What the advance waits on when it suspends (``waiting`` of the workflow), and whether a
         #: wake-up at once goes on (the per-turn bound was reached).
@@ -163,6 +164,7 @@ class Step:
         attempt = (rec.attempt if rec is not None else 0) + 1
         savepoint = self._actor.extension.savepoint("roost_wf_step")
         self._busy = True
+        self._doing = f"{self._wf.step_prefix}:{self._wf.generation}:{pos}:{attempt}"
         try:
             value = fn()
             if inspect.isawaitable(value):
@@ -181,6 +183,7 @@ class Step:
             return await self._failed(pos, name, StepKind.DO, attempt, 0, error, retryable, retry)
         finally:
             self._busy = False
+            self._doing = None
         savepoint.release()
         self._store.put_step(
             self._wf.id, pos, name, StepKind.DO, StepStatus.COMPLETED, self._now, attempt=attempt, result=text
@@ -188,6 +191,16 @@ class Step:
         self._log("step_completed", pos, name, attempt)
         self._ran += 1
         return orjson.loads(text)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key of the in-turn step (:meth:`do`) whose function runs now, as an outside step's
+        (``{step_id}:{attempt}``): the same when a turn lost with its process runs the attempt
+        again, another for the next attempt. For an effect a step's function makes outside SQLite
+        (it had better be quick: the turn waits for it). Raises ``RuntimeError`` outside :meth:`do`."""
+        if self._doing is None:
+            raise RuntimeError("idempotency_key is the running in-turn step's: read it inside step.do")
+        return self._doing
 
     async def external(
         self,
