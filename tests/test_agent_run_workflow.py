@@ -13,7 +13,7 @@ from roost.agent import Agent, AgentConfig, ToolContext, tool
 from roost.agent.models import DeterministicPlanner, Model, ModelRequest, ModelStep, ToolCall
 from roost.testing import ActorKit
 from roost.workflows.engine import engine_of
-from tests.agent_support import FAST, Docs, advance, drive, event_types, events
+from tests.agent_support import FAST, Docs, Payloads, advance, drive, event_types, events
 
 REQUEST = "analyze the documents and make a report"
 
@@ -148,32 +148,97 @@ async def test_a_runtime_error_fails_the_run_not_the_turn(data_dir: Path) -> Non
         assert again["waiting"] == "input"  # the planner, asked again, asks what is meant
 
 
-async def test_a_run_of_an_earlier_release_finishes_on_the_state_machine_it_began_on(data_dir: Path) -> None:
-    """A run with no workflow (begun before runs were workflows, waiting for an approval): the
-    approval takes it on to its end on the agent's own state machine; no workflow is made for it."""
+async def _as_before(kit: ActorKit, kind: str, name: str, run_id: str) -> None:
+    """Make ``run_id`` what a file of an earlier release holds: a run with no workflow."""
+
+    async def strip(actor: Actor) -> None:
+        engine_of(actor).store.delete(run_id)
+        actor.extension.connection().execute(
+            "UPDATE roost_agent_runs SET on_core = 0 WHERE run_id = ?", (run_id,)
+        )
+
+    await kit.registry.run(kind, name, strip)
+
+
+def _started(c: Any) -> list[str]:
+    return [e["payload"]["tool"] for e in events(c) if e["event_type"] == "tool_started"]
+
+
+async def test_a_run_of_an_earlier_release_waiting_for_an_approval_moves_onto_the_core(
+    data_dir: Path,
+) -> None:
+    """A run with no workflow (begun before runs were workflows), waiting for an approval: the
+    approval moves it onto the core, where it goes on from its approved call; nothing it had done
+    runs again."""
     async with ActorKit([Docs], data_dir) as kit:
         c = kit.connect("docs", "acme")
         reply = await c.call("turn", REQUEST)
         await drive(kit, lambda: "approval_requested" in event_types(c))
-
-        async def as_before(actor: Actor) -> None:
-            engine_of(actor).store.delete(reply["run_id"])
-            actor.extension.connection().execute(
-                "UPDATE roost_agent_runs SET on_core = 0 WHERE run_id = ?", (reply["run_id"],)
-            )
-
-        await kit.registry.run("docs", "acme", as_before)
+        await _as_before(kit, "docs", "acme", reply["run_id"])
+        assert (await c.call("get_run", reply["run_id"]))["workflow"] is None
         await c.call("approve", _approval(c), "grant")
         await drive(kit, lambda: "turn_completed" in event_types(c))
         turn = await c.call("get_turn", reply["turn_id"])
         assert turn["status"] == "completed"
         assert [i["status"] for i in turn["items"]] == ["completed"] * 3
+        assert _started(c) == ["collect_documents", "analyze_documents", "generate_report"]  # each once
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert wf["status"] == "completed"
+        report = turn["items"][2]["item_id"]
+        assert [s["name"] for s in wf["steps"]] == ["adopted:0", f"item:{report}:0", "model:1:0", "verify"]
+        assert (await c.call("get_run", reply["run_id"]))["workflow"]["status"] == "completed"
 
-        async def has_workflow(actor: Actor) -> bool:
-            return engine_of(actor).store.get(reply["run_id"]) is not None
 
-        assert await kit.registry.run("docs", "acme", has_workflow) is False
-        assert (await c.call("get_run", reply["run_id"]))["workflow"] is None
+async def test_a_run_of_an_earlier_release_waiting_for_its_job_moves_onto_the_core_at_the_jobs_end(
+    data_dir: Path,
+) -> None:
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: "analyze_documents" in _started(c))
+        await _as_before(kit, "docs", "acme", reply["run_id"])
+        await drive(kit, lambda: "approval_requested" in event_types(c))  # the job ended: on to the report
+        await c.call("approve", _approval(c), "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        assert _started(c) == ["collect_documents", "analyze_documents", "generate_report"]
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert wf["status"] == "completed"
+        assert wf["steps"][0]["name"] == "adopted:0"
+        run = await c.call("get_run", reply["run_id"])
+        assert [j["status"] for j in run["jobs"]] == ["completed"]
+
+
+async def test_a_run_of_an_earlier_release_waiting_for_input_moves_onto_the_core_with_the_answer(
+    data_dir: Path,
+) -> None:
+    async with ActorKit([Payloads], data_dir) as kit:
+        c = kit.connect("payloads", "p")
+        reply = await c.call("turn", "ask me")
+        await drive(kit, lambda: "input_requested" in event_types(c))
+        await _as_before(kit, "payloads", "p", reply["run_id"])
+        await c.call("provide_input", reply["run_id"], "teal")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        turn = await c.call("get_turn", reply["turn_id"])
+        assert turn["items"][0]["result"] == {"colour": "teal"}
+        wf = await _workflow(kit, "payloads", "p", reply["run_id"])
+        assert (wf["status"], wf["steps"][0]["name"]) == ("completed", "adopted:0")
+
+
+async def test_a_cancelled_run_of_an_earlier_release_continues_on_the_core(data_dir: Path) -> None:
+    async with ActorKit([Docs], data_dir) as kit:
+        c = kit.connect("docs", "acme")
+        reply = await c.call("turn", REQUEST)
+        await drive(kit, lambda: "approval_requested" in event_types(c))
+        await _as_before(kit, "docs", "acme", reply["run_id"])
+        await c.call("cancel", reply["turn_id"])
+        again = await c.call("continue_run", reply["run_id"])
+        assert again["status"] == "in_progress"
+        await drive(kit, lambda: len([e for e in events(c) if e["event_type"] == "approval_requested"]) == 2)
+        await c.call("approve", _approval(c), "grant")
+        await drive(kit, lambda: "turn_completed" in event_types(c))
+        assert _started(c) == ["collect_documents", "analyze_documents", "generate_report"]
+        wf = await _workflow(kit, "docs", "acme", reply["run_id"])
+        assert (wf["status"], wf["steps"][0]["name"]) == ("completed", "adopted:0")
 
 
 async def test_continue_after_a_stop_between_two_pieces_runs_neither_again(

@@ -273,7 +273,7 @@ class Agent(WorkflowHost):
     @workflow(name=RUN_WORKFLOW)
     async def _run(self, step: Step, spec: dict[str, Any]) -> Any:
         """A run: the model/tool loop (roost.agent.loop)."""
-        return await self.orchestrator.loop.body(step, str(spec["run_id"]))
+        return await self.orchestrator.loop.body(step, str(spec["run_id"]), bool(spec.get("adopted")))
 
     @workflow(name=CONTEXT_WORKFLOW)
     async def _context_op(self, step: Step, spec: dict[str, Any]) -> Any:

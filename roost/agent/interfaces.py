@@ -154,10 +154,7 @@ class RunsApi(Protocol):
 
 
 class StepsApi(Protocol):
-    """The step state machine (:class:`roost.agent.steps.Steps`)."""
-
-    async def advance(self, run_id: str) -> None:
-        """Take the run as far as it goes inside this turn."""
+    """The pieces of a run (:class:`roost.agent.steps.Steps`)."""
 
     async def drain_released(self) -> None:
         """Advance the runs the project's heavy slot was handed to during this turn."""

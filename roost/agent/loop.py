@@ -20,9 +20,12 @@ granted, its slot taken, its input given, and goes on.
 
 ``cancel`` cancels the run's workflow with the rest of what the run owns; ``continue_run`` rewinds it
 to the first step of the piece the run stopped in (:func:`stopped_at`), so settled pieces keep their
-records and the stopped one runs afresh. Runs begun before runs were workflows (a file of an earlier
-release: ``runs.on_core`` 0) have no workflow: they finish on the step state machine they began on
-(:meth:`roost.agent.steps.Steps.advance`), and every entry here hands them to it.
+records and the stopped one runs afresh. A run begun before runs were workflows (a file of an
+earlier release: ``runs.on_core`` 0) has no workflow: the first entry that reaches it (a job's end,
+an approval decided, input, the heavy slot, a wake-up, ``continue_run``) **moves it onto the core**,
+after its rows are written: a workflow is started for it whose body begins with ``adopted:{k}``, a
+piece that reads where the run stands (a job it waits on, an approval, input or the slot; its
+pending calls; a model step next; its check) and goes on from there as any run.
 
 Guarantees (tests in ``tests/test_agent_run_workflow.py``):
 
@@ -37,6 +40,8 @@ Guarantees (tests in ``tests/test_agent_run_workflow.py``):
 - **A run whose workflow is no longer kept is not continued**: after the core's retention deleted
   it, ``continue_run`` is refused (``invalid_transition``), never taken for a run of an earlier
   release.
+- **A run of an earlier release goes on on the core**: moved there by the first entry that reaches
+  it, it takes up what it waited for and does no completed step again.
 """
 
 from __future__ import annotations
@@ -51,7 +56,15 @@ from roost.agent.catalog import NeedInput
 from roost.agent.context import Part
 from roost.agent.errors import InvalidTransition
 from roost.agent.payloads import error_line
-from roost.agent.status import FINISHED, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.agent.status import (
+    ACTIVE_JOB,
+    FINISHED,
+    ApprovalStatus,
+    ItemStatus,
+    RunStatus,
+    TurnStatus,
+    Waiting,
+)
 from roost.agent.store import Row
 from roost.workflows.engine import Engine, engine_of
 from roost.workflows.model import StepKind, StepStatus, WorkflowStatus
@@ -122,11 +135,24 @@ class Loop(Part):
 
     async def _on_core(self, run_id: str) -> WorkflowRow | None:
         """The run's live workflow, for an entry to deliver to; None when there is none to. A run
-        of an earlier release is taken as far as it goes on its own state machine here instead."""
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
+        of an earlier release is moved onto the core here (:meth:`adopt`): its rows already say
+        what the entry did, so nothing is delivered to it."""
+        if not self.owns(run_id) and await self.adopt(run_id):
             return None
         return self._live(run_id)
+
+    async def adopt(self, run_id: str) -> bool:
+        """Move a run of an earlier release onto the core: a workflow whose body begins where the run
+        stands (``adopted``), advanced now; True. False when there is nothing to move: the run is
+        finished (it stays as it is), or it has a workflow already (it is marked so)."""
+        run = self.store.get("runs", run_id)
+        if run is None or run["on_core"] or run["status"] in FINISHED:
+            return False
+        self.store.update("runs", run_id, on_core=1)
+        if self._engine().store.get(run_id) is not None:
+            return False
+        await self._engine().start(RUN_WORKFLOW, {"run_id": run_id, "adopted": True}, run_id)
+        return True
 
     # -- the entries ----------------------------------------------------------------------------------
     async def start(self, run_id: str, *, background: bool) -> None:
@@ -160,10 +186,10 @@ class Loop(Part):
             await self._engine().cancel(run_id)
 
     async def rewind(self, run_id: str) -> None:
-        """``continue_run``: back to the first step of the piece the run stopped in, then on."""
+        """``continue_run``: back to the first step of the piece the run stopped in, then on (a run
+        of an earlier release: moved onto the core, from where it stands)."""
         engine = self._engine()
-        if not self.owns(run_id):
-            await self.orchestrator.steps.advance(run_id)
+        if not self.owns(run_id) and await self.adopt(run_id):
             return
         await engine.rewind(run_id, stopped_at(engine.store.steps(run_id)))
 
@@ -186,13 +212,21 @@ class Loop(Part):
         orc.runs.fail(run, f"runtime error: {error}", retryable=retryable)
 
     # -- the body -------------------------------------------------------------------------------------
-    async def body(self, step: Step, run_id: str) -> Any:
-        """The model/tool loop (see the module doc)."""
+    async def body(self, step: Step, run_id: str, adopted: bool = False) -> Any:
+        """The model/tool loop (see the module doc); ``adopted``: a run of an earlier release, taken
+        up where it stands."""
         hop = 0
-        while True:
-            out = await self._piece(step, f"model:{hop}", lambda: self.model_piece(run_id))
+        out: Answer | None = None
+        if adopted:
+            out = await self._piece(step, "adopted", lambda: self.adopted_piece(run_id), settles=False)
             if out is None:
                 return None
+            hop = int(out["hop"])
+        while True:
+            if out is None or out.get("model"):
+                out = await self._piece(step, f"model:{hop}", lambda: self.model_piece(run_id))
+                if out is None:
+                    return None
             if out.get("done"):
                 break
             for item_id in out["items"]:
@@ -202,16 +236,25 @@ class Loop(Part):
                 if got is None:
                     return None
             hop += 1
+            out = None
         await step.do("verify", lambda: self.verify_piece(run_id), retry=_ONCE)
         return None
 
-    async def _piece(self, step: Step, group: str, fn: Callable[[], Awaitable[Answer]]) -> Answer | None:
-        """Run a piece until it settles: its answer, or None when the run ended in it."""
+    async def _piece(
+        self, step: Step, group: str, fn: Callable[[], Awaitable[Answer]], *, settles: bool = True
+    ) -> Answer | None:
+        """Run a piece until it settles: its answer, or None when the run ended in it. A job's end
+        is the piece's answer (``settles``), or the piece runs again after it."""
         k = 0
         while True:
             out: Answer = await step.do(f"{group}:{k}", fn, retry=_ONCE)
             if out.get("wait") == "job":
-                out = await step.wait_for_event(f"job:{out['job']}")
+                ended = await step.wait_for_event(f"job:{out['job']}")
+                if settles:
+                    out = ended
+                else:
+                    k += 1
+                    continue
             wait = out.get("wait")
             if wait is None:
                 return None if out.get("end") else out
@@ -304,6 +347,49 @@ class Loop(Part):
         if run["waiting"] == Waiting.INPUT:
             return {"wait": "input"}
         return {"ok": True} if item["status"] == ItemStatus.COMPLETED else {"end": True}
+
+    async def adopted_piece(self, run_id: str) -> Answer:
+        """Where a run of an earlier release stands, as what comes next: a wait (a job of the run,
+        an approval of its next call, input, the heavy slot), its pending calls, a model step, its
+        check, or its end. ``hop``: the loop's count of model steps the answer stands at (its names go on
+        from it as they would have)."""
+        run = self.run(run_id)
+        if run["status"] in FINISHED:
+            return {"end": True}
+        job = self.store.scalar(
+            "SELECT job_id FROM roost_agent_jobs WHERE run_id = ? AND status IN (?, ?, ?) "
+            "ORDER BY created_at LIMIT 1",
+            (run_id, *ACTIVE_JOB),
+        )
+        if job is not None:
+            return {"wait": "job", "job": job}
+        if run["waiting"] == Waiting.APPROVAL:
+            approval = self.store.scalar(
+                "SELECT approval_id FROM roost_agent_approvals WHERE run_id = ? AND status = ? "
+                "ORDER BY created_at LIMIT 1",
+                (run_id, ApprovalStatus.PENDING),
+            )
+            if approval is not None:
+                return {"wait": "approval", "approval": approval}
+        if run["waiting"] == Waiting.INPUT:
+            return {"wait": "input"}
+        if run["waiting"] == Waiting.PROJECT:
+            return {"wait": "heavy"}
+        hop = run["hops"]
+        items = self.store.select(
+            "items",
+            "run_id = ? AND status NOT IN (?, ?)",
+            (run_id, ItemStatus.COMPLETED, ItemStatus.SKIPPED),
+            order="step_index",
+        )
+        if items:
+            return {
+                "items": [i["item_id"] for i in items],
+                "hop": max(hop - 1, 0),
+            }  # the calls of the last model step
+        if run["model_done"]:
+            return {"done": True, "hop": hop}
+        return {"model": True, "hop": hop}
 
     async def verify_piece(self, run_id: str) -> Answer:
         run = self.run(run_id)

@@ -5,11 +5,8 @@ workflow whose body (:mod:`roost.agent.loop`) calls these parts in its in-turn s
 request (:meth:`Steps.model_request`) and its recorded decision (:meth:`Steps.record_model_step`: a
 question, the run's text, or the next items with ``plan_ready``), a model that runs here asked in the
 turn (:meth:`Steps.inline_model_step`), an item's start, result and failure, a wait for input.
-
-:meth:`Steps.advance` is the state machine of a run begun before runs were workflows (a file of an
-earlier release: the run has no workflow): it reads the next step from the run's rows and runs it
-as the loop's pieces do, until a wait (an approval, input, the project's heavy slot), a job, or the
-run's end (verification, :mod:`roost.agent.verification`).
+A run begun before runs were workflows is moved onto the core by the loop (:meth:`Loop.adopt
+<roost.agent.loop.Loop.adopt>`); the state machine it began on is gone.
 
 Guarantees (tests in ``tests/test_agent_runtime.py``, ``tests/test_agent_run_workflow.py``):
 
@@ -31,23 +28,15 @@ from roost.agent.models import ModelError, ModelRequest, ModelStep, StepRecord
 from roost.agent.payloads import PayloadError, error_line
 from roost.agent.records import Records
 from roost.agent.sandbox import SandboxError
-from roost.agent.status import ACTIVE_JOB, EventStatus, ItemStatus, RunStatus, TurnStatus, Waiting
+from roost.agent.status import EventStatus, ItemStatus, TurnStatus, Waiting
 from roost.agent.store import Row, new_id
 
 __all__ = ["Steps"]
 
 shown = Records.shown
 
-#: A bug guard: plans are bounded by ``max_tool_hops``, so one advance never takes this many steps.
-MAX_STEPS_PER_ADVANCE = 1000
-
 
 class Steps(Part):
-    async def advance(self, run_id: str) -> None:
-        """Take the run as far as it goes inside this turn, then every run its steps released."""
-        await self._advance_one(run_id)
-        await self.drain_released()
-
     async def drain_released(self) -> None:
         """Advance the runs the project's heavy slot was handed to during this turn, then hand the
         runs that ended to ``agent.on_run_end``."""
@@ -55,40 +44,6 @@ class Steps(Part):
         while released:  # each waits for the slot: ``heavy`` (roost.agent.loop)
             await self.orchestrator.loop.notify(released.pop(0), "heavy")
         await self.orchestrator.settle()
-
-    async def _advance_one(self, run_id: str) -> None:
-        """A run begun before runs were workflows (:mod:`roost.agent.loop` hands it here): the next
-        step is read from its rows, and each runs as the loop's pieces do."""
-        loop = self.orchestrator.loop
-        for _ in range(MAX_STEPS_PER_ADVANCE):
-            run = self.run(run_id)
-            if run["status"] != RunStatus.IN_PROGRESS or run["waiting"]:
-                return
-            store = self.store
-            if store.scalar(
-                "SELECT 1 FROM roost_agent_jobs WHERE run_id = ? AND status IN (?, ?, ?)",
-                (run_id, *ACTIVE_JOB),
-            ):
-                return  # a job owns the next step; its end advances the run
-            items = store.select(
-                "items",
-                "run_id = ? AND status NOT IN (?, ?)",
-                (run_id, ItemStatus.COMPLETED, ItemStatus.SKIPPED),
-                order="step_index",
-            )
-            if items:
-                if items[0]["status"] != ItemStatus.PENDING:
-                    return
-                if not (await loop.item_piece(run_id, items[0]["item_id"])).get("ok"):
-                    return
-                continue
-            if run["model_done"]:
-                await self.orchestrator.verification.finish(run)
-                return
-            answer = await loop.model_piece(run_id)
-            if "items" not in answer and not answer.get("done"):
-                return
-        raise RuntimeError("advance did not settle")  # a bug: plans are bounded by max_tool_hops
 
     def tool_started(self, run: Row, item: Row, tool: Tool, job: Row | None) -> None:
         """The ``tool_started`` event of an item that starts now (inline, or as ``job``)."""
