@@ -25,7 +25,7 @@ import mcp_types as types
 import pytest
 
 from roost.actors import Actor, InvalidArguments, RpcError
-from roost.agent import AgentConfig
+from roost.agent import AgentConfig, mcp_tools
 from roost.agent.agent import Agent
 from roost.agent.catalog import InvalidToolCall
 from roost.agent.config import ConfigError, load_config
@@ -708,6 +708,54 @@ async def test_a_lost_http_connection_rejoins_the_same_session(data_dir: Path) -
         left.clear()
 
 
+async def test_a_lost_http_session_whose_id_was_not_kept_is_not_replaced_without_leave(
+    data_dir: Path,
+) -> None:
+    """Without ``track_session_ids`` there is nothing to rejoin: the row is ``reinitialize_required``
+    and the run waits for leave."""
+    with http_server() as url:
+        server = McpServer(name="t", url=url, tool_approval={"count": "mutating"})
+        kind = kind_of("untracked", server, track=False)
+        async with ActorKit([kind], data_dir) as kit:
+            c = kit.connect(kind.kind, "a")
+            reply = await c.call("turn", THREE_CALLS)
+            await drive(kit, lambda: "approval_requested" in event_types(c), io_wait=IO)
+            await break_the_connection(kit, kind, reply["run_id"], forget=True)
+            (asked,) = payloads(c, "approval_requested")
+            await c.call("approve", asked["approval_id"], "grant")
+            await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+            run = await c.call("get_run", reply["run_id"])
+            assert run["waiting"] == "input"
+            assert "its id was not kept" in run["question"]
+            assert run["capability_sessions"][0]["initialized"] == 1
+
+
+async def test_a_connection_that_ends_between_open_and_call_is_not_replaced_without_leave(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection the row's open chose to reuse ends before the call goes out: the row is opened
+    again (a stdio session cannot be rejoined: ``reinitialize_required``, the run waits for leave),
+    never given a new session on the spot."""
+    real = mcp_tools._open
+
+    def racing(actor: Any, ctx: Any, server: McpServer) -> Any:
+        opened, settings, pool, owner = real(actor, ctx, server)
+        if opened.action == "reuse":
+            pool.connections[opened.capability_session_id]._close.set()  # it ends now
+        return opened, settings, pool, owner
+
+    monkeypatch.setattr(mcp_tools, "_open", racing)
+    kind = kind_of("racing", stdio())
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", TWO_CALLS)
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        (row,) = run["capability_sessions"]
+        assert (row["status"], row["initialized"], row["calls"]) == ("reinitialize_required", 1, 1)
+        assert run["waiting"] == "input"
+
+
 async def test_a_rejoined_session_the_server_forgot_is_not_replaced_without_leave(data_dir: Path) -> None:
     """A server that no longer knows the session answers the rejoined call 404: the row is
     ``reinitialize_required`` and, without ``support_reinit_on_expiry``, the run waits for leave
@@ -927,6 +975,38 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
         assert "rejoining the session" in [p["reason"] for p in ws_events(peer, "capability_session")]
         (row,) = rows_in_file(data_dir)
         assert row["resume_token"] == first_token
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_call_of_a_tool_not_marked_repeatable_does_not_make_it_again(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL while a call of a tool the server does not mark read-only or idempotent is in flight:
+    the call may have had its effect, so after the restart the step fails, not retried, and the
+    server got the call once."""
+    flag, marker = tmp_path / "release", tmp_path / "paid"
+    with http_server() as url:
+        cfg = tmp_path / "roost.toml"
+        cfg.write_text(
+            f'[agent]\nheartbeat_interval = 0.25\nlease_ttl = 1.0\n[agent.mcp_servers.t]\nurl = "{url}"\n'
+        )
+        app = "tests.mcp_servers.app:app"
+        call = f'mcp__t__pay_then_hold {{"flag": "{flag}", "marker": "{marker}"}}'
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a") as peer:
+                await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+                reply = await peer.call("turn", call, timeout=WAIT)
+                await peer.wait_for(has_event("tool_progress"), WAIT)
+                srv.kill()  # SIGKILL, mid-call
+        flag.write_text("go")
+        with server_process(data_dir, "--config", str(cfg), app=app) as srv:
+            async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
+                await peer.wait_for(has_event("turn_failed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+        assert run["status"] == "failed"
+        assert not run["retryable"]
+        assert "in flight when its worker was lost" in run["error"]
+        assert marker.read_text() == "1"  # the server got the call once
 
 
 @pytest.mark.slow

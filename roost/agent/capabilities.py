@@ -11,6 +11,10 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 - **A lost worker leaves a resumable row**: when the lease of an MCP call's job expires (its process
   died), or the connection broke under a call, the row becomes ``resumable``.
+- **A call lost with its worker is not made again unless repeatable**: a row whose job's worker was
+  lost while its call was in flight (``resumable``, :data:`WORKER_LOST`, the same job) tells the
+  next attempt (``Opened.lost_mid_call``), which fails, not retried, for a tool the server does not
+  mark read-only or idempotent, as when a connection breaks under a call.
 - **A session is never replaced without leave**: a row that had a session this process does not hold
   (its connection ended, or its process was lost) **rejoins that session** when it can (streamable
   HTTP, its id kept in ``resume_token`` and the handshake's result in ``handshake``: the row is
@@ -64,6 +68,8 @@ __all__ = [
 
 shown = Records.shown
 
+#: The reason of a row whose call's worker was lost (the lease of its job expired).
+WORKER_LOST = "the worker of the call was lost"
 #: An elicitation's message longer than this (characters) is refused.
 MAX_MESSAGE = 4000
 #: An elicitation's requested schema larger than this once encoded (bytes) is refused.
@@ -186,7 +192,7 @@ class Capabilities(Part):
         run = self.run(job["run_id"])
         for row in self.rows(job["run_id"]):
             if row["job_id"] == job["job_id"] and row["status"] in LIVE:
-                self._status(run, row, CapabilityStatus.RESUMABLE, "the worker of the call was lost")
+                self._status(run, row, CapabilityStatus.RESUMABLE, WORKER_LOST)
 
     def close_run(self, run: Row) -> None:
         """The run ended: its rows are ``closed``; this process keeps their healthy connections a moment
@@ -232,6 +238,12 @@ class Capabilities(Part):
             (item_id, JobStatus.RUNNING),
         )
         values: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "approval_state": approval}
+        lost_mid_call = (
+            row["status"] == CapabilityStatus.RESUMABLE
+            and row["reason"] == WORKER_LOST
+            and job_id is not None
+            and row["job_id"] == job_id
+        )
         cid = row["capability_session_id"]
         gone = (
             row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED and row["initialized"] and not live(cid)
@@ -240,7 +252,14 @@ class Capabilities(Part):
             token, handshake = row["resume_token"], row["handshake"]
             if token is not None and handshake is not None and transport == "streamable_http":
                 self._status(run, row, CapabilityStatus.IN_PROGRESS, "rejoining the session", **values)
-                return Opened(cid, job_id, "rejoin", resume_token=token, handshake=handshake)
+                return Opened(
+                    cid,
+                    job_id,
+                    "rejoin",
+                    resume_token=token,
+                    handshake=handshake,
+                    lost_mid_call=lost_mid_call,
+                )
             why = (
                 "the session ended with its connection: a stdio server's session does not outlive its process"
                 if transport == "stdio"
@@ -264,13 +283,13 @@ class Capabilities(Part):
                 reinit_allowed=0,
                 **values,
             )
-            return Opened(cid, job_id, "connect")
+            return Opened(cid, job_id, "connect", lost_mid_call=lost_mid_call)
         if row["status"] != CapabilityStatus.IN_PROGRESS:
             reason = "resumed on its connection" if row["status"] == CapabilityStatus.RESUMABLE else None
             self._status(run, row, CapabilityStatus.IN_PROGRESS, reason, **values)
         else:
             self._set(row, **values)
-        return Opened(cid, job_id, "reuse" if live(cid) else "connect")
+        return Opened(cid, job_id, "reuse" if live(cid) else "connect", lost_mid_call=lost_mid_call)
 
     def connected(
         self,

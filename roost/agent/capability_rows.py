@@ -80,6 +80,9 @@ class Opened:
     question: str | None = None
     resume_token: str | None = None
     handshake: dict[str, Any] | None = None
+    #: The call of this job was in flight when its worker was lost (its process died): it may have
+    #: had its effect, so it is made again only for a tool the server marks repeatable.
+    lost_mid_call: bool = False
 
 
 def decode(row: Row) -> Row:

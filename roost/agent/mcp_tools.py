@@ -16,10 +16,11 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 - **A server's wrong answer is final**: an ``isError`` result, or one that violates the tool's output
   schema, fails the step (not retried) with the reason.
 - **A call that may have had its effect is not repeated unless the server says it may be**: a
-  connection that broke under a call (:class:`~roost.agent.mcp_client.ConnectionLost` ``sent``) is
-  retried on a new connection only for a tool the server annotates ``readOnlyHint`` or
-  ``idempotentHint``; for any other it fails the step, not retried (as a call that timed out). One
-  that could not be sent (no connection) is retried. Every call carries the step's idempotency key
+  connection that broke under a call (:class:`~roost.agent.mcp_client.ConnectionLost` ``sent``), or
+  a call in flight when its Roost process was lost (``Opened.lost_mid_call``), is made again only
+  for a tool the server annotates ``readOnlyHint`` or ``idempotentHint``; for any other it fails the
+  step, not retried (as a call that timed out). One that could not be sent (no connection) is
+  retried. Every call carries the step's idempotency key
   in its ``_meta`` (``roost/idempotency_key``), the same for every run of the attempt after a lost
   process, so that a server can tell a repeat.
 """
@@ -198,13 +199,17 @@ async def call(
         return await _call_retrying(ctx, server, tool, arguments, repeatable)
 
 
+class _Reopen(Exception):
+    """The connection ``open`` chose ended before the call went out: open the row again."""
+
+
 async def _call_retrying(
     ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], repeatable: bool
 ) -> Any:
-    for _ in range(2):  # a session that expired under the call may be re-initialised once
+    for _ in range(3):  # a session that expired under the call may be re-initialised once
         try:
             return await _once(ctx, server, tool, arguments, repeatable)
-        except SessionExpired:
+        except (SessionExpired, _Reopen):
             continue
     raise SessionExpired(f"MCP server {server.name!r}: the new session expired too")
 
@@ -217,8 +222,16 @@ async def _once(
     if opened.action == "wait":
         raise NeedInput(opened.question or "the MCP session expired")
     cid = opened.capability_session_id
+    if opened.lost_mid_call and not repeatable:
+        raise McpToolError(
+            f"tool {tool!r}: its call was in flight when its worker was lost (not retried: the call "
+            "may have had its effect, and the server does not mark the tool read-only or idempotent)"
+        )
     ttl = server.session_ttl_s
     conn = pool.live(cid) if opened.action == "reuse" else None
+    if opened.action == "reuse" and conn is None:  # it ended since open: decide again, never a new one here
+        await ctx.turn(lambda a: _caps(a).session_gone(cid, "the connection ended", expired=False))
+        raise _Reopen
     try:
         if conn is None and opened.action == "rejoin":
             assert opened.resume_token is not None

@@ -95,7 +95,7 @@ class Colour(BaseModel):
     colour: str
 
 
-@app.tool()
+@app.tool(annotations=types.ToolAnnotations(read_only_hint=True))
 async def ask_colour(ctx: Context) -> str:
     """Ask the user for a colour (an elicitation) and answer with it."""
     answer = await ctx.elicit("What is your favourite colour?", Colour)
@@ -154,6 +154,18 @@ def pay_once(marker: str) -> str:
 
 
 @app.tool()
+async def pay_then_hold(flag: str, marker: str, ctx: Context) -> str:
+    """As ``hold``, but a payment (not marked read-only or idempotent): counts its calls in
+    ``marker``, then waits for ``flag``."""
+    path = anyio.Path(marker)
+    await path.write_text(str(int(await path.read_text()) + 1 if await path.exists() else 1))
+    await ctx.report_progress(1, 2, "paying")
+    while not await anyio.Path(flag).exists():  # noqa: ASYNC110  (another process makes it)
+        await anyio.sleep(0.02)
+    return "paid"
+
+
+@app.tool()
 def call_key(ctx: Context) -> str:
     """The idempotency key the call carries in its ``_meta`` (``roost/idempotency_key``)."""
     meta: Any = ctx.request_context.meta
@@ -168,9 +180,9 @@ def sid_later(ctx: Context) -> str:
     return session_id(ctx)
 
 
-@app.tool()
+@app.tool(annotations=types.ToolAnnotations(read_only_hint=True))
 async def hold(flag: str, ctx: Context) -> str:
-    """Report progress, then wait until the file ``flag`` exists."""
+    """Report progress, then wait until the file ``flag`` exists (read-only: it changes nothing)."""
     await ctx.report_progress(1, 2, "holding")
     while not await anyio.Path(flag).exists():  # noqa: ASYNC110  (another process makes it)
         await anyio.sleep(0.02)
