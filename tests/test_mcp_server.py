@@ -7,10 +7,11 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import httpx2
+import mcp_types as types
 import orjson
 import pytest
 from mcp.client.session import ClientSession
@@ -26,6 +27,7 @@ from roost.transport import RoostApp, create_app
 from roost.transport import mcp as mcp_module
 from roost.transport.limits import Limits
 from roost.transport.mcp import IDLE_S
+from roost.transport.mcp_asks import MAX_ANSWER, MAX_ASKS, elicit, sample
 from roost.transport.mcp_events import BINDING, ActorEventStore
 from roost.transport.mcp_tools import RESOURCE_NOT_FOUND, Binding
 from roost.transport.security import claims_authorize, token_authenticate
@@ -679,3 +681,105 @@ async def test_one_principal_cannot_hold_every_session(
             async with mcp_session(url, alice) as other:
                 assert (await other.call_tool("increment", {})).structured_content == {"result": 1}
     await app.aclose()
+
+
+# -- a tool that asks the client (roost.transport.mcp_asks) -----------------------------------------
+class Asker(Actor):
+    """Asks the client's user for a name, or the client's model for a word; keeps what it got."""
+
+    kind = "asker"
+    initial_state: ClassVar[dict[str, Any]] = {"got": []}
+
+    @callable
+    async def greet(self, huge: bool = False) -> dict[str, Any]:
+        """Asks the user's name."""
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        return elicit("Your name?", schema, then="greeted", carry={"huge": huge})
+
+    @callable
+    async def greeted(self, answer: dict[str, Any], carry: Any = None) -> str:
+        """Takes the answer to ``greet``; asks the model for a word after it."""
+        self.set_state({"got": [*self.state["got"], answer]})
+        if answer.get("action") != "accept":
+            return f"no name ({answer.get('action')})"
+        return f"hello {answer['content']['name']}"
+
+    @callable
+    async def word(self) -> dict[str, Any]:
+        """Asks the client's model for a word."""
+        return sample([{"role": "user", "content": {"type": "text", "text": "a word"}}], 10, then="worded")
+
+    @callable
+    async def worded(self, answer: dict[str, Any], carry: Any = None) -> str:
+        """Takes the model's word."""
+        self.set_state({"got": [*self.state["got"], answer]})
+        return f"the model said {answer['content']['text']}"
+
+    @callable
+    async def forever(self, answer: Any = None, carry: Any = None) -> dict[str, Any]:
+        """Asks again after every answer."""
+        return elicit("again?", {"type": "object", "properties": {}}, then="forever")
+
+
+async def _accept(context: Any, params: Any) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def _sampled(context: Any, params: Any) -> types.CreateMessageResult:
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="kestrel"), model="fake"
+    )
+
+
+@pytest.fixture
+async def asker(data_dir: Path) -> AsyncIterator[str]:
+    async with serve_in_process(create_app([Asker], data_dir=data_dir, limits=NO_RATES)) as where:
+        yield where
+
+
+async def test_a_tool_asks_the_clients_user_and_its_next_callable_takes_the_answer(asker: str) -> None:
+    url = f"http://{asker}/mcp/asker/a"
+    async with mcp_session(url, elicitation_callback=_accept, sampling_callback=_sampled) as mcp:
+        result = await mcp.call_tool("greet", {})
+        assert (result.is_error, text_of(result)) == (False, "hello Ada")
+        result = await mcp.call_tool("word", {})
+        assert text_of(result) == "the model said kestrel"
+        async with httpx.AsyncClient(timeout=10) as http:
+            state = (await http.get(f"http://{asker}/agents/asker/a")).json()["state"]
+            asked = (await http.post(f"http://{asker}/agents/asker/a/rpc/greet", json=[])).json()
+    assert state["got"][0] == {"action": "accept", "content": {"name": "Ada"}}  # each answer a turn
+    assert state["got"][1]["content"] == {"type": "text", "text": "kestrel"}
+    assert asked["result"]["then"] == "greeted"  # over HTTP the question is the result
+    assert asked["result"]["mcp_ask"]["elicit"]["message"] == "Your name?"
+
+
+async def test_a_client_without_the_capability_gets_an_error_result_and_the_session_goes_on(
+    asker: str,
+) -> None:
+    async with mcp_session(f"http://{asker}/mcp/asker/b") as mcp:  # no elicitation, no sampling
+        for tool, missing in (("greet", "elicitation"), ("word", "sampling")):
+            result = await mcp.call_tool(tool, {})
+            assert result.is_error
+            assert f"does not support {missing}" in text_of(result)
+        assert (await mcp.call_tool("greeted", {"answer": {"action": "decline"}})).is_error is False
+
+
+async def test_a_tool_that_asks_without_end_is_stopped(asker: str) -> None:
+    url = f"http://{asker}/mcp/asker/c"
+    async with mcp_session(url, elicitation_callback=_accept) as mcp:
+        result = await mcp.call_tool("forever", {})
+        assert result.is_error
+        assert f"more than {MAX_ASKS} times" in text_of(result)
+
+
+async def test_an_answer_over_the_bound_is_refused(asker: str) -> None:
+    async def huge(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "x" * (MAX_ANSWER + 1)})
+
+    async with mcp_session(f"http://{asker}/mcp/asker/d", elicitation_callback=huge) as mcp:
+        result = await mcp.call_tool("greet", {})
+        assert result.is_error
+        assert f"over {MAX_ANSWER} bytes" in text_of(result)
+    async with httpx.AsyncClient(timeout=10) as http:
+        state = (await http.get(f"http://{asker}/agents/asker/d")).json()["state"]
+    assert state["got"] == []  # the answer reached no turn

@@ -3,10 +3,10 @@ served by Roost: ``roost serve roost.examples.mcp_conformance:app``, then point 
 ``http://127.0.0.1:PORT/mcp/conformance/fixture`` (one actor) or ``/mcp/conformance`` (one per session).
 
 The tools are the ``@callable`` methods of one actor kind, ``conformance``; the prompts, the static
-resources, the resource template and the completions are the app's (``app.mcp.extras``). What the
-suite's scenarios ask for and this app does not offer (``tests/test_mcp_conformance.py`` lists them):
-tools that send requests to the client in the middle of a call (``sampling/createMessage``,
-``elicitation/create``): a tool is an actor's turn, and a turn does not wait on a client.
+resources, the resource template and the completions are the app's (``app.mcp.extras``). The tools
+that ask the client in the middle of a call (``sampling/createMessage``, ``elicitation/create``)
+return their question (:mod:`roost.transport.mcp_asks`): a tool is an actor's turn, and a turn does
+not wait on a client, so the answer comes to a second callable (``sampled``, ``elicited``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 
 from roost.actors import Actor, callable
 from roost.transport.app import create_app
+from roost.transport.mcp_asks import elicit, sample
 from roost.transport.mcp_tools import Prompt, ResourceTemplate, StaticResource
 
 __all__ = ["PNG", "WAV", "Conformance", "app"]
@@ -120,6 +121,86 @@ class Conformance(Actor):
     async def test_reconnection(self) -> dict[str, Any]:
         """Answers (the SSE polling scenario's tool)."""
         return _text("Reconnection test completed successfully")
+
+    # -- tools that ask the client (roost.transport.mcp_asks): the question is the result, the
+    # answer goes to the callable it names, in a turn of its own
+    @callable
+    async def test_sampling(self, prompt: str) -> dict[str, Any]:
+        """Asks the client's model to answer the prompt (sampling/createMessage)."""
+        message = {"role": "user", "content": {"type": "text", "text": prompt}}
+        return sample([message], 100, then="sampled")
+
+    @callable
+    async def sampled(self, answer: dict[str, Any], carry: Any = None) -> dict[str, Any]:
+        """Takes the client's model's answer to ``test_sampling``."""
+        self._count()
+        content = answer.get("content")
+        text = content.get("text", "") if isinstance(content, dict) else ""
+        return _text(f"LLM response: {text}")
+
+    @callable
+    async def test_elicitation(self, message: str) -> dict[str, Any]:
+        """Asks the client's user for a username and an email (elicitation/create)."""
+        schema = {
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            },
+            "required": ["username", "email"],
+        }
+        return elicit(message, schema, then="elicited", carry="User response")
+
+    @callable
+    async def elicited(self, answer: dict[str, Any], carry: Any = None) -> dict[str, Any]:
+        """Takes the user's answer to an elicitation of this actor."""
+        self._count()
+        action, content = answer.get("action"), orjson.dumps(answer.get("content", {})).decode()
+        if carry == "User response":
+            return _text(f"User response: action={action}, content={content}")
+        return _text(f"Elicitation completed: action={action}, content={content}")
+
+    @callable
+    async def test_elicitation_sep1034_defaults(self) -> dict[str, Any]:
+        """Asks the user with a default for every primitive type (SEP-1034)."""
+        schema = {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": True},
+            },
+        }
+        return elicit("Please review your profile", schema, then="elicited")
+
+    @callable
+    async def test_elicitation_sep1330_enums(self) -> dict[str, Any]:
+        """Asks the user with each of the five enum shapes (SEP-1330)."""
+        options = ["option1", "option2", "option3"]
+        titled = [{"const": f"value{i}", "title": t} for i, t in enumerate(("First", "Second", "Third"), 1)]
+        schema = {
+            "type": "object",
+            "properties": {
+                "untitledSingle": {"type": "string", "enum": options},
+                "titledSingle": {
+                    "type": "string",
+                    "oneOf": [{**o, "title": f"{o['title']} Option"} for o in titled],
+                },
+                "legacyEnum": {
+                    "type": "string",
+                    "enum": ["opt1", "opt2", "opt3"],
+                    "enumNames": ["Option One", "Option Two", "Option Three"],
+                },
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": options}},
+                "titledMulti": {
+                    "type": "array",
+                    "items": {"anyOf": [{**o, "title": f"{o['title']} Choice"} for o in titled]},
+                },
+            },
+        }
+        return elicit("Choose your options", schema, then="elicited")
 
     @callable
     async def json_schema_2020_12_tool(self, name: str | None = None, address: address | None = None) -> Any:

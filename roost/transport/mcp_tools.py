@@ -22,6 +22,9 @@ as the description, ``inputSchema`` from its signature
   notifications follow its turn, they do not interleave with it); the other chunks go into
   ``structuredContent``, and when the last of them is an object with a ``content`` list, that is
   the answer;
+- a result that asks the client (:func:`roost.transport.mcp_asks.elicit`, ``sample``): the question
+  sent to the client on the call's stream, its answer to the callable the result names, whose
+  result is the call's (:mod:`roost.transport.mcp_asks`);
 - an error (``invalid_arguments``, ``handler_error``, ``forbidden``, …) as ``isError: true`` with the
   text ``code: message`` (the same code and message as over HTTP); an unknown tool as the JSON-RPC
   error ``-32602``.
@@ -53,6 +56,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from roost.actors import ActorNotFound, CallableInfo, Principal, RpcError, callables_of
+from roost.transport.mcp_asks import MAX_ASKS, AskFailed, ask_client, asked
 
 if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
@@ -188,18 +192,43 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         if refused is not None:
             return _error_result(*refused)
         args, kwargs = _split(info, dict(params.arguments or {}))
+        trace = ctx.request.scope.get(TRACE_SCOPE) if ctx.request is not None else None
         try:
             result, chunks = await registry.call(
-                bound.kind,
-                bound.scoped,
-                info.name,
-                args,
-                kwargs,
-                principal=bound.principal,
-                trace=ctx.request.scope.get(TRACE_SCOPE) if ctx.request is not None else None,
+                bound.kind, bound.scoped, info.name, args, kwargs, principal=bound.principal, trace=trace
             )
+            for _ in range(MAX_ASKS):  # the tool asks the client: its answer goes to `then` (mcp_asks)
+                question = None if info.streaming else asked(result)
+                if question is None:
+                    break
+                answer = await ask_client(ctx, question)
+                then = tools_of(bound.kind).get(question.then)
+                if then is None:
+                    return _error_result(
+                        "handler_error", f"{info.name} asked, but {question.then!r} is no tool"
+                    )
+                refused = await _refusal(runtime, bound, then)
+                if refused is not None:
+                    return _error_result(*refused)
+                info = then
+                result, chunks = await registry.call(
+                    bound.kind,
+                    bound.scoped,
+                    then.name,
+                    [],
+                    {"answer": answer, "carry": question.carry},
+                    principal=bound.principal,
+                    trace=trace,
+                )
+            else:
+                if asked(result) is not None:
+                    return _error_result(
+                        "handler_error", f"the tool asked the client more than {MAX_ASKS} times"
+                    )
         except RpcError as exc:
             return _error_result(exc.code, exc.message)
+        except AskFailed as exc:
+            return _error_result("handler_error", str(exc))
         rest = await _notify_chunks(ctx, bound, chunks)
         uri = state_uri(bound.kind, bound.name)
         if not info.readonly and uri in bound.subscriptions:  # on this call's stream, before its answer
