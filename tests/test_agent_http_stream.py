@@ -11,7 +11,7 @@ from roost.agent.agent import Agent
 from roost.agent.models import Model
 from roost.testing import ActorKit
 from tests.agent_support import drive, event_types, events
-from tests.fake_llm import DONE, FakeLLM, Reply, finish, text, usage
+from tests.fake_llm import DONE, Event, FakeLLM, Reply, finish, text, usage
 
 
 class Streamer(Agent):
@@ -52,3 +52,38 @@ async def test_a_429_before_the_stream_is_retried_and_the_usage_reaches_get_run(
         assert failed["will_retry"] is True
         assert "429" in failed["error"]
         assert len(llm.requests) == 2
+
+
+async def test_a_malformed_chunk_fails_its_run_and_another_actors_stream_goes_on(data_dir: Path) -> None:
+    """Actor ``b`` streams, held at a gate mid-answer; actor ``a``'s stream then sends a chunk that is
+        not JSON: ``a``'s run fails, not retryable, saying why, its message ``failed`` with what its readers
+    got;
+        ``b``'s stream, released, completes whole."""
+    async with FakeLLM() as llm:
+        Streamer.url = llm.url
+        gate = Event(gate=True, raw=": held\n\n")
+        llm.script(
+            Reply(events=[*text("steady ", "and "), gate, *text("whole"), finish(), DONE]),
+            Reply(events=[*text("half "), Event(raw="data: {not json\n\n")]),
+        )
+        async with ActorKit([Streamer], data_dir) as kit:
+            b = kit.connect("streamer", "b")
+            steady = await b.call("turn", "talk")
+            await drive(kit, lambda: llm.waiting == 1, io_wait=0.01)
+            a = kit.connect("streamer", "a")
+            broken = await a.call("turn", "talk")
+            await drive(kit, lambda: "turn_failed" in event_types(a), io_wait=0.01)
+            llm.release()
+            await drive(kit, lambda: "turn_completed" in event_types(b), io_wait=0.01)
+            failed = await a.call("get_run", broken["run_id"])
+            seen = [e["payload"] for e in events(a) if e["event_type"] == "model_delta"]
+            done = await b.call("get_run", steady["run_id"])
+        assert failed["status"] == "failed"
+        assert not failed["retryable"]
+        assert "malformed model stream" in failed["error"]
+        assert "not JSON" in failed["error"]
+        (message,) = failed["messages"]
+        assert message["status"] == "failed"
+        assert message["text"] == "".join(p["text"] for p in seen)  # what its readers got, no more
+        assert done["status"] == "completed"
+        assert done["output"] == "steady and whole"

@@ -46,6 +46,7 @@ from playwright.async_api import Browser, expect
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from roost.client import MessageText
 from roost.examples.demo import free_port
 from roost.examples.kinds import KINDS
 from roost.testing import until
@@ -186,6 +187,39 @@ def test_actor_url_honours_a_mount_prefix(project: Project) -> None:
         "urlObject": "ws://127.0.0.1:8000/roost/agents/counter/a%2Fb%20c",
         "wss": "wss://example.com/roost/agents/counter/c1",
     }
+
+
+def _delta(mid: str, offset: int, text: str) -> dict[str, Any]:
+    return {"event_type": "model_delta", "payload": {"message_id": mid, "offset": offset, "text": text}}
+
+
+#: Deltas as a reader may get them: in order, a repeat after a resume (overlapping), a gap (one
+#: skipped), a restart of the stream, characters outside the BMP (offsets count code points), two
+#: messages interleaved, and events that are not deltas.
+FED = [
+    _delta("m1", 0, "Hel"),
+    _delta("m1", 3, "lo 🦅"),
+    _delta("m1", 2, "llo 🦅 w"),  # overlaps: only " w" is new
+    _delta("m2", 0, "other"),
+    _delta("m1", 12, "far"),  # beyond what is held: a gap, nothing appended
+    _delta("m1", 9, "orld"),
+    {"event_type": "tool_started", "payload": {"tool": "t"}},
+    {"event_type": "model_stream_restarted", "payload": {"message_id": "m2"}},
+    _delta("m2", 0, "again"),
+]
+
+
+def test_the_js_message_text_reassembles_as_the_python_one(project: Project) -> None:
+    """``MessageText`` of the package and ``roost.client.MessageText`` give the same text from the
+    same events: each character once, an overlap trimmed, a gap counted and not appended, a restart
+    emptying its message, offsets in code points."""
+    seen = project.node_json("message_text.mjs", orjson.dumps(FED).decode())
+    python = MessageText()
+    added = [python.feed(ev) for ev in FED]
+    assert seen["added"] == added
+    assert seen["texts"] == {"m1": python.text("m1"), "m2": python.text("m2")}
+    assert seen["texts"] == {"m1": "Hello 🦅 world", "m2": "again"}
+    assert (seen["gaps"], seen["duplicates"]) == (python.gaps, python.duplicates) == (1, 1)
 
 
 def test_the_client_streams_a_streaming_method_with_no_idempotency_key(

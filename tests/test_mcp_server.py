@@ -783,3 +783,33 @@ async def test_an_answer_over_the_bound_is_refused(asker: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         state = (await http.get(f"http://{asker}/agents/asker/d")).json()["state"]
     assert state["got"] == []  # the answer reached no turn
+
+
+async def test_frames_out_of_order_in_a_session_get_errors_and_the_session_goes_on(addr: str) -> None:
+    """Within one session: a second ``initialize`` (answered again, as the SDK's server does, the
+    session unchanged), a response to a request never sent (accepted and dropped), a method that does
+    not exist (``-32601``): none breaks the session, whose next call works."""
+    url = f"http://{addr}/mcp/counter/order"
+    async with httpx.AsyncClient(timeout=10) as http:
+        sid = await open_raw(http, url)
+        headers = {**ACCEPT, "mcp-session-id": sid}
+
+        async def answer(message: dict[str, Any]) -> dict[str, Any]:
+            sent = await http.post(url, json=message, headers=headers)
+            assert sent.status_code == 200, sent.text
+            (found,) = [m for _, m in sse_messages(sent.text) if m and m.get("id") == message["id"]]
+            return found
+
+        again = await answer({**INIT, "id": 2})
+        assert again["result"]["serverInfo"]["name"]
+        stray = await http.post(url, json={"jsonrpc": "2.0", "id": 99, "result": {}}, headers=headers)
+        assert stray.status_code == 202
+        unknown = await answer({"jsonrpc": "2.0", "id": 3, "method": "tools/explode", "params": {}})
+        assert unknown["error"]["code"] == -32601  # method not found
+        call = {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "increment", "arguments": {}},
+        }
+        assert (await answer(call))["result"]["structuredContent"] == {"result": 1}
