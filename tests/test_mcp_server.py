@@ -798,7 +798,8 @@ async def test_frames_out_of_order_in_a_session_get_errors_and_the_session_goes_
             sent = await http.post(url, json=message, headers=headers)
             assert sent.status_code == 200, sent.text
             (found,) = [m for _, m in sse_messages(sent.text) if m and m.get("id") == message["id"]]
-            return found
+            answered: dict[str, Any] = found
+            return answered
 
         again = await answer({**INIT, "id": 2})
         assert again["result"]["serverInfo"]["name"]
