@@ -14,7 +14,8 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 - **No connection outlives the pool**: :meth:`McpPool.stop` closes and awaits every connection task.
 - **A broken connection is never reused**: a connection whose task ended (the server died, the
-  session was terminated) is dropped and the next call opens a new one.
+  session was terminated) is dropped; the row's next open decides what the next call gets (the
+  session rejoined, or a new one only with leave: :mod:`roost.agent.capabilities`).
 - **A rejoined session is the same session**: its requests carry the server's session id, so the
   server sees the calls of a run before and after a lost connection (or a lost Roost process) in one
   session; a server that no longer knows it answers 404, :class:`SessionExpired`.

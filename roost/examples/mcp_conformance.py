@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from typing_extensions import TypedDict
@@ -52,6 +52,13 @@ class Conformance(Actor):
 
     kind = "conformance"
     initial_state = {"calls": 0}
+    #: The tools that ask the client, and the callable that takes each one's answer (mcp_asks).
+    mcp_asks: ClassVar[dict[str, str]] = {
+        "test_sampling": "sampled",
+        "test_elicitation": "elicited",
+        "test_elicitation_sep1034_defaults": "elicited",
+        "test_elicitation_sep1330_enums": "elicited",
+    }
 
     def _count(self) -> None:
         self.set_state({"calls": self.state["calls"] + 1})

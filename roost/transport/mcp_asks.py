@@ -5,16 +5,26 @@ A tool is a turn of its actor, and a turn never waits on a client: it would hold
 mailbox, and its writes, for as long as the user takes. So a ``@callable`` that needs the client's
 answer **returns the question** instead — :func:`elicit` or :func:`sample`, naming the callable of the
 same actor that takes the answer (``then``) and what it needs to carry over (``carry``, JSON). The
-MCP route (:func:`roost.transport.mcp_tools.build_server`) sends the request to the client on the
-call's own stream, outside any turn, and calls ``then(answer=…, carry=…)`` in a new turn with the
-client's answer; ``then`` may ask again (at most :data:`MAX_ASKS` times a call). Each step is a turn,
-committed before the next question goes out. Over WebSocket and HTTP the question is the call's
-result, as JSON: the caller answers by calling ``then`` itself.
+kind declares which of its callables ask and which callable takes each one's answer, in its class
+attribute ``mcp_asks`` (``{"asker": "continuation", ...}``, :func:`declared`). The MCP route
+(:func:`roost.transport.mcp_tools.build_server`) sends the question to the client on the call's own
+stream, outside any turn, and calls ``then(answer=…, carry=…)`` in a new turn with the client's
+answer; a continuation that is itself an asker may ask again (at most :data:`MAX_ASKS` questions a
+call). Each step is a turn, committed before the next question goes out. Over WebSocket and HTTP the
+question is the call's result, as JSON: the caller answers by calling ``then`` itself (there the
+answer and ``carry`` are the caller's word, as any argument is).
 
 Guarantees (tests in ``tests/test_mcp_server.py``):
 
-- **The question goes to the client that called**, on the call's stream, and its answer to ``then``
-  of the same actor with the same principal, checked as any call is.
+- **Only a declared asker asks**: the result of any other callable is data, whatever it holds (a
+  stored value shaped like a question is not sent to the client), and its ``then`` must be the one
+  declared for it.
+- **A continuation takes only the client's answer over MCP**: it is not listed in ``tools/list``
+  and a direct ``tools/call`` of it is refused, so its ``answer`` and ``carry`` come from the
+  question's own round (``carry`` never leaves the server there).
+- **The question goes to the client that called, after ``then`` is allowed**: the continuation is
+  checked for the session's principal before the client is asked; the answer goes to the same actor
+  with the same principal.
 - **Bounded**: an answer over :data:`MAX_ANSWER` bytes of JSON, more than :data:`MAX_ASKS` questions,
   a client that does not declare the capability, a refused request or no answer within
   :data:`ASK_TIMEOUT_S` end the call with an error result saying why; the actor and the session go on.
@@ -42,6 +52,7 @@ __all__ = [
     "Asked",
     "ask_client",
     "asked",
+    "declared",
     "elicit",
     "sample",
 ]
@@ -72,8 +83,10 @@ def sample(
     messages: list[dict[str, Any]], max_tokens: int, then: str, carry: Any = None, **params: Any
 ) -> dict[str, Any]:
     """A tool's result that asks the client's model (``sampling/createMessage`` with ``messages``,
-    ``maxTokens`` and any other of its parameters in ``params``, by their MCP names); the answer
-    (``{"role", "content", "model", "stopReason"}``) goes to ``then(answer=…, carry=carry)``."""
+    ``maxTokens`` and, in ``params`` by their MCP names, ``systemPrompt``, ``includeContext``,
+    ``temperature``, ``stopSequences``, ``metadata``, ``modelPreferences``; sampling with tools is
+    not offered); the answer (``{"role", "content", "model", "stopReason"}``) goes to
+    ``then(answer=…, carry=carry)``."""
     question = {"messages": messages, "maxTokens": max_tokens, **params}
     return {ASK: {"sample": question}, "then": then, "carry": carry}
 
@@ -89,8 +102,26 @@ class Asked:
     carry: Any
 
 
+def declared(cls: type, callables: Mapping[str, Any]) -> dict[str, str]:
+    """The kind's ``mcp_asks`` (asker → continuation), checked against its ``callables``: each name
+    a callable of the kind, each continuation taking ``answer`` and ``carry``. Raises ``TypeError``
+    naming what is wrong."""
+    asks = getattr(cls, "mcp_asks", None) or {}
+    if not isinstance(asks, Mapping):
+        raise TypeError(f"{cls.__name__}.mcp_asks must map an asking callable to its continuation")
+    for asker, then in asks.items():
+        for name in (asker, then):
+            if name not in callables:
+                raise TypeError(f"{cls.__name__}.mcp_asks: {name!r} is not a @callable of the kind")
+        params = callables[then].arguments.signature.parameters
+        if "answer" not in params or "carry" not in params:
+            raise TypeError(f"{cls.__name__}.mcp_asks: {then!r} must take answer and carry")
+    return {str(k): str(v) for k, v in asks.items()}
+
+
 def asked(result: Any) -> Asked | None:
-    """The question ``result`` asks, if it is one (:func:`elicit`, :func:`sample`)."""
+    """The question ``result`` asks, if it is one (:func:`elicit`, :func:`sample`); only a declared
+    asker's result is looked at (:func:`declared`)."""
     if not isinstance(result, Mapping) or not isinstance(result.get(ASK), Mapping):
         return None
     question, then = result[ASK], result.get("then")
@@ -127,12 +158,15 @@ async def ask_client(ctx: ServerRequestContext[Any, Any], question: Asked) -> An
                 )
             else:
                 params = types.CreateMessageRequestParams.model_validate(question.params)
+                if params.tools or params.tool_choice:
+                    raise AskFailed("sampling with tools is not offered")
                 with warnings.catch_warnings():  # deprecated from 2026-07-28; the handshake-era
                     warnings.simplefilter("ignore", MCPDeprecationWarning)  # sessions served here have it
                     sending = session.create_message(
                         params.messages,
                         max_tokens=params.max_tokens,
                         system_prompt=params.system_prompt,
+                        include_context=params.include_context,
                         temperature=params.temperature,
                         stop_sequences=params.stop_sequences,
                         metadata=params.metadata,
@@ -140,6 +174,8 @@ async def ask_client(ctx: ServerRequestContext[Any, Any], question: Asked) -> An
                         related_request_id=ctx.request_id,
                     )
                 answer = await sending
+    except AskFailed:
+        raise
     except TimeoutError:
         raise AskFailed(f"the client did not answer within {ASK_TIMEOUT_S:g} s") from None
     except (ValueError, TypeError) as exc:  # a question the SDK will not send (its own checks)

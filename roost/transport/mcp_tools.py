@@ -22,9 +22,10 @@ as the description, ``inputSchema`` from its signature
   notifications follow its turn, they do not interleave with it); the other chunks go into
   ``structuredContent``, and when the last of them is an object with a ``content`` list, that is
   the answer;
-- a result that asks the client (:func:`roost.transport.mcp_asks.elicit`, ``sample``): the question
-  sent to the client on the call's stream, its answer to the callable the result names, whose
-  result is the call's (:mod:`roost.transport.mcp_asks`);
+- a result of a declared asker (the kind's ``mcp_asks``) that asks the client
+  (:func:`roost.transport.mcp_asks.elicit`, ``sample``): the question sent to the client on the
+  call's stream, its answer to the declared continuation, whose result is the call's; the
+  continuations are not listed and not called directly (:mod:`roost.transport.mcp_asks`);
 - an error (``invalid_arguments``, ``handler_error``, ``forbidden``, …) as ``isError: true`` with the
   text ``code: message`` (the same code and message as over HTTP); an unknown tool as the JSON-RPC
   error ``-32602``.
@@ -56,7 +57,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from roost.actors import ActorNotFound, CallableInfo, Principal, RpcError, callables_of
-from roost.transport.mcp_asks import MAX_ASKS, AskFailed, ask_client, asked
+from roost.transport.mcp_asks import MAX_ASKS, AskFailed, ask_client, asked, declared
 
 if TYPE_CHECKING:
     from roost.transport.interfaces import Runtime
@@ -171,23 +172,38 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         return bound
 
     tools: dict[str, dict[str, CallableInfo]] = {}  # by kind, built once (the registry's own are too)
+    asks: dict[str, dict[str, str]] = {}  # by kind: asker -> continuation (mcp_asks.declared)
 
     def tools_of(kind: str) -> dict[str, CallableInfo]:
         found = tools.get(kind)
         if found is None:
-            found = tools[kind] = callables_of(registry.kind_of(kind))
+            found = callables_of(registry.kind_of(kind))
+            asks[kind] = declared(registry.kind_of(kind), found)
+            tools[kind] = found
         return found
+
+    def asks_of(kind: str) -> dict[str, str]:
+        tools_of(kind)
+        return asks[kind]
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         bound = binding(ctx)
         cls = registry.kind_of(bound.kind)
-        return {"tools": [_tool(cls, info) for info in tools_of(bound.kind).values()]}
+        hidden = set(asks_of(bound.kind).values())  # continuations take the client's answers only
+        listed = [_tool(cls, info) for name, info in tools_of(bound.kind).items() if name not in hidden]
+        return {"tools": listed}
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
         bound = binding(ctx)
         info = tools_of(bound.kind).get(params.name)
         if info is None:
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
+        flow = asks_of(bound.kind)
+        if params.name in flow.values():
+            return _error_result(
+                "forbidden",
+                f"{params.name} takes the answer to a question of this tool set; it is not called directly",
+            )
         refused = await _refusal(runtime, bound, info)
         if refused is not None:
             return _error_result(*refused)
@@ -197,20 +213,23 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
             result, chunks = await registry.call(
                 bound.kind, bound.scoped, info.name, args, kwargs, principal=bound.principal, trace=trace
             )
-            for _ in range(MAX_ASKS):  # the tool asks the client: its answer goes to `then` (mcp_asks)
-                question = None if info.streaming else asked(result)
+            wrote = not info.readonly
+            for _ in range(MAX_ASKS):  # a declared asker asks the client: the answer goes to `then`
+                question = asked(result) if info.name in flow and not info.streaming else None
                 if question is None:
                     break
-                answer = await ask_client(ctx, question)
-                then = tools_of(bound.kind).get(question.then)
-                if then is None:
+                if question.then != flow[info.name]:
                     return _error_result(
-                        "handler_error", f"{info.name} asked, but {question.then!r} is no tool"
+                        "handler_error",
+                        f"{info.name} asked for {question.then!r}, but declares {flow[info.name]!r}",
                     )
-                refused = await _refusal(runtime, bound, then)
+                then = tools_of(bound.kind)[question.then]
+                refused = await _refusal(runtime, bound, then)  # before the client is asked
                 if refused is not None:
                     return _error_result(*refused)
+                answer = await ask_client(ctx, question)
                 info = then
+                wrote = wrote or not info.readonly
                 result, chunks = await registry.call(
                     bound.kind,
                     bound.scoped,
@@ -221,7 +240,7 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
                     trace=trace,
                 )
             else:
-                if asked(result) is not None:
+                if info.name in flow and asked(result) is not None:
                     return _error_result(
                         "handler_error", f"the tool asked the client more than {MAX_ASKS} times"
                     )
@@ -231,7 +250,7 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
             return _error_result("handler_error", str(exc))
         rest = await _notify_chunks(ctx, bound, chunks)
         uri = state_uri(bound.kind, bound.name)
-        if not info.readonly and uri in bound.subscriptions:  # on this call's stream, before its answer
+        if wrote and uri in bound.subscriptions:  # on this call's stream, before its answer
             updated = types.ResourceUpdatedNotification(
                 params=types.ResourceUpdatedNotificationParams(uri=uri)
             )
