@@ -55,16 +55,15 @@ async def test_a_429_before_the_stream_is_retried_and_the_usage_reaches_get_run(
 
 
 async def test_a_malformed_chunk_fails_its_run_and_another_actors_stream_goes_on(data_dir: Path) -> None:
-    """Actor ``b`` streams, held at a gate mid-answer; actor ``a``'s stream then sends a chunk that is
-        not JSON: ``a``'s run fails, not retryable, saying why, its message ``failed`` with what its readers
-    got;
-        ``b``'s stream, released, completes whole."""
+    """Actor ``b`` streams, held at a gate mid-answer; actor ``a``'s stream sends a word, then a
+    chunk that is not JSON: ``a``'s run fails, not retryable, saying why, its message
+    ``interrupted`` with the word its readers got; ``b``'s stream, released, completes whole."""
     async with FakeLLM() as llm:
         Streamer.url = llm.url
         gate = Event(gate=True, raw=": held\n\n")
         llm.script(
             Reply(events=[*text("steady ", "and "), gate, *text("whole"), finish(), DONE]),
-            Reply(events=[*text("half "), Event(raw="data: {not json\n\n")]),
+            Reply(events=[*text("half "), Event(delay=0.5, raw="data: {not json\n\n")]),
         )
         async with ActorKit([Streamer], data_dir) as kit:
             b = kit.connect("streamer", "b")
@@ -83,7 +82,8 @@ async def test_a_malformed_chunk_fails_its_run_and_another_actors_stream_goes_on
         assert "malformed model stream" in failed["error"]
         assert "not JSON" in failed["error"]
         (message,) = failed["messages"]
-        assert message["status"] == "failed"
-        assert message["text"] == "".join(p["text"] for p in seen)  # what its readers got, no more
+        assert message["status"] == "interrupted"
+        assert [p["text"] for p in seen] == ["half "]  # committed before the bad chunk came
+        assert message["text"] == "half "  # what its readers got, no more
         assert done["status"] == "completed"
         assert done["output"] == "steady and whole"

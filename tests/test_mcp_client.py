@@ -738,8 +738,8 @@ async def test_a_connection_that_ends_between_open_and_call_is_not_replaced_with
     never given a new session on the spot."""
     real = mcp_tools._open
 
-    def racing(actor: Any, ctx: Any, server: McpServer) -> Any:
-        opened, settings, pool, owner = real(actor, ctx, server)
+    def racing(actor: Any, ctx: Any, server: McpServer, repeatable: bool) -> Any:
+        opened, settings, pool, owner = real(actor, ctx, server, repeatable)
         if opened.action == "reuse":
             pool.connections[opened.capability_session_id]._close.set()  # it ends now
         return opened, settings, pool, owner
@@ -785,23 +785,32 @@ async def test_a_rejoined_session_the_server_forgot_is_not_replaced_without_leav
             assert statuses[-4:] == ["in_progress", "reinitialize_required", "in_progress", "closed"]
 
 
-async def test_a_call_that_may_have_had_its_effect_is_not_repeated_unless_the_tool_is_idempotent(
+async def test_a_call_that_may_have_had_its_effect_is_not_made_again_without_leave(
     data_dir: Path, tmp_path: Path
 ) -> None:
     """``pay_once`` (no annotations) kills its server under the call: the payment may have been made,
-    so the step fails, one attempt, not retried; ``die_once`` (``idempotentHint``) is run again on a
-    new connection (the test above)."""
-    kind = kind_of("pays", stdio())
+    so the run waits for input, saying so, and nothing is sent again; ``provide_input`` gives the
+    leave, and the call is made again (``die_once``, marked ``idempotentHint``, is made again at
+    once: the test above)."""
+    kind = kind_of("pays", stdio(), reinit=True)
     marker = tmp_path / "paid"
     async with ActorKit([kind], data_dir) as kit:
         c = kit.connect(kind.kind, "a")
-        run = await run_to_end(kit, c, f'mcp__t__pay_once {{"marker": "{marker}"}}')
-        assert marker.read_text() == "paid"  # the server got the call
-        assert run["status"] == "failed"
-        assert not run["retryable"]
-        assert "may have had its effect" in run["error"]
-        assert [j["attempt"] for j in run["jobs"]] == [1]
-        assert len(payloads(c, "tool_started")) == 1
+        reply = await c.call("turn", f'mcp__t__pay_once {{"marker": "{marker}"}}')
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert marker.read_text() == "paid"  # the server got the call once
+        assert run["waiting"] == "input"
+        assert "may have had its effect" in run["question"]
+        (row,) = run["capability_sessions"]
+        assert (row["status"], row["resend"], row["in_flight"]) == ("resumable", "asked", True)
+        await c.call("provide_input", reply["run_id"], "yes, pay again")
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed", run
+        assert payloads(c, "tool_completed")[0]["result"] == {"result": "paid again"}
+        (row,) = run["capability_sessions"]
+        assert (row["resend"], row["in_flight"]) == (None, False)
 
 
 async def test_every_call_carries_its_steps_idempotency_key(data_dir: Path) -> None:
@@ -978,12 +987,12 @@ async def test_sigkill_mid_call_leaves_the_session_row_and_the_run_resumes(
 
 
 @pytest.mark.slow
-async def test_sigkill_mid_call_of_a_tool_not_marked_repeatable_does_not_make_it_again(
+async def test_sigkill_mid_call_of_a_tool_not_marked_repeatable_waits_for_leave_to_make_it_again(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    """SIGKILL while a call of a tool the server does not mark read-only or idempotent is in flight:
-    the call may have had its effect, so after the restart the step fails, not retried, and the
-    server got the call once."""
+    """SIGKILL while a call of a tool the server does not mark read-only or idempotent is under way:
+    the call may have had its effect, so after the restart the run waits for input and the server
+    got the call once; with ``provide_input`` it is made again."""
     flag, marker = tmp_path / "release", tmp_path / "paid"
     with http_server() as url:
         cfg = tmp_path / "roost.toml"
@@ -1001,12 +1010,17 @@ async def test_sigkill_mid_call_of_a_tool_not_marked_repeatable_does_not_make_it
         flag.write_text("go")
         with server_process(data_dir, "--config", str(cfg), app=app) as srv:
             async with connect(f"{srv.ws}/agents/mcpagent/a?cursor=0") as peer:
-                await peer.wait_for(has_event("turn_failed"), WAIT)
+                await peer.wait_for(has_event("input_requested"), WAIT)
                 run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
-        assert run["status"] == "failed"
-        assert not run["retryable"]
-        assert "in flight when its worker was lost" in run["error"]
-        assert marker.read_text() == "1"  # the server got the call once
+                assert marker.read_text() == "1"  # the server got the call once
+                assert run["waiting"] == "input"
+                assert "may have had its effect" in run["question"]
+                await peer.call("provide_input", reply["run_id"], "yes", timeout=WAIT)
+                await peer.wait_for(has_event("turn_completed"), WAIT)
+                run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
+        assert run["status"] == "completed"
+        assert marker.read_text() == "2"  # made again with leave, in the rejoined session
+        assert run["capability_sessions"][0]["initialized"] == 1
 
 
 @pytest.mark.slow

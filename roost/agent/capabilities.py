@@ -11,10 +11,12 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 
 - **A lost worker leaves a resumable row**: when the lease of an MCP call's job expires (its process
   died), or the connection broke under a call, the row becomes ``resumable``.
-- **A call lost with its worker is not made again unless repeatable**: a row whose job's worker was
-  lost while its call was in flight (``resumable``, :data:`WORKER_LOST`, the same job) tells the
-  next attempt (``Opened.lost_mid_call``), which fails, not retried, for a tool the server does not
-  mark read-only or idempotent, as when a connection breaks under a call.
+- **A call that may have had its effect is not made again without leave**: from its open until its
+  answer, the row holds the call's item (``in_flight``). A later open for the same item (its
+  connection broke under it, its process died) makes it
+  again at once only for a tool the server marks read-only or idempotent; for any other the run
+  waits for input (``resend`` ``asked``), and ``provide_input`` gives the leave (``allowed``). This
+  is decided before anything else of the open (an expired or lost session, a new session).
 - **A session is never replaced without leave**: a row that had a session this process does not hold
   (its connection ended, or its process was lost) **rejoins that session** when it can (streamable
   HTTP, its id kept in ``resume_token`` and the handshake's result in ``handshake``: the row is
@@ -43,6 +45,8 @@ from roost.actors import InvalidArguments
 from roost.agent.capability_rows import (
     CAPABILITY_MIGRATIONS,
     LIVE,
+    RESEND_ALLOWED,
+    RESEND_ASKED,
     TABLE,
     CapabilityStatus,
     Opened,
@@ -217,13 +221,37 @@ class Capabilities(Part):
         item_id: str | None,
         attempt: int,
         live: Callable[[str], bool],
+        repeatable: bool = False,
     ) -> Opened:
         """Before an MCP call of ``item_id``'s job (``attempt``): the row of (run, server). ``live``:
-        whether this process holds a connection of a row. See the module doc for the decisions."""
+        whether this process holds a connection of a row; ``repeatable``: the server marks the tool
+        read-only or idempotent. See the module doc for the decisions."""
         run = self.run(run_id)
         row = self.ensure(run, server, transport)
         cfg = self.agent.settings().capability_sessions
         now = self.now
+        cid = row["capability_session_id"]
+        job_id = self.store.scalar(
+            "SELECT job_id FROM roost_agent_jobs WHERE item_id = ? AND status = ? ORDER BY created_at DESC",
+            (item_id, JobStatus.RUNNING),
+        )
+        lost = item_id is not None and row["in_flight"] == item_id  # opened before, never answered
+        if lost and not repeatable and row["resend"] != RESEND_ALLOWED:
+            question = (
+                f"A call to MCP server {server!r} for this step was under way when it was lost (its "
+                "connection broke, or its process died): it may have had its effect. "
+                "Answer with provide_input to make it again, or cancel the run."
+            )
+            self._status(
+                run,
+                row,
+                CapabilityStatus.RESUMABLE,
+                "the call may have had its effect: waiting for leave to make it again",
+                resend=RESEND_ASKED,
+                job_id=job_id,
+                attempt=attempt,
+            )
+            return Opened(cid, job_id, "wait", question)
         expired = row["expires_at"] is not None and row["expires_at"] <= now
         if expired and row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED:
             self._status(
@@ -233,18 +261,8 @@ class Capabilities(Part):
         item = self.store.get("items", item_id) if item_id else None
         if item is not None and item["grant_id"] is not None:
             approval = {"status": "granted", "grant_id": item["grant_id"], "item_id": item_id}
-        job_id = self.store.scalar(
-            "SELECT job_id FROM roost_agent_jobs WHERE item_id = ? AND status = ? ORDER BY created_at DESC",
-            (item_id, JobStatus.RUNNING),
-        )
-        values: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "approval_state": approval}
-        lost_mid_call = (
-            row["status"] == CapabilityStatus.RESUMABLE
-            and row["reason"] == WORKER_LOST
-            and job_id is not None
-            and row["job_id"] == job_id
-        )
-        cid = row["capability_session_id"]
+        waits: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "approval_state": approval}
+        values = {**waits, "in_flight": item_id}  # the call is under way from here to its answer
         gone = (
             row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED and row["initialized"] and not live(cid)
         )
@@ -252,14 +270,7 @@ class Capabilities(Part):
             token, handshake = row["resume_token"], row["handshake"]
             if token is not None and handshake is not None and transport == "streamable_http":
                 self._status(run, row, CapabilityStatus.IN_PROGRESS, "rejoining the session", **values)
-                return Opened(
-                    cid,
-                    job_id,
-                    "rejoin",
-                    resume_token=token,
-                    handshake=handshake,
-                    lost_mid_call=lost_mid_call,
-                )
+                return Opened(cid, job_id, "rejoin", resume_token=token, handshake=handshake)
             why = (
                 "the session ended with its connection: a stdio server's session does not outlive its process"
                 if transport == "stdio"
@@ -273,8 +284,8 @@ class Capabilities(Part):
                     "a new session may not see what the old one held. Answer with provide_input to "
                     "start a new session and go on."
                 )
-                self._set(row, **values)
-                return Opened(row["capability_session_id"], job_id, "wait", question)
+                self._set(row, **waits)
+                return Opened(cid, job_id, "wait", question)
             self._status(
                 run,
                 row,
@@ -283,13 +294,13 @@ class Capabilities(Part):
                 reinit_allowed=0,
                 **values,
             )
-            return Opened(cid, job_id, "connect", lost_mid_call=lost_mid_call)
+            return Opened(cid, job_id, "connect")
         if row["status"] != CapabilityStatus.IN_PROGRESS:
             reason = "resumed on its connection" if row["status"] == CapabilityStatus.RESUMABLE else None
             self._status(run, row, CapabilityStatus.IN_PROGRESS, reason, **values)
         else:
             self._set(row, **values)
-        return Opened(cid, job_id, "reuse" if live(cid) else "connect", lost_mid_call=lost_mid_call)
+        return Opened(cid, job_id, "reuse" if live(cid) else "connect")
 
     def connected(
         self,
@@ -323,17 +334,25 @@ class Capabilities(Part):
             expires_at=self.now + ttl if ttl is not None else None,
             answer=None,
             elicitation=None,
+            in_flight=None,
+            resend=None,
         )
 
-    def session_gone(self, capability_session_id: str, reason: str, *, expired: bool) -> None:
+    def session_gone(
+        self, capability_session_id: str, reason: str, *, expired: bool, sent: bool = True
+    ) -> None:
         """The row's connection ended under a call: the server forgot the session (``expired``:
-        ``reinitialize_required``) or the connection broke (``resumable``)."""
+        ``reinitialize_required``) or the connection broke (``resumable``). ``sent`` False: the call
+        never reached the server (it is no longer under way)."""
         row = self.row(capability_session_id)
         if row is None or row["status"] == CapabilityStatus.CLOSED:
             return
         run = self.run(row["run_id"])
         status = CapabilityStatus.REINITIALIZE_REQUIRED if expired else CapabilityStatus.RESUMABLE
-        self._status(run, row, status, reason)
+        if sent:
+            self._status(run, row, status, reason)
+        else:
+            self._status(run, row, status, reason, in_flight=None)
 
     # -- elicitation ------------------------------------------------------------------------------------
     def elicit(
@@ -424,6 +443,10 @@ class Capabilities(Part):
                 from roost.agent.mcp_client import mcp_pool
 
                 mcp_pool(self.agent.extension.process).deliver(row["capability_session_id"], payload)
+                return True
+            if row["resend"] == RESEND_ASKED and run["waiting"] == Waiting.INPUT:
+                self._set(row, resend=RESEND_ALLOWED)
+                self._resume(run, self.records.keep(payload))
                 return True
             if row["status"] == CapabilityStatus.REINITIALIZE_REQUIRED and run["waiting"] == Waiting.INPUT:
                 self._set(row, reinit_allowed=1)

@@ -16,7 +16,18 @@ import orjson
 from roost.agent.store import Row
 from roost.storage import Migration
 
-__all__ = ["CAPABILITY_MIGRATIONS", "LIVE", "TABLE", "CapabilityStatus", "Opened", "card", "decode", "encode"]
+__all__ = [
+    "CAPABILITY_MIGRATIONS",
+    "LIVE",
+    "RESEND_ALLOWED",
+    "RESEND_ASKED",
+    "TABLE",
+    "CapabilityStatus",
+    "Opened",
+    "card",
+    "decode",
+    "encode",
+]
 
 CAPABILITY_MIGRATIONS: Sequence[Migration] = (
     """
@@ -46,7 +57,16 @@ CAPABILITY_MIGRATIONS: Sequence[Migration] = (
     # the result of the handshake that made the session (JSON): with ``resume_token``, what
     # rejoining the session of a streamable HTTP server takes
     "ALTER TABLE roost_agent_capability_sessions ADD COLUMN handshake TEXT;",
+    # the item whose call was opened and not answered yet (it may have had its effect), and the
+    # user's leave to make such a call again (RESEND_ASKED, RESEND_ALLOWED)
+    "ALTER TABLE roost_agent_capability_sessions ADD COLUMN in_flight TEXT;",
+    "ALTER TABLE roost_agent_capability_sessions ADD COLUMN resend TEXT;",
 )
+
+#: ``resend``: the run waits for the user's leave to make a call that may have had its effect again.
+RESEND_ASKED = "asked"
+#: ``resend``: the user gave it (``provide_input``); cleared when the call is answered.
+RESEND_ALLOWED = "allowed"
 
 TABLE = "roost_agent_capability_sessions"
 _JSON = ("approval_state", "elicitation", "answer", "handshake")
@@ -80,9 +100,6 @@ class Opened:
     question: str | None = None
     resume_token: str | None = None
     handshake: dict[str, Any] | None = None
-    #: The call of this job was in flight when its worker was lost (its process died): it may have
-    #: had its effect, so it is made again only for a tool the server marks repeatable.
-    lost_mid_call: bool = False
 
 
 def decode(row: Row) -> Row:
@@ -121,4 +138,6 @@ def card(r: Row) -> dict[str, Any]:
         "attempt": r["attempt"],
         "initialized": r["initialized"],
         "calls": r["calls"],
+        "in_flight": r.get("in_flight") is not None,
+        "resend": r.get("resend"),
     }

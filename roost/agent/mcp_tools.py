@@ -15,12 +15,12 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
 - **The same gate as every tool**: approval mode, payload policy, telemetry, jobs and retries.
 - **A server's wrong answer is final**: an ``isError`` result, or one that violates the tool's output
   schema, fails the step (not retried) with the reason.
-- **A call that may have had its effect is not repeated unless the server says it may be**: a
-  connection that broke under a call (:class:`~roost.agent.mcp_client.ConnectionLost` ``sent``), or
-  a call in flight when its Roost process was lost (``Opened.lost_mid_call``), is made again only
-  for a tool the server annotates ``readOnlyHint`` or ``idempotentHint``; for any other it fails the
-  step, not retried (as a call that timed out). One that could not be sent (no connection) is
-  retried. Every call carries the step's idempotency key
+- **A call that may have had its effect is not made again without leave**: a call whose connection
+  broke under it (:class:`~roost.agent.mcp_client.ConnectionLost` ``sent``), or that was under way
+  when its Roost process was lost, is made again at once only for a tool the server annotates
+  ``readOnlyHint`` or ``idempotentHint``; for any other the run waits for ``provide_input``
+  (:meth:`~roost.agent.capabilities.Capabilities.open`). One that could not be sent (no connection,
+  a 404) is retried. A call that timed out fails, not retried. Every call carries the step's idempotency key
   in its ``_meta`` (``roost/idempotency_key``), the same for every run of the attempt after a lost
   process, so that a server can tell a repeat.
 """
@@ -206,31 +206,34 @@ class _Reopen(Exception):
 async def _call_retrying(
     ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], repeatable: bool
 ) -> Any:
-    for _ in range(3):  # a session that expired under the call may be re-initialised once
+    expired = reopened = 0
+    while True:  # a session that expired under the call may be re-initialised once; a row reopened once
         try:
             return await _once(ctx, server, tool, arguments, repeatable)
-        except (SessionExpired, _Reopen):
-            continue
-    raise SessionExpired(f"MCP server {server.name!r}: the new session expired too")
+        except SessionExpired:
+            expired += 1
+            if expired > 1:
+                raise SessionExpired(f"MCP server {server.name!r}: the new session expired too") from None
+        except _Reopen:
+            reopened += 1
+            if reopened > 1:
+                raise ConnectionLost(f"MCP server {server.name!r}: the connection ended twice") from None
 
 
 async def _once(
     ctx: ToolContext, server: McpServer, tool: str, arguments: dict[str, Any], repeatable: bool
 ) -> Any:
     """Open the row, connect if needed, call; the row records how it went."""
-    opened, settings, pool, owner = await ctx.turn(lambda a: _open(a, ctx, server))
+    opened, settings, pool, owner = await ctx.turn(lambda a: _open(a, ctx, server, repeatable))
     if opened.action == "wait":
         raise NeedInput(opened.question or "the MCP session expired")
     cid = opened.capability_session_id
-    if opened.lost_mid_call and not repeatable:
-        raise McpToolError(
-            f"tool {tool!r}: its call was in flight when its worker was lost (not retried: the call "
-            "may have had its effect, and the server does not mark the tool read-only or idempotent)"
-        )
     ttl = server.session_ttl_s
     conn = pool.live(cid) if opened.action == "reuse" else None
     if opened.action == "reuse" and conn is None:  # it ended since open: decide again, never a new one here
-        await ctx.turn(lambda a: _caps(a).session_gone(cid, "the connection ended", expired=False))
+        await ctx.turn(
+            lambda a: _caps(a).session_gone(cid, "the connection ended", expired=False, sent=False)
+        )
         raise _Reopen
     try:
         if conn is None and opened.action == "rejoin":
@@ -244,18 +247,16 @@ async def _once(
         result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
     except (SessionExpired, ConnectionLost) as exc:
         reason, expired = str(exc), isinstance(exc, SessionExpired)
-        await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired))
-        if isinstance(exc, ConnectionLost) and exc.sent and not repeatable:
-            raise McpToolError(
-                f"tool {tool!r}: {exc} (not retried: the call may have had its effect, and the server "
-                "does not mark the tool read-only or idempotent)"
-            ) from None
-        raise
+        sent = isinstance(exc, ConnectionLost) and exc.sent  # a 404 refused it: it had no effect
+        await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired, sent=sent))
+        raise  # the next attempt's open decides (a call that may have had its effect waits for leave)
     await ctx.turn(lambda a: _caps(a).called(cid, ttl))
     return _value(server, tool, result)
 
 
-def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, CapabilitySessions, Any, str]:
+def _open(
+    actor: Any, ctx: ToolContext, server: McpServer, repeatable: bool
+) -> tuple[Opened, CapabilitySessions, Any, str]:
     pool = mcp_pool(actor.extension.process)
     caps = _caps(actor)
     opened = caps.open(
@@ -265,6 +266,7 @@ def _open(actor: Any, ctx: ToolContext, server: McpServer) -> tuple[Opened, Capa
         ctx.item_id,
         ctx.attempt,
         lambda cid: pool.live(cid) is not None,
+        repeatable,
     )
     owner = f"{actor.kind}\0{actor.name}"  # the name within its tenant: one pool of sessions per actor
     return opened, actor.settings().capability_sessions, pool, owner
