@@ -804,13 +804,48 @@ async def test_a_call_that_may_have_had_its_effect_is_not_made_again_without_lea
         assert "may have had its effect" in run["question"]
         (row,) = run["capability_sessions"]
         assert (row["status"], row["resend"], row["in_flight"]) == ("resumable", "asked", True)
-        await c.call("provide_input", reply["run_id"], "yes, pay again")
+        await c.call("provide_input", reply["run_id"], {"resend": True})
         await drive(kit, lambda: finished(c), io_wait=IO)
         run = await c.call("get_run", reply["run_id"])
         assert run["status"] == "completed", run
         assert payloads(c, "tool_completed")[0]["result"] == {"result": "paid again"}
         (row,) = run["capability_sessions"]
         assert (row["resend"], row["in_flight"]) == (None, False)
+
+
+async def test_any_other_answer_declines_and_the_call_is_not_made_again(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    kind = kind_of("declines", stdio(), reinit=True)
+    marker = tmp_path / "paid"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", f'mcp__t__pay_once {{"marker": "{marker}"}}')
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        await c.call("provide_input", reply["run_id"], "no, do not pay again")
+        await drive(kit, lambda: finished(c), io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "failed"
+        assert "the user declined to make it again" in run["error"]
+        assert marker.read_text() == "paid"  # once, and not "paid again"
+        assert "tool_completed" not in event_types(c)
+
+
+async def test_a_leave_is_for_one_call_and_a_second_loss_asks_again(data_dir: Path, tmp_path: Path) -> None:
+    """``pay_and_die`` kills its server under every call: the leave after the first loss allows one
+    call, which is lost too, and the run asks again rather than paying a third time."""
+    kind = kind_of("twice", stdio(), reinit=True)
+    marker = tmp_path / "paid"
+    async with ActorKit([kind], data_dir) as kit:
+        c = kit.connect(kind.kind, "a")
+        reply = await c.call("turn", f'mcp__t__pay_and_die {{"marker": "{marker}"}}')
+        await drive(kit, lambda: "input_requested" in event_types(c), io_wait=IO)
+        await c.call("provide_input", reply["run_id"], True)
+        await drive(kit, lambda: event_types(c).count("input_requested") == 2, io_wait=IO)
+        run = await c.call("get_run", reply["run_id"])
+        assert run["waiting"] == "input"
+        assert "may have had its effect" in run["question"]
+        assert marker.read_text() == "2"  # the first call and the one allowed
 
 
 async def test_every_call_carries_its_steps_idempotency_key(data_dir: Path) -> None:
@@ -1015,7 +1050,7 @@ async def test_sigkill_mid_call_of_a_tool_not_marked_repeatable_waits_for_leave_
                 assert marker.read_text() == "1"  # the server got the call once
                 assert run["waiting"] == "input"
                 assert "may have had its effect" in run["question"]
-                await peer.call("provide_input", reply["run_id"], "yes", timeout=WAIT)
+                await peer.call("provide_input", reply["run_id"], {"resend": True}, timeout=WAIT)
                 await peer.wait_for(has_event("turn_completed"), WAIT)
                 run = await peer.call("get_run", reply["run_id"], timeout=WAIT)
         assert run["status"] == "completed"

@@ -696,6 +696,7 @@ class Asker(Actor):
         "loop": "forever",
         "forever": "forever",
         "stray": "worded",
+        "scribble": "worded",
     }
 
     @callable
@@ -707,6 +708,12 @@ class Asker(Actor):
     async def read(self) -> Any:
         """The note kept, as it was kept."""
         return self.state["note"]
+
+    @callable
+    async def scribble(self) -> dict[str, Any]:
+        """Writes, then asks."""
+        self.set_state({**self.state, "note": "scribbled"})
+        return elicit("?", {"type": "object", "properties": {}}, then="worded")
 
     @callable
     async def stray(self) -> dict[str, Any]:
@@ -955,3 +962,66 @@ def test_a_kind_declaring_asks_of_what_it_does_not_have_is_refused_clearly() -> 
         mcp_asks.declared(Wrong, callables_of(Wrong))
     with pytest.raises(TypeError, match="must take answer and carry"):
         mcp_asks.declared(Unfit, callables_of(Unfit))
+
+
+@pytest.mark.filterwarnings(
+    "ignore:resources/(un)?subscribe is removed:mcp.shared.exceptions.MCPDeprecationWarning"
+)
+async def test_a_chain_that_wrote_says_so_even_when_its_question_fails(asker: str) -> None:
+    """``scribble`` writes, then asks; the client refuses: the call is an error, and a subscriber
+    of the state still hears that it changed (before the answer)."""
+    notes: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notes.append(message)
+
+    async def refuse(context: Any, params: Any) -> types.ErrorData:
+        return types.ErrorData(code=-1, message="no")
+
+    url = f"http://{asker}/mcp/asker/w"
+    async with mcp_session(url, message_handler=on_message, elicitation_callback=refuse) as mcp:
+        await mcp.call_tool("keep", {"note": 0})
+        await mcp.subscribe_resource("roost://asker/w/state")
+        result = await mcp.call_tool("scribble", {})
+        assert result.is_error
+    updated = [n for n in notes if getattr(n, "method", "") == "notifications/resources/updated"]
+    assert [n.params.uri for n in updated] == ["roost://asker/w/state"]
+
+
+async def test_a_subclass_keeps_its_bases_continuations_hidden(data_dir: Path) -> None:
+    app = create_app([Peek], data_dir=data_dir, limits=NO_RATES)
+    async with serve_in_process(app) as where, mcp_session(f"http://{where}/mcp/peek/q") as mcp:
+        listed = {t.name for t in (await mcp.list_tools()).tools}
+        assert "look" in listed
+        assert not {"greeted", "worded", "forever"} & listed  # Asker's, inherited
+        forged = await mcp.call_tool("worded", {"answer": {"content": {"text": "x"}}})
+        assert forged.is_error
+        assert "not called directly" in text_of(forged)
+
+
+def test_a_streaming_asker_or_one_nothing_can_start_is_refused() -> None:
+    class Streams(Actor):
+        kind = "streams"
+        mcp_asks: ClassVar[dict[str, str]] = {"flow": "back"}
+
+        @callable
+        async def flow(self) -> AsyncIterator[int]:
+            """Streams."""
+            yield 1
+
+        @callable
+        async def back(self, answer: Any = None, carry: Any = None) -> None:
+            """Takes an answer."""
+
+    class Circle(Actor):
+        kind = "circle"
+        mcp_asks: ClassVar[dict[str, str]] = {"back": "back"}
+
+        @callable
+        async def back(self, answer: Any = None, carry: Any = None) -> None:
+            """Takes an answer, and would ask again."""
+
+    with pytest.raises(TypeError, match="a streaming method cannot ask"):
+        mcp_asks.declared(Streams, callables_of(Streams))
+    with pytest.raises(TypeError, match="continues only itself"):
+        mcp_asks.declared(Circle, callables_of(Circle))

@@ -15,8 +15,11 @@ Guarantees (tests in ``tests/test_mcp_client.py``):
   answer, the row holds the call's item (``in_flight``). A later open for the same item (its
   connection broke under it, its process died) makes it
   again at once only for a tool the server marks read-only or idempotent; for any other the run
-  waits for input (``resend`` ``asked``), and ``provide_input`` gives the leave (``allowed``). This
-  is decided before anything else of the open (an expired or lost session, a new session).
+  waits for input (``resend`` ``asked``): ``provide_input`` ``{"resend": true}`` (or ``true``)
+  gives the leave for one more call (``allowed``, spent by the open that makes it), any other
+  answer declines (``declined``: the step fails, the call is not made again). This is decided
+  before anything else of the open (an expired or lost session, a new session), and a 404 clears
+  the call only when it answered the call's own ``tools/call``.
 - **A session is never replaced without leave**: a row that had a session this process does not hold
   (its connection ended, or its process was lost) **rejoins that session** when it can (streamable
   HTTP, its id kept in ``resume_token`` and the handshake's result in ``handshake``: the row is
@@ -47,6 +50,8 @@ from roost.agent.capability_rows import (
     LIVE,
     RESEND_ALLOWED,
     RESEND_ASKED,
+    RESEND_DECLINED,
+    RESEND_YES,
     TABLE,
     CapabilityStatus,
     Opened,
@@ -236,11 +241,15 @@ class Capabilities(Part):
             (item_id, JobStatus.RUNNING),
         )
         lost = item_id is not None and row["in_flight"] == item_id  # opened before, never answered
+        if lost and not repeatable and row["resend"] == RESEND_DECLINED:
+            self._set(row, in_flight=None, resend=None, job_id=job_id, attempt=attempt)
+            return Opened(cid, job_id, "declined")
         if lost and not repeatable and row["resend"] != RESEND_ALLOWED:
             question = (
-                f"A call to MCP server {server!r} for this step was under way when it was lost (its "
-                "connection broke, or its process died): it may have had its effect. "
-                "Answer with provide_input to make it again, or cancel the run."
+                f"A call to MCP server {server!r} for this step was under way when it was stopped (its "
+                "connection broke, its process died, it timed out or was cancelled): it may have had "
+                'its effect. Answer with provide_input {"resend": true} to make it again; any other '
+                "answer leaves it be and fails the step."
             )
             self._status(
                 run,
@@ -262,7 +271,7 @@ class Capabilities(Part):
         if item is not None and item["grant_id"] is not None:
             approval = {"status": "granted", "grant_id": item["grant_id"], "item_id": item_id}
         waits: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "approval_state": approval}
-        values = {**waits, "in_flight": item_id}  # the call is under way from here to its answer
+        values = {**waits, "in_flight": item_id, "resend": None}  # under way from here; a leave is spent
         gone = (
             row["status"] != CapabilityStatus.REINITIALIZE_REQUIRED and row["initialized"] and not live(cid)
         )
@@ -337,6 +346,12 @@ class Capabilities(Part):
             in_flight=None,
             resend=None,
         )
+
+    def answered(self, capability_session_id: str) -> None:
+        """The server answered the row's call (with an error): it is no longer under way."""
+        row = self.row(capability_session_id)
+        if row is not None:
+            self._set(row, in_flight=None, resend=None)
 
     def session_gone(
         self, capability_session_id: str, reason: str, *, expired: bool, sent: bool = True
@@ -445,7 +460,7 @@ class Capabilities(Part):
                 mcp_pool(self.agent.extension.process).deliver(row["capability_session_id"], payload)
                 return True
             if row["resend"] == RESEND_ASKED and run["waiting"] == Waiting.INPUT:
-                self._set(row, resend=RESEND_ALLOWED)
+                self._set(row, resend=RESEND_ALLOWED if payload in RESEND_YES else RESEND_DECLINED)
                 self._resume(run, self.records.keep(payload))
                 return True
             if row["status"] == CapabilityStatus.REINITIALIZE_REQUIRED and run["waiting"] == Waiting.INPUT:

@@ -21,6 +21,8 @@ __all__ = [
     "LIVE",
     "RESEND_ALLOWED",
     "RESEND_ASKED",
+    "RESEND_DECLINED",
+    "RESEND_YES",
     "TABLE",
     "CapabilityStatus",
     "Opened",
@@ -65,8 +67,13 @@ CAPABILITY_MIGRATIONS: Sequence[Migration] = (
 
 #: ``resend``: the run waits for the user's leave to make a call that may have had its effect again.
 RESEND_ASKED = "asked"
-#: ``resend``: the user gave it (``provide_input``); cleared when the call is answered.
+#: ``resend``: the user gave it (``provide_input`` ``{"resend": true}``); spent by the open that
+#: makes the call again.
 RESEND_ALLOWED = "allowed"
+#: ``resend``: the user said no (any other answer): the step fails, the call not made again.
+RESEND_DECLINED = "declined"
+#: The answers to the question of :data:`RESEND_ASKED` that give the leave.
+RESEND_YES: tuple[Any, ...] = (True, {"resend": True})
 
 TABLE = "roost_agent_capability_sessions"
 _JSON = ("approval_state", "elicitation", "answer", "handshake")
@@ -94,8 +101,9 @@ class Opened:
     capability_session_id: str
     job_id: str | None
     #: ``reuse`` the connection this process holds, ``connect`` anew (a new MCP session), ``rejoin``
-    #: the session this process no longer holds (``resume_token``, ``handshake``), or ``wait``: the
-    #: session is gone and may not be re-initialised (``question`` says why).
+    #: the session this process no longer holds (``resume_token``, ``handshake``), ``wait`` for the
+    #: user's leave (``question`` says for what), or ``declined``: the user said no to making a call
+    #: that may have had its effect again.
     action: str
     question: str | None = None
     resume_token: str | None = None

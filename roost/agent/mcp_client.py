@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 import mcp_types as types
+import orjson
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
@@ -95,9 +96,15 @@ class CallTimedOut(Exception):
 
 
 class SessionExpired(ConnectionError):
-    """The server no longer knows the session (streamable HTTP answered 404 for its id)."""
+    """The server no longer knows the session (streamable HTTP answered 404 for its id). ``sent``
+    False only when the 404 answered the call's own ``tools/call`` (it never ran); a 404 of another
+    request (the GET stream, a reconnect after the call's stream broke) says nothing of the call."""
 
     retryable = True
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +192,16 @@ def discover(server: McpServer) -> list[types.Tool]:
     return found[0]
 
 
+def _is_call(body: bytes) -> bool:
+    """Whether an HTTP request's body is a ``tools/call`` (one JSON-RPC message, or a batch)."""
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    messages = message if isinstance(message, list) else [message]
+    return any(isinstance(m, dict) and m.get("method") == "tools/call" for m in messages)
+
+
 def _why(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -204,6 +221,8 @@ class McpConnection:
         self._client: ClientSession | None = None
         #: The server answered 404 for the session's id: it forgot the session.
         self._forgotten = False
+        #: ... and the 404 answered the call in progress itself (calls of a row are one at a time).
+        self._call_refused = False
         self._ready = asyncio.Event()
         self._close = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -247,6 +266,8 @@ class McpConnection:
             self.session_id = sid
         if response.status_code == 404 and "mcp-session-id" in response.request.headers:
             self._forgotten = True  # the server no longer knows the session (its body may say so or not)
+            if response.request.method == "POST" and _is_call(response.request.content):
+                self._call_refused = True  # this 404 answered a tools/call: that call never ran
 
     async def _elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -314,6 +335,7 @@ class McpConnection:
         meta = (
             cast("types.RequestParamsMeta", {IDEMPOTENCY_META: idempotency_key}) if idempotency_key else None
         )
+        self._call_refused = False
         call = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=progress, meta=meta))
         assert self._task is not None
         self.calls += 1
@@ -334,7 +356,8 @@ class McpConnection:
         except MCPError as exc:
             if exc.message == _TERMINATED or self._forgotten:
                 await self.aclose()
-                raise SessionExpired(f"MCP server {self.server.name!r}: {exc.message}") from None
+                gone = f"MCP server {self.server.name!r}: {exc.message}"
+                raise SessionExpired(gone, sent=not self._call_refused) from None
             if exc.code == types.CONNECTION_CLOSED or not self.alive:
                 await self.aclose()
                 raise self._lost() from None
@@ -369,7 +392,8 @@ class McpConnection:
     def _lost(self) -> ConnectionLost | SessionExpired:
         why = _why(self._failure) if self._failure else "connection closed"
         if _TERMINATED in why or self._forgotten:
-            return SessionExpired(f"MCP server {self.server.name!r}: {_TERMINATED}")
+            gone = f"MCP server {self.server.name!r}: {_TERMINATED}"
+            return SessionExpired(gone, sent=not self._call_refused)
         return ConnectionLost(
             f"MCP server {self.server.name!r}: the connection ended under the call: {why}", sent=True
         )

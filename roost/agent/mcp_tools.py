@@ -227,6 +227,11 @@ async def _once(
     opened, settings, pool, owner = await ctx.turn(lambda a: _open(a, ctx, server, repeatable))
     if opened.action == "wait":
         raise NeedInput(opened.question or "the MCP session expired")
+    if opened.action == "declined":
+        raise McpToolError(
+            f"tool {tool!r}: not made again: its earlier call may have had its effect, and the user "
+            "declined to make it again"
+        )
     cid = opened.capability_session_id
     ttl = server.session_ttl_s
     conn = pool.live(cid) if opened.action == "reuse" else None
@@ -247,7 +252,7 @@ async def _once(
         result = await _call(ctx, conn, pool, opened, settings, tool, arguments)
     except (SessionExpired, ConnectionLost) as exc:
         reason, expired = str(exc), isinstance(exc, SessionExpired)
-        sent = isinstance(exc, ConnectionLost) and exc.sent  # a 404 refused it: it had no effect
+        sent = exc.sent  # False: it never reached the server (no connection, or a 404 answered it)
         await ctx.turn(lambda a: _caps(a).session_gone(cid, reason, expired=expired, sent=sent))
         raise  # the next attempt's open decides (a call that may have had its effect waits for leave)
     await ctx.turn(lambda a: _caps(a).called(cid, ttl))
@@ -320,6 +325,7 @@ async def _call(
         error = McpToolError(
             f"MCP server {conn.server.name!r} tool {tool!r}: error {exc.code}: {exc.message}"
         )
+        await ctx.turn(lambda a: _caps(a).answered(cid))  # answered: no longer under way
         raise error from None
     finally:
         conn.on_elicit = None

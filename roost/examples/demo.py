@@ -168,8 +168,9 @@ async def run(data: Path, seed: int) -> bool:
             stop.set()
             await task
             say(
-                f"   killed after {killed_at['acked']} acknowledged; {stats['sent']} sent in all, "
-                f"{stats['unknown']} lost with the connection (outcome unknown to the client)"
+                f"   killed with {killed_at['acked']} acknowledged; when the burst stopped, {stats['sent']} "
+                f"sent in all, {stats['acked']} acknowledged (replies already on their way), "
+                f"{stats['unknown']} whose reply was lost with the connection (outcome unknown to the client)"
             )
             server.start()
             say("   restarted on the same data directory; clients reconnect by themselves")

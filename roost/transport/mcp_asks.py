@@ -106,17 +106,30 @@ def declared(cls: type, callables: Mapping[str, Any]) -> dict[str, str]:
     """The kind's ``mcp_asks`` (asker → continuation), checked against its ``callables``: each name
     a callable of the kind, each continuation taking ``answer`` and ``carry``. Raises ``TypeError``
     naming what is wrong."""
-    asks = getattr(cls, "mcp_asks", None) or {}
-    if not isinstance(asks, Mapping):
-        raise TypeError(f"{cls.__name__}.mcp_asks must map an asking callable to its continuation")
+    asks: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass adds to (or changes) what its bases declare
+        own = klass.__dict__.get("mcp_asks")
+        if own is None:
+            continue
+        if not isinstance(own, Mapping):
+            raise TypeError(f"{klass.__name__}.mcp_asks must map an asking callable to its continuation")
+        asks.update({str(k): str(v) for k, v in own.items()})
     for asker, then in asks.items():
         for name in (asker, then):
             if name not in callables:
                 raise TypeError(f"{cls.__name__}.mcp_asks: {name!r} is not a @callable of the kind")
+        if callables[asker].streaming:
+            raise TypeError(f"{cls.__name__}.mcp_asks: {asker!r} streams, and a streaming method cannot ask")
         params = callables[then].arguments.signature.parameters
         if "answer" not in params or "carry" not in params:
             raise TypeError(f"{cls.__name__}.mcp_asks: {then!r} must take answer and carry")
-    return {str(k): str(v) for k, v in asks.items()}
+    continuations = set(asks.values())
+    for asker in asks:
+        if asker in continuations and not any(k != asker and v == asker for k, v in asks.items()):
+            raise TypeError(
+                f"{cls.__name__}.mcp_asks: {asker!r} continues only itself, so nothing can start it"
+            )
+    return asks
 
 
 def asked(result: Any) -> Asked | None:

@@ -182,6 +182,9 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
             tools[kind] = found
         return found
 
+    for kind in registry.kinds:  # a wrong mcp_asks fails here, when the app's MCP server is made
+        tools_of(kind)
+
     def asks_of(kind: str) -> dict[str, str]:
         tools_of(kind)
         return asks[kind]
@@ -208,28 +211,48 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         if refused is not None:
             return _error_result(*refused)
         args, kwargs = _split(info, dict(params.arguments or {}))
+        wrote = [False]  # a turn of this call committed that may have changed the state resource
+        answer = await chain(ctx, bound, info, args, kwargs, wrote)
+        uri = state_uri(bound.kind, bound.name)
+        if wrote[0] and uri in bound.subscriptions:  # on this call's stream, before its answer
+            updated = types.ResourceUpdatedNotification(
+                params=types.ResourceUpdatedNotificationParams(uri=uri)
+            )
+            await ctx.session.send_notification(updated, related_request_id=ctx.request_id)
+        return answer
+
+    async def chain(
+        ctx: ServerRequestContext[Any, Any],
+        bound: Binding,
+        info: CallableInfo,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        wrote: list[bool],
+    ) -> dict[str, Any]:
+        """The tool's turn, then, while it is a declared asker whose result asks the client, the
+        question and its continuation's turn (mcp_asks): the last result, as the call's answer."""
         trace = ctx.request.scope.get(TRACE_SCOPE) if ctx.request is not None else None
+        flow = asks_of(bound.kind)
         try:
             result, chunks = await registry.call(
                 bound.kind, bound.scoped, info.name, args, kwargs, principal=bound.principal, trace=trace
             )
-            wrote = not info.readonly
-            for _ in range(MAX_ASKS):  # a declared asker asks the client: the answer goes to `then`
-                question = asked(result) if info.name in flow and not info.streaming else None
+            wrote[0] = not info.readonly
+            for _ in range(MAX_ASKS):
+                question = asked(result) if info.name in flow else None
                 if question is None:
                     break
                 if question.then != flow[info.name]:
-                    return _error_result(
-                        "handler_error",
-                        f"{info.name} asked for {question.then!r}, but declares {flow[info.name]!r}",
-                    )
+                    why = f"{info.name} asked for {question.then!r}, but declares {flow[info.name]!r}"
+                    return _error_result("handler_error", why)
                 then = tools_of(bound.kind)[question.then]
                 refused = await _refusal(runtime, bound, then)  # before the client is asked
+                if refused is None:
+                    answer = await ask_client(ctx, question)
+                    refused = await _refusal(runtime, bound, then)  # and after the wait
                 if refused is not None:
                     return _error_result(*refused)
-                answer = await ask_client(ctx, question)
                 info = then
-                wrote = wrote or not info.readonly
                 result, chunks = await registry.call(
                     bound.kind,
                     bound.scoped,
@@ -239,6 +262,7 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
                     principal=bound.principal,
                     trace=trace,
                 )
+                wrote[0] = wrote[0] or not info.readonly
             else:
                 if info.name in flow and asked(result) is not None:
                     return _error_result(
@@ -249,12 +273,6 @@ def build_server(runtime: Runtime, extras: McpExtras, version: str) -> Server[An
         except AskFailed as exc:
             return _error_result("handler_error", str(exc))
         rest = await _notify_chunks(ctx, bound, chunks)
-        uri = state_uri(bound.kind, bound.name)
-        if wrote and uri in bound.subscriptions:  # on this call's stream, before its answer
-            updated = types.ResourceUpdatedNotification(
-                params=types.ResourceUpdatedNotificationParams(uri=uri)
-            )
-            await ctx.session.send_notification(updated, related_request_id=ctx.request_id)
         if info.streaming and rest and _is_content(rest[-1]):
             return _result(rest[-1], None)
         return _result(result, rest if info.streaming else None)

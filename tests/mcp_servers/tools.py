@@ -154,6 +154,15 @@ def pay_once(marker: str) -> str:
 
 
 @app.tool()
+def pay_and_die(marker: str) -> str:
+    """A payment (not marked repeatable) whose server dies under every call: counts its calls in
+    ``marker``."""
+    path = Path(marker)
+    path.write_text(str(int(path.read_text()) + 1 if path.exists() else 1))
+    os._exit(3)
+
+
+@app.tool()
 async def pay_then_hold(flag: str, marker: str, ctx: Context) -> str:
     """As ``hold``, but a payment (not marked read-only or idempotent): counts its calls in
     ``marker``, then waits for ``flag``."""
