@@ -27,6 +27,7 @@ import pytest
 from roost.actors import Actor, InvalidArguments, RpcError
 from roost.agent import AgentConfig, mcp_tools
 from roost.agent.agent import Agent
+from roost.agent.capability_rows import gives_leave
 from roost.agent.catalog import InvalidToolCall
 from roost.agent.config import ConfigError, load_config
 from roost.agent.mcp_agent import servers
@@ -1101,3 +1102,18 @@ async def test_sigkill_while_a_server_asks_and_the_question_is_asked_again(
             "in_progress",
             "closed",
         ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "leave"),
+    [
+        (True, True),
+        ({"resend": True}, True),
+        (1, False),
+        ({"resend": 1}, False),
+        ("yes", False),
+        (None, False),
+    ],
+)
+def test_only_an_explicit_true_gives_the_leave_to_make_a_call_again(answer: Any, leave: bool) -> None:
+    assert gives_leave(answer) is leave

@@ -51,13 +51,13 @@ from roost.agent.capability_rows import (
     RESEND_ALLOWED,
     RESEND_ASKED,
     RESEND_DECLINED,
-    RESEND_YES,
     TABLE,
     CapabilityStatus,
     Opened,
     card,
     decode,
     encode,
+    gives_leave,
 )
 from roost.agent.context import Part
 from roost.agent.mcp_config import server_of
@@ -460,7 +460,7 @@ class Capabilities(Part):
                 mcp_pool(self.agent.extension.process).deliver(row["capability_session_id"], payload)
                 return True
             if row["resend"] == RESEND_ASKED and run["waiting"] == Waiting.INPUT:
-                self._set(row, resend=RESEND_ALLOWED if payload in RESEND_YES else RESEND_DECLINED)
+                self._set(row, resend=RESEND_ALLOWED if gives_leave(payload) else RESEND_DECLINED)
                 self._resume(run, self.records.keep(payload))
                 return True
             if row["status"] == CapabilityStatus.REINITIALIZE_REQUIRED and run["waiting"] == Waiting.INPUT:

@@ -22,13 +22,13 @@ __all__ = [
     "RESEND_ALLOWED",
     "RESEND_ASKED",
     "RESEND_DECLINED",
-    "RESEND_YES",
     "TABLE",
     "CapabilityStatus",
     "Opened",
     "card",
     "decode",
     "encode",
+    "gives_leave",
 ]
 
 CAPABILITY_MIGRATIONS: Sequence[Migration] = (
@@ -72,8 +72,15 @@ RESEND_ASKED = "asked"
 RESEND_ALLOWED = "allowed"
 #: ``resend``: the user said no (any other answer): the step fails, the call not made again.
 RESEND_DECLINED = "declined"
-#: The answers to the question of :data:`RESEND_ASKED` that give the leave.
-RESEND_YES: tuple[Any, ...] = (True, {"resend": True})
+
+
+def gives_leave(answer: Any) -> bool:
+    """Whether ``answer`` to the question of :data:`RESEND_ASKED` gives the leave: exactly ``true``
+    or ``{"resend": true}`` (not ``1``, not ``"yes"``)."""
+    if isinstance(answer, dict):
+        return len(answer) == 1 and answer.get("resend") is True
+    return answer is True
+
 
 TABLE = "roost_agent_capability_sessions"
 _JSON = ("approval_state", "elicitation", "answer", "handshake")
