@@ -138,6 +138,53 @@ async def test_a_failed_worker_reports_it_and_fails_the_run(data_dir: Path) -> N
         assert worker["status"] == "failed"
 
 
+class OneShotTeam(Team):
+    """A team whose dispatch is tried once: a worker refusing it fails the run at once."""
+
+    dispatch_retry = RetryPolicy(max_attempts=1)
+
+
+class RefusingWorker(TeamWorker):
+    """A worker named ``….bad`` refuses to start its team's job."""
+
+    @callable
+    async def start_workflow(
+        self, name: str, input: Any = None, workflow_id: str | None = None
+    ) -> dict[str, Any]:
+        if self.name.endswith(".bad"):
+            raise RpcError("invalid_arguments", "this worker refuses")
+        return await super().start_workflow(name, input, workflow_id)
+
+
+async def test_a_run_that_fails_cancels_the_workers_it_dispatched(data_dir: Path) -> None:
+    """The dispatch to ``bad`` fails for good, so the run fails while ``good`` is dispatched and
+    sleeping: ``good`` is cancelled before it writes a part (the run can no longer be cancelled by
+    hand: it has ended), and ``get_run`` shows the cancel."""
+    clock = FakeClock()
+    async with ActorKit([OneShotTeam, RefusingWorker], data_dir, clock=clock) as kit:
+        spec = {"task": "a b c d", "workers": ["good", "bad"], "delays": {"good": 60}}
+        await kit.call("team", "t1", "start_workflow", "team", spec, "r1")
+        run = await until(lambda: _finished(kit))
+        assert run["status"] == "failed"
+        with pytest.raises(RpcError):
+            await kit.call("team", "t1", "cancel_run", "r1")
+        await kit.fire_due("team", "t1")  # the failure's cancel, from its wake-up
+
+        async def good_ended() -> dict[str, Any] | None:
+            await kit.fire_due("team", "t1")
+            w: dict[str, Any] = await kit.call("team_worker", "t1.good", "workflow_status", "r1:1:good")
+            return w if w["status"] in ("completed", "failed", "cancelled") else None
+
+        worker = await until(good_ended)
+        assert worker["status"] == "cancelled"
+        cancel = await until(lambda: _cancel_done(kit))
+        assert cancel["workers"]["good"]["status"] == "completed"
+        for _ in range(3):  # past every sleep the worker had: nothing more is written
+            clock.advance(60)
+            await kit.fire_due("team_worker", "t1.good")
+        assert await kit.call("team_worker", "t1.good", "effects") == {}
+
+
 async def test_a_restarted_run_dispatches_its_workers_again(data_dir: Path) -> None:
     """``restart_workflow`` of a completed run: generation 2 starts workflows of its own on the
     workers (``r1:2:w1``), and completes; before, it found the old completed ones and hung."""

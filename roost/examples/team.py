@@ -49,6 +49,9 @@ Guarantees (tests in ``tests/test_team.py`` and ``tests/test_team_crash.py``):
   after the cancel was acknowledged, every worker not ended ends cancelled.
 - **No worker starts after the cancel is recorded**: a start sent before and delivered after is
   refused and starts nothing; a worker already started is cancelled.
+- **A run that fails cancels the workers it dispatched**: a dispatch failed for good fails the
+  run, and the workers already at work are cancelled as a cancel of the run would (a wake-up
+  scheduled with the failure); nobody is left to cancel them by hand.
 - **A restart cancels the old generation's workers**: and their late reports (of the old generation)
   change nothing in the new one.
 - **A worker failing in any way reports it**: a failed step, the body's own error,
@@ -325,16 +328,34 @@ class Team(Workflows):
         return confirmed
 
     async def on_workflow_end(self, workflow: dict[str, Any]) -> None:
-        """A ``cancel_workers`` that failed (a worker did not confirm within its retries) is
+        """**A run that fails cancels the workers it dispatched**: a ``team`` run that ends failed
+        (a dispatch failed for good, a worker failed, the body's own error) starts
+        ``cancel_workers`` for its workers not ended, from a wake-up scheduled in this turn (the
+        failure and the intent to cancel commit together); no worker is left working for a run
+        nobody can cancel any more.
+
+        A ``cancel_workers`` that failed (a worker did not confirm within its retries) is
         restarted later, from a wake-up scheduled in this turn: a cancel is carried to its workers
         until each one confirms. The pause after generation ``g`` failed is
         ``cancel_pause * 2**(g-1)``, capped at ``cancel_pause_cap``: a worker that stays
         unreachable is asked less and less often, but never given up on."""
+        if workflow["name"] == "team" and workflow["status"] == "failed":
+            run, gen = str(workflow["id"]), int(workflow["generation"])
+            payload = {"run": run, "gen": gen}
+            await self.schedule(0, "cancel_after_failure", payload, key=f"team-failed:{run}:{gen}")
         if workflow["name"] == "cancel_workers" and workflow["status"] == "failed":
             wid, gen = str(workflow["id"]), int(workflow["generation"])
             key = f"team-cancel-again:{wid}:{gen}"
             pause = min(self.cancel_pause * 2.0 ** min(gen - 1, 62), self.cancel_pause_cap)
             await self.schedule(pause, "cancel_again", {"id": wid, "gen": gen}, key=key)
+
+    @wakeup
+    async def cancel_after_failure(self, payload: dict[str, Any]) -> None:
+        """The workers of a failed run's generation cancelled (see :meth:`on_workflow_end`); a run
+        restarted since cancelled them already."""
+        status = await self.workflow_status(str(payload["run"]))
+        if status["status"] == "failed" and status["generation"] == int(payload["gen"]):
+            await self._cancel_workers(str(payload["run"]), status)
 
     @wakeup
     async def cancel_again(self, payload: dict[str, Any]) -> None:
