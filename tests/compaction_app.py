@@ -2,35 +2,52 @@
 tests.compaction_app:app``): kind ``slowsum``, a chat whose summaries are made inside the wake-up's
 turn and whose first summary hangs there, after creating the marker file ``$ROOST_TEST_MARKER``, so
 that the test can SIGKILL the server while the compaction's turn is open. Every summary begun is one
-line of ``$ROOST_TEST_MARKER.calls`` (the effects the test counts)."""
+line of ``$ROOST_TEST_MARKER.calls`` (the effects the test counts).
+
+Kind ``longrun``: an agent whose model calls the tool ``count`` once a hop for five hops, its run's
+steps compacted after every hop past the first (``[agent.context.run]``); the first summary of its
+steps hangs in the same way. Every call of ``count`` is one line of ``$ROOST_TEST_MARKER.count``
+(its item id)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
+
+from pydantic import BaseModel
 
 from roost.actors import RuntimeConfig
-from roost.agent import ChatAgent
+from roost.agent import AgentConfig, ChatAgent, ToolContext, tool
+from roost.agent.agent import Agent
 from roost.agent.chat import DeterministicChat
-from roost.agent.models import SummaryRequest
+from roost.agent.config import Budget, ContextConfig
+from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep, SummaryRequest, ToolCall
 from roost.transport import create_app
 
-__all__ = ["SlowSummary", "app"]
+__all__ = ["LongRun", "SlowSummary", "app"]
+
+
+def _hang_first(request: SummaryRequest) -> bool:
+    """Count the summary begun; True for the first one ever (it hangs, to be killed)."""
+    marker = os.environ["ROOST_TEST_MARKER"]
+    fd = os.open(marker + ".calls", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
 
 
 class HangingFirstSummary(DeterministicChat):
     async def summarize(self, request: SummaryRequest) -> str:
-        marker = os.environ["ROOST_TEST_MARKER"]
-        fd = os.open(marker + ".calls", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        os.close(fd)
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return await super().summarize(request)
-        os.close(fd)
-        await asyncio.sleep(60)  # inside the turn: killed here
-        return "never"
+        if _hang_first(request):
+            await asyncio.sleep(60)  # inside the turn: killed here
+            return "never"
+        return await super().summarize(request)
 
 
 class SlowSummary(ChatAgent):
@@ -38,5 +55,40 @@ class SlowSummary(ChatAgent):
     planner = HangingFirstSummary
 
 
+class Nothing(BaseModel):
+    pass
+
+
+@tool(keywords=("count",))
+async def count(ctx: ToolContext, args: Nothing) -> dict[str, Any]:
+    """Count once more: a line of ``$ROOST_TEST_MARKER.count`` (an effect outside the database)."""
+    fd = os.open(os.environ["ROOST_TEST_MARKER"] + ".count", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    os.write(fd, f"{ctx.item_id}\n".encode())
+    os.close(fd)
+    return {"summary": f"counted at hop {ctx.item_id}"}
+
+
+class Counting(DeterministicPlanner):
+    """Calls ``count`` once a hop until hop 5; its first summary hangs (inside the turn)."""
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        if request.hop >= 5:
+            return ModelStep(text=f"counted for {request.hop} hops")
+        return ModelStep(tool_calls=[ToolCall(name="count", args={})])
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        if _hang_first(request):
+            await asyncio.sleep(60)  # inside the turn: killed here
+            return "never"
+        return await super().summarize(request)
+
+
+class LongRun(Agent):
+    kind = "longrun"
+    config = AgentConfig(max_tool_hops=10, context=ContextConfig(run=Budget(hops=1), keep_recent_steps=0))
+    tools = (count,)
+    planner = Counting
+
+
 # a wake-up the killed process had claimed comes due again after 2 s, not the default 10 s
-app = create_app([SlowSummary], config=RuntimeConfig(wakeup_lease=2.0))
+app = create_app([SlowSummary, LongRun], config=RuntimeConfig(wakeup_lease=2.0))

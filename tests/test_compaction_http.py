@@ -13,12 +13,13 @@ import orjson
 from roost.actors import wakeup
 from roost.agent import AgentConfig, OpenAICompatibleModel
 from roost.agent.agent import Agent
-from roost.agent.config import ContextConfig
+from roost.agent.config import Budget, ContextConfig
 from roost.agent.models import DeterministicPlanner, Model
 from roost.testing import ActorKit, KitConnection
 from roost.workflows.runner import runner
 from tests.agent_support import advance, drive, event_types, events
 from tests.fake_llm import FakeLLM, Reply, answer
+from tests.test_compaction_runs import CALLS, count
 
 PROMPT = "Summarise for the test, in one line."
 
@@ -215,3 +216,47 @@ async def test_an_operation_whose_workflow_fails_otherwise_says_why_not_an_older
         assert op["status"] == "failed"
         assert "was recorded as 'summary' (external)" in op["error"]
         assert "503" not in op["error"]
+
+
+class HttpSteps(HttpNotes):
+    """An HTTP model's run whose steps are compacted after every hop past the first."""
+
+    kind = "httpsteps"
+    config = AgentConfig(
+        job_backoff=0.5,
+        model_timeout=2.0,
+        context=ContextConfig(run=Budget(hops=1), keep_recent_steps=0, summary_prompt=PROMPT),
+    )
+    tools = (count,)
+
+
+def _count_call(n: int) -> Reply:
+    call = {"id": f"call_{n}", "type": "function", "function": {"name": "count", "arguments": "{}"}}
+    return answer(None, [call])
+
+
+async def test_an_http_models_run_sees_its_older_steps_as_the_summary_it_was_given(data_dir: Path) -> None:
+    """Two calls of ``count`` (2 hops > 1), then the summary call for both (an outside step of the
+    operation's workflow, under the configured prompt), then the model's next step sees the summary
+    in its system message and no tool message."""
+    CALLS.clear()
+    async with FakeLLM() as llm:
+        HttpSteps.url = llm.url
+        llm.script(_count_call(1), _count_call(2), answer("Counted twice."), answer("All counted."))
+        async with ActorKit([HttpSteps], data_dir) as kit:
+            c = kit.connect("httpsteps", "a")
+            reply = await c.call("turn", "count twice", session_id="s")
+            await drive(kit, lambda: bool(of_type(c, "turn_completed")), io_wait=0.01)
+            run = await c.call("get_run", reply["run_id"])
+        assert run["status"] == "completed"
+        assert len(CALLS) == 2
+        (summary,) = summary_calls(llm)
+        assert summary["messages"][1]["content"].splitlines() == [
+            'tool: count {} -> {"summary":"counted 1"}',
+            'tool: count {} -> {"summary":"counted 2"}',
+        ]
+        last = llm.requests[-1].body["messages"]
+        assert last[0]["content"].endswith("Earlier steps of this request, summarised: Counted twice.")
+        assert [m["role"] for m in last] == ["system", "user"]  # the two steps are in the summary only
+        (op,) = [e["payload"]["op"] for e in of_type(c, "context_compacted")]
+        assert (op["run_id"], op["hop"], op["artifact"]) == (run["run_id"], 2, {"summary": "Counted twice."})

@@ -167,3 +167,45 @@ async def test_sigkill_inside_the_turn_that_records_a_deterministic_summary_comp
     assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user", "assistant"]
     exported = admin.export_actor(data_dir, "slowsum", "k")
     assert len(exported["tables"]["roost_agent_context_ops"]) == 1
+
+
+async def test_sigkill_inside_a_compaction_of_a_runs_steps_the_run_completes_with_each_step_once(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A run of five hops whose steps are compacted after every hop past the first: killed inside
+    the turn that records the first summary of its steps (the run waiting for it), the restarted
+    server completes the summary once and the run goes on from its next model step — every call of
+    ``count`` made once, the summarised steps kept in ``get_turn``."""
+    marker = tmp_path / "summarising"
+    env = {"ROOST_TEST_MARKER": str(marker)}
+    app = "tests.compaction_app:app"
+    with server_process(data_dir, app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/longrun/k") as peer:
+            await peer.wait_for(lambda f: f["type"] == "welcome", WAIT)
+            started = await peer.call("turn", "count for a while", session_id="s", timeout=WAIT)
+            await until(marker.exists, timeout=WAIT)  # inside the turn that records the summary
+            srv.kill()
+            cursor = max(int(f["seq"]) for f in peer.frames if "seq" in f)
+    counted = (tmp_path / "summarising.count").read_text().split()
+    assert len(counted) == 2  # the two steps before the first compaction
+    with server_process(data_dir, app=app, env=env) as srv:
+        async with connect(f"{srv.ws}/agents/longrun/k?cursor={cursor}") as peer:
+            await peer.wait_for(has_event("turn_completed"), WAIT)
+            run = await peer.call("get_run", started["run_id"], timeout=WAIT)
+            turn = await peer.call("get_turn", started["turn_id"], timeout=WAIT)
+            card = await peer.call("context", "s", timeout=WAIT)
+        srv.terminate()
+    counted = (tmp_path / "summarising.count").read_text().split()
+    assert len(counted) == 5
+    assert len(set(counted)) == 5
+    assert run["status"] == "completed"
+    assert [i["item_id"] for i in turn["items"]] == counted  # every step kept, in order
+    calls = (tmp_path / "summarising.calls").read_text().split()
+    assert len(calls) == 3
+    assert calls[0] != calls[1]
+    ops = sorted(card["ops"], key=lambda o: o["hop"])
+    assert [(o["hop"], o["status"], o["range"]["from_ordinal"], o["range"]["to_ordinal"]) for o in ops] == [
+        (2, "done", 0, 1),
+        (4, "done", 2, 3),
+    ]
+    assert ops[1]["artifact"]["summary"].count("tool: count") == 4  # the summary before carried

@@ -32,6 +32,10 @@ Guarantees (tests in ``tests/test_compaction*.py``):
   ``context(session_id)`` shows each operation's range and artifact.
 - **Triggers are checked at a turn boundary, never mid-stream**: after a run ended, and only while
   no run of the session is stepping.
+- **A long run is compacted before its next model step, never mid-step**: past
+  ``[agent.context.run]``, the run's older steps are summarised (one operation per run and hop)
+  while the run waits; its next model step sees the summary and the steps after it, every step
+  stays readable, and a run killed while it waits goes on once the operation ends.
 - **A secret in the history never reaches a summary**: the summariser sees the history after the
   payload policy, cleaned once more, and its summary is cleaned before it is stored or shown.
 """
@@ -49,6 +53,7 @@ from roost.agent.context_ops import CONTEXT_WORKFLOW, summary_attempt
 from roost.agent.context_rows import (
     CONTEXTS,
     OPS,
+    RUN_CONTEXTS,
     OpKind,
     OpStatus,
     Trigger,
@@ -131,6 +136,52 @@ class Contexts(Part):
                 await self._request(session_id, op, Trigger(trigger), None)
                 return
 
+    # -- a run's own steps ---------------------------------------------------------------------------
+    def run_view(self, run_id: str) -> Row | None:
+        """Where a run's steps stand for the model after a compaction of them — ``cursor`` (the step
+        index its visible steps are above), ``summary`` (what it sees instead), ``generation``,
+        ``hop`` — or None when they were never compacted."""
+        rows = self.store.select("run_contexts", "run_id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    async def before_model(self, run: Row) -> str | None:
+        """Before a model step of ``run`` (in its piece's turn): when the run's visible steps passed
+        ``[agent.context.run]``, start a compaction of the older ones (all but
+        ``keep_recent_steps``) and answer its op id — the run waits for ``context:{op_id}``, sent
+        when the operation ends, done or failed; else None (ask the model). One operation per hop: a
+        pending one (the piece run again after a rewind) is waited for again, one that ended is
+        not tried again at that hop."""
+        cfg = self.agent.settings().context
+        if cfg.run is None:
+            return None
+        run_id, hop = run["run_id"], int(run["hops"])
+        tried = self.store.select("context_ops", "run_id = ? AND hop = ?", (run_id, hop))
+        if tried:
+            return str(tried[0]["op_id"]) if tried[0]["status"] == OpStatus.PENDING else None
+        if self._pending(run["session_id"]) is not None:
+            return None  # one operation of a session at a time: the next hop looks again
+        view = self.run_view(run_id)
+        cursor, since = (view["cursor"], view["hop"]) if view else (-1, 0)
+        steps = self.store.select(
+            "items", "run_id = ? AND step_index > ?", (run_id, cursor), order="step_index"
+        )
+        seen = handoffs.measure_steps(view["summary"] if view else "", steps, hop - since)
+        trigger = handoffs.passed(cfg.run, seen)
+        summarised = steps[: len(steps) - cfg.keep_recent_steps] if cfg.keep_recent_steps else steps
+        if trigger is None or not summarised:
+            return None
+        row = self._new_op(run["session_id"], OpKind.COMPACT, Trigger(trigger), None)
+        row |= {
+            "context_id": None,
+            "from_ordinal": summarised[0]["step_index"],
+            "to_ordinal": summarised[-1]["step_index"],
+            "turn_ids": [run["turn_id"]],
+            "run_id": run_id,
+            "hop": hop,
+        }
+        await self._insert(row)
+        return str(row["op_id"])
+
     async def request(self, op: OpKind, session_id: Any, note: Any = None) -> dict[str, Any]:
         """``compact`` / ``reset``: start the operation (or answer the one pending for the session)."""
         if note is not None and (not isinstance(note, str) or len(note) > 2000):
@@ -162,21 +213,33 @@ class Contexts(Part):
             if not ended:
                 return None
         to = max(cursor, ended[-1]["ordinal"] if ended else cursor)
+        row = self._new_op(session_id, op, trigger, note)
+        row |= {
+            "context_id": ctx["context_id"] if ctx else None,
+            "from_ordinal": cursor + 1,
+            "to_ordinal": to,
+            "turn_ids": [r["turn_id"] for r in ended],
+            "message_range": self._message_range([r["run_id"] for r in ended]),
+        }
+        await self._insert(row)
+        return row
+
+    def _new_op(self, session_id: str, op: OpKind, trigger: Trigger, note: str | None) -> Row:
         now = self.now
-        row: Row = {
+        return {
             "op_id": new_id("ctxop"),
             "session_id": session_id,
             "op": op,
             "trigger": trigger,
             "status": OpStatus.PENDING,
             "trace_id": self.agent.extension.trace_id,
-            "context_id": ctx["context_id"] if ctx else None,
+            "context_id": None,
             "new_context_id": None,
             "generation": None,
-            "from_ordinal": cursor + 1,
-            "to_ordinal": to,
-            "turn_ids": [r["turn_id"] for r in ended],
-            "message_range": self._message_range([r["run_id"] for r in ended]),
+            "from_ordinal": 0,
+            "to_ordinal": 0,
+            "turn_ids": [],
+            "message_range": None,
             "note": self.err(note, 2000),
             "attempt": 0,
             "artifact": None,
@@ -184,16 +247,21 @@ class Contexts(Part):
             "created_at": now,
             "updated_at": now,
             "done_at": None,
+            "run_id": None,
+            "hop": None,
         }
+
+    async def _insert(self, row: Row) -> None:
+        """The pending operation written, and its workflow started (its work in a later turn: a
+        wake-up at once)."""
         cols = list(row)
         self.store.execute(
             f"INSERT INTO {OPS} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
             [encode(c, row[c]) for c in cols],
         )
         self._event("context_requested", row, EventStatus.QUEUED, {"op": op_card(row)})
-        engine = engine_of(cast("Actor", self.agent))  # its work in a later turn (a wake-up at once)
+        engine = engine_of(cast("Actor", self.agent))
         await engine.start(CONTEXT_WORKFLOW, {"op_id": row["op_id"]}, row["op_id"], advance=False)
-        return row
 
     def _message_range(self, run_ids: list[str]) -> list[int] | None:
         """The chat messages' ordinals of ``run_ids`` (first, last), for an agent that keeps them."""
@@ -259,7 +327,11 @@ class Contexts(Part):
         """The operation's workflow ended: failed (the model refused, or its attempts are spent), the
         operation fails with the step's error and the context is left as it was."""
         op = self._op(str(workflow["id"]))
-        if op is None or op["status"] != OpStatus.PENDING or workflow["status"] != "failed":
+        if op is None:
+            return
+        if op["run_id"] is not None:  # the run waits for it, whatever its end: it goes on
+            await self.orchestrator.loop.notify(op["run_id"], f"context:{op['op_id']}")
+        if op["status"] != OpStatus.PENDING or workflow["status"] != "failed":
             return
         error = workflow.get("error") or "failed"
         if workflow.get("reason") == "step_failed":  # the step's own error, without the step's name
@@ -279,6 +351,22 @@ class Contexts(Part):
 
     def _summary_request(self, op: Row) -> SummaryRequest:
         cfg = self.agent.settings().context
+        if op["run_id"] is not None:  # a run's own steps, and the summary of its steps before
+            run_id = str(op["run_id"])
+            items = self.store.select(
+                "items",
+                "run_id = ? AND step_index >= ? AND step_index <= ?",
+                (run_id, op["from_ordinal"], op["to_ordinal"]),
+                order="step_index",
+            )
+            view = self.run_view(run_id)
+            self.records.concern(run_id)
+            return SummaryRequest(
+                prompt=cfg.summary_prompt,
+                previous=self.records.clean_text(view["summary"] if view else ""),
+                messages=handoffs.steps_of(items, self.records.clean_text),
+                max_chars=cfg.summary_chars,
+            )
         runs = self._range(op)
         ctx = self._context(op["session_id"])
         previous = ctx["summary"] if ctx and op["op"] == OpKind.COMPACT else ""
@@ -303,6 +391,9 @@ class Contexts(Part):
     def apply(self, op: Row, text: str) -> None:
         """Record the summary: the artifact, the context's cursor and the operation's end, together."""
         cfg = self.agent.settings().context
+        if op["run_id"] is not None:
+            self._apply_run(op, text)
+            return
         self.records.vault.run_id = None  # a summary concerns no one run: credential patterns only
         summary = self.records.clean_text(text)[: cfg.summary_chars]
         session_id = op["session_id"]
@@ -358,6 +449,30 @@ class Contexts(Part):
             kind, op, EventStatus.COMPLETED, {"op": op_card(op), "visible": self._visible(session_id)}
         )
 
+    def _apply_run(self, op: Row, text: str) -> None:
+        """Record a summary of a run's steps: the run's cursor, its summary and the operation's
+        end, together; the session's context is not touched."""
+        run_id = str(op["run_id"])
+        self.records.concern(run_id)
+        summary = self.records.clean_text(text)[: self.agent.settings().context.summary_chars]
+        view = self.run_view(run_id)
+        generation = (view["generation"] if view else 0) + 1
+        self.store.execute(
+            f"INSERT INTO {RUN_CONTEXTS} (run_id, cursor, summary, generation, hop, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET cursor = excluded.cursor, "
+            "summary = excluded.summary, generation = excluded.generation, hop = excluded.hop, "
+            "updated_at = excluded.updated_at",
+            (run_id, op["to_ordinal"], summary, generation, op["hop"], self.now),
+        )
+        self._update(op, status=OpStatus.DONE, artifact={"summary": summary}, done_at=self.now)
+        visible = self.store.select(
+            "items", "run_id = ? AND step_index > ?", (run_id, op["to_ordinal"]), order="step_index"
+        )
+        shown = {"run_id": run_id, "generation": generation, "cursor": op["to_ordinal"]}
+        shown |= {"item_ids": [i["item_id"] for i in visible], "summary_chars": len(summary)}
+        payload = {"op": op_card(op), "visible": shown}
+        self._event("context_compacted", op, EventStatus.COMPLETED, payload)
+
     def _carried(self, op: Row, ctx: Row | None) -> list[str]:
         """The runs at or below the new cursor that no operation summarised (open when ``op`` was
         requested): the carried ones before, and those of the range between the two cursors."""
@@ -404,7 +519,10 @@ class Contexts(Part):
         op.update(values)
 
     def _event(self, event_type: str, op: Row, status: EventStatus, payload: dict[str, Any]) -> None:
-        run = {"run_id": None, "turn_id": None, "session_id": op["session_id"], "trace_id": op["trace_id"]}
+        run = {"run_id": op.get("run_id"), "turn_id": None, "session_id": op["session_id"],
+               "trace_id": op["trace_id"]}  # fmt: skip
+        if run["run_id"] is not None:
+            run["turn_id"] = op["turn_ids"][0]
         self.event(event_type, run, status=status, payload=payload)
 
     # -- reads ------------------------------------------------------------------------------------------

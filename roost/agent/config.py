@@ -96,6 +96,12 @@ class ContextConfig(BaseModel):
     compact: Budget | None = None
     reset: Budget | None = None
     keep_recent: int = Field(2, ge=0, le=100)
+    #: ``[agent.context.run]``: the budget of one run's own steps (its tool calls and results, as the
+    #: model sees them: two messages each; ``hops``: model steps since the run's last compaction);
+    #: past it, the run's older steps are compacted before its next model step.
+    run: Budget | None = None
+    #: Steps of a run the model keeps seeing whole after a compaction of the run's steps.
+    keep_recent_steps: int = Field(2, ge=0, le=100)
     summary_chars: int = Field(2000, ge=100, le=100_000)
     summary_prompt: str = Field(DEFAULT_SUMMARY_PROMPT, min_length=1, max_length=4000)
 

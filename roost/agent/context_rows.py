@@ -8,7 +8,11 @@ the row forms :mod:`roost.agent.compaction` reads and writes.
 - ``roost_agent_context_ops``: one row per compaction or reset, pending until its summary is
   recorded; the summary or hand-off it recorded is its ``artifact``, the range it summarised is
   ``from_ordinal``..``to_ordinal`` (run ordinals) with the ``turn_ids`` and, for a chat, the
-  ``message_range`` (message ordinals).
+  ``message_range`` (message ordinals). A compaction of one run's own steps has ``run_id`` and the
+  ``hop`` it was made before, and its range is of the run's step indexes.
+- ``roost_agent_run_contexts``: one row per run whose steps were compacted — the step index its
+  visible steps are above (``cursor``), the ``summary`` the model sees instead, ``generation`` and
+  the ``hop`` of the last compaction.
 
 docs/design.md (*Compaction and reset of a context*) draws the state machine.
 """
@@ -29,6 +33,7 @@ __all__ = [
     "CONTEXTS",
     "CONTEXT_MIGRATIONS",
     "OPS",
+    "RUN_CONTEXTS",
     "OpKind",
     "OpStatus",
     "Trigger",
@@ -79,10 +84,27 @@ CONTEXT_MIGRATIONS: Sequence[Migration] = (
     CREATE UNIQUE INDEX roost_agent_context_ops_generation ON roost_agent_context_ops (session_id, generation)
         WHERE generation IS NOT NULL;
     """,
+    # a compaction of one run's own steps (run_id set; from/to_ordinal are then step indexes), and
+    # where each such run's steps stand
+    """
+    ALTER TABLE roost_agent_context_ops ADD COLUMN run_id TEXT;
+    ALTER TABLE roost_agent_context_ops ADD COLUMN hop INTEGER;
+    CREATE UNIQUE INDEX roost_agent_context_ops_run_hop ON roost_agent_context_ops (run_id, hop)
+        WHERE run_id IS NOT NULL;
+    CREATE TABLE roost_agent_run_contexts (
+        run_id     TEXT PRIMARY KEY,
+        cursor     INTEGER NOT NULL,
+        summary    TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        hop        INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )
 
 CONTEXTS = "roost_agent_contexts"
 OPS = "roost_agent_context_ops"
+RUN_CONTEXTS = "roost_agent_run_contexts"
 _JSON = ("handoff", "carried", "turn_ids", "message_range", "artifact")
 
 
@@ -139,6 +161,8 @@ def op_card(r: Row) -> dict[str, Any]:
     return {
         "op_id": r["op_id"],
         "op": r["op"],
+        "run_id": r.get("run_id"),
+        "hop": r.get("hop"),
         "trigger": r["trigger"],
         "status": r["status"],
         "context_id": r["context_id"],

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from roost.agent import memory
 from roost.agent.config import Budget
 from roost.agent.models import SummaryMessage
@@ -115,6 +117,29 @@ def measure(summary: str, runs: list[Row]) -> Measure:
             messages += 1
             chars += len(answer)
     return Measure(messages, math.ceil(chars / 4), sum(int(r["hops"]) for r in runs))
+
+
+def step_text(item: Row) -> str:
+    """One step of a run as its summariser sees it: ``tool {args} -> result`` (its status when it
+    has no result), from the stored (policy-applied) record."""
+    args = orjson.dumps(item["args"]).decode() if item["args"] is not None else "{}"
+    outcome = orjson.dumps(item["result"]).decode() if item["result"] is not None else item["status"]
+    return f"{item['tool_name']} {args} -> {outcome}"
+
+
+def steps_of(items: list[Row], clean: Callable[[str], str]) -> list[SummaryMessage]:
+    """The steps ``items`` of one run as its summariser sees them (role ``tool``), each through
+    ``clean`` (the run's secrets scrubbed)."""
+    return [
+        SummaryMessage(role="tool", content=clean(step_text(i)), turn_id=str(i["turn_id"])) for i in items
+    ]
+
+
+def measure_steps(summary: str, items: list[Row], hops: int) -> Measure:
+    """The budget of a run's visible steps: two messages each (the call and its result, as the model
+    sees them), tokens estimated as characters / 4 with the summary before them, and ``hops``."""
+    chars = len(summary) + sum(len(step_text(i)) for i in items)
+    return Measure(2 * len(items), math.ceil(chars / 4), hops)
 
 
 def passed(budget: Budget | None, seen: Measure) -> str | None:

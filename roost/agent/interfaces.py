@@ -337,6 +337,12 @@ class ContextsApi(Protocol):
     async def after_run(self, run: Row) -> None:
         """A run ended: check the budgets of the session's context."""
 
+    def run_view(self, run_id: str) -> Row | None:
+        """Where a run's own steps stand after a compaction of them (None: never compacted)."""
+
+    async def before_model(self, run: Row) -> str | None:
+        """Before a model step: the op id of a compaction of the run's steps to wait for, or None."""
+
 
 class WorkspacesApi(Protocol):
     """The runs' sandbox workspaces (:class:`roost.agent.workspaces.Workspaces`)."""

@@ -7,7 +7,8 @@ that does one piece of the run's work through the step parts (:mod:`roost.agent.
 
 - ``model:{hop}:{k}`` — a model step (inline: the model asked in the turn and its decision recorded;
   else a job started): ``{"items": [...]}``, ``{"done": true}``, a wait, or ``{"end": true}`` (the run
-  ended: failed);
+  ended: failed); past ``[agent.context.run]``, first a compaction of the run's older steps (a wait
+  for ``context:{op_id}``);
 - ``item:{item_id}:{k}`` — one planned tool call (its approval gate, the project's heavy slot, the
   call inline or its job): ``{"ok": true}``, a wait, or ``{"end": true}``;
 - ``verify`` — the run's stop condition checked and the run ended.
@@ -262,8 +263,8 @@ class Loop(Part):
                 decision = await step.approval(str(out["approval"]))
                 if not decision.approved:
                     return None  # the denial ended the run (approve recorded it)
-            else:  # "input" or "heavy"
-                await step.wait_for_event(str(wait))
+            else:  # "input", "heavy", or a compaction of the run's steps ("context", its event)
+                await step.wait_for_event(str(out.get("event", wait)))
             k += 1
 
     # -- the pieces (each in its step's turn) ---------------------------------------------------------
@@ -279,6 +280,9 @@ class Loop(Part):
                 run, f"stopped after max_tool_hops ({cfg.max_tool_hops}) model steps", retryable=False
             )
             return {"end": True}
+        op = await self.orchestrator.contexts.before_model(run)
+        if op is not None:  # the run's older steps are compacted first
+            return {"wait": "context", "event": f"context:{op}"}
         model = self.agent.model()
         if not model.inline:
             job = await self.orchestrator.jobs.start(run, None, "model", {"hop": run["hops"]})

@@ -78,6 +78,9 @@ class ModelRequest(BaseModel):
     recent_turns: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     steps: list[StepRecord] = Field(default_factory=list)
+    #: The run's older steps, summarised by a compaction of its steps (``[agent.context.run]``):
+    #: ``steps`` are then only those after them.
+    steps_summary: str = ""
     hop: int = 0
     #: Text of this answer already streamed before an interruption (continue from it, do not repeat).
     partial: str = ""
@@ -251,7 +254,7 @@ class DeterministicPlanner:
         return deterministic_summary(request)
 
     async def step(self, request: ModelRequest) -> ModelStep:
-        if request.steps:
+        if request.steps or request.steps_summary:
             return ModelStep(text=self._summary(request))
         original = " ".join([request.text, *(_as_text(i) for i in request.inputs)])
         text = original.lower()
@@ -289,6 +292,8 @@ class DeterministicPlanner:
             else:
                 outcome = _short(s.result)
             parts.append(f"{s.tool}: {outcome}")
+        if request.steps_summary:  # the steps a compaction summarised come first
+            parts.insert(0, f"earlier steps ({len(request.steps_summary.splitlines())} summarised)")
         return "Done. " + "; ".join(parts) + "."
 
 

@@ -134,6 +134,8 @@ class OpenAICompatibleModel:
         system = self.system
         if request.summary:
             system += f"\nEarlier in this session: {request.summary}"
+        if request.steps_summary:
+            system += f"\nEarlier steps of this request, summarised: {request.steps_summary}"
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
         msgs.append({"role": "user", "content": request.text})
         for extra in request.inputs:

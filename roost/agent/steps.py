@@ -132,8 +132,13 @@ class Steps(Part):
         view = self.orchestrator.contexts.view(run["session_id"])  # compacted or reset
         if view is not None:
             summary, after, carried = view.summary, view.cursor, view.carried
-        items = store.select("items", "run_id = ?", (run["run_id"],), order="step_index")
+        steps = self.orchestrator.contexts.run_view(run["run_id"])  # the run's steps compacted
+        cursor = steps["cursor"] if steps else -1
+        items = store.select(
+            "items", "run_id = ? AND step_index > ?", (run["run_id"], cursor), order="step_index"
+        )
         return ModelRequest(
+            steps_summary=steps["summary"] if steps else "",
             text=text,
             inputs=shown(list(run["inputs"])),
             summary=summary,
