@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from roost.actors import ActorNotFound, Principal, RpcError, callable, wakeup
+from roost.actors import Actor, ActorNotFound, Principal, RpcError, callable, wakeup
 from roost.scheduler.clock import FakeClock
 from roost.storage import Migration, actor_path
 from roost.testing import ActorKit, until
 from roost.transport import admin
-from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN
+from roost.workflows import MAX_RESULT_BYTES, STEPS_PER_TURN, Step, workflow
 from tests.workflow_kinds import Relay, Shop
 
 READ_ONLY = Principal("reader", claims={"read_only": True})
@@ -615,3 +615,22 @@ async def test_every_end_is_heard_in_its_own_turn(data_dir: Path) -> None:
         await _replay_shifted(kit, clock, "endshop", "e")
         ends = await kit.call("endshop", "e", "ends")
         assert ends[2:] == [["stopped", "cancelled", "cancelled"], ["diverged", "failed", "nondeterministic"]]
+
+
+class Stray(Actor):
+    """A plain actor with a workflow body: it cannot run it."""
+
+    kind = "stray"
+
+    @workflow
+    async def chores(self, step: Step, _: Any) -> None:
+        await step.do("sweep", lambda: None)
+
+
+async def test_a_workflow_on_an_actor_that_runs_none_is_refused_at_start(data_dir: Path) -> None:
+    """Before, the kind was taken and ``start_workflow`` failed later as a callable it lacks."""
+    with pytest.raises(
+        TypeError, match=r"Stray\.chores is a @workflow.*subclass of roost\.workflows\.Workflows"
+    ):
+        async with ActorKit([Stray], data_dir):
+            pass

@@ -18,7 +18,15 @@ from typing import Any, TypeVar, overload
 
 from roost.actors.arguments import Arguments, Check, result_check
 
-__all__ = ["CallableInfo", "callable", "callables_of", "check_callback", "wakeup"]
+__all__ = [
+    "WORKFLOW_MARK",
+    "CallableInfo",
+    "callable",
+    "callables_of",
+    "check_callback",
+    "check_workflows",
+    "wakeup",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__roost_callable__"
@@ -127,3 +135,21 @@ def callables_of(cls: type) -> dict[str, CallableInfo]:
 def _static(cls: type, name: str) -> bool:
     """Whether ``cls.name`` is a staticmethod or classmethod (its signature has no ``self``)."""
     return isinstance(inspect.getattr_static(cls, name, None), staticmethod | classmethod)
+
+
+#: The attribute ``@workflow`` (:mod:`roost.workflows`) sets on a workflow body. A kind runs its
+#: bodies only if its class sets ``_roost_runs_workflows`` (``roost.workflows.WorkflowHost`` does).
+WORKFLOW_MARK = "__roost_workflow__"
+
+
+def check_workflows(cls: type) -> None:
+    """Refuse a kind with a ``@workflow`` body that does not run workflows (a plain ``Actor``):
+    ``start_workflow`` would only fail later, as a callable it does not have."""
+    if getattr(cls, "_roost_runs_workflows", False):
+        return
+    for attr in dir(cls):
+        if isinstance(getattr(getattr(cls, attr, None), WORKFLOW_MARK, None), str):
+            raise TypeError(
+                f"{cls.__name__}.{attr} is a @workflow, but {cls.__name__} does not run workflows: "
+                "make it a subclass of roost.workflows.Workflows"
+            )

@@ -26,6 +26,7 @@ Guarantees (tests in ``tests/test_extension_api.py``):
 from __future__ import annotations
 
 from roost.actors.actor import Process, ProcessRegistry, Service, TurnContext
+from roost.actors.decorators import WORKFLOW_MARK
 from roost.actors.interfaces import Savepoint
 
-__all__ = ["Process", "ProcessRegistry", "Savepoint", "Service", "TurnContext"]
+__all__ = ["WORKFLOW_MARK", "Process", "ProcessRegistry", "Savepoint", "Service", "TurnContext"]

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 from roost.actors import activation
 from roost.actors.config import RuntimeConfig
 from roost.actors.connection import Principal
-from roost.actors.decorators import CallableInfo, callables_of
+from roost.actors.decorators import CallableInfo, callables_of, check_workflows
 from roost.actors.descriptors import DescriptorBudget, fit_descriptors
 from roost.actors.directory_thread import DirectoryThread
 from roost.actors.errors import (
@@ -124,6 +124,7 @@ class Registry:
             cls.kind = kind
             self.kinds[kind] = cls
             self._callables[kind] = callables_of(cls)
+            check_workflows(cls)
             cls.on_register()
         self.hosts: dict[Key, ActorHost] = {}
         self.directory: Directory | None = None

@@ -59,6 +59,7 @@ class WorkflowHost(Actor):
     listing both: ``components = (*Other.components, WORKFLOW_COMPONENT)``."""
 
     components: ClassVar[Sequence[tuple[str, Sequence[Migration]]]] = (WORKFLOW_COMPONENT,)
+    _roost_runs_workflows: ClassVar[bool] = True  # its @workflow bodies run (roost.actors.decorators)
     #: How long an outside step's run may go without this process being asked whether it still runs
     #: it (its lease wake-up); after a crash, a lost run is taken up again at most this long after it
     #: began (or after the restart, whichever is later).

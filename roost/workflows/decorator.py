@@ -6,10 +6,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from roost.actors.extension import WORKFLOW_MARK
+
 __all__ = ["bodies_of", "workflow"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-_MARK = "__roost_workflow__"
+_MARK = WORKFLOW_MARK
 _CACHE = "_roost_workflow_bodies"
 
 
@@ -23,7 +25,9 @@ def workflow(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: .
 
 def workflow(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
     """Mark ``async def body(self, step, input)`` as the workflow ``name`` (default: the method's
-    name), started with ``start_workflow(name, input)``. The body is called again from the top on
+    name), started with ``start_workflow(name, input)``, on a kind that subclasses
+    :class:`~roost.workflows.Workflows` (a registry refuses one on any other actor class, naming
+    it). The body is called again from the top on
     every advance: between steps it must do the same thing each time (no clock, randomness or I/O
     outside steps)."""
 
