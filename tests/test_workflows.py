@@ -634,3 +634,15 @@ async def test_a_workflow_on_an_actor_that_runs_none_is_refused_at_start(data_di
     ):
         async with ActorKit([Stray], data_dir):
             pass
+
+
+async def test_inspect_shows_the_workflows_by_status_and_what_each_live_one_waits_for(data_dir: Path) -> None:
+    async with ActorKit([Shop], data_dir, clock=FakeClock()) as kit:
+        await kit.call("shop", "s1", "start_workflow", "chain", 2, "c1")
+        await kit.call("shop", "s1", "start_workflow", "paid", {}, "p1")
+    report = admin.inspect_actor(data_dir, "shop", "s1")
+    assert report["workflows"]["by_status"] == {"completed": 1, "waiting": 1}
+    (live,) = report["workflows"]["live"]
+    assert (live["id"], live["name"], live["status"], live["steps"]) == ("p1", "paid", "waiting", 2)
+    assert live["waiting"]["kind"] == "event"
+    assert live["waiting"]["event"] == "payment"

@@ -196,6 +196,32 @@ def _workspaces(conn: sqlite3.Connection, tables: list[str]) -> list[dict[str, A
     return out
 
 
+#: An actor's workflows (roost.workflows), shown by ``inspect`` when its file has them.
+WORKFLOW_TABLE = "roost_wf"
+
+
+def _workflows(conn: sqlite3.Connection, tables: list[str]) -> dict[str, Any] | None:
+    """The workflows' counts by status, and the newest 100 not ended (oldest first): id, name,
+    status, generation, what each waits for, its steps recorded. No input or result (``export``
+    has them)."""
+    if WORKFLOW_TABLE not in tables:
+        return None
+    counts = dict(conn.execute("SELECT status, count(*) FROM roost_wf GROUP BY status").fetchall())
+    rows = conn.execute(
+        "SELECT w.id, w.name, w.status, w.generation, w.waiting, w.reason, w.updated_at,"
+        " (SELECT count(*) FROM roost_wf_steps AS s WHERE s.workflow_id = w.id)"
+        " FROM roost_wf AS w WHERE w.status NOT IN ('completed', 'failed', 'cancelled')"
+        " ORDER BY w.updated_at DESC LIMIT 100"
+    ).fetchall()
+    cols = ("id", "name", "status", "generation", "waiting", "reason", "updated_at", "steps")
+    live = []
+    for r in reversed(rows):
+        row = dict(zip(cols, r, strict=True))
+        row["waiting"] = orjson.loads(row["waiting"]) if row["waiting"] else None
+        live.append(row)
+    return {"by_status": counts, "live": live}
+
+
 def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, state: Any) -> dict[str, Any]:
     """What one actor's file holds, read over ``conn`` (read-only), with its current ``state``."""
     meta = {k: meta_value(k, v) for k, v in conn.execute("SELECT key, value FROM roost_meta").fetchall()}
@@ -226,6 +252,9 @@ def inspect_report(conn: sqlite3.Connection, kind: str, name: str, path: Path, s
     queue = queue_report(conn)
     if queue is not None:  # the actor's durable queue (roost.actors.queue), its times as ISO 8601 UTC
         report["queue"] = queue_times(queue)
+    workflows = _workflows(conn, tables)
+    if workflows is not None:  # an actor that runs workflows (docs/design.md, *Workflow core*)
+        report["workflows"] = workflows
     sessions = _capability_sessions(conn, tables)
     if sessions is not None:  # an agent with MCP sessions: the oldest 100 (docs/design.md)
         report["capability_sessions"] = sessions
