@@ -199,3 +199,14 @@ async def test_a_directory_no_active_workspace_names_is_removed_when_the_next_ru
         assert waiting["waiting"] == "approval"
         card = (await c.call("get_run", waiting["run_id"]))["workspace"]
     assert sorted(p.name for p in root.iterdir()) == [card["sandbox_session_id"]]
+
+
+async def test_a_run_that_ends_leaves_no_directory_of_its_actor(data_dir: Path) -> None:
+    """Each run's directory is removed at its end, and the actor's folder with the last one (it
+    was left empty, one per actor that ever ran a workspace)."""
+    async with ActorKit(KINDS, data_dir) as kit:
+        c = kit.connect("ws_resumable", "a")
+        for line in ("one", "two"):
+            reply = await c.call("turn", plan(("ws_append", {"line": line})))
+            assert reply["status"] == "completed"
+    assert not workspace_root(data_dir, "ws_resumable", "a").exists()

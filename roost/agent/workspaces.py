@@ -23,6 +23,7 @@ Guarantees (tests in ``tests/test_sandbox_runs.py`` and ``tests/test_sandbox_pro
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -315,4 +316,6 @@ class Workspaces(Part):
         self._held().forget(row["sandbox_session_id"])
         directory = self.agent.extension.process.data_dir / row["directory"]
         shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the actor's folder too, when no other run has one there
+            directory.parent.rmdir()
         self._event(run, row, "closed", reason=f"the run ended ({run['status']})", files=len(entries))
