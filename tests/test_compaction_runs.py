@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from roost.agent import AgentConfig, ToolContext, tool
 from roost.agent.agent import Agent
 from roost.agent.config import Budget, ContextConfig
-from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep, ToolCall
+from roost.agent.models import DeterministicPlanner, ModelRequest, ModelStep, SummaryRequest, ToolCall
 from roost.testing import ActorKit, KitConnection
 from tests.agent_support import drive, events
 
@@ -128,3 +128,93 @@ async def test_without_a_run_budget_a_run_sees_all_its_steps(data_dir: Path) -> 
         assert not of_type(c, "context_requested")
         assert len(Stepper.seen[-1].steps) == 5
         assert Stepper.seen[-1].steps_summary == ""
+
+
+class Refuses(Stepper):
+    """The stepper whose summaries all fail (a bug of the model's own code)."""
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        raise RuntimeError("the model refused to summarise")
+
+
+class Refused(Long):
+    kind = "refused"
+    planner = Refuses
+
+
+async def test_a_run_whose_steps_compaction_fails_goes_on_with_its_steps_whole(data_dir: Path) -> None:
+    """Before, the run was told before the operation was marked failed, saw it pending and waited
+    again for an event it had used: it hung for ever."""
+    async with ActorKit([Refused], data_dir) as kit:
+        c, run = await _long_run(kit, "refused")
+        assert run["status"] == "completed"
+        assert len(CALLS) == 5
+        failed = [e["payload"]["op"] for e in of_type(c, "context_failed")]
+        assert [o["hop"] for o in failed] == [2, 3, 4, 5]  # at each hop past the budget, once each
+        assert "refused to summarise" in failed[0]["error"]
+        assert len(Stepper.seen[-1].steps) == 5  # nothing summarised: every step seen whole
+        assert Stepper.seen[-1].steps_summary == ""
+
+
+class KeepFour(Long):
+    kind = "keepfour"
+    config = AgentConfig(max_tool_hops=10, context=ContextConfig(run=Budget(hops=1), keep_recent_steps=4))
+
+
+async def test_keep_recent_steps_larger_than_the_steps_made_keeps_them_all(data_dir: Path) -> None:
+    """Before, a negative slice summarised steps from the end of the list it should have kept."""
+    async with ActorKit([KeepFour], data_dir) as kit:
+        c, run = await _long_run(kit, "keepfour")
+        assert run["status"] == "completed"
+        by_hop = {r.hop: r for r in Stepper.seen}
+        assert [len(by_hop[h].steps) for h in range(1, 5)] == [1, 2, 3, 4]  # none summarised yet
+        ops = [e["payload"]["op"] for e in of_type(c, "context_compacted")]
+        assert [(o["hop"], o["range"]["from_ordinal"], o["range"]["to_ordinal"]) for o in ops] == [(5, 0, 0)]
+
+
+class Creds(BaseModel):
+    api_token: str
+
+
+SECRET = "hunter2-plain-value-xyz"
+
+
+@tool(keywords=("login",))
+async def login(ctx: ToolContext, args: Creds) -> dict[str, Any]:
+    """A tool handed a credential, and echoing it back."""
+    return {"summary": f"logged in with {args.api_token}"}
+
+
+class Leaker(Stepper):
+    asked: ClassVar[list[SummaryRequest]] = []
+
+    async def step(self, request: ModelRequest) -> ModelStep:
+        type(self).seen.append(request)
+        if request.hop >= 4:
+            return ModelStep(text="done")
+        return ModelStep(tool_calls=[ToolCall(name="login", args={"api_token": SECRET})])
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        type(self).asked.append(request)
+        return await super().summarize(request)
+
+
+class Leaky(Long):
+    kind = "leaky"
+    tools = (login,)
+    planner = Leaker
+
+
+async def test_a_runs_secret_reaches_its_steps_summariser_as_the_model_sees_it_redacted(
+    data_dir: Path,
+) -> None:
+    """Neither the credential nor its kept digest: the summariser sees the steps as the model does."""
+    Leaker.asked.clear()
+    async with ActorKit([Leaky], data_dir) as kit:
+        c = kit.connect("leaky", "a")
+        await c.call("turn", "login please", session_id="s")
+        await drive(kit, lambda: bool(of_type(c, "turn_completed")))
+    seen = [m.content for r in Leaker.asked for m in r.messages]
+    assert seen
+    assert not any(SECRET in t or "$secret" in t for t in seen)
+    assert all("[redacted]" in t for t in seen)

@@ -64,6 +64,7 @@ from roost.agent.context_rows import (
 )
 from roost.agent.errors import AgentNotFound, InvalidTransition
 from roost.agent.models import SummaryRequest, deterministic_summary
+from roost.agent.records import Records
 from roost.agent.status import EventStatus, RunStatus
 from roost.agent.store import Row, new_id
 from roost.workflows.engine import engine_of
@@ -167,7 +168,7 @@ class Contexts(Part):
         )
         seen = handoffs.measure_steps(view["summary"] if view else "", steps, hop - since)
         trigger = handoffs.passed(cfg.run, seen)
-        summarised = steps[: len(steps) - cfg.keep_recent_steps] if cfg.keep_recent_steps else steps
+        summarised = steps[: max(0, len(steps) - cfg.keep_recent_steps)]
         if trigger is None or not summarised:
             return None
         row = self._new_op(run["session_id"], OpKind.COMPACT, Trigger(trigger), None)
@@ -190,6 +191,11 @@ class Contexts(Part):
         if self.store.get("sessions", session) is None:
             raise AgentNotFound(message=f"no session {session!r}")
         pending = self._pending(session)
+        if pending is not None and pending["run_id"] is not None:
+            raise InvalidTransition(
+                message=f"a compaction of run {pending['run_id']}'s steps is under way in session "
+                f"{session}; {op} when it ends"
+            )
         if pending is not None:
             return op_card(pending)
         if self._stepping(session):
@@ -209,7 +215,7 @@ class Contexts(Part):
             if still:
                 ended = [r for r in ended if r["ordinal"] < still[0]["ordinal"]]
             keep = self.agent.settings().context.keep_recent
-            ended = ended[: len(ended) - keep] if keep else ended
+            ended = ended[: max(0, len(ended) - keep)]
             if not ended:
                 return None
         to = max(cursor, ended[-1]["ordinal"] if ended else cursor)
@@ -329,16 +335,16 @@ class Contexts(Part):
         op = self._op(str(workflow["id"]))
         if op is None:
             return
-        if op["run_id"] is not None:  # the run waits for it, whatever its end: it goes on
+        if op["status"] == OpStatus.PENDING and workflow["status"] != "completed":
+            error = workflow.get("error") or "failed"
+            if workflow.get("reason") == "step_failed":  # the step's own error, without the step's name
+                steps = engine_of(cast("Actor", self.agent)).store.steps(op["op_id"])
+                error = next((s.error for s in reversed(steps) if s.error), None) or error
+            self._update(op, status=OpStatus.FAILED, error=self.err(str(error), 500), done_at=self.now)
+            self._event("context_failed", op, EventStatus.FAILED, {"op": op_card(op)})
+        if op["run_id"] is not None:  # the run waits for it, whatever its end, and goes on now:
+            # after the op's status is final (its next piece reads it in this same turn)
             await self.orchestrator.loop.notify(op["run_id"], f"context:{op['op_id']}")
-        if op["status"] != OpStatus.PENDING or workflow["status"] != "failed":
-            return
-        error = workflow.get("error") or "failed"
-        if workflow.get("reason") == "step_failed":  # the step's own error, without the step's name
-            steps = engine_of(cast("Actor", self.agent)).store.steps(op["op_id"])
-            error = next((s.error for s in reversed(steps) if s.error), None) or error
-        self._update(op, status=OpStatus.FAILED, error=self.err(str(error), 500), done_at=self.now)
-        self._event("context_failed", op, EventStatus.FAILED, {"op": op_card(op)})
 
     async def adopt(self, op_id: str) -> None:
         """A wake-up of an operation begun before operations ran on the workflow core (a file of an
@@ -361,10 +367,11 @@ class Contexts(Part):
             )
             view = self.run_view(run_id)
             self.records.concern(run_id)
+            shown = [{**i, "args": Records.shown(i["args"])} for i in items]  # as the model sees them
             return SummaryRequest(
                 prompt=cfg.summary_prompt,
                 previous=self.records.clean_text(view["summary"] if view else ""),
-                messages=handoffs.steps_of(items, self.records.clean_text),
+                messages=handoffs.steps_of(shown, self.records.clean_text),
                 max_chars=cfg.summary_chars,
             )
         runs = self._range(op)
