@@ -8,6 +8,7 @@ from roost.agent.agent import Agent
 from roost.agent.catalog import Catalog, NeedInput, Tool, ToolCancelled, ToolContext, tool
 from roost.agent.chat import ChatAgent, ChatMessage, DeterministicChat
 from roost.agent.config import AgentConfig, load_config
+from roost.agent.delegation import delegate_tool
 from roost.agent.interfaces import Verdict
 from roost.agent.mcp_config import McpServer
 from roost.agent.models import (
@@ -77,6 +78,7 @@ __all__ = [
     "VerificationResult",
     "Waiting",
     "Workspace",
+    "delegate_tool",
     "load_config",
     "sanitize",
     "tool",

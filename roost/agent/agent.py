@@ -41,6 +41,7 @@ from roost.agent.catalog import Catalog, Tool, defined_tools
 from roost.agent.config import AgentConfig, check_tools, config_source, load_config
 from roost.agent.context_ops import CONTEXT_WORKFLOW
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
+from roost.agent.delegation import CANCEL_WORKFLOW, DELEGATION_MIGRATIONS
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JOB_WORKFLOW
 from roost.agent.loop import RUN_WORKFLOW
@@ -71,6 +72,7 @@ class Agent(WorkflowHost):
         ("capability", CAPABILITY_MIGRATIONS),
         ("context", CONTEXT_MIGRATIONS),
         ("sandbox", SANDBOX_MIGRATIONS),
+        ("delegation", DELEGATION_MIGRATIONS),
         WORKFLOW_COMPONENT,  # each background job is a workflow (roost.agent.jobs)
     )
     page_size: ClassVar[int] = 4096  # runs, plans and payloads make rows of kilobytes
@@ -280,6 +282,11 @@ class Agent(WorkflowHost):
         """A compaction or reset of a session's context (roost.agent.compaction)."""
         return await self.orchestrator.contexts.body(step, str(spec["op_id"]))
 
+    @workflow(name=CANCEL_WORKFLOW)
+    async def _cancel_tasks(self, step: Step, spec: dict[str, Any]) -> Any:
+        """A run's cancel carried to the workers of its open tasks (roost.agent.delegation)."""
+        return await self.orchestrator.delegations.cancel_body(step, list(spec["tasks"]))
+
     @workflow(name=JOB_WORKFLOW)
     async def _job(self, step: Step, spec: dict[str, Any]) -> Any:
         """A background job: one outside step, its attempts under the job's retry policy."""
@@ -311,6 +318,39 @@ class Agent(WorkflowHost):
         on and the runs that ended reach ``on_run_end``, as after every entry of the runtime."""
         await super().workflow_wake(payload)
         await self.orchestrator.steps.drain_released()
+
+    # -- delegation: tasks between agents of this process (roost.agent.delegation) ----------------------
+    @callable
+    async def take_task(self, origin_kind: str, origin_name: str, task_id: str, text: str) -> dict[str, Any]:
+        """Take a task of another agent (in process only): its run, started now as a background
+        turn, or the one started for the same ``task_id`` before."""
+        out = await self.orchestrator.delegations.take(origin_kind, origin_name, task_id, text)
+        await self.orchestrator.steps.drain_released()
+        return out
+
+    @callable
+    async def cancel_task(self, task_id: str) -> str:
+        """Cancel a task taken (in process only): ``cancelled``, ``ended``, or ``not started`` (and
+        it never will be)."""
+        out = await self.orchestrator.delegations.cancel(task_id)
+        await self.orchestrator.steps.drain_released()
+        return out
+
+    @callable
+    async def task_report(
+        self, task_id: str, status: str, progress: int, output: Any = None, error: str | None = None
+    ) -> bool:
+        """A worker's report on a task of this agent's (in process only); whether it was news."""
+        return self.orchestrator.delegations.report(task_id, status, progress, output, error)
+
+    @wakeup
+    async def delegation_report(self, payload: dict[str, Any]) -> None:
+        """A report on a task this agent took, sent to the task's origin (retried until taken)."""
+        kind, name = payload["origin"]
+        await self.actor(str(kind), str(name)).call(
+            "task_report", payload["task_id"], payload["status"], payload["progress"],
+            payload.get("output"), payload.get("error"),
+        )  # fmt: skip
 
     # -- wake-ups of the runtime --------------------------------------------------------------------
     @wakeup

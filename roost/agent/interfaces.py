@@ -116,7 +116,9 @@ class AgentHost(Protocol):
 
     def model(self) -> Model: ...
 
-    async def schedule(self, when: float, callback: str, payload: Any = None) -> object:
+    async def schedule(
+        self, when: float, callback: str, payload: Any = None, *, key: str | None = None, retry: Any = None
+    ) -> object:
         """Wake the agent in ``when`` seconds with the ``@wakeup`` ``callback`` (written in this turn)."""
 
     async def verify(self, run: Row, items: list[Row]) -> Verdict:
@@ -134,6 +136,12 @@ class RunsApi(Protocol):
 
     def reply(self, run_id: str) -> dict[str, Any]:
         """What every call that changes a run answers: ids, status, wait, and the outcome if ended."""
+
+    async def start(self, text: Any, session_id: str | None, background: bool) -> dict[str, Any]:
+        """``turn``: a new turn and its run."""
+
+    async def cancel(self, turn_id: Any) -> dict[str, Any]:
+        """``cancel``: stop the turn and everything its run owns."""
 
     def fail(self, run: Row, error: str, *, retryable: bool, verification: str | None = None) -> None:
         """End the run ``failed``."""
@@ -360,6 +368,19 @@ class WorkspacesApi(Protocol):
         """The run's workspace as ``get_run`` shows it."""
 
 
+class DelegationsApi(Protocol):
+    """Steps handed to worker agents (:class:`roost.agent.delegation.Delegations`)."""
+
+    async def run_ended(self, run: Row) -> None:
+        """A run ended: its open tasks cancelled (unless it completed); a task's origin told."""
+
+    async def step_done(self, run: Row) -> None:
+        """A step of the run completed: a task's origin told its progress."""
+
+    def of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's tasks as ``get_run`` shows them."""
+
+
 class OrchestratorApi(Protocol):
     """The orchestrator as its parts see it (:class:`roost.agent.orchestrator.Orchestrator` is one)."""
 
@@ -413,3 +434,6 @@ class OrchestratorApi(Protocol):
     def contexts(self) -> ContextsApi: ...
     @property
     def workspaces(self) -> WorkspacesApi: ...
+
+    @property
+    def delegations(self) -> DelegationsApi: ...

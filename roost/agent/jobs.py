@@ -360,6 +360,8 @@ class JobLifecycle(Part, WorkerJobs):
         outcome = workflow["result"] if workflow["status"] == "completed" else None
         if isinstance(outcome, dict) and outcome.get("ok"):
             self._completed(run, job)
+            if job["item_id"]:
+                await self.orchestrator.delegations.step_done(run)
         elif isinstance(outcome, dict) and outcome.get("input"):
             question = (job["outcome"] or {}).get("input") or "input needed"
             self.store.update(

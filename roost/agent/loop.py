@@ -340,7 +340,10 @@ class Loop(Part):
         except Exception as exc:
             steps.item_failed(run, item, tool, error_line(exc), retryable=False)
             return {"end": True}
-        return {"ok": True} if steps.item_completed(run, item, tool, result) else {"end": True}
+        if not steps.item_completed(run, item, tool, result):
+            return {"end": True}
+        await orc.delegations.step_done(run)  # a task's run: its origin hears how far it got
+        return {"ok": True}
 
     def after_item(self, run_id: str, item_id: str) -> Answer:
         """What a recorded tool call leaves the run to do next (its answer)."""

@@ -16,6 +16,7 @@ The orchestrator is the face of its parts, one concern each (:mod:`roost.agent.c
 - :attr:`~Orchestrator.streams` — streamed model output (messages and ``model_delta`` events);
 - :attr:`~Orchestrator.contexts` — compaction and reset of a session's context.
 - :attr:`~Orchestrator.workspaces` — the runs' sandbox workspaces.
+- :attr:`~Orchestrator.delegations` — steps handed to worker agents, and tasks taken as one.
 
 A run that ends (completed, failed or cancelled) is handed to :meth:`roost.agent.Agent.on_run_end`
 once the part that ended it is done (:meth:`Orchestrator.settle`), in the same turn.
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 from roost.agent.approvals import Approvals
 from roost.agent.capabilities import Capabilities
 from roost.agent.compaction import Contexts
+from roost.agent.delegation import Delegations
 from roost.agent.execution import Execution
 from roost.agent.interfaces import Verdict
 from roost.agent.jobs import JobLifecycle
@@ -75,6 +77,7 @@ class Orchestrator:
         self.streams = Streams(self)
         self.contexts = Contexts(self)
         self.workspaces = Workspaces(self)
+        self.delegations = Delegations(self)
         #: Runs that ended in this turn and are not yet handed to ``agent.on_run_end``.
         self.ended: list[str] = []
 
@@ -84,5 +87,6 @@ class Orchestrator:
             run_id = self.ended.pop(0)
             run = self.records.store().get("runs", run_id)
             if run is not None and run["status"] in FINISHED:  # not an id a rolled-back turn left
+                await self.delegations.run_ended(run)  # its workers cancelled; its origin told
                 await self.agent.on_run_end(run)
                 await self.contexts.after_run(run)  # a turn boundary: compaction's triggers

@@ -136,6 +136,7 @@ class Reads(Part):
             ],
             "capability_sessions": self.orchestrator.capabilities.cards(run_id),
             "workspace": next(iter(self.orchestrator.workspaces.cards(run_id)), None),
+            "delegations": self.orchestrator.delegations.of_run(run_id),
             "workflow": self._workflow(run_id),
         }
 

@@ -57,6 +57,7 @@ EVENT_TYPES = frozenset(
         "context_reset",
         "context_failed",
         "workspace",
+        "delegation_progress",
     }
 )
 

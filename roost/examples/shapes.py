@@ -1,6 +1,8 @@
 """The orchestration shapes on the workflow core, with a deterministic "model" (no network):
-``roost serve roost.examples.shapes:app`` serves the ``shapes`` kind and the ``team`` /
-``team_worker`` kinds (:mod:`roost.examples.team`, the orchestrator-workers shape).
+``roost serve roost.examples.shapes:app`` serves the ``shapes`` kind, the ``team`` /
+``team_worker`` kinds (:mod:`roost.examples.team`, the orchestrator-workers shape on the workflow
+core) and the ``lead`` / ``helper`` agents (:mod:`roost.examples.lead`, the same shape with agents on
+both sides).
 
 Workflows of ``shapes`` (``start_workflow(name, input, id)``):
 
@@ -29,6 +31,7 @@ from functools import partial
 from typing import Any
 
 from roost.actors import callable
+from roost.examples.lead import Helper, Lead
 from roost.examples.team import Team, TeamWorker
 from roost.transport import create_app
 from roost.workflows import Step, StepAttempt, Workflows, workflow
@@ -123,4 +126,4 @@ class Shapes(Workflows):
 
 
 #: ``roost serve roost.examples.shapes:app``
-app = create_app([Shapes, Team, TeamWorker])
+app = create_app([Shapes, Team, TeamWorker, Lead, Helper])
