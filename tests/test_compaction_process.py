@@ -111,6 +111,17 @@ async def test_sigkill_during_the_summary_call_completes_once_after_restart(
     assert row["range"]["message_range"] == [1, 4]  # what was summarised: both questions and answers
     state = row["artifact"]["state"] if op == "reset" else row["artifact"]["summary"]
     assert state == "Two questions, two answers."
+    if op == "reset":  # the whole hand-off survived the kill, not only its summary
+        handoff = row["artifact"]
+        assert (handoff["next_steps"], handoff["open_approvals"], handoff["note"]) == ([], [], None)
+        assert [e["status"] for e in handoff["evaluation"]] == ["completed", "completed"]
+        assert handoff["survived"] == {
+            "turns_summarised": 2,
+            "open_run_ids": [],
+            "open_approval_ids": [],
+            "evidence_refs": len(handoff["evidence_refs"]),
+        }
+        assert card["context"]["handoff"] == handoff
     assert card["context"]["turn_ids"] == []  # what the model still sees verbatim: nothing
     assert [m["content"] for m in page["messages"]] == [  # what was kept: the whole history
         "first question",

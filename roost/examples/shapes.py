@@ -110,13 +110,17 @@ class Shapes(Workflows):
         return {"route": route}
 
     # -- parallel -----------------------------------------------------------------------------------
+    async def review(self, angle: str, text: str, attempt: StepAttempt) -> dict[str, Any]:
+        """One reviewer's verdict (outside turns; a subclass may ask a model, or count its calls)."""
+        return {"angle": angle, "words": len(text.split()), "key": attempt.idempotency_key}
+
     @workflow
     async def parallel(self, step: Step, spec: dict[str, Any]) -> dict[str, Any]:
         text = str(spec.get("text", ""))
 
         def reviewer(angle: str) -> Any:
             async def review(attempt: StepAttempt) -> dict[str, Any]:
-                return {"angle": angle, "words": len(text.split()), "key": attempt.idempotency_key}
+                return await self.review(angle, text, attempt)
 
             return review
 
