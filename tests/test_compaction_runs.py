@@ -4,11 +4,14 @@ budget — while every step stays readable in ``get_run`` and ``context``."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from pydantic import BaseModel
 
+from roost.actors import RpcError
 from roost.agent import AgentConfig, ToolContext, tool
 from roost.agent.agent import Agent
 from roost.agent.config import Budget, ContextConfig
@@ -218,3 +221,40 @@ async def test_a_runs_secret_reaches_its_steps_summariser_as_the_model_sees_it_r
     assert seen
     assert not any(SECRET in t or "$secret" in t for t in seen)
     assert all("[redacted]" in t for t in seen)
+
+
+class Held(Stepper):
+    """A summariser that answers only once the test lets it (an outside step of the operation)."""
+
+    summarizes_inline = False
+    gate: ClassVar[asyncio.Event | None] = None
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        assert Held.gate is not None
+        await Held.gate.wait()
+        return "steps summarised"
+
+
+class HeldRun(Long):
+    kind = "heldrun"
+    planner = Held
+
+
+async def test_a_session_compaction_asked_while_a_runs_own_is_under_way_is_refused_saying_why(
+    data_dir: Path,
+) -> None:
+    """Before, ``compact`` answered the run's pending operation as if it were the one asked for."""
+    Held.gate = asyncio.Event()
+    async with ActorKit([HeldRun], data_dir) as kit:
+        CALLS.clear()
+        c = kit.connect("heldrun", "a")
+        await c.call("turn", "count please", session_id="s")
+        await drive(kit, lambda: bool(of_type(c, "context_requested")))
+        with pytest.raises(RpcError, match=r"compaction of run .* steps is under way"):
+            await c.call("reset", "s", "start afresh")
+        Held.gate.set()
+        await drive(kit, lambda: bool(of_type(c, "turn_completed")), io_wait=0.01)
+        assert [e["payload"]["op"]["run_id"] is not None for e in of_type(c, "context_compacted")] == [
+            True,
+            True,
+        ]
