@@ -411,6 +411,9 @@ class ProcessRegistry(RegistryApi, Protocol):
     ) -> Any:
         """Run ``fn(actor)`` as a turn of that actor; its result after the commit."""
 
+    def exists(self, kind: str, name: str) -> bool:
+        """Whether the actor was ever created (live, or dormant with a file)."""
+
 
 class Process:
     """The per-process side of the extension API: one per registry."""
@@ -469,6 +472,10 @@ class Process:
     ) -> Any:
         """Run ``fn(actor)`` as a turn of that actor (activating it); its result after the commit."""
         return await self._registry.run(kind, name, fn, timeout=timeout)
+
+    def exists(self, kind: str, name: str) -> bool:
+        """Whether the actor was ever created and not deleted (live, or dormant with a file)."""
+        return self._registry.exists(kind, name)
 
 
 class TurnContext:

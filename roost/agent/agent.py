@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from roost.actors import callable, wakeup
+from roost.actors import ActorNotFound, callable, wakeup
 from roost.agent import mcp_agent
 from roost.agent.background import job_runner, run_attempt
 from roost.agent.capabilities import CAPABILITY_MIGRATIONS
 from roost.agent.catalog import Catalog, Tool, defined_tools
-from roost.agent.config import AgentConfig, check_tools, config_source, load_config
+from roost.agent.config import AgentConfig, ConfigError, check_tools, config_source, load_config
 from roost.agent.context_ops import CONTEXT_WORKFLOW
 from roost.agent.context_rows import CONTEXT_MIGRATIONS, OpKind
 from roost.agent.delegation import CANCEL_WORKFLOW, DELEGATION_MIGRATIONS
@@ -130,6 +130,9 @@ class Agent(WorkflowHost):
         ``[agent.tools.NAME]`` table of no defined tool, or a key its tool does not declare, or an
         MCP server declared twice or badly. No I/O: the MCP servers are asked for their tools when
         the registry starts (:meth:`on_registry_start`)."""
+        for t in cls.tools:  # a lead delegating to its own kind would nest without end
+            if getattr(t.fn, "worker_kind", None) == cls.kind:
+                raise ConfigError(f"{cls.__name__}: tool {t.name!r} delegates to its own kind {cls.kind!r}")
         known = {**defined_tools(), **{t.name: frozenset(t.settings) for t in cls.tools}}
         check_tools(cls.settings(), known, config_source())
         if cls.settings().model == "openai" and cls.make_model is Agent.make_model:
@@ -311,6 +314,8 @@ class Agent(WorkflowHost):
             await self.orchestrator.loop.ended(workflow)
         elif workflow["name"] == CONTEXT_WORKFLOW:
             await self.orchestrator.contexts.ended(workflow)
+        elif workflow["name"] == CANCEL_WORKFLOW:
+            self.orchestrator.delegations.cancel_ended(workflow)
 
     @wakeup
     async def workflow_wake(self, payload: dict[str, Any]) -> None:
@@ -321,10 +326,13 @@ class Agent(WorkflowHost):
 
     # -- delegation: tasks between agents of this process (roost.agent.delegation) ----------------------
     @callable
-    async def take_task(self, origin_kind: str, origin_name: str, task_id: str, text: str) -> dict[str, Any]:
+    async def take_task(
+        self, origin_kind: str, origin_name: str, task_id: str, text: str, depth: int = 1
+    ) -> dict[str, Any]:
         """Take a task of another agent (in process only): its run, started now as a background
-        turn, or the one started for the same ``task_id`` before."""
-        out = await self.orchestrator.delegations.take(origin_kind, origin_name, task_id, text)
+        turn, or the one started for the same ``task_id`` before; ``depth``: how deep in delegation
+        it is (refused past 4)."""
+        out = await self.orchestrator.delegations.take(origin_kind, origin_name, task_id, text, depth)
         await self.orchestrator.steps.drain_released()
         return out
 
@@ -347,7 +355,14 @@ class Agent(WorkflowHost):
     async def delegation_report(self, payload: dict[str, Any]) -> None:
         """A report on a task this agent took, sent to the task's origin (retried until taken)."""
         kind, name = payload["origin"]
-        await self.actor(str(kind), str(name)).call(
+        origin = self.actor(str(kind), str(name))
+        try:  # a read first: an origin deleted since is not made again by a report
+            await origin.call("project")
+        except ActorNotFound:  # nobody waits for the task any more: its run is stopped
+            await self.orchestrator.delegations.cancel(str(payload["task_id"]))
+            await self.orchestrator.steps.drain_released()
+            return
+        await origin.call(
             "task_report", payload["task_id"], payload["status"], payload["progress"],
             payload.get("output"), payload.get("error"),
         )  # fmt: skip

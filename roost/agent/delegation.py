@@ -37,20 +37,25 @@ Guarantees (tests in ``tests/test_delegation.py`` and ``tests/test_delegation_cr
 - **Partial completion survives a crash of either side**: a task that ended stays ended and is not
   dispatched again; one under way goes on in its worker.
 - **A run that ends otherwise cancels its workers**: every task not ended ends cancelled, or never
-  starts.
+  starts; a second cancel after ``continue_run`` reaches the tasks made since.
+- **continue_run keeps what was answered**: a task that completed is not handed out again.
+- **Nothing waits for ever**: a delegation has a deadline (``timeout``); a refusal asking again
+  cannot change fails the step at once; a helper whose lead was deleted stops, and makes no lead.
+- **Bounded**: 8 tasks a delegation, 4 levels of nesting, no lead delegating to its own kind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from roost.actors import RetryPolicy
+from roost.actors import RetryPolicy, RpcError, UnknownKind
 from roost.agent.catalog import Tool, ToolContext
 from roost.agent.context import Part
 from roost.agent.errors import InvalidTransition, PolicyRefused
@@ -76,6 +81,14 @@ __all__ = [
 #: The workflow that carries a run's cancel to the workers of its tasks not ended.
 CANCEL_WORKFLOW = "roost.delegation_cancel"
 MAX_TASKS = 8
+#: How deep delegation nests (a worker that delegates in turn is one level more); deeper is refused.
+MAX_DEPTH = 4
+#: A delegation's deadline by default (seconds on the runtime's clock): past it, its tasks not ended
+#: are cancelled and the step fails, so a worker that never answers cannot hold its lead for ever.
+TIMEOUT = 3600.0
+#: A worker's refusals that asking again cannot change: the step fails at once, naming the worker.
+FINAL_CODES = frozenset({"not_found", "method_not_found", "invalid_arguments", "policy_refused",
+                         "invalid_transition"})  # fmt: skip
 #: What a task's status is once it will not change.
 ENDED = ("completed", "failed", "cancelled")
 #: A worker's cancel is asked again until it confirms (an hour and more of attempts).
@@ -109,6 +122,7 @@ DELEGATION_MIGRATIONS: Sequence[Migration] = (
         run_id      TEXT,
         turn_id     TEXT,
         status      TEXT NOT NULL,
+        depth       INTEGER NOT NULL DEFAULT 1,
         created_at  REAL NOT NULL
     ) WITHOUT ROWID;
     CREATE INDEX roost_agent_tasks_run ON roost_agent_tasks (run_id);
@@ -117,7 +131,8 @@ DELEGATION_MIGRATIONS: Sequence[Migration] = (
 
 
 class TaskSpec(BaseModel):
-    worker: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    #: No dot: worker ``w`` of lead ``l`` is the actor ``l.w``, which no other pair may name.
+    worker: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     task: str = Field(min_length=1, max_length=4000)
 
 
@@ -125,6 +140,12 @@ class Tasks(BaseModel):
     """What a delegating tool is asked: one task per worker (by name), 1 to 8, distinct workers."""
 
     tasks: list[TaskSpec] = Field(min_length=1, max_length=MAX_TASKS)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Tasks:
+        if len({t.worker for t in self.tasks}) != len(self.tasks):
+            raise ValueError("each task needs a worker of its own")
+        return self
 
 
 class WorkersDidNotComplete(Exception):
@@ -177,14 +198,14 @@ def delegate_tool(
     keywords: tuple[str, ...] = ("delegate", "split"),
     description: str = "Hand tasks to worker agents by name and wait for their answers.",
     approval_mode: Any = "safe_readonly",
+    timeout: float = TIMEOUT,
 ) -> Tool:
     """A tool that hands ``{"tasks": [{"worker", "task"}]}`` to agents of kind ``worker_kind``
     (the worker ``w`` is the actor ``{worker_kind}/{this agent's name}.{w}``) and answers their
-    outputs by worker (see the module doc)."""
+    outputs by worker (see the module doc). ``timeout``: seconds from the delegation's first
+    dispatch on the runtime's clock; past it the step fails and its open tasks are cancelled."""
 
     async def delegate(ctx: ToolContext, args: Tasks) -> dict[str, Any]:
-        if len({t.worker for t in args.tasks}) != len(args.tasks):
-            raise WorkersDidNotComplete("each task needs a worker of its own")
         specs = [(t.worker, t.task) for t in args.tasks]
         rows: list[Row] = await ctx.turn(lambda a: a.orchestrator.delegations.plan(ctx, worker_kind, specs))
         waiters: Waiters = await ctx.turn(lambda a: a.orchestrator.delegations.waiters())
@@ -194,14 +215,23 @@ def delegate_tool(
                 if row["status"] == "pending":
                     await _dispatch(ctx, row)
             interval = await ctx.turn(lambda a: max(0.05, float(a.settings().heartbeat_interval)))
+            deadline = min(r["created_at"] for r in rows) + timeout
+            shown = -1
             while True:
                 event = waiters.arm(key)
-                rows = await ctx.turn(partial(_rows, [r["task_id"] for r in rows]))
+                rows, now = await ctx.turn(partial(_rows, [r["task_id"] for r in rows]))
                 ended = [r for r in rows if r["status"] in ENDED]
-                await ctx.progress(len(ended), len(rows), f"{len(ended)} of {len(rows)} workers done")
+                if len(ended) != shown:  # a tool_progress when it moves, not at every look
+                    shown = len(ended)
+                    await ctx.progress(shown, len(rows), f"{shown} of {len(rows)} workers done")
                 if len(ended) == len(rows):
                     break
-                await _wait(event, ctx.sleep(interval))
+                if now >= deadline:
+                    raise WorkersDidNotComplete(
+                        f"workers did not answer within {timeout:g} s: "
+                        f"{sorted(r['worker'] for r in rows if r['status'] not in ENDED)}"
+                    )
+                await _wait(event, ctx.sleep(min(interval, max(deadline - now, 0.0))))
         finally:
             waiters.forget(key)
         failed = {r["worker"]: r["status"] for r in rows if r["status"] != "completed"}
@@ -210,6 +240,7 @@ def delegate_tool(
         outputs = {r["worker"]: r["output"] for r in rows}
         return {"summary": f"{len(rows)} workers answered", "outputs": outputs}
 
+    delegate.worker_kind = worker_kind  # type: ignore[attr-defined]  # (Agent.on_register reads it)
     return Tool(
         name=name,
         fn=delegate,
@@ -222,19 +253,33 @@ def delegate_tool(
     )
 
 
-def _rows(task_ids: list[str], agent: Any) -> list[Row]:
+def _rows(task_ids: list[str], agent: Any) -> tuple[list[Row], float]:
+    """The tasks' rows and the turn's time (a fenced turn: a cancelled job's attempt ends here)."""
     rows: list[Row] = agent.orchestrator.delegations.rows(task_ids)
-    return rows
+    return rows, float(agent.extension.now)
 
 
 async def _dispatch(ctx: ToolContext, row: Row) -> None:
-    """Start the task's run in its worker (idempotent there), then record it."""
+    """Start the task's run in its worker (idempotent there), then record it. A refusal asking
+    again cannot change (no such kind, not an agent, the task cancelled, nested too deep) fails
+    the step at once, not retried."""
 
     def ref(agent: Any) -> Any:
-        return agent.actor(row["kind"], worker_name(agent.name, row["worker"])), agent.kind, agent.name
+        origin = local_name(agent.name)
+        worker = agent.actor(row["kind"], worker_name(origin, row["worker"]))
+        return worker, agent.kind, origin, agent.orchestrator.delegations.depth(ctx.run_id) + 1
 
-    worker, kind, name = await ctx.turn(ref)
-    started: dict[str, Any] = await worker.call("take_task", kind, name, row["task_id"], row["task"])
+    worker, kind, origin, depth = await ctx.turn(ref)
+    try:
+        started: dict[str, Any] = await worker.call(
+            "take_task", kind, origin, row["task_id"], row["task"], depth
+        )
+    except UnknownKind as exc:
+        raise WorkersDidNotComplete(f"worker {row['worker']!r}: {exc}") from None
+    except RpcError as exc:
+        if exc.code in FINAL_CODES:
+            raise WorkersDidNotComplete(f"worker {row['worker']!r} refused its task: {exc}") from None
+        raise
     await ctx.turn(lambda a: a.orchestrator.delegations.dispatched(row["task_id"], started["run_id"]))
 
 
@@ -253,6 +298,11 @@ def worker_name(origin: str, worker: str) -> str:
     return f"{origin}.{worker}"
 
 
+def local_name(name: str) -> str:
+    """An actor's name within its tenant (``Actor.actor`` puts the tenant back)."""
+    return name.rpartition("\x00")[2]
+
+
 def _decode(row: Row) -> Row:
     """A task's row as the attempt and ``get_run`` see it: ``progress`` (steps its run completed)
     and ``output`` (its run's answer)."""
@@ -269,18 +319,43 @@ class Delegations(Part):
         return self.agent.extension.process.service("agent.delegations", lambda _: Waiters())
 
     def plan(self, ctx: ToolContext, kind: str, specs: list[tuple[str, str]]) -> list[Row]:
-        """The delegation's rows (made once per run of the item): one per worker."""
+        """The delegation's rows, one per worker, made once per run of the item; a task that
+        completed in an earlier run of the item (before a cancel and ``continue_run``) is kept, not
+        done again. Refused past :data:`MAX_DEPTH` nested delegations."""
+        if self.depth(ctx.run_id) + 1 > MAX_DEPTH:
+            raise WorkersDidNotComplete(f"delegation nested deeper than {MAX_DEPTH} levels")
         item = self.store.get("items", str(ctx.item_id))
         n = item["runs"] if item is not None else 0
         now = self.now
+        ids = []
         for worker, task in specs:
+            text = self.records.clean_text(task)
+            task_id = f"{ctx.run_id}:{ctx.item_id}:{n}:{worker}"
+            done = self.store.scalar(
+                "SELECT task_id FROM roost_agent_delegations WHERE run_id = ? AND item_id = ?"
+                " AND worker = ? AND kind = ? AND task = ? AND status = 'completed' AND task_id != ?"
+                " ORDER BY created_at DESC",
+                (ctx.run_id, ctx.item_id, worker, kind, text, task_id),
+            )  # fmt: skip
+            if (
+                done is not None
+                and self.store.scalar("SELECT 1 FROM roost_agent_delegations WHERE task_id = ?", (task_id,))
+                is None
+            ):
+                ids.append(str(done))
+                continue
             self.store.execute(
                 "INSERT OR IGNORE INTO roost_agent_delegations (task_id, run_id, item_id, worker, kind, task,"
                 " status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
-                (f"{ctx.run_id}:{ctx.item_id}:{n}:{worker}", ctx.run_id, ctx.item_id, worker, kind,
-                 self.records.clean_text(task), now, now),
+                (task_id, ctx.run_id, ctx.item_id, worker, kind, text, now, now),
             )  # fmt: skip
-        return self.rows([f"{ctx.run_id}:{ctx.item_id}:{n}:{w}" for w, _ in specs])
+            ids.append(task_id)
+        return self.rows(ids)
+
+    def depth(self, run_id: str) -> int:
+        """How deep in delegation ``run_id`` is: 0 for a run nobody delegated, else its task's depth."""
+        found = self.store.scalar("SELECT depth FROM roost_agent_tasks WHERE run_id = ?", (run_id,))
+        return int(found) if found is not None else 0
 
     def rows(self, task_ids: Sequence[str]) -> list[Row]:
         marks = ", ".join("?" * len(task_ids))
@@ -344,20 +419,38 @@ class Delegations(Part):
         if not rows:
             return
         engine = engine_of(cast("Actor", self.agent))
-        wid = f"dcancel:{rows[0]['task_id']}"
+        ids = sorted(r["task_id"] for r in rows)  # one cancel per set of open tasks
+        wid = "dcancel:" + hashlib.sha256("\n".join(ids).encode()).hexdigest()[:24]
         if engine.store.get(wid) is None:
             tasks = [[r["task_id"], r["kind"], r["worker"]] for r in rows]
             await engine.start(CANCEL_WORKFLOW, {"tasks": tasks}, wid, advance=False)
 
+    def cancel_ended(self, workflow: dict[str, Any]) -> None:
+        """The cancel's workflow ended: a task its worker never started (or cannot be reached for)
+        ends ``cancelled`` here, since no report of it will come."""
+        result = workflow.get("result")
+        if workflow["status"] != "completed" or not isinstance(result, dict):
+            return
+        for task_id, answer in result.items():
+            if answer in ("not started", "unreachable"):
+                self.report(str(task_id), "cancelled", 0, None, f"cancelled before it started ({answer})")
+
     async def cancel_body(self, step: Step, tasks: list[list[str]]) -> dict[str, str]:
         """The workflow ``roost.delegation_cancel``: each task's worker asked to cancel it, from
         outside turns, retried until it confirms (``cancelled``, ``ended``, ``not started``)."""
-        origin = self.agent.name
+        origin = local_name(self.agent.name)
 
         def confirm(task_id: str, kind: str, worker: str) -> Any:
             async def go(attempt: StepAttempt) -> str:
-                ref = cast("Actor", self.agent).actor(kind, worker_name(origin, worker))
-                return str(await ref.call("cancel_task", task_id))
+                try:
+                    ref = cast("Actor", self.agent).actor(kind, worker_name(origin, worker))
+                    return str(await ref.call("cancel_task", task_id))
+                except UnknownKind:
+                    return "unreachable"
+                except RpcError as exc:
+                    if exc.code in FINAL_CODES:
+                        return "unreachable"
+                    raise
 
             return go
 
@@ -383,9 +476,13 @@ class Delegations(Part):
         found = self.store.scalar("SELECT task_id FROM roost_agent_tasks WHERE run_id = ?", (run_id,))
         return None if found is None else self._task(str(found))
 
-    async def take(self, origin_kind: str, origin_name: str, task_id: str, text: str) -> dict[str, Any]:
+    async def take(
+        self, origin_kind: str, origin_name: str, task_id: str, text: str, depth: int = 1
+    ) -> dict[str, Any]:
         """``take_task``: the task's run, started now (a background turn) or the one started before."""
         self._in_process()
+        if not isinstance(depth, int) or not 0 < depth <= MAX_DEPTH:
+            raise InvalidTransition(message=f"delegation nested deeper than {MAX_DEPTH} levels")
         task = self._task(task_id)
         if task is not None and task["run_id"] is None:
             raise InvalidTransition(message=f"task {task_id} was cancelled before it started")
@@ -396,8 +493,8 @@ class Delegations(Part):
         reply = await self.orchestrator.runs.start(text, session, True)
         self.store.execute(
             "INSERT INTO roost_agent_tasks (task_id, origin_kind, origin_name, run_id, turn_id, status,"
-            " created_at) VALUES (?, ?, ?, ?, ?, 'taken', ?)",
-            (task_id, origin_kind, origin_name, reply["run_id"], reply["turn_id"], self.now),
+            " depth, created_at) VALUES (?, ?, ?, ?, ?, 'taken', ?, ?)",
+            (task_id, origin_kind, origin_name, reply["run_id"], reply["turn_id"], depth, self.now),
         )
         return {"run_id": reply["run_id"], "turn_id": reply["turn_id"], "status": reply["status"]}
 

@@ -126,11 +126,12 @@ class Runner:
     ) -> None:
         kind, name = key[0], key[1]
         process = self.process
-        try:
-            if not await process.run(kind, name, claimed):
+        try:  # an actor deleted under its attempt is not made again to record it
+            if not process.exists(kind, name) or not await process.run(kind, name, claimed):
                 return
             outcome = await self._attempt(fn, timeout)
-            await process.run(kind, name, finish(outcome))
+            if process.exists(kind, name):
+                await process.run(kind, name, finish(outcome))
         except asyncio.CancelledError:
             raise
         except Exception:  # the actor is stopping or failed: the lease wake-up takes it from here
@@ -205,6 +206,8 @@ def fenced(process: Process, kind: str, name: str, holds: Callable[[Actor], bool
                 return _SUPERSEDED
             return await fn(actor)
 
+        if not process.exists(kind, name):  # deleted under the attempt: never made again by it
+            raise AttemptSuperseded(f"{what} is no longer current: its actor was deleted")
         result = await process.run(kind, name, turn)
         if result is _SUPERSEDED:
             raise AttemptSuperseded(f"{what} is no longer current")
