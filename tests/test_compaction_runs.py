@@ -258,3 +258,42 @@ async def test_a_session_compaction_asked_while_a_runs_own_is_under_way_is_refus
             True,
             True,
         ]
+
+
+@tool(background=True, keywords=("count",), name="count")
+async def slow_count(ctx: ToolContext, args: Nothing) -> dict[str, Any]:
+    """``count``, taking ten seconds on the runtime's clock (a background job)."""
+    await ctx.sleep(10.0)
+    CALLS.append(str(ctx.item_id))
+    return {"summary": f"counted {len(CALLS)}"}
+
+
+class Asked(Long):
+    """No budget of its own: its steps, each a job of ten seconds, are compacted only when asked."""
+
+    kind = "asked"
+    config = AgentConfig(max_tool_hops=10, context=ContextConfig(keep_recent_steps=1))
+    tools = (slow_count,)
+    planner = Held
+
+
+async def test_compact_asked_while_a_run_steps_compacts_its_steps_before_its_next_model_step(
+    data_dir: Path,
+) -> None:
+    """Before, ``compact(session_id)`` was refused while a run of the session was under way."""
+    Held.gate = asyncio.Event()
+    Held.gate.set()
+    Stepper.seen.clear()
+    async with ActorKit([Asked], data_dir) as kit:
+        c = kit.connect("asked", "a")
+        CALLS.clear()
+        await c.call("turn", "count please", session_id="s")
+        await drive(kit, lambda: len(CALLS) >= 2, io_wait=0.01)  # two steps done, the third under way
+        asked = await c.call("compact", "s")
+        assert (asked["status"], len(asked["run_ids"])) == ("requested", 1)
+        await drive(kit, lambda: bool(of_type(c, "turn_completed")), io_wait=0.01)
+        (op,) = [e["payload"]["op"] for e in of_type(c, "context_compacted")]
+        assert (op["trigger"], op["run_id"]) == ("explicit", asked["run_ids"][0])
+        later = [r for r in Stepper.seen if r.hop > op["hop"]]
+        assert later
+        assert all(r.steps_summary == "steps summarised" for r in later)

@@ -153,22 +153,25 @@ class Contexts(Part):
         pending one (the piece run again after a rewind) is waited for again, one that ended is
         not tried again at that hop."""
         cfg = self.agent.settings().context
-        if cfg.run is None:
-            return None
         run_id, hop = run["run_id"], int(run["hops"])
+        view = self.run_view(run_id)
+        asked = bool(view and view["requested"])  # compact(session_id) while the run stepped
+        if cfg.run is None and not asked:
+            return None
         tried = self.store.select("context_ops", "run_id = ? AND hop = ?", (run_id, hop))
         if tried:
             return str(tried[0]["op_id"]) if tried[0]["status"] == OpStatus.PENDING else None
         if self._pending(run["session_id"]) is not None:
             return None  # one operation of a session at a time: the next hop looks again
-        view = self.run_view(run_id)
         cursor, since = (view["cursor"], view["hop"]) if view else (-1, 0)
         steps = self.store.select(
             "items", "run_id = ? AND step_index > ?", (run_id, cursor), order="step_index"
         )
         seen = handoffs.measure_steps(view["summary"] if view else "", steps, hop - since)
-        trigger = handoffs.passed(cfg.run, seen)
+        trigger = "explicit" if asked else handoffs.passed(cfg.run, seen)
         summarised = steps[: max(0, len(steps) - cfg.keep_recent_steps)]
+        if asked:  # asked once: done now, or nothing to summarise yet
+            self.store.execute(f"UPDATE {RUN_CONTEXTS} SET requested = 0 WHERE run_id = ?", (run_id,))
         if trigger is None or not summarised:
             return None
         row = self._new_op(run["session_id"], OpKind.COMPACT, Trigger(trigger), None)
@@ -199,11 +202,32 @@ class Contexts(Part):
         if pending is not None:
             return op_card(pending)
         if self._stepping(session):
+            if op == OpKind.COMPACT:
+                return self._ask_runs(session)
             raise InvalidTransition(message=f"a run of session {session} is running; {op} when it ends")
         row = await self._request(session, op, Trigger.EXPLICIT, note)
         if row is None:
             raise InvalidTransition(message=f"nothing to compact in session {session}")
         return op_card(row)
+
+    def _ask_runs(self, session_id: str) -> dict[str, Any]:
+        """``compact`` while runs of the session step: each compacts its own steps before its next
+        model step (trigger ``explicit``); the answer says which (``status`` ``requested``)."""
+        runs = [
+            str(r[0])
+            for r in self.store.rows(
+                "SELECT run_id FROM roost_agent_runs WHERE session_id = ? AND status IN (?, ?)"
+                " AND waiting IS NULL",
+                (session_id, RunStatus.QUEUED, RunStatus.IN_PROGRESS),
+            )
+        ]
+        for run_id in runs:
+            self.store.execute(
+                f"INSERT INTO {RUN_CONTEXTS} (run_id, cursor, summary, generation, hop, updated_at,"
+                " requested) VALUES (?, -1, '', 0, 0, ?, 1) ON CONFLICT (run_id) DO UPDATE SET requested = 1",
+                (run_id, self.now),
+            )
+        return {"op": OpKind.COMPACT, "status": "requested", "session_id": session_id, "run_ids": runs}
 
     async def _request(self, session_id: str, op: OpKind, trigger: Trigger, note: str | None) -> Row | None:
         """The pending operation over a fixed range, and the wake-up that completes it."""

@@ -97,7 +97,8 @@ CONTEXT_MIGRATIONS: Sequence[Migration] = (
         summary    TEXT NOT NULL,
         generation INTEGER NOT NULL,
         hop        INTEGER NOT NULL,
-        updated_at REAL NOT NULL
+        updated_at REAL NOT NULL,
+        requested  INTEGER NOT NULL DEFAULT 0
     ) WITHOUT ROWID;
     """,
 )
