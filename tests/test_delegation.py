@@ -85,6 +85,7 @@ async def test_a_leads_step_is_answered_by_its_helpers_and_their_progress_reache
             assert worker_run["status"] == "completed"
             assert t["output"] == worker_run["output"]
         assert tasks[0]["output"].startswith("Done. answer: beta alpha split")
+        assert "3 workers answered (w1: Done. answer: beta alpha split." in run["output"]  # merged
         seen = [(e["payload"]["worker"], e["payload"]["status"]) for e in of_type(c, "delegation_progress")]
         for w in ("w1", "w2", "w3"):  # its end once, after any progress (a later progress is stale)
             mine = [status for worker, status in seen if worker == w]

@@ -170,10 +170,10 @@ class Contexts(Part):
         seen = handoffs.measure_steps(view["summary"] if view else "", steps, hop - since)
         trigger = "explicit" if asked else handoffs.passed(cfg.run, seen)
         summarised = steps[: max(0, len(steps) - cfg.keep_recent_steps)]
-        if asked:  # asked once: done now, or nothing to summarise yet
-            self.store.execute(f"UPDATE {RUN_CONTEXTS} SET requested = 0 WHERE run_id = ?", (run_id,))
         if trigger is None or not summarised:
-            return None
+            return None  # (asked, with nothing to summarise yet: asked again at the next model step)
+        if asked:  # the asked-for compaction is this one
+            self.store.execute(f"UPDATE {RUN_CONTEXTS} SET requested = 0 WHERE run_id = ?", (run_id,))
         row = self._new_op(run["session_id"], OpKind.COMPACT, Trigger(trigger), None)
         row |= {
             "context_id": None,

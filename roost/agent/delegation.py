@@ -238,7 +238,9 @@ def delegate_tool(
         if failed:
             raise WorkersDidNotComplete(f"workers did not complete: {failed}")
         outputs = {r["worker"]: r["output"] for r in rows}
-        return {"summary": f"{len(rows)} workers answered", "outputs": outputs}
+        merged = "; ".join(f"{w}: {_short(o)}" for w, o in outputs.items())
+        return {"summary": f"{len(rows)} worker{'s' if len(rows) > 1 else ''} answered ({merged})",
+                "outputs": outputs}  # fmt: skip
 
     delegate.worker_kind = worker_kind  # type: ignore[attr-defined]  # (Agent.on_register reads it)
     return Tool(
@@ -251,6 +253,13 @@ def delegate_tool(
         keywords=keywords,
         plan_args=_split,
     )
+
+
+def _short(output: Any, words: int = 12) -> str:
+    """A worker's answer as the merged summary shows it: its first words."""
+    text = " ".join(str(output or "").split())
+    cut = text.split(" ")
+    return " ".join(cut[:words]) + ("…" if len(cut) > words else "")
 
 
 def _rows(task_ids: list[str], agent: Any) -> tuple[list[Row], float]:
