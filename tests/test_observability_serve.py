@@ -67,7 +67,9 @@ async def test_serve_otel_exports_spans_over_otlp(tmp_path: Path) -> None:
                     headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
                 )
                 assert r.json()["ok"]
-            await until(lambda: any(b"roost.turn" in body for body in received), timeout=20)
+            # both spans, each maybe in a batch of its own (the call's ends after the turn's)
+            await until(lambda: all(name in b"".join(received) for name in (b"roost.turn", b"roost.call")),
+                        timeout=20)  # fmt: skip
         finally:
             server.kill()
     body = b"".join(received)

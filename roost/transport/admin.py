@@ -218,6 +218,9 @@ def _workflows(conn: sqlite3.Connection, tables: list[str]) -> dict[str, Any] | 
     for r in reversed(rows):
         row = dict(zip(cols, r, strict=True))
         row["waiting"] = orjson.loads(row["waiting"]) if row["waiting"] else None
+        row["updated_at"] = iso_time(float(row["updated_at"]))
+        if isinstance(row["waiting"], dict) and isinstance(row["waiting"].get("until"), int | float):
+            row["waiting"]["until"] = iso_time(float(row["waiting"]["until"]))
         live.append(row)
     return {"by_status": counts, "live": live}
 
