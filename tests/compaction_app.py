@@ -28,26 +28,28 @@ from roost.transport import create_app
 __all__ = ["LongRun", "SlowSummary", "app"]
 
 
-def _hang_first(request: SummaryRequest) -> bool:
-    """Count the summary begun; True for the first one ever (it hangs, to be killed)."""
-    marker = os.environ["ROOST_TEST_MARKER"]
-    fd = os.open(marker + ".calls", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
-    os.write(fd, f"{os.getpid()}\n".encode())
+def _append(suffix: str, line: str) -> None:
+    fd = os.open(os.environ["ROOST_TEST_MARKER"] + suffix, os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    os.write(fd, f"{line}\n".encode())
     os.close(fd)
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
 
 
-class HangingFirstSummary(DeterministicChat):
+class HangsFirstSummary(DeterministicPlanner):
+    """A summariser whose every summary begun is counted (a line of ``.calls``) and whose first one
+    ever hangs inside its turn, after creating the marker file, to be killed there."""
+
     async def summarize(self, request: SummaryRequest) -> str:
-        if _hang_first(request):
-            await asyncio.sleep(60)  # inside the turn: killed here
-            return "never"
-        return await super().summarize(request)
+        _append(".calls", str(os.getpid()))
+        try:
+            os.close(os.open(os.environ["ROOST_TEST_MARKER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return await super().summarize(request)
+        await asyncio.sleep(60)  # inside the turn: killed here
+        return "never"
+
+
+class HangingFirstSummary(HangsFirstSummary, DeterministicChat):
+    pass
 
 
 class SlowSummary(ChatAgent):
@@ -62,25 +64,17 @@ class Nothing(BaseModel):
 @tool(keywords=("count",))
 async def count(ctx: ToolContext, args: Nothing) -> dict[str, Any]:
     """Count once more: a line of ``$ROOST_TEST_MARKER.count`` (an effect outside the database)."""
-    fd = os.open(os.environ["ROOST_TEST_MARKER"] + ".count", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
-    os.write(fd, f"{ctx.item_id}\n".encode())
-    os.close(fd)
+    _append(".count", str(ctx.item_id))
     return {"summary": f"counted at hop {ctx.item_id}"}
 
 
-class Counting(DeterministicPlanner):
+class Counting(HangsFirstSummary):
     """Calls ``count`` once a hop until hop 5; its first summary hangs (inside the turn)."""
 
     async def step(self, request: ModelRequest) -> ModelStep:
         if request.hop >= 5:
             return ModelStep(text=f"counted for {request.hop} hops")
         return ModelStep(tool_calls=[ToolCall(name="count", args={})])
-
-    async def summarize(self, request: SummaryRequest) -> str:
-        if _hang_first(request):
-            await asyncio.sleep(60)  # inside the turn: killed here
-            return "never"
-        return await super().summarize(request)
 
 
 class LongRun(Agent):

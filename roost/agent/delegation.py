@@ -340,21 +340,20 @@ class Delegations(Part):
         for worker, task in specs:
             text = self.records.clean_text(task)
             task_id = f"{ctx.run_id}:{ctx.item_id}:{n}:{worker}"
+            if self.store.scalar("SELECT 1 FROM roost_agent_delegations WHERE task_id = ?", (task_id,)):
+                ids.append(task_id)  # this run of the item made it already (a retry, a rerun)
+                continue
             done = self.store.scalar(
                 "SELECT task_id FROM roost_agent_delegations WHERE run_id = ? AND item_id = ?"
-                " AND worker = ? AND kind = ? AND task = ? AND status = 'completed' AND task_id != ?"
+                " AND worker = ? AND kind = ? AND task = ? AND status = 'completed'"
                 " ORDER BY created_at DESC",
-                (ctx.run_id, ctx.item_id, worker, kind, text, task_id),
+                (ctx.run_id, ctx.item_id, worker, kind, text),
             )  # fmt: skip
-            if (
-                done is not None
-                and self.store.scalar("SELECT 1 FROM roost_agent_delegations WHERE task_id = ?", (task_id,))
-                is None
-            ):
+            if done is not None:
                 ids.append(str(done))
                 continue
             self.store.execute(
-                "INSERT OR IGNORE INTO roost_agent_delegations (task_id, run_id, item_id, worker, kind, task,"
+                "INSERT INTO roost_agent_delegations (task_id, run_id, item_id, worker, kind, task,"
                 " status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
                 (task_id, ctx.run_id, ctx.item_id, worker, kind, text, now, now),
             )  # fmt: skip
@@ -473,17 +472,16 @@ class Delegations(Part):
             raise PolicyRefused(message="delegation is between actors of this server, not over a connection")
 
     def _task(self, task_id: str) -> Row | None:
-        row = self.store.one(
-            "SELECT task_id, origin_kind, origin_name, run_id, turn_id, status FROM roost_agent_tasks"
-            " WHERE task_id = ?",
-            (task_id,),
-        )
-        keys = ("task_id", "origin_kind", "origin_name", "run_id", "turn_id", "status")
-        return None if row is None else dict(zip(keys, row, strict=True))
+        return self._task_by("task_id", task_id)
 
     def _task_of(self, run_id: str) -> Row | None:
-        found = self.store.scalar("SELECT task_id FROM roost_agent_tasks WHERE run_id = ?", (run_id,))
-        return None if found is None else self._task(str(found))
+        """The task a run works for, if any (asked at every step a run completes: one read)."""
+        return self._task_by("run_id", run_id)
+
+    def _task_by(self, column: str, value: str) -> Row | None:
+        keys = ("task_id", "origin_kind", "origin_name", "run_id", "turn_id", "status")
+        row = self.store.one(f"SELECT {', '.join(keys)} FROM roost_agent_tasks WHERE {column} = ?", (value,))
+        return None if row is None else dict(zip(keys, row, strict=True))
 
     async def take(
         self, origin_kind: str, origin_name: str, task_id: str, text: str, depth: int = 1
@@ -532,21 +530,15 @@ class Delegations(Part):
         task = self._task_of(run["run_id"])
         if task is None:
             return
-        done = int(self.store.scalar(
-            "SELECT count(*) FROM roost_agent_items WHERE run_id = ? AND status = 'completed'",
-            (run["run_id"],),
-        ))  # fmt: skip
-        payload = self._report_payload(task, "running", None, None, progress=done)
-        key = f"task-progress:{task['task_id']}:{done}"
+        payload = self._report_payload(task, "running", None, None)
+        key = f"task-progress:{task['task_id']}:{payload['progress']}"
         await self.agent.schedule(0, "delegation_report", payload, key=key, retry=REPORT)
 
-    def _report_payload(
-        self, task: Row, status: str, output: Any, error: Any, progress: int | None = None
-    ) -> dict[str, Any]:
-        if progress is None:
-            progress = int(self.store.scalar(
-                "SELECT count(*) FROM roost_agent_items WHERE run_id = ? AND status = 'completed'",
-                (task["run_id"],),
-            ))  # fmt: skip
+    def _report_payload(self, task: Row, status: str, output: Any, error: Any) -> dict[str, Any]:
+        """A report on ``task``; its progress: the steps the task's run has completed."""
+        progress = int(self.store.scalar(
+            "SELECT count(*) FROM roost_agent_items WHERE run_id = ? AND status = 'completed'",
+            (task["run_id"],),
+        ))  # fmt: skip
         return {"origin": [task["origin_kind"], task["origin_name"]], "task_id": task["task_id"],
                 "status": status, "progress": progress, "output": output, "error": error}  # fmt: skip
