@@ -338,9 +338,9 @@ class Registry:
 
     def exists(self, kind: str, name: str) -> bool:
         """Whether the actor was ever created (live, or dormant with a file)."""
-        self.validate(kind, name)
-        if (kind, name) in self.hosts:
+        if (kind, name) in self.hosts:  # live: its address was checked when it was activated
             return True
+        self.validate(kind, name)
         if actor_path(self.config.data_dir, kind, name).exists():
             return True
         # a damaged actor whose file is gone still exists: asking about it is refused as damaged
